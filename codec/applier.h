@@ -1,0 +1,74 @@
+#pragma once
+// Applies chunk frames in place into the receiver's buffers, exactly once per (version, chunk),
+// keeping an undo log so a partially applied version can be rolled back to its base bit-exactly,
+// and maintaining the additive digest so verification costs time proportional to the changes.
+//
+// State machine (one in-flight version at a time):
+//   idle(version v) --chunk/seal frame with base v--> applying(v -> v')
+//   applying --all chunks + seal, verify() ok--> verified --commit()--> idle(v')
+//   applying|verified --rollback()--> idle(v)   (bits are exactly v's again)
+// The host must not expose the buffers to its users between the first apply and commit/rollback
+// (or must apply into a shadow copy); the applier itself never leaves a half-written element.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "codec/digest.h"
+#include "codec/frame.h"
+#include "codec/manifest.h"
+
+namespace deltacast::codec {
+
+struct ApplyResult {
+  FrameKind kind = FrameKind::chunk;
+  uint32_t chunk_index = 0;
+  uint64_t changes = 0;  // elements written by this frame
+};
+
+class DeltaApplier {
+ public:
+  // weights: the receiver's buffers, holding exactly `version`; digest: their StateDigest (from
+  // StateDigest::full_scan or carried over from the previous commit). Buffers must outlive this.
+  DeltaApplier(const Manifest& manifest, MutableWeights weights, uint64_t version,
+               StateDigest digest);
+  ~DeltaApplier();
+  DeltaApplier(const DeltaApplier&) = delete;
+  DeltaApplier& operator=(const DeltaApplier&) = delete;
+
+  // Validates the frame completely (checksum, manifest digest, base version and digest, bounds,
+  // dtype, replay) and decodes it before touching any weight; then writes. On Error nothing
+  // changed. Errors: corrupt_frame, version_mismatch (wrong base, other manifest, or a frame of a
+  // different in-flight version), replayed (chunk already applied).
+  ApplyResult apply(std::span<const std::byte> frame);
+
+  // True once the seal and every chunk it announces have been applied.
+  bool complete() const noexcept;
+  // Which chunks of the in-flight version are applied (empty when idle). For resume after
+  // re-parenting.
+  std::vector<bool> applied_chunks() const;
+  uint64_t version() const noexcept;                 // last committed version
+  std::optional<uint64_t> pending_version() const noexcept;  // in-flight version, if any
+
+  // Proves the bits equal the producer's: compares the incrementally maintained per-tensor digests
+  // with the seal's. Requires complete(). Throws Error(verify_failed) naming the first differing
+  // tensor (state unchanged: the caller decides to roll back).
+  void verify() const;
+  // Full-scan audit: recomputes the digest from the bytes and compares with the maintained one.
+  // Throws Error(verify_failed).
+  void audit(unsigned threads = 1) const;
+  // Restores every element written since the last commit; the applier is idle at version().
+  void rollback();
+  // Requires a successful verify() of the complete version; makes it current and drops the undo
+  // log. Throws Error(state) otherwise.
+  void commit();
+
+  const StateDigest& digest() const noexcept;  // digests of the bits currently in the buffers
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deltacast::codec

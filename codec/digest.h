@@ -1,0 +1,40 @@
+#pragma once
+// Additive state digest. The digest of a tensor is the sum (mod 2^64) over its elements of
+// h(tensor index, element index, element bits), h a strong 64-bit mixer. Because it is a sum, a
+// delta updates it in time proportional to the number of changes: digest += h(new) - h(old).
+// The producer sends the per-tensor digests of the new version in the seal frame; a receiver that
+// maintains its own digests while applying proves bit equality per refit without a full scan, and
+// full_scan() recomputes everything from the bytes as an audit.
+// This detects corruption and coding bugs; it is not a cryptographic commitment.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "codec/manifest.h"
+
+namespace deltacast::codec {
+
+// h(t, i, bits): the per-element term.
+uint64_t element_hash(uint32_t tensor_index, uint64_t element_index, uint32_t bits) noexcept;
+
+// Digest of one tensor's bytes (full scan).
+uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::byte> bytes);
+
+class StateDigest {
+ public:
+  StateDigest() = default;
+  explicit StateDigest(std::vector<uint64_t> per_tensor) : per_tensor_(std::move(per_tensor)) {}
+  // Full scan of every tensor (the audit). Uses `threads` threads (0 = hardware concurrency).
+  static StateDigest full_scan(const ConstWeights& weights, unsigned threads = 1);
+
+  const std::vector<uint64_t>& per_tensor() const noexcept { return per_tensor_; }
+  std::vector<uint64_t>& per_tensor() noexcept { return per_tensor_; }
+  // xxh3-64 over the per-tensor digests in order: names a whole state in one number.
+  uint64_t combined() const noexcept;
+  bool operator==(const StateDigest& other) const = default;
+
+ private:
+  std::vector<uint64_t> per_tensor_;
+};
+
+}  // namespace deltacast::codec

@@ -1,0 +1,85 @@
+#pragma once
+// Diff + encode: compares new weights against the producer's baseline copy and emits chunk frames.
+// A chunk covers a contiguous run of the canonical coordinate space (checkpoint order): a slice of
+// one large tensor, or several small tensors together. Chunks are independent: they can be encoded
+// in parallel, sent in any order, and applied in any order.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "codec/digest.h"
+#include "codec/frame.h"
+#include "codec/manifest.h"
+
+namespace deltacast::codec {
+
+struct EncodeOptions {
+  // Checkpoint bytes covered by one chunk (the last chunk of a tensor may be smaller; small
+  // tensors are packed together up to this size).
+  uint64_t chunk_bytes = uint64_t{16} << 20;
+  // Value mode for tensors the receiver stores bit-identically ("XOR-safe").
+  ValueMode xor_safe_mode = ValueMode::ulp_delta;
+  // Per tensor (manifest order): true = the receiver does not store the base bits, so values are
+  // sent as overwrite. Empty means every tensor is XOR-safe.
+  std::vector<bool> overwrite_tensors;
+  int zstd_level = 1;
+  // Allow LocationCoding::classed_gaps (the receiver-side context model). Off for ablations.
+  bool allow_classed = true;
+  // Threads used by encode_delta (0 = hardware concurrency).
+  unsigned threads = 1;
+};
+
+struct VersionIds {
+  uint64_t base_version = 0;
+  uint64_t new_version = 1;
+};
+
+// Counters for reports and benchmarks.
+struct DeltaStats {
+  uint64_t elements = 0;       // elements covered
+  uint64_t checkpoint_bytes = 0;
+  uint64_t changes = 0;        // changed elements
+  uint64_t frame_bytes = 0;    // sum of frame sizes (what goes on the wire)
+  uint64_t location_bytes = 0; // stored size of location sections
+  uint64_t value_bytes = 0;    // stored size of value sections
+  uint64_t segments_by_coding[5] = {0, 0, 0, 0, 0};  // indexed by LocationCoding
+  void add(const DeltaStats& other);
+};
+
+class DeltaEncoder {
+ public:
+  // base: bits every receiver holds at ids.base_version; next: the new weights; base_digest: the
+  // StateDigest of base. All must outlive the encoder. Throws Error(invalid_argument) when the
+  // weights do not match the manifest or options are inconsistent.
+  DeltaEncoder(const ConstWeights& base, const ConstWeights& next, const StateDigest& base_digest,
+               VersionIds ids, EncodeOptions options);
+  ~DeltaEncoder();
+  DeltaEncoder(const DeltaEncoder&) = delete;
+  DeltaEncoder& operator=(const DeltaEncoder&) = delete;
+
+  uint32_t chunk_count() const noexcept;
+  // Encodes chunk `index` (< chunk_count()). Safe to call concurrently for distinct indexes.
+  std::vector<std::byte> encode_chunk(uint32_t index, DeltaStats* stats = nullptr);
+  // The seal frame (per-tensor digests of the new version). Requires every chunk to have been
+  // encoded exactly once; throws Error(state) otherwise.
+  std::vector<std::byte> seal();
+  // Digest of the new version; valid after seal().
+  const StateDigest& new_digest() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct EncodedDelta {
+  std::vector<std::vector<std::byte>> frames;  // chunk frames in chunk order, then the seal frame
+  StateDigest new_digest;
+  DeltaStats stats;
+};
+
+// Encodes a whole version with options.threads threads.
+EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next,
+                          const StateDigest& base_digest, VersionIds ids,
+                          const EncodeOptions& options);
+
+}  // namespace deltacast::codec

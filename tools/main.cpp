@@ -1,0 +1,41 @@
+#include <algorithm>
+#include <cstdio>
+
+#include "tools/cli.h"
+#include "util/error.h"
+
+namespace deltacast::tools {
+
+std::vector<std::pair<std::string, CommandSetup>>& command_registry() {
+  static std::vector<std::pair<std::string, CommandSetup>> registry;
+  return registry;
+}
+
+CommandRegistrar::CommandRegistrar(std::string name, CommandSetup setup) {
+  command_registry().emplace_back(std::move(name), std::move(setup));
+}
+
+}  // namespace deltacast::tools
+
+int main(int argc, char** argv) {
+  using namespace deltacast;
+  CLI::App app{"deltacast: bit-exact delta refit of model weights through a relay tree"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "deltacast 0.1.0");
+  auto& registry = tools::command_registry();
+  std::sort(registry.begin(), registry.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [name, setup] : registry) setup(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "deltacast: %s: %s\n", std::string(errc_name(e.code())).c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "deltacast: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
