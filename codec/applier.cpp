@@ -1,0 +1,278 @@
+#include "codec/applier.h"
+
+#include <mutex>
+#include <zstd.h>
+
+#include "codec/chunk_plan.h"
+#include "codec/location_coding.h"
+#include "codec/value_coding.h"
+#include "util/error.h"
+
+namespace deltacast::codec {
+
+namespace {
+
+struct UndoEntry {
+  uint64_t position;
+  uint32_t tensor;
+  uint32_t bits;
+};
+
+struct PlannedWrite {
+  uint32_t tensor;
+  uint32_t bits;
+  uint64_t position;
+};
+
+// Section bytes of one chunk frame, decompressed and size-checked.
+class Sections {
+ public:
+  Sections(const FrameView& view, uint64_t max_raw) {
+    for (const auto& s : view.sections) {
+      if (s.raw_size > max_raw)
+        throw Error(Errc::corrupt_frame, "chunk frame: a section's size is impossible for its segments");
+      auto stored = view.bytes.subspan(s.offset, s.stored_size);
+      auto& slot = raw_[static_cast<uint8_t>(s.stream)];
+      if (s.codec == SectionCodec::raw) {
+        slot = stored;
+        continue;
+      }
+      const unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
+      if (content != s.raw_size)
+        throw Error(Errc::corrupt_frame, "chunk frame: zstd section size does not match its header");
+      auto& buf = owned_.emplace_back(s.raw_size);
+      const size_t got = ZSTD_decompress(buf.data(), buf.size(), stored.data(), stored.size());
+      if (ZSTD_isError(got) || got != s.raw_size)
+        throw Error(Errc::corrupt_frame, std::string("chunk frame: zstd section does not decode: ") +
+                                             (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "size mismatch"));
+      slot = std::span<const std::byte>(buf.data(), buf.size());
+    }
+  }
+  std::span<const std::byte> get(StreamId id) const { return raw_[static_cast<uint8_t>(id)]; }
+
+ private:
+  std::span<const std::byte> raw_[16];
+  std::vector<std::vector<std::byte>> owned_;
+};
+
+}  // namespace
+
+struct DeltaApplier::Impl {
+  const Manifest* manifest;
+  MutableWeights weights;
+  uint64_t version;
+  StateDigest digest;       // of the bytes currently in the buffers
+  StateDigest base_digest;  // of the committed version
+  uint64_t base_combined;
+  // In-flight version.
+  std::optional<uint64_t> pending;
+  uint32_t chunk_count = 0;
+  std::vector<bool> applied;
+  uint32_t applied_n = 0;
+  std::optional<std::vector<uint64_t>> seal_digests;
+  bool verified = false;
+  std::vector<UndoEntry> undo;
+  mutable std::mutex mu;
+
+  void check_base(const FrameHeader& h) const {
+    if (h.manifest_digest != manifest->digest())
+      throw Error(Errc::version_mismatch, "frame belongs to another model (manifest digest differs)");
+    if (h.base_version != version || h.base_digest != base_combined)
+      throw Error(Errc::version_mismatch,
+                  "frame for " + std::to_string(h.base_version) + " -> " + std::to_string(h.new_version) +
+                      " but this receiver holds version " + std::to_string(version) +
+                      (h.base_version == version ? " with different bits (base digest differs)" : ""));
+    if (pending && (h.new_version != *pending || h.chunk_count != chunk_count))
+      throw Error(Errc::version_mismatch, "frame for version " + std::to_string(h.new_version) +
+                                              " while version " + std::to_string(*pending) + " is in flight");
+  }
+  void begin(const FrameHeader& h) {
+    if (pending) return;
+    pending = h.new_version;
+    chunk_count = h.chunk_count;
+    applied.assign(chunk_count, false);
+    applied_n = 0;
+    seal_digests.reset();
+    verified = false;
+  }
+
+  // Decodes every change of a chunk without writing. Throws on anything wrong.
+  std::vector<PlannedWrite> decode_chunk(const FrameView& view) const {
+    uint64_t max_raw = 1024;
+    uint64_t prev_end_tensor = 0, prev_end = 0;
+    bool first = true;
+    for (const auto& s : view.segments) {
+      const auto& info = manifest->at(s.tensor_index);  // throws not_found for an unknown tensor
+      if (s.dtype != info.dtype)
+        throw Error(Errc::corrupt_frame, "segment dtype " + std::string(dtype_name(s.dtype)) + " differs from tensor '" +
+                                             info.name + "' (" + std::string(dtype_name(info.dtype)) + ")");
+      if (s.element_begin > info.numel() || s.element_count > info.numel() - s.element_begin || s.element_count == 0)
+        throw Error(Errc::corrupt_frame, "segment range out of bounds for tensor '" + info.name + "'");
+      if (!first && (s.tensor_index < prev_end_tensor || (s.tensor_index == prev_end_tensor && s.element_begin < prev_end)))
+        throw Error(Errc::corrupt_frame, "segments overlap or are out of order");
+      first = false;
+      prev_end_tensor = s.tensor_index;
+      prev_end = s.element_begin + s.element_count;
+      if (s.location_coding == LocationCoding::classed_gaps && s.value_mode == ValueMode::overwrite)
+        throw Error(Errc::corrupt_frame, "overwrite segment with classed locations");
+      max_raw += s.element_count / 8 + 16 * s.change_count + 128;
+    }
+    Sections sec(view, max_raw);
+    const std::span<const std::byte> planes[4] = {sec.get(StreamId::plane0), sec.get(StreamId::plane1),
+                                                  sec.get(StreamId::plane2), sec.get(StreamId::plane3)};
+    ValueDecoder values(sec.get(StreamId::sign_bits), sec.get(StreamId::mag_flags), sec.get(StreamId::mag_bytes),
+                        sec.get(StreamId::mag_wide), planes);
+    auto locs = sec.get(StreamId::locations);
+    std::vector<PlannedWrite> writes;
+    std::vector<uint32_t> positions;
+    for (const auto& s : view.segments) {
+      const auto& info = manifest->at(s.tensor_index);
+      const unsigned w = static_cast<unsigned>(dtype_size(info.dtype));
+      const bool is_float = dtype_is_float(info.dtype);
+      const std::byte* old = weights.tensors[s.tensor_index].data() + s.element_begin * w;
+      decode_locations(s.location_coding, s.element_count, s.change_count, w, abs_mask_of(info.dtype), old, locs,
+                       positions);
+      writes.reserve(writes.size() + positions.size());
+      for (uint32_t p : positions) {
+        const uint32_t ob = load_bits(old, w, p);
+        writes.push_back(PlannedWrite{s.tensor_index, values.next(s.value_mode, w, is_float, ob), s.element_begin + p});
+      }
+    }
+    if (!locs.empty()) throw Error(Errc::corrupt_frame, "locations stream holds bytes past the last segment");
+    values.expect_consumed();
+    return writes;
+  }
+
+  void write(const std::vector<PlannedWrite>& writes) {
+    undo.reserve(undo.size() + writes.size());
+    auto& per = digest.per_tensor();
+    for (const auto& wr : writes) {
+      const unsigned w = static_cast<unsigned>(dtype_size(manifest->at(wr.tensor).dtype));
+      std::byte* base = weights.tensors[wr.tensor].data();
+      const uint32_t ob = load_bits(base, w, wr.position);
+      undo.push_back(UndoEntry{wr.position, wr.tensor, ob});
+      store_bits(base, w, wr.position, wr.bits);
+      per[wr.tensor] += element_hash(wr.tensor, wr.position, wr.bits) - element_hash(wr.tensor, wr.position, ob);
+    }
+  }
+};
+
+DeltaApplier::DeltaApplier(const Manifest& manifest, MutableWeights weights, uint64_t version, StateDigest digest)
+    : impl_(std::make_unique<Impl>()) {
+  if (weights.manifest == nullptr) weights.manifest = &manifest;
+  check_weights(weights.as_const());
+  if (weights.manifest->digest() != manifest.digest())
+    throw Error(Errc::invalid_argument, "applier: weights belong to another manifest");
+  if (digest.per_tensor().size() != manifest.size())
+    throw Error(Errc::invalid_argument, "applier: digest has the wrong number of tensors");
+  auto& im = *impl_;
+  im.manifest = &manifest;
+  im.weights = std::move(weights);
+  im.version = version;
+  im.digest = digest;
+  im.base_digest = std::move(digest);
+  im.base_combined = im.base_digest.combined();
+}
+
+DeltaApplier::~DeltaApplier() = default;
+
+ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
+  auto& im = *impl_;
+  std::lock_guard lock(im.mu);
+  const FrameView view = parse_frame(frame);
+  const auto& h = view.header;
+  im.check_base(h);
+  if (h.kind == FrameKind::seal) {
+    if (view.tensor_digests.size() != im.manifest->size())
+      throw Error(Errc::corrupt_frame, "seal frame: tensor count differs from the manifest");
+    if (im.pending && im.seal_digests) throw Error(Errc::replayed, "seal of version " + std::to_string(h.new_version) + " already received");
+    im.begin(h);
+    im.seal_digests = view.tensor_digests;
+    return ApplyResult{FrameKind::seal, 0, 0};
+  }
+  if (im.pending && im.applied[h.chunk_index])
+    throw Error(Errc::replayed, "chunk " + std::to_string(h.chunk_index) + " of version " +
+                                    std::to_string(h.new_version) + " was already applied");
+  const auto writes = im.decode_chunk(view);  // validates everything before any write
+  im.begin(h);
+  im.write(writes);
+  im.applied[h.chunk_index] = true;
+  ++im.applied_n;
+  return ApplyResult{FrameKind::chunk, h.chunk_index, writes.size()};
+}
+
+bool DeltaApplier::complete() const noexcept {
+  std::lock_guard lock(impl_->mu);
+  return impl_->pending && impl_->seal_digests && impl_->applied_n == impl_->chunk_count;
+}
+
+std::vector<bool> DeltaApplier::applied_chunks() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->applied;
+}
+
+uint64_t DeltaApplier::version() const noexcept { return impl_->version; }
+std::optional<uint64_t> DeltaApplier::pending_version() const noexcept { return impl_->pending; }
+
+void DeltaApplier::verify() const {
+  auto& im = *impl_;
+  {
+    std::lock_guard lock(im.mu);
+    if (!(im.pending && im.seal_digests && im.applied_n == im.chunk_count))
+      throw Error(Errc::state, "verify: version is not complete (" + std::to_string(im.applied_n) + " of " +
+                                   std::to_string(im.chunk_count) + " chunks" + (im.seal_digests ? "" : ", no seal") + ")");
+    const auto& want = *im.seal_digests;
+    const auto& have = im.digest.per_tensor();
+    for (uint32_t t = 0; t < want.size(); ++t)
+      if (want[t] != have[t])
+        throw Error(Errc::verify_failed, "verify: tensor '" + im.manifest->at(t).name +
+                                             "' differs from the producer's version " + std::to_string(*im.pending));
+  }
+  im.verified = true;
+}
+
+void DeltaApplier::audit(unsigned threads) const {
+  const StateDigest scanned = StateDigest::full_scan(impl_->weights.as_const(), threads);
+  std::lock_guard lock(impl_->mu);
+  const auto& have = impl_->digest.per_tensor();
+  for (uint32_t t = 0; t < have.size(); ++t)
+    if (scanned.per_tensor()[t] != have[t])
+      throw Error(Errc::verify_failed, "audit: tensor '" + impl_->manifest->at(t).name +
+                                           "' bytes do not match the maintained digest");
+}
+
+void DeltaApplier::rollback() {
+  auto& im = *impl_;
+  std::lock_guard lock(im.mu);
+  for (auto it = im.undo.rbegin(); it != im.undo.rend(); ++it) {
+    const unsigned w = static_cast<unsigned>(dtype_size(im.manifest->at(it->tensor).dtype));
+    store_bits(im.weights.tensors[it->tensor].data(), w, it->position, it->bits);
+  }
+  im.undo.clear();
+  im.undo.shrink_to_fit();
+  im.digest = im.base_digest;
+  im.pending.reset();
+  im.applied.clear();
+  im.applied_n = 0;
+  im.seal_digests.reset();
+  im.verified = false;
+}
+
+void DeltaApplier::commit() {
+  auto& im = *impl_;
+  std::lock_guard lock(im.mu);
+  if (!im.pending || !im.verified) throw Error(Errc::state, "commit: no verified version to commit");
+  im.version = *im.pending;
+  im.base_digest = im.digest;
+  im.base_combined = im.base_digest.combined();
+  im.undo.clear();
+  im.pending.reset();
+  im.applied.clear();
+  im.applied_n = 0;
+  im.seal_digests.reset();
+  im.verified = false;
+}
+
+const StateDigest& DeltaApplier::digest() const noexcept { return impl_->digest; }
+
+}  // namespace deltacast::codec

@@ -1,0 +1,124 @@
+#pragma once
+// LSB-first bit streams and Golomb-Rice codes for gaps between changed positions.
+// Rice(k) of g: q = g >> k in unary (q one-bits, then a zero), then the k low bits of g. When q would
+// reach kRiceEscape, the code is kRiceEscape one-bits, 6 bits holding (bit length of g) - 1, then
+// those bits of g: long gaps (a quiet tensor) cost at most ~100 bits instead of a long unary run.
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "util/error.h"
+
+namespace deltacast::codec {
+
+inline constexpr unsigned kRiceEscape = 32;
+
+class BitWriter {
+ public:
+  explicit BitWriter(std::vector<std::byte>& out) : out_(out) {}
+  // Appends the `count` low bits of `bits` (count <= 56).
+  void put(uint64_t bits, unsigned count) {
+    acc_ |= (count == 64 ? bits : (bits & ((uint64_t{1} << count) - 1))) << n_;
+    n_ += count;
+    while (n_ >= 8) {
+      out_.push_back(static_cast<std::byte>(acc_ & 0xFF));
+      acc_ >>= 8;
+      n_ -= 8;
+    }
+  }
+  void put_ones(unsigned count) {
+    while (count > 32) {
+      put(0xFFFFFFFFu, 32);
+      count -= 32;
+    }
+    put((uint64_t{1} << count) - 1, count);
+  }
+  void put_rice(uint64_t gap, unsigned k) {
+    const uint64_t q = gap >> k;
+    if (q < kRiceEscape) {
+      put_ones(static_cast<unsigned>(q));
+      put(0, 1);
+      if (k) put(gap, k);
+      return;
+    }
+    put_ones(kRiceEscape);
+    const unsigned len = 64 - static_cast<unsigned>(std::countl_zero(gap));  // gap > 0 here
+    put(len - 1, 6);
+    if (len > 32) {
+      put(gap & 0xFFFFFFFFu, 32);
+      put(gap >> 32, len - 32);
+    } else {
+      put(gap, len);
+    }
+  }
+  // Pads the last byte with zero bits.
+  void flush() {
+    if (n_ > 0) out_.push_back(static_cast<std::byte>(acc_ & 0xFF));
+    acc_ = 0;
+    n_ = 0;
+  }
+
+ private:
+  std::vector<std::byte>& out_;
+  uint64_t acc_ = 0;
+  unsigned n_ = 0;
+};
+
+// Size in bits of Rice(k) codes for the given gaps (exact, matches BitWriter::put_rice).
+inline uint64_t rice_cost_bits(uint64_t gap, unsigned k) {
+  const uint64_t q = gap >> k;
+  if (q < kRiceEscape) return q + 1 + k;
+  return kRiceEscape + 6 + (64 - std::countl_zero(gap));
+}
+
+class BitReader {
+ public:
+  explicit BitReader(std::span<const std::byte> in) : p_(in.data()), end_(in.data() + in.size()) {}
+  uint64_t get(unsigned count) {  // count <= 56
+    refill();
+    if (n_ < count) throw Error(Errc::corrupt_frame, "bitstream: truncated");
+    const uint64_t v = count == 0 ? 0 : (acc_ & ((uint64_t{1} << count) - 1));
+    acc_ >>= count;
+    n_ -= count;
+    return v;
+  }
+  uint64_t get_rice(unsigned k) {
+    refill();
+    const unsigned ones = static_cast<unsigned>(std::countr_one(acc_));
+    if (ones < kRiceEscape) {
+      if (ones + 1 > n_) throw Error(Errc::corrupt_frame, "bitstream: truncated Rice code");
+      acc_ >>= ones + 1;
+      n_ -= ones + 1;
+      return (uint64_t{ones} << k) | get(k);
+    }
+    if (n_ < kRiceEscape) throw Error(Errc::corrupt_frame, "bitstream: truncated Rice code");
+    acc_ >>= kRiceEscape;
+    n_ -= kRiceEscape;
+    const unsigned len = static_cast<unsigned>(get(6)) + 1;
+    if (len > 32) {
+      const uint64_t lo = get(32);
+      return lo | (get(len - 32) << 32);
+    }
+    return get(len);
+  }
+  // Bytes consumed so far (including a partially read byte).
+  size_t bytes_consumed(const std::byte* start) const {
+    return (static_cast<size_t>(p_ - start) * 8 - n_ + 7) / 8;
+  }
+
+ private:
+  void refill() {
+    while (n_ <= 56 && p_ < end_) {
+      acc_ |= uint64_t{static_cast<uint8_t>(*p_++)} << n_;
+      n_ += 8;
+    }
+  }
+  const std::byte* p_;
+  const std::byte* end_;
+  uint64_t acc_ = 0;
+  unsigned n_ = 0;
+};
+
+}  // namespace deltacast::codec

@@ -1,0 +1,27 @@
+#pragma once
+// Chunk planning (internal header): cuts the canonical coordinate space into chunks of about
+// `chunk_bytes` of checkpoint: large tensors are sliced, small consecutive tensors share a chunk.
+// Deterministic in (manifest, chunk_bytes). Empty tensors get no slice.
+#include <cstdint>
+#include <vector>
+
+#include "codec/manifest.h"
+
+namespace deltacast::codec {
+
+struct Slice {
+  uint32_t tensor = 0;
+  uint64_t begin = 0;
+  uint64_t count = 0;
+};
+
+std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, uint64_t chunk_bytes);
+
+// Sign-clearing mask for float dtypes, all bits for integers.
+inline uint32_t abs_mask_of(DType dtype) noexcept {
+  const unsigned w = static_cast<unsigned>(dtype_size(dtype));
+  const uint32_t all = w == 4 ? 0xFFFFFFFFu : (1u << (8 * w)) - 1;
+  return dtype_is_float(dtype) ? (all >> 1) : all;
+}
+
+}  // namespace deltacast::codec

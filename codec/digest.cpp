@@ -1,0 +1,103 @@
+#include "codec/digest.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include <xxhash.h>
+
+#include "codec/simd.h"
+#include "util/error.h"
+
+namespace deltacast::codec {
+
+namespace {
+constexpr uint64_t kIndexMul = 0x9E3779B97F4A7C15ULL;
+constexpr uint64_t kBitsMul = 0xC2B2AE3D27D4EB4FULL;
+constexpr uint64_t kMixMul = 0xD6E8FEB86659FD93ULL;
+
+DC_INLINE uint64_t mix64(uint64_t x) {
+  x ^= x >> 32;
+  x *= kMixMul;
+  x ^= x >> 32;
+  x *= kMixMul;
+  x ^= x >> 32;
+  return x;
+}
+DC_INLINE uint64_t tensor_seed(uint32_t tensor_index) { return mix64(uint64_t{tensor_index} + 0x51ED2701F3A5C0B1ULL); }
+DC_INLINE uint64_t term(uint64_t seed, uint64_t index, uint64_t bits) {
+  return mix64(((index + seed) * kIndexMul) ^ ((bits + 1) * kBitsMul));
+}
+
+template <typename T>
+DC_INLINE uint64_t sum_terms(const T* p, uint64_t n, uint64_t first_index, uint64_t seed) {
+  uint64_t sum = 0;
+  for (uint64_t i = 0; i < n; ++i) sum += term(seed, first_index + i, p[i]);
+  return sum;
+}
+DC_HOT_CLONES uint64_t sum_terms_u8(const uint8_t* p, uint64_t n, uint64_t first, uint64_t seed) {
+  return sum_terms(p, n, first, seed);
+}
+DC_HOT_CLONES uint64_t sum_terms_u16(const uint16_t* p, uint64_t n, uint64_t first, uint64_t seed) {
+  return sum_terms(p, n, first, seed);
+}
+DC_HOT_CLONES uint64_t sum_terms_u32(const uint32_t* p, uint64_t n, uint64_t first, uint64_t seed) {
+  return sum_terms(p, n, first, seed);
+}
+
+uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* base, uint64_t first, uint64_t n) {
+  const uint64_t seed = tensor_seed(tensor_index);
+  switch (dtype_size(dtype)) {
+    case 1: return sum_terms_u8(reinterpret_cast<const uint8_t*>(base) + first, n, first, seed);
+    case 2: return sum_terms_u16(reinterpret_cast<const uint16_t*>(base) + first, n, first, seed);
+    case 4: return sum_terms_u32(reinterpret_cast<const uint32_t*>(base) + first, n, first, seed);
+    default: DC_ASSERT(false && "bad dtype size");
+  }
+  return 0;
+}
+}  // namespace
+
+uint64_t element_hash(uint32_t tensor_index, uint64_t element_index, uint32_t bits) noexcept {
+  return term(tensor_seed(tensor_index), element_index, bits);
+}
+
+uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::byte> bytes) {
+  const size_t w = dtype_size(dtype);
+  if (w == 0 || bytes.size() % w != 0)
+    throw Error(Errc::invalid_argument, "tensor_digest: buffer size is not a multiple of the element size");
+  return digest_range(tensor_index, dtype, bytes.data(), 0, bytes.size() / w);
+}
+
+StateDigest StateDigest::full_scan(const ConstWeights& weights, unsigned threads) {
+  check_weights(weights);
+  const auto& m = *weights.manifest;
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  // Work items: slices of at most 64 Mi elements so large tensors spread over threads.
+  struct Item { uint32_t tensor; uint64_t first, count; };
+  std::vector<Item> items;
+  constexpr uint64_t kSlice = uint64_t{64} << 20;
+  for (uint32_t t = 0; t < m.size(); ++t)
+    for (uint64_t first = 0; first < m.at(t).numel(); first += kSlice)
+      items.push_back({t, first, std::min(kSlice, m.at(t).numel() - first)});
+  std::vector<uint64_t> partial(items.size(), 0);
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < items.size();) {
+      const auto& it = items[k];
+      partial[k] = digest_range(it.tensor, m.at(it.tensor).dtype, weights.tensors[it.tensor].data(), it.first, it.count);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < std::min<size_t>(threads, items.size()); ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+  std::vector<uint64_t> per(m.size(), 0);
+  for (size_t k = 0; k < items.size(); ++k) per[items[k].tensor] += partial[k];
+  return StateDigest(std::move(per));
+}
+
+uint64_t StateDigest::combined() const noexcept {
+  return XXH3_64bits(per_tensor_.data(), per_tensor_.size() * sizeof(uint64_t));
+}
+
+}  // namespace deltacast::codec

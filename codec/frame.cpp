@@ -1,0 +1,240 @@
+#include "codec/frame.h"
+
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "codec/frame_writer.h"
+#include "codec/wire.h"
+#include "util/error.h"
+
+namespace deltacast::codec {
+
+namespace {
+
+void write_header(std::vector<std::byte>& out, const FrameHeader& h) {
+  put_u32(out, kFrameMagic);
+  put_u16(out, h.format_version);
+  put_u8(out, static_cast<uint8_t>(h.kind));
+  put_u8(out, 0);
+  put_u64(out, h.body_size);
+  put_u64(out, h.manifest_digest);
+  put_u64(out, h.base_version);
+  put_u64(out, h.base_digest);
+  put_u64(out, h.new_version);
+  put_u32(out, h.chunk_index);
+  put_u32(out, h.chunk_count);
+  put_u32(out, h.item_count);
+  put_u32(out, 0);
+  DC_ASSERT(out.size() == kFrameHeaderSize);
+}
+
+void seal_trailer(std::vector<std::byte>& out) {
+  put_u64(out, XXH3_64bits(out.data(), out.size()));
+}
+
+FrameHeader read_header(std::span<const std::byte> bytes) {
+  WireReader r(bytes.first(std::min(bytes.size(), kFrameHeaderSize)), "frame header");
+  if (bytes.size() < kFrameHeaderSize)
+    throw Error(Errc::corrupt_frame, "frame header: truncated (" + std::to_string(bytes.size()) + " of " +
+                                         std::to_string(kFrameHeaderSize) + " bytes)");
+  FrameHeader h;
+  if (r.get<uint32_t>() != kFrameMagic) throw Error(Errc::corrupt_frame, "frame header: bad magic (not a deltacast frame)");
+  h.format_version = r.get<uint16_t>();
+  if (h.format_version != kFormatVersion)
+    throw Error(Errc::version_mismatch, "frame header: format version " + std::to_string(h.format_version) +
+                                            " is not supported (this build reads version " +
+                                            std::to_string(kFormatVersion) + ")");
+  const uint8_t kind = r.get<uint8_t>();
+  if (kind != static_cast<uint8_t>(FrameKind::chunk) && kind != static_cast<uint8_t>(FrameKind::seal))
+    throw Error(Errc::corrupt_frame, "frame header: unknown frame kind " + std::to_string(kind));
+  h.kind = static_cast<FrameKind>(kind);
+  if (r.get<uint8_t>() != 0) throw Error(Errc::corrupt_frame, "frame header: reserved flags set");
+  h.body_size = r.get<uint64_t>();
+  if (h.body_size > kMaxFrameBody) throw Error(Errc::corrupt_frame, "frame header: body size over the limit");
+  h.manifest_digest = r.get<uint64_t>();
+  h.base_version = r.get<uint64_t>();
+  h.base_digest = r.get<uint64_t>();
+  h.new_version = r.get<uint64_t>();
+  h.chunk_index = r.get<uint32_t>();
+  h.chunk_count = r.get<uint32_t>();
+  h.item_count = r.get<uint32_t>();
+  if (r.get<uint32_t>() != 0) throw Error(Errc::corrupt_frame, "frame header: reserved field set");
+  return h;
+}
+
+bool known_stream(uint8_t id) {
+  return (id >= static_cast<uint8_t>(StreamId::locations) && id <= static_cast<uint8_t>(StreamId::mag_wide)) ||
+         (id >= static_cast<uint8_t>(StreamId::plane0) && id <= static_cast<uint8_t>(StreamId::plane3));
+}
+
+}  // namespace
+
+uint64_t frame_size_from_header(std::span<const std::byte> header_bytes) {
+  const FrameHeader h = read_header(header_bytes);
+  return kFrameHeaderSize + h.body_size + kFrameTrailerSize;
+}
+
+FrameView parse_frame(std::span<const std::byte> frame) {
+  FrameView v;
+  v.header = read_header(frame);
+  const uint64_t expected = kFrameHeaderSize + v.header.body_size + kFrameTrailerSize;
+  if (frame.size() != expected)
+    throw Error(Errc::corrupt_frame, "frame: size " + std::to_string(frame.size()) + " does not match the header's " +
+                                         std::to_string(expected) + (frame.size() < expected ? " (truncated)" : ""));
+  const uint64_t stored = load_le<uint64_t>(frame.data() + frame.size() - kFrameTrailerSize);
+  if (XXH3_64bits(frame.data(), frame.size() - kFrameTrailerSize) != stored)
+    throw Error(Errc::corrupt_frame, "frame: checksum mismatch (chunk " + std::to_string(v.header.chunk_index) +
+                                         " of version " + std::to_string(v.header.new_version) + " is corrupt)");
+  v.bytes = frame;
+  const auto body = frame.subspan(kFrameHeaderSize, v.header.body_size);
+  WireReader r(body, "frame body");
+  if (v.header.kind == FrameKind::seal) {
+    if (v.header.body_size != uint64_t{v.header.item_count} * 8)
+      throw Error(Errc::corrupt_frame, "seal frame: body size does not match its tensor count");
+    v.tensor_digests.resize(v.header.item_count);
+    for (auto& d : v.tensor_digests) d = r.get<uint64_t>();
+    return v;
+  }
+  if (v.header.chunk_index >= v.header.chunk_count)
+    throw Error(Errc::corrupt_frame, "chunk frame: index " + std::to_string(v.header.chunk_index) +
+                                         " is not below the chunk count " + std::to_string(v.header.chunk_count));
+  if (uint64_t{v.header.item_count} * kSegmentEntrySize > body.size())
+    throw Error(Errc::corrupt_frame, "chunk frame: segment table larger than the body");
+  v.segments.resize(v.header.item_count);
+  for (auto& s : v.segments) {
+    s.tensor_index = r.get<uint32_t>();
+    const auto dtype = dtype_from_wire(r.get<uint8_t>());
+    if (!dtype) throw Error(Errc::corrupt_frame, "chunk frame: segment with an unknown dtype");
+    s.dtype = *dtype;
+    const uint8_t mode = r.get<uint8_t>();
+    if (mode < 1 || mode > 3) throw Error(Errc::corrupt_frame, "chunk frame: segment with an unknown value mode");
+    s.value_mode = static_cast<ValueMode>(mode);
+    const uint8_t loc = r.get<uint8_t>();
+    if (loc > 4) throw Error(Errc::corrupt_frame, "chunk frame: segment with an unknown location coding");
+    s.location_coding = static_cast<LocationCoding>(loc);
+    if (r.get<uint8_t>() != 0) throw Error(Errc::corrupt_frame, "chunk frame: segment reserved byte set");
+    s.element_begin = r.get<uint64_t>();
+    s.element_count = r.get<uint64_t>();
+    s.change_count = r.get<uint64_t>();
+    if (s.change_count > s.element_count || s.element_count >= (uint64_t{1} << 32))
+      throw Error(Errc::corrupt_frame, "chunk frame: segment counts out of range");
+  }
+  const uint32_t n_sections = r.get<uint32_t>();
+  if (r.get<uint32_t>() != 0) throw Error(Errc::corrupt_frame, "chunk frame: reserved field set");
+  if (uint64_t{n_sections} * kSectionEntrySize > r.remaining())
+    throw Error(Errc::corrupt_frame, "chunk frame: section table larger than the body");
+  v.sections.resize(n_sections);
+  int last_id = -1;
+  for (auto& s : v.sections) {
+    const uint8_t id = r.get<uint8_t>();
+    if (!known_stream(id) || id <= last_id)
+      throw Error(Errc::corrupt_frame, "chunk frame: unknown or repeated section id " + std::to_string(id));
+    last_id = id;
+    s.stream = static_cast<StreamId>(id);
+    const uint8_t codec = r.get<uint8_t>();
+    if (codec > 1) throw Error(Errc::corrupt_frame, "chunk frame: unknown section codec");
+    s.codec = static_cast<SectionCodec>(codec);
+    if (r.get<uint16_t>() != 0 || r.get<uint32_t>() != 0) throw Error(Errc::corrupt_frame, "chunk frame: reserved field set");
+    s.raw_size = r.get<uint64_t>();
+    s.stored_size = r.get<uint64_t>();
+    if (s.codec == SectionCodec::raw && s.raw_size != s.stored_size)
+      throw Error(Errc::corrupt_frame, "chunk frame: raw section with differing sizes");
+  }
+  uint64_t offset = kFrameHeaderSize + r.position();
+  for (auto& s : v.sections) {
+    if (s.stored_size > frame.size() - kFrameTrailerSize - offset)
+      throw Error(Errc::corrupt_frame, "chunk frame: section extends past the body");
+    s.offset = offset;
+    offset += s.stored_size;
+  }
+  if (offset != frame.size() - kFrameTrailerSize)
+    throw Error(Errc::corrupt_frame, "chunk frame: trailing bytes after the last section");
+  return v;
+}
+
+std::vector<std::span<const std::byte>> split_frames(std::span<const std::byte> bytes) {
+  std::vector<std::span<const std::byte>> frames;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const auto rest = bytes.subspan(at);
+    const uint64_t size = frame_size_from_header(rest);
+    if (size > rest.size())
+      throw Error(Errc::corrupt_frame, "delta file: frame " + std::to_string(frames.size()) + " truncated (" +
+                                           std::to_string(rest.size()) + " of " + std::to_string(size) + " bytes)");
+    frames.push_back(rest.first(size));
+    at += size;
+  }
+  return frames;
+}
+
+std::vector<std::byte> build_chunk_frame(FrameHeader header, const std::vector<SegmentInfo>& segments,
+                                         std::vector<std::pair<StreamId, std::vector<std::byte>>> streams,
+                                         int zstd_level, SectionSizes* sizes) {
+  struct Stored {
+    StreamId id;
+    SectionCodec codec;
+    uint64_t raw_size;
+    std::vector<std::byte> bytes;
+  };
+  std::vector<Stored> stored;
+  stored.reserve(streams.size());
+  for (auto& [id, raw] : streams) {
+    DC_ASSERT(!raw.empty());
+    std::vector<std::byte> packed(ZSTD_compressBound(raw.size()));
+    const size_t z = ZSTD_compress(packed.data(), packed.size(), raw.data(), raw.size(), zstd_level);
+    if (!ZSTD_isError(z) && z < raw.size()) {
+      packed.resize(z);
+      stored.push_back({id, SectionCodec::zstd, raw.size(), std::move(packed)});
+    } else {
+      const uint64_t n = raw.size();
+      stored.push_back({id, SectionCodec::raw, n, std::move(raw)});
+    }
+    if (sizes) (id == StreamId::locations ? sizes->location_bytes : sizes->value_bytes) += stored.back().bytes.size();
+  }
+  uint64_t body = segments.size() * kSegmentEntrySize + 8 + stored.size() * kSectionEntrySize;
+  for (const auto& s : stored) body += s.bytes.size();
+  header.kind = FrameKind::chunk;
+  header.item_count = static_cast<uint32_t>(segments.size());
+  header.body_size = body;
+  std::vector<std::byte> out;
+  out.reserve(kFrameHeaderSize + body + kFrameTrailerSize);
+  write_header(out, header);
+  for (const auto& s : segments) {
+    put_u32(out, s.tensor_index);
+    put_u8(out, static_cast<uint8_t>(s.dtype));
+    put_u8(out, static_cast<uint8_t>(s.value_mode));
+    put_u8(out, static_cast<uint8_t>(s.location_coding));
+    put_u8(out, 0);
+    put_u64(out, s.element_begin);
+    put_u64(out, s.element_count);
+    put_u64(out, s.change_count);
+  }
+  put_u32(out, static_cast<uint32_t>(stored.size()));
+  put_u32(out, 0);
+  for (const auto& s : stored) {
+    put_u8(out, static_cast<uint8_t>(s.id));
+    put_u8(out, static_cast<uint8_t>(s.codec));
+    put_u16(out, 0);
+    put_u32(out, 0);
+    put_u64(out, s.raw_size);
+    put_u64(out, s.bytes.size());
+  }
+  for (const auto& s : stored) out.insert(out.end(), s.bytes.begin(), s.bytes.end());
+  seal_trailer(out);
+  return out;
+}
+
+std::vector<std::byte> build_seal_frame(FrameHeader header, const std::vector<uint64_t>& tensor_digests) {
+  header.kind = FrameKind::seal;
+  header.chunk_index = 0;
+  header.item_count = static_cast<uint32_t>(tensor_digests.size());
+  header.body_size = tensor_digests.size() * 8;
+  std::vector<std::byte> out;
+  out.reserve(kFrameHeaderSize + header.body_size + kFrameTrailerSize);
+  write_header(out, header);
+  for (uint64_t d : tensor_digests) put_u64(out, d);
+  seal_trailer(out);
+  return out;
+}
+
+}  // namespace deltacast::codec

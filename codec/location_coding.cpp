@@ -1,0 +1,278 @@
+#include "codec/location_coding.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "codec/bitstream.h"
+#include "codec/wire.h"
+#include "util/error.h"
+
+namespace deltacast::codec {
+
+namespace {
+
+constexpr unsigned kMaxRiceK = 40;
+
+// Exact Rice cost of a gap sequence for the best k near the one the mean suggests.
+template <typename GapAt>
+std::pair<unsigned, uint64_t> best_rice(GapAt gap_at, size_t count) {
+  if (count == 0) return {0, 0};
+  long double sum = 0;
+  for (size_t i = 0; i < count; ++i) sum += static_cast<long double>(gap_at(i));
+  const long double mean = sum / static_cast<long double>(count);
+  int k0 = mean * 0.69L >= 1 ? static_cast<int>(std::floor(std::log2(static_cast<double>(mean * 0.69L)))) : 0;
+  unsigned best_k = 0;
+  uint64_t best_bits = UINT64_MAX;
+  for (int k = std::max(0, k0 - 1); k <= std::min<int>(kMaxRiceK, k0 + 2); ++k) {
+    uint64_t bits = 0;
+    for (size_t i = 0; i < count; ++i) bits += rice_cost_bits(gap_at(i), static_cast<unsigned>(k));
+    if (bits < best_bits) {
+      best_bits = bits;
+      best_k = static_cast<unsigned>(k);
+    }
+  }
+  return {best_k, best_bits};
+}
+
+double group_cost_bits(double n, double c) {
+  if (c <= 0 || c >= n) return 0;
+  return c * std::log2(n / c) + (n - c) * std::log2(n / (n - c));
+}
+
+}  // namespace
+
+LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::byte>& out) {
+  const auto& pos = changes.scan->positions;
+  const uint64_t n = changes.element_count;
+  const size_t c = pos.size();
+  LocationPlan plan;
+  if (c == 0) return plan;
+  if (c == n) {
+    plan.coding = LocationCoding::range;
+    return plan;
+  }
+  auto gap = [&](size_t i) -> uint64_t { return i == 0 ? pos[0] : pos[i] - pos[i - 1] - 1; };
+  const auto [gap_k, gap_bits] = best_rice(gap, c);
+  const uint64_t gaps_bytes = 1 + (gap_bits + 7) / 8;
+  const uint64_t bitmap_bytes = (n + 7) / 8;
+
+  // Classed: gaps between ranks inside each class, classes concatenated.
+  const unsigned k_classes = changes.classes.count;
+  std::vector<uint32_t> class_order;
+  std::vector<uint64_t> class_counts(k_classes, 0);
+  std::vector<unsigned> class_k(k_classes, 0);
+  uint64_t classed_bytes = UINT64_MAX;
+  if (k_classes > 1) {
+    const auto& cls = changes.scan->change_class;
+    const auto& rank = changes.scan->change_rank;
+    for (size_t i = 0; i < c; ++i) ++class_counts[cls[i]];
+    std::vector<uint64_t> start(k_classes, 0);
+    for (unsigned j = 1; j < k_classes; ++j) start[j] = start[j - 1] + class_counts[j - 1];
+    class_order.resize(c);
+    {
+      auto fill = start;
+      for (size_t i = 0; i < c; ++i) class_order[fill[cls[i]]++] = static_cast<uint32_t>(i);
+    }
+    uint64_t bits = 0;
+    for (unsigned j = 0; j < k_classes; ++j) {
+      const uint32_t* idx = class_order.data() + start[j];
+      auto rgap = [&](size_t i) -> uint64_t { return i == 0 ? rank[idx[0]] : rank[idx[i]] - rank[idx[i - 1]] - 1; };
+      const auto [kj, bj] = best_rice(rgap, class_counts[j]);
+      class_k[j] = kj;
+      bits += bj;
+    }
+    classed_bytes = 1 + 4 * (k_classes - 1) + 9 * k_classes + (bits + 7) / 8;
+  }
+
+  const uint64_t best = std::min({gaps_bytes, bitmap_bytes, classed_bytes});
+  if (best == classed_bytes) {
+    plan.coding = LocationCoding::classed_gaps;
+    put_u8(out, static_cast<uint8_t>(k_classes));
+    for (unsigned j = 0; j + 1 < k_classes; ++j) put_u32(out, changes.classes.thresholds[j]);
+    for (unsigned j = 0; j < k_classes; ++j) put_u64(out, class_counts[j]);
+    for (unsigned j = 0; j < k_classes; ++j) put_u8(out, static_cast<uint8_t>(class_k[j]));
+    BitWriter bw(out);
+    const auto& rank = changes.scan->change_rank;
+    size_t at = 0;
+    for (unsigned j = 0; j < k_classes; ++j) {
+      int64_t prev = -1;
+      for (uint64_t i = 0; i < class_counts[j]; ++i, ++at) {
+        const uint32_t r = rank[class_order[at]];
+        bw.put_rice(static_cast<uint64_t>(static_cast<int64_t>(r) - prev - 1), class_k[j]);
+        prev = r;
+      }
+    }
+    bw.flush();
+    plan.order = std::move(class_order);
+  } else if (best == gaps_bytes) {
+    plan.coding = LocationCoding::gaps;
+    put_u8(out, static_cast<uint8_t>(gap_k));
+    BitWriter bw(out);
+    for (size_t i = 0; i < c; ++i) bw.put_rice(gap(i), gap_k);
+    bw.flush();
+  } else {
+    plan.coding = LocationCoding::bitmap;
+    const size_t at = out.size();
+    out.resize(at + bitmap_bytes, std::byte{0});
+    for (uint32_t p : pos) out[at + p / 8] |= static_cast<std::byte>(1u << (p % 8));
+  }
+  return plan;
+}
+
+void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, unsigned width, uint32_t abs_mask,
+                      const void* old_bits, std::span<const std::byte>& in, std::vector<uint32_t>& positions) {
+  positions.clear();
+  switch (coding) {
+    case LocationCoding::none:
+      if (change_count != 0) throw Error(Errc::corrupt_frame, "locations: 'none' coding with changes announced");
+      return;
+    case LocationCoding::range:
+      if (change_count != n) throw Error(Errc::corrupt_frame, "locations: 'range' coding must change every element");
+      positions.resize(n);
+      for (uint64_t i = 0; i < n; ++i) positions[i] = static_cast<uint32_t>(i);
+      return;
+    case LocationCoding::bitmap: {
+      const uint64_t bytes = (n + 7) / 8;
+      if (in.size() < bytes) throw Error(Errc::corrupt_frame, "locations: truncated bitmap");
+      positions.reserve(change_count);
+      for (uint64_t b = 0; b < bytes; ++b) {
+        unsigned v = static_cast<uint8_t>(in[b]);
+        while (v) {
+          const uint64_t p = b * 8 + static_cast<unsigned>(std::countr_zero(v));
+          if (p >= n) throw Error(Errc::corrupt_frame, "locations: bitmap marks an element past the segment end");
+          positions.push_back(static_cast<uint32_t>(p));
+          v &= v - 1;
+        }
+      }
+      if (positions.size() != change_count)
+        throw Error(Errc::corrupt_frame, "locations: bitmap holds " + std::to_string(positions.size()) +
+                                             " changes, segment announces " + std::to_string(change_count));
+      in = in.subspan(bytes);
+      return;
+    }
+    case LocationCoding::gaps: {
+      WireReader wr(in, "locations");
+      const unsigned k = wr.get<uint8_t>();
+      if (k > kMaxRiceK) throw Error(Errc::corrupt_frame, "locations: Rice parameter out of range");
+      const auto rest = in.subspan(1);
+      BitReader br(rest);
+      positions.reserve(change_count);
+      uint64_t next = 0;
+      for (uint64_t i = 0; i < change_count; ++i) {
+        const uint64_t g = br.get_rice(k);
+        if (g >= n || next + g >= n) throw Error(Errc::corrupt_frame, "locations: position past the segment end");
+        positions.push_back(static_cast<uint32_t>(next + g));
+        next += g + 1;
+      }
+      in = rest.subspan(br.bytes_consumed(rest.data()));
+      return;
+    }
+    case LocationCoding::classed_gaps: {
+      WireReader wr(in, "locations");
+      const unsigned k = wr.get<uint8_t>();
+      if (k < 2 || k > kMaxClasses) throw Error(Errc::corrupt_frame, "locations: class count out of range");
+      ClassSpec spec;
+      spec.count = k;
+      for (unsigned j = 0; j + 1 < k; ++j) {
+        spec.thresholds[j] = wr.get<uint32_t>();
+        if (spec.thresholds[j] > abs_mask || (j > 0 && spec.thresholds[j] <= spec.thresholds[j - 1]))
+          throw Error(Errc::corrupt_frame, "locations: class thresholds not ascending or out of range");
+      }
+      std::vector<uint64_t> counts(k);
+      uint64_t total = 0;
+      for (unsigned j = 0; j < k; ++j) {
+        counts[j] = wr.get<uint64_t>();
+        if (counts[j] > n) throw Error(Errc::corrupt_frame, "locations: class change count exceeds segment size");
+        total += counts[j];
+      }
+      if (total != change_count)
+        throw Error(Errc::corrupt_frame, "locations: class change counts do not add up to the segment's changes");
+      std::vector<unsigned> ks(k);
+      for (unsigned j = 0; j < k; ++j) {
+        ks[j] = wr.get<uint8_t>();
+        if (ks[j] > kMaxRiceK) throw Error(Errc::corrupt_frame, "locations: Rice parameter out of range");
+      }
+      const auto rest = in.subspan(wr.position());
+      BitReader br(rest);
+      std::vector<std::vector<uint32_t>> ranks(k), per_class(k);
+      for (unsigned j = 0; j < k; ++j) {
+        ranks[j].reserve(counts[j]);
+        uint64_t next = 0;
+        for (uint64_t i = 0; i < counts[j]; ++i) {
+          const uint64_t g = br.get_rice(ks[j]);
+          if (g >= n || next + g >= n) throw Error(Errc::corrupt_frame, "locations: class rank past the segment end");
+          ranks[j].push_back(static_cast<uint32_t>(next + g));
+          next += g + 1;
+        }
+        per_class[j].reserve(counts[j]);
+      }
+      in = rest.subspan(br.bytes_consumed(rest.data()));
+      select_positions(width, abs_mask, old_bits, n, spec, ranks, per_class);
+      positions.reserve(change_count);
+      for (auto& v : per_class) positions.insert(positions.end(), v.begin(), v.end());
+      return;
+    }
+  }
+  throw Error(Errc::corrupt_frame, "locations: unknown coding");
+}
+
+ClassSpec choose_classes(const std::vector<uint64_t>& hist_all, const std::vector<uint64_t>& hist_changed,
+                         unsigned mantissa_bits) {
+  ClassSpec none;
+  std::vector<uint32_t> exps;
+  uint64_t n_all = 0, n_chg = 0;
+  for (uint32_t e = 0; e < hist_all.size(); ++e)
+    if (hist_all[e]) {
+      exps.push_back(e);
+      n_all += hist_all[e];
+      n_chg += hist_changed[e];
+    }
+  if (exps.size() < 2 || n_chg < 32 || n_chg == n_all) return none;
+  const size_t m = exps.size();
+  std::vector<double> pre_n(m + 1, 0), pre_c(m + 1, 0);
+  for (size_t i = 0; i < m; ++i) {
+    pre_n[i + 1] = pre_n[i] + static_cast<double>(hist_all[exps[i]]);
+    pre_c[i + 1] = pre_c[i] + static_cast<double>(hist_changed[exps[i]]);
+  }
+  auto cost = [&](size_t i, size_t j) { return group_cost_bits(pre_n[j] - pre_n[i], pre_c[j] - pre_c[i]); };
+  constexpr unsigned kUse = kMaxClasses - 2;  // at most 6 classes
+  const double inf = 1e300;
+  // dp[g][j]: best cost of the first j exponents in g groups; cut[g][j]: start of the last group.
+  std::vector<std::vector<double>> dp(kUse + 1, std::vector<double>(m + 1, inf));
+  std::vector<std::vector<size_t>> cut(kUse + 1, std::vector<size_t>(m + 1, 0));
+  dp[0][0] = 0;
+  for (unsigned g = 1; g <= kUse; ++g)
+    for (size_t j = 1; j <= m; ++j)
+      for (size_t i = g - 1; i < j; ++i)
+        if (dp[g - 1][i] < inf) {
+          const double v = dp[g - 1][i] + cost(i, j);
+          if (v < dp[g][j]) {
+            dp[g][j] = v;
+            cut[g][j] = i;
+          }
+        }
+  // More classes must pay for their header and for sampling noise: 1% of the unclassed cost each.
+  const double base = dp[1][m];
+  unsigned best_g = 1;
+  double best = base;
+  for (unsigned g = 2; g <= kUse && g <= m; ++g) {
+    const double v = dp[g][m] + 0.01 * base * (g - 1);
+    if (v < best) {
+      best = v;
+      best_g = g;
+    }
+  }
+  if (best_g == 1 || best > 0.97 * base) return none;
+  ClassSpec spec;
+  spec.count = best_g;
+  size_t j = m;
+  for (unsigned g = best_g; g >= 2; --g) {
+    const size_t i = cut[g][j];
+    spec.thresholds[g - 2] = exps[i] << mantissa_bits;
+    j = i;
+  }
+  return spec;
+}
+
+}  // namespace deltacast::codec

@@ -1,0 +1,83 @@
+#include "codec/scan.h"
+
+#include "util/error.h"
+
+namespace deltacast::codec {
+
+void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
+void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
+                              const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
+#ifdef DELTACAST_HAVE_AVX512_KERNELS
+void scan_changes_avx512(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
+void select_positions_avx512(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
+                             const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
+#endif
+
+namespace {
+bool use_avx512() {
+#ifdef DELTACAST_HAVE_AVX512_KERNELS
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("bmi2");
+  return ok;
+#else
+  return false;
+#endif
+}
+void check_args(unsigned width, uint64_t n, const ClassSpec* cs) {
+  DC_ASSERT(width == 1 || width == 2 || width == 4);
+  DC_ASSERT(n < (uint64_t{1} << 32));
+  DC_ASSERT(cs == nullptr || (cs->count >= 1 && cs->count <= kMaxClasses));
+}
+}  // namespace
+
+void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const void* new_bits, uint64_t n,
+                  const ClassSpec* classes, ScanOutput& out) {
+  check_args(width, n, classes);
+  if (classes && classes->count == 1) classes = nullptr;
+#ifdef DELTACAST_HAVE_AVX512_KERNELS
+  if (use_avx512()) return scan_changes_avx512(width, abs_mask, old_bits, new_bits, n, classes, out);
+#endif
+  scan_changes_generic(width, abs_mask, old_bits, new_bits, n, classes, out);
+}
+
+void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, uint64_t n, const ClassSpec& classes,
+                      const std::vector<std::vector<uint32_t>>& ranks, std::vector<std::vector<uint32_t>>& positions) {
+  check_args(width, n, &classes);
+  DC_ASSERT(ranks.size() >= classes.count && positions.size() >= classes.count);
+#ifdef DELTACAST_HAVE_AVX512_KERNELS
+  if (use_avx512()) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions);
+#endif
+  select_positions_generic(width, abs_mask, old_bits, n, classes, ranks, positions);
+}
+
+namespace {
+template <class T>
+void sample_impl(uint32_t abs_mask, unsigned mant, const T* o, const T* nw, uint64_t n, unsigned stride,
+                 std::vector<uint64_t>& all, std::vector<uint64_t>& changed) {
+  const uint64_t step = uint64_t{64} * stride;
+  for (uint64_t start = 0; start < n; start += step) {
+    const uint64_t end = std::min(n, start + 64);
+    for (uint64_t i = start; i < end; ++i) {
+      const uint32_t e = (static_cast<uint32_t>(o[i]) & abs_mask) >> mant;
+      ++all[e];
+      changed[e] += o[i] != nw[i];
+    }
+  }
+}
+}  // namespace
+
+void sample_exponents(unsigned width, uint32_t abs_mask, unsigned mantissa_bits, const void* old_bits,
+                      const void* new_bits, uint64_t n, unsigned stride, std::vector<uint64_t>& hist_all,
+                      std::vector<uint64_t>& hist_changed) {
+  const size_t buckets = (size_t{abs_mask} >> mantissa_bits) + 1;
+  hist_all.assign(buckets, 0);
+  hist_changed.assign(buckets, 0);
+  switch (width) {
+    case 1: return sample_impl(abs_mask, mantissa_bits, static_cast<const uint8_t*>(old_bits), static_cast<const uint8_t*>(new_bits), n, stride, hist_all, hist_changed);
+    case 2: return sample_impl(abs_mask, mantissa_bits, static_cast<const uint16_t*>(old_bits), static_cast<const uint16_t*>(new_bits), n, stride, hist_all, hist_changed);
+    case 4: return sample_impl(abs_mask, mantissa_bits, static_cast<const uint32_t*>(old_bits), static_cast<const uint32_t*>(new_bits), n, stride, hist_all, hist_changed);
+  }
+  DC_ASSERT(false && "bad element width");
+}
+
+}  // namespace deltacast::codec

@@ -1,0 +1,55 @@
+#pragma once
+// The memory-bound kernels of the codec (internal header).
+//  - scan_changes: one pass over (old, new) finding changed positions and, when classes are given,
+//    each change's class (by the OLD element's magnitude bits) and its rank among the segment's
+//    elements of that class. The receiver can recompute classes from its own bits, so locations can
+//    be coded per class (a context model conditioned on what the receiver already holds).
+//  - select_positions: the receiver's inverse: from per-class ranks back to positions, scanning old
+//    bits only as far as the last rank.
+// Dispatches at run time to an AVX-512 version when the CPU has AVX-512BW, else to portable code.
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "codec/dtype.h"
+
+namespace deltacast::codec {
+
+inline constexpr unsigned kMaxClasses = 8;
+
+// Elements are split into `count` classes: class(x) = #{ j < count-1 : (bits(x) & abs_mask) >= thresholds[j] },
+// thresholds ascending. abs_mask clears the sign bit of a float dtype.
+struct ClassSpec {
+  unsigned count = 1;
+  std::array<uint32_t, kMaxClasses - 1> thresholds{};
+};
+
+struct ScanOutput {
+  std::vector<uint32_t> positions;    // ascending, relative to the segment start
+  std::vector<uint8_t> change_class;  // per change (classed scans only)
+  std::vector<uint32_t> change_rank;  // per change: rank among the segment's elements of its class
+  std::array<uint64_t, kMaxClasses> class_sizes{};  // elements per class (classed scans only)
+  void clear() {
+    positions.clear();
+    change_class.clear();
+    change_rank.clear();
+    class_sizes.fill(0);
+  }
+};
+
+// Element width in bytes must be 1, 2 or 4; n < 2^32. `classes` may be null (no classes).
+void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const void* new_bits, uint64_t n,
+                  const ClassSpec* classes, ScanOutput& out);
+
+// ranks[c] ascending per class; appends positions[c] (same order). Throws Error(corrupt_frame) when
+// a rank is not smaller than its class's size.
+void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, uint64_t n, const ClassSpec& classes,
+                      const std::vector<std::vector<uint32_t>>& ranks, std::vector<std::vector<uint32_t>>& positions);
+
+// Sampled exponent statistics of a segment for choosing class thresholds: every `stride`-th block of
+// 64 elements is examined. hist_all[e] / hist_changed[e] count elements by exponent e = abs >> mantissa.
+void sample_exponents(unsigned width, uint32_t abs_mask, unsigned mantissa_bits, const void* old_bits,
+                      const void* new_bits, uint64_t n, unsigned stride, std::vector<uint64_t>& hist_all,
+                      std::vector<uint64_t>& hist_changed);
+
+}  // namespace deltacast::codec

@@ -1,0 +1,146 @@
+#pragma once
+// Value coding (internal header). A changed element's new bits are carried per ValueMode:
+//  xor_bits:  v = old ^ new, split into byte planes (plane j = byte j of each value)
+//  overwrite: v = new,       split into byte planes (any bit pattern, NaN included)
+//  ulp_delta: d = key(new) - key(old) mod 2^w, read as a signed w-bit integer, where key maps a float's
+//             bits to an unsigned integer with the same order (bijective on all 2^w patterns, so -0.0
+//             and NaN payloads survive). Stored as a sign bit plane, a "|d| > 1" bit plane, and for the
+//             flagged ones |d|-2 as a byte (255 = escape: |d| as u32 in the wide stream).
+// Streams are concatenated over every segment of a chunk in segment order, changes in coding order.
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "codec/bitstream.h"
+#include "codec/dtype.h"
+#include "codec/frame.h"
+#include "codec/wire.h"
+
+namespace deltacast::codec {
+
+inline uint32_t width_mask(unsigned width) noexcept { return width == 4 ? 0xFFFFFFFFu : (1u << (8 * width)) - 1; }
+
+// Order-preserving bijection from bits to an unsigned key (identity for integer dtypes).
+inline uint32_t order_key(uint32_t bits, unsigned width, bool is_float) noexcept {
+  if (!is_float) return bits;
+  const uint32_t sign = 1u << (8 * width - 1);
+  return (bits & sign) ? (bits ^ width_mask(width)) : (bits ^ sign);
+}
+inline uint32_t order_unkey(uint32_t key, unsigned width, bool is_float) noexcept {
+  if (!is_float) return key;
+  const uint32_t sign = 1u << (8 * width - 1);
+  return (key & sign) ? (key ^ sign) : (key ^ width_mask(width));
+}
+
+inline uint32_t load_bits(const std::byte* base, unsigned width, uint64_t index) noexcept {
+  const std::byte* p = base + index * width;
+  switch (width) {
+    case 1: return static_cast<uint8_t>(*p);
+    case 2: { uint16_t v; std::memcpy(&v, p, 2); return v; }
+    default: { uint32_t v; std::memcpy(&v, p, 4); return v; }
+  }
+}
+inline void store_bits(std::byte* base, unsigned width, uint64_t index, uint32_t bits) noexcept {
+  std::byte* p = base + index * width;
+  switch (width) {
+    case 1: *p = static_cast<std::byte>(bits); break;
+    case 2: { const uint16_t v = static_cast<uint16_t>(bits); std::memcpy(p, &v, 2); break; }
+    default: std::memcpy(p, &bits, 4); break;
+  }
+}
+
+// Collects the value streams of one chunk.
+class ValueEncoder {
+ public:
+  ValueEncoder() : signs_(sign_bytes_), flags_(flag_bytes_) {}
+  void add(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits, uint32_t new_bits) {
+    if (mode == ValueMode::ulp_delta) {
+      const uint32_t mask = width_mask(width);
+      const uint32_t d = (order_key(new_bits, width, is_float) - order_key(old_bits, width, is_float)) & mask;
+      const uint32_t sign = 1u << (8 * width - 1);
+      const bool negative = (d & sign) != 0;
+      const uint32_t magnitude = negative ? ((0u - d) & mask) : d;  // 1 .. 2^(w-1)
+      signs_.put(negative ? 1 : 0, 1);
+      flags_.put(magnitude > 1 ? 1 : 0, 1);
+      if (magnitude > 1) {
+        if (magnitude - 2 < 255) {
+          mag_bytes_.push_back(static_cast<std::byte>(magnitude - 2));
+        } else {
+          mag_bytes_.push_back(std::byte{255});
+          put_u32(mag_wide_, magnitude);
+        }
+      }
+      return;
+    }
+    const uint32_t v = mode == ValueMode::xor_bits ? (old_bits ^ new_bits) : new_bits;
+    for (unsigned j = 0; j < width; ++j) planes_[j].push_back(static_cast<std::byte>(v >> (8 * j)));
+  }
+  // Flushes bit planes and returns (stream, bytes) pairs for the non-empty streams.
+  std::vector<std::pair<StreamId, std::vector<std::byte>>> finish() {
+    signs_.flush();
+    flags_.flush();
+    std::vector<std::pair<StreamId, std::vector<std::byte>>> out;
+    auto emit = [&](StreamId id, std::vector<std::byte>& v) {
+      if (!v.empty()) out.emplace_back(id, std::move(v));
+    };
+    emit(StreamId::sign_bits, sign_bytes_);
+    emit(StreamId::mag_flags, flag_bytes_);
+    emit(StreamId::mag_bytes, mag_bytes_);
+    emit(StreamId::mag_wide, mag_wide_);
+    for (unsigned j = 0; j < 4; ++j) emit(static_cast<StreamId>(static_cast<uint8_t>(StreamId::plane0) + j), planes_[j]);
+    return out;
+  }
+
+ private:
+  std::vector<std::byte> sign_bytes_, flag_bytes_, mag_bytes_, mag_wide_;
+  std::vector<std::byte> planes_[4];
+  BitWriter signs_, flags_;
+};
+
+// Reads the value streams of one chunk back, in the same order. Every read is bounds-checked.
+class ValueDecoder {
+ public:
+  ValueDecoder(std::span<const std::byte> sign_bits, std::span<const std::byte> mag_flags,
+               std::span<const std::byte> mag_bytes, std::span<const std::byte> mag_wide,
+               const std::span<const std::byte> (&planes)[4])
+      : signs_(sign_bits), flags_(mag_flags), mag_bytes_(mag_bytes, "mag_bytes stream"),
+        mag_wide_(mag_wide, "mag_wide stream"),
+        planes_{WireReader(planes[0], "plane0 stream"), WireReader(planes[1], "plane1 stream"),
+                WireReader(planes[2], "plane2 stream"), WireReader(planes[3], "plane3 stream")} {}
+
+  uint32_t next(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits) {
+    if (mode == ValueMode::ulp_delta) {
+      const bool negative = signs_.get(1) != 0;
+      uint32_t magnitude = 1;
+      if (flags_.get(1) != 0) {
+        const uint8_t b = mag_bytes_.get<uint8_t>();
+        magnitude = b < 255 ? uint32_t{b} + 2 : mag_wide_.get<uint32_t>();
+        if (b == 255 && magnitude < 257)
+          throw Error(Errc::corrupt_frame, "values: escaped magnitude below the escape threshold");
+      }
+      const uint32_t mask = width_mask(width);
+      if (magnitude == 0 || magnitude > (1u << (8 * width - 1)))
+        throw Error(Errc::corrupt_frame, "values: ulp distance out of range for the element width");
+      const uint32_t key = order_key(old_bits, width, is_float);
+      const uint32_t moved = (negative ? key - magnitude : key + magnitude) & mask;
+      return order_unkey(moved, width, is_float);
+    }
+    uint32_t v = 0;
+    for (unsigned j = 0; j < width; ++j) v |= uint32_t{planes_[j].get<uint8_t>()} << (8 * j);
+    return mode == ValueMode::xor_bits ? (old_bits ^ v) : v;
+  }
+  // Throws unless every stream was consumed exactly (trailing bytes mean a corrupt frame).
+  void expect_consumed() const {
+    if (mag_bytes_.remaining() || mag_wide_.remaining() || planes_[0].remaining() || planes_[1].remaining() ||
+        planes_[2].remaining() || planes_[3].remaining())
+      throw Error(Errc::corrupt_frame, "values: streams hold more values than the segments announce");
+  }
+
+ private:
+  BitReader signs_, flags_;
+  WireReader mag_bytes_, mag_wide_;
+  WireReader planes_[4];
+};
+
+}  // namespace deltacast::codec

@@ -1,0 +1,196 @@
+// Bad input never changes the receiver's bits; replay is refused; rollback restores the base exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "codec/frame_writer.h"
+#include "codec/wire.h"
+#include <xxhash.h>
+#include <functional>
+#include "codec_test_util.h"
+#include "util/error.h"
+
+namespace deltacast::codec {
+namespace {
+
+using testing::OwnedWeights;
+
+struct Fixture : ::testing::Test {
+  Manifest m{{{"emb", DType::bf16, {300, 257}}, {"norm", DType::bf16, {257}}, {"head", DType::f32, {64, 33}}}};
+  OwnedWeights base{m}, next{m};
+  EncodedDelta delta;
+  void SetUp() override {
+    std::mt19937_64 rng(99);
+    testing::fill_random(base, rng);
+    next = base;
+    testing::mutate(next, 0.02, rng);
+    EncodeOptions opts;
+    opts.chunk_bytes = 32 * 1024;
+    delta = encode_delta(base.view(), next.view(), StateDigest::full_scan(base.view()), {5, 6}, opts);
+    ASSERT_GT(delta.frames.size(), 3u);
+  }
+  DeltaApplier make_applier(OwnedWeights& target, uint64_t version = 5) {
+    return DeltaApplier(m, target.mut(), version, StateDigest::full_scan(target.view()));
+  }
+  static Errc errc_of(const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return Errc::ok;
+  }
+};
+
+TEST_F(Fixture, ReplayedChunkIsRefusedAndNotAppliedTwice) {
+  OwnedWeights target = base;
+  auto applier = make_applier(target);
+  applier.apply(delta.frames[0]);
+  const OwnedWeights after_one = target;
+  EXPECT_EQ(errc_of([&] { applier.apply(delta.frames[0]); }), Errc::replayed);
+  EXPECT_TRUE(target == after_one);
+  for (size_t i = 1; i < delta.frames.size(); ++i) applier.apply(delta.frames[i]);
+  applier.verify();
+  applier.commit();
+  EXPECT_TRUE(target == next);
+  // After commit the old version's frames no longer match the base: refused, bits unchanged.
+  EXPECT_EQ(errc_of([&] { applier.apply(delta.frames[1]); }), Errc::version_mismatch);
+  EXPECT_TRUE(target == next);
+}
+
+TEST_F(Fixture, FramesApplyInAnyOrder) {
+  OwnedWeights target = base;
+  auto applier = make_applier(target);
+  std::vector<size_t> order(delta.frames.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = order.size() - 1 - i;
+  for (size_t i : order) applier.apply(delta.frames[i]);
+  EXPECT_TRUE(applier.complete());
+  applier.verify();
+  applier.commit();
+  EXPECT_TRUE(target == next);
+  EXPECT_EQ(applier.version(), 6u);
+}
+
+TEST_F(Fixture, RollbackRestoresBaseBitExactly) {
+  OwnedWeights target = base;
+  auto applier = make_applier(target);
+  for (size_t i = 0; i + 2 < delta.frames.size(); ++i) applier.apply(delta.frames[i]);
+  EXPECT_FALSE(target == base);
+  EXPECT_FALSE(applier.complete());
+  EXPECT_EQ(errc_of([&] { applier.verify(); }), Errc::state);
+  EXPECT_EQ(errc_of([&] { applier.commit(); }), Errc::state);
+  applier.rollback();
+  EXPECT_TRUE(target == base);
+  EXPECT_EQ(applier.digest(), StateDigest::full_scan(base.view()));
+  // The same version can be applied again after a rollback.
+  for (const auto& f : delta.frames) applier.apply(f);
+  applier.verify();
+  applier.commit();
+  EXPECT_TRUE(target == next);
+}
+
+TEST_F(Fixture, WrongBaseVersionOrDigestIsRefused) {
+  OwnedWeights target = base;
+  auto wrong_version = make_applier(target, 4);
+  EXPECT_EQ(errc_of([&] { wrong_version.apply(delta.frames[0]); }), Errc::version_mismatch);
+  OwnedWeights other = base;
+  store_bits(other.bytes[1].data(), 2, 3, 0x1234);  // receiver holds different bits
+  const OwnedWeights other_before = other;
+  auto wrong_bits = make_applier(other);
+  EXPECT_EQ(errc_of([&] { wrong_bits.apply(delta.frames[0]); }), Errc::version_mismatch);
+  EXPECT_TRUE(other == other_before);
+  EXPECT_TRUE(target == base);
+}
+
+TEST_F(Fixture, ManifestMismatchIsRefused) {
+  Manifest other({{"emb", DType::bf16, {300, 257}}, {"norm", DType::bf16, {257}}, {"head", DType::f32, {33, 64}}});
+  OwnedWeights target(other);
+  std::copy(base.bytes.begin(), base.bytes.end(), target.bytes.begin());
+  DeltaApplier applier(other, target.mut(), 5, StateDigest::full_scan(target.view()));
+  EXPECT_EQ(errc_of([&] { applier.apply(delta.frames[0]); }), Errc::version_mismatch);
+}
+
+TEST_F(Fixture, EveryTruncationAndSingleByteCorruptionIsRefusedWithoutWrites) {
+  OwnedWeights target = base;
+  auto applier = make_applier(target);
+  const auto& frame = delta.frames[1];
+  for (size_t cut = 0; cut < frame.size(); cut += std::max<size_t>(1, frame.size() / 97)) {
+    std::span<const std::byte> t(frame.data(), cut);
+    EXPECT_EQ(errc_of([&] { applier.apply(t); }), Errc::corrupt_frame) << "cut at " << cut;
+  }
+  for (size_t at = 0; at < frame.size(); at += std::max<size_t>(1, frame.size() / 211)) {
+    auto bad = frame;
+    bad[at] ^= std::byte{0x5A};
+    const Errc e = errc_of([&] { applier.apply(bad); });
+    EXPECT_TRUE(e == Errc::corrupt_frame || e == Errc::version_mismatch) << "flip at " << at;
+  }
+  EXPECT_TRUE(target == base);
+  EXPECT_FALSE(applier.pending_version().has_value());
+}
+
+// A frame that passes the checksum (re-sealed after tampering) but carries wrong values is caught
+// by verify(), and rollback restores the base.
+TEST_F(Fixture, TamperedValuesAreCaughtByVerify) {
+  auto view = parse_frame(delta.frames[0]);
+  ASSERT_FALSE(view.sections.empty());
+  // Find a raw section and flip one bit inside it, then re-checksum.
+  auto bad = delta.frames[0];
+  bool tampered = false;
+  for (const auto& s : view.sections)
+    if (s.codec == SectionCodec::raw && s.stream == StreamId::sign_bits) {
+      bad[s.offset] ^= std::byte{1};
+      tampered = true;
+      break;
+    }
+  ASSERT_TRUE(tampered) << "expected a raw sign-bit section";
+  store_le<uint64_t>(bad.data() + bad.size() - 8, XXH3_64bits(bad.data(), bad.size() - 8));
+  OwnedWeights target = base;
+  auto applier = make_applier(target);
+  applier.apply(bad);
+  for (size_t i = 1; i < delta.frames.size(); ++i) applier.apply(delta.frames[i]);
+  EXPECT_EQ(errc_of([&] { applier.verify(); }), Errc::verify_failed);
+  applier.rollback();
+  EXPECT_TRUE(target == base);
+}
+
+TEST_F(Fixture, AuditDetectsBitsChangedBehindTheAppliersBack) {
+  OwnedWeights target = base;
+  auto applier = make_applier(target);
+  for (const auto& f : delta.frames) applier.apply(f);
+  applier.verify();
+  applier.audit();
+  target.bytes[0][10] ^= std::byte{1};
+  EXPECT_EQ(errc_of([&] { applier.audit(); }), Errc::verify_failed);
+}
+
+TEST_F(Fixture, SplitFramesRejectsTruncatedFiles) {
+  std::vector<std::byte> file;
+  for (const auto& f : delta.frames) file.insert(file.end(), f.begin(), f.end());
+  EXPECT_EQ(split_frames(file).size(), delta.frames.size());
+  file.resize(file.size() - 3);
+  EXPECT_EQ(errc_of([&] { split_frames(file); }), Errc::corrupt_frame);
+  std::vector<std::byte> junk(100, std::byte{'x'});
+  EXPECT_EQ(errc_of([&] { split_frames(junk); }), Errc::corrupt_frame);
+}
+
+TEST_F(Fixture, UnknownTensorIndexIsRefused) {
+  FrameHeader h;
+  h.manifest_digest = m.digest();
+  h.base_version = 5;
+  h.base_digest = StateDigest::full_scan(base.view()).combined();
+  h.new_version = 6;
+  h.chunk_count = 1;
+  std::vector<SegmentInfo> segs{{7, DType::bf16, ValueMode::ulp_delta, LocationCoding::none, 0, 10, 0}};
+  const auto frame = build_chunk_frame(h, segs, {}, 1);
+  OwnedWeights target = base;
+  auto applier = make_applier(target);
+  EXPECT_EQ(errc_of([&] { applier.apply(frame); }), Errc::not_found);
+  segs[0] = {0, DType::f32, ValueMode::ulp_delta, LocationCoding::none, 0, 10, 0};
+  EXPECT_EQ(errc_of([&] { applier.apply(build_chunk_frame(h, segs, {}, 1)); }), Errc::corrupt_frame);
+  segs[0] = {1, DType::bf16, ValueMode::ulp_delta, LocationCoding::range, 250, 10, 10};
+  EXPECT_EQ(errc_of([&] { applier.apply(build_chunk_frame(h, segs, {}, 1)); }), Errc::corrupt_frame);
+  EXPECT_TRUE(target == base);
+}
+
+}  // namespace
+}  // namespace deltacast::codec

@@ -1,0 +1,159 @@
+// Bit streams, Rice codes, the scan kernels (AVX-512 vs portable) and the location coding choice.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "codec/bitstream.h"
+#include "codec/location_coding.h"
+#include "codec/scan.h"
+#include "codec_test_util.h"
+
+namespace deltacast::codec {
+void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
+void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
+                              const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
+namespace {
+
+TEST(Rice, RoundTripsSmallLargeAndEscapedGaps) {
+  std::mt19937_64 rng(1);
+  std::vector<uint64_t> gaps = {0, 1, 2, 31, 32, 63, 64, 1000, (1ull << 32) - 1, 1ull << 32, (1ull << 40) + 12345};
+  for (int i = 0; i < 5000; ++i) gaps.push_back(rng() % 300);
+  for (unsigned k : {0u, 1u, 5u, 7u, 12u}) {
+    std::vector<std::byte> buf;
+    BitWriter w(buf);
+    uint64_t bits = 0;
+    for (uint64_t g : gaps) {
+      w.put_rice(g, k);
+      bits += rice_cost_bits(g, k);
+    }
+    w.flush();
+    EXPECT_EQ(buf.size(), (bits + 7) / 8);
+    BitReader r(buf);
+    for (uint64_t g : gaps) ASSERT_EQ(r.get_rice(k), g) << "k=" << k;
+    EXPECT_EQ(r.bytes_consumed(buf.data()), buf.size());
+  }
+}
+
+TEST(Rice, TruncatedStreamThrows) {
+  std::vector<std::byte> buf;
+  BitWriter w(buf);
+  w.put_rice(1ull << 40, 3);
+  w.flush();
+  buf.resize(buf.size() - 2);
+  BitReader r(buf);
+  EXPECT_THROW(r.get_rice(3), Error);
+}
+
+template <class T>
+void check_scan_equivalence(unsigned seed) {
+  std::mt19937_64 rng(seed);
+  for (uint64_t n : {1ull, 63ull, 64ull, 65ull, 1000ull, 4099ull}) {
+    std::vector<T> a(n), b(n);
+    for (auto& x : a) x = static_cast<T>(rng());
+    b = a;
+    for (uint64_t i = 0; i < n; ++i)
+      if (rng() % 10 == 0) b[i] = static_cast<T>(b[i] + 1);
+    const uint32_t mask = sizeof(T) == 4 ? 0x7FFFFFFFu : (1u << (8 * sizeof(T) - 1)) - 1;
+    ClassSpec cs;
+    cs.count = 4;
+    cs.thresholds = {mask / 8, mask / 4, mask / 2};
+    for (const ClassSpec* c : {static_cast<const ClassSpec*>(nullptr), static_cast<const ClassSpec*>(&cs)}) {
+      ScanOutput fast, slow;
+      scan_changes(sizeof(T), mask, a.data(), b.data(), n, c, fast);
+      scan_changes_generic(sizeof(T), mask, a.data(), b.data(), n, c, slow);
+      ASSERT_EQ(fast.positions, slow.positions);
+      ASSERT_EQ(fast.change_class, slow.change_class);
+      ASSERT_EQ(fast.change_rank, slow.change_rank);
+      ASSERT_EQ(fast.class_sizes, slow.class_sizes);
+      // Brute-force check of positions and ranks.
+      std::vector<uint32_t> expect;
+      for (uint64_t i = 0; i < n; ++i)
+        if (a[i] != b[i]) expect.push_back(static_cast<uint32_t>(i));
+      ASSERT_EQ(fast.positions, expect);
+      if (c) {
+        for (size_t k = 0; k < expect.size(); ++k) {
+          auto cls = [&](T x) {
+            unsigned cl = 0;
+            for (unsigned j = 0; j + 1 < cs.count; ++j) cl += (static_cast<uint32_t>(x) & mask) >= cs.thresholds[j];
+            return cl;
+          };
+          uint32_t rank = 0;
+          for (uint64_t i = 0; i < expect[k]; ++i) rank += cls(a[i]) == cls(a[expect[k]]);
+          ASSERT_EQ(fast.change_class[k], cls(a[expect[k]]));
+          ASSERT_EQ(fast.change_rank[k], rank);
+        }
+        // select_positions inverts the ranks.
+        std::vector<std::vector<uint32_t>> ranks(cs.count), pos_fast(cs.count), pos_slow(cs.count);
+        for (size_t k = 0; k < expect.size(); ++k) ranks[fast.change_class[k]].push_back(fast.change_rank[k]);
+        select_positions(sizeof(T), mask, a.data(), n, cs, ranks, pos_fast);
+        select_positions_generic(sizeof(T), mask, a.data(), n, cs, ranks, pos_slow);
+        ASSERT_EQ(pos_fast, pos_slow);
+        for (unsigned cl = 0; cl < cs.count; ++cl)
+          for (size_t k = 0, j = 0; k < expect.size(); ++k)
+            if (fast.change_class[k] == cl) {
+              ASSERT_EQ(pos_fast[cl][j++], expect[k]);
+            }
+      }
+    }
+  }
+}
+
+TEST(Scan, Avx512AndPortableKernelsAgreeWithBruteForce) {
+  check_scan_equivalence<uint8_t>(1);
+  check_scan_equivalence<uint16_t>(2);
+  check_scan_equivalence<uint32_t>(3);
+}
+
+TEST(Scan, SelectRejectsRankBeyondClass) {
+  std::vector<uint16_t> a(100, 0x3F80);
+  ClassSpec cs;
+  cs.count = 2;
+  cs.thresholds[0] = 0x4000;
+  std::vector<std::vector<uint32_t>> ranks{{5}, {0}}, pos(2);
+  EXPECT_THROW(select_positions(2, 0x7FFF, a.data(), a.size(), cs, ranks, pos), Error);
+}
+
+TEST(Locations, ClassesChosenWhenChangeRateDependsOnMagnitude) {
+  // Small-magnitude elements change 30x more often than large ones: the classed coding must win.
+  std::mt19937_64 rng(5);
+  const uint64_t n = 1 << 18;
+  std::vector<uint16_t> a(n), b(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const bool small = rng() % 8 == 0;
+    a[i] = static_cast<uint16_t>((small ? 0x3800 : 0x3C00) | (rng() & 0x7F));
+    b[i] = a[i];
+    if (rng() % 1000 < (small ? 150u : 5u)) b[i] = static_cast<uint16_t>(a[i] + 1);
+  }
+  std::vector<uint64_t> all, chg;
+  sample_exponents(2, 0x7FFF, 7, a.data(), b.data(), n, 1, all, chg);
+  const ClassSpec cs = choose_classes(all, chg, 7);
+  ASSERT_GE(cs.count, 2u);
+  ScanOutput scan;
+  scan_changes(2, 0x7FFF, a.data(), b.data(), n, &cs, scan);
+  std::vector<std::byte> out;
+  const auto plan = encode_locations(SegmentChanges{n, &scan, cs}, out);
+  EXPECT_EQ(plan.coding, LocationCoding::classed_gaps);
+  // Decode and compare with the true positions (in class order).
+  std::span<const std::byte> in(out);
+  std::vector<uint32_t> decoded;
+  decode_locations(plan.coding, n, scan.positions.size(), 2, 0x7FFF, a.data(), in, decoded);
+  EXPECT_TRUE(in.empty());
+  ASSERT_EQ(decoded.size(), scan.positions.size());
+  for (size_t k = 0; k < decoded.size(); ++k) EXPECT_EQ(decoded[k], scan.positions[plan.order[k]]);
+}
+
+TEST(Locations, DenseSegmentsUseBitmapOrRange) {
+  const uint64_t n = 10000;
+  ScanOutput scan;
+  for (uint32_t i = 0; i < n; i += 2) scan.positions.push_back(i);
+  std::vector<std::byte> out;
+  EXPECT_EQ(encode_locations(SegmentChanges{n, &scan, {}}, out).coding, LocationCoding::bitmap);
+  scan.positions.clear();
+  for (uint32_t i = 0; i < n; ++i) scan.positions.push_back(i);
+  out.clear();
+  EXPECT_EQ(encode_locations(SegmentChanges{n, &scan, {}}, out).coding, LocationCoding::range);
+  EXPECT_TRUE(out.empty());
+}
+
+}  // namespace
+}  // namespace deltacast::codec

@@ -1,0 +1,182 @@
+// Round trips over every dtype, change densities, special values and odd sizes. Every check is
+// bitwise (memcmp of the receiver against the producer's new weights).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "codec_test_util.h"
+
+namespace deltacast::codec {
+namespace {
+
+using testing::OwnedWeights;
+
+const DType kAllDTypes[] = {DType::bf16, DType::f16, DType::f32, DType::f8_e4m3, DType::f8_e5m2, DType::i8, DType::u8};
+
+struct Case {
+  DType dtype;
+  double density;
+  ValueMode mode;
+};
+
+class RoundTrip : public ::testing::TestWithParam<Case> {};
+
+TEST_P(RoundTrip, ReceiverBitsEqualProducerBits) {
+  const auto [dtype, density, mode] = GetParam();
+  // Odd sizes: a large tensor split across chunks, a prime-sized one, a scalar-ish one, an empty one.
+  Manifest m({{"big", dtype, {257, 1031}}, {"prime", dtype, {7919}}, {"one", dtype, {1}},
+              {"empty", dtype, {0, 5}}, {"small", dtype, {3, 5}}});
+  std::mt19937_64 rng(static_cast<uint64_t>(density * 1e6) + static_cast<uint64_t>(dtype) * 31 + static_cast<uint64_t>(mode));
+  OwnedWeights base(m);
+  testing::fill_random(base, rng);
+  OwnedWeights next = base;
+  testing::mutate(next, density, rng, mode == ValueMode::overwrite);
+  OwnedWeights receiver = base;
+  EncodeOptions opts;
+  opts.chunk_bytes = 64 * 1024;
+  opts.xor_safe_mode = mode == ValueMode::overwrite ? ValueMode::ulp_delta : mode;
+  if (mode == ValueMode::overwrite) opts.overwrite_tensors.assign(m.size(), true);
+  const auto delta = testing::round_trip(base, next, receiver, opts);
+  EXPECT_TRUE(receiver == next);
+  EXPECT_GT(delta.frames.size(), 2u);
+  if (density == 0.0) {
+    EXPECT_EQ(delta.stats.changes, 0u);
+  }
+  if (density == 1.0) {
+    EXPECT_EQ(delta.stats.changes, m.total_elements());
+  }
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (DType dt : kAllDTypes)
+    for (double d : {0.0, 0.0001, 0.01, 0.03, 0.5, 1.0})
+      for (ValueMode mode : {ValueMode::ulp_delta, ValueMode::xor_bits, ValueMode::overwrite})
+        cases.push_back({dt, d, mode});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypesDensitiesModes, RoundTrip, ::testing::ValuesIn(all_cases()),
+                         [](const auto& p) {
+                           return std::string(dtype_name(p.param.dtype)) + "_d" +
+                                  std::to_string(static_cast<int>(p.param.density * 10000)) + "_m" +
+                                  std::to_string(static_cast<int>(p.param.mode));
+                         });
+
+// Every bit pattern of a 16-bit float changed into every kind of special value survives.
+TEST(RoundTripSpecials, NanInfNegativeZeroSubnormalsBf16AndF32) {
+  const uint32_t specials16[] = {0x7FC0, 0x7FC1, 0xFFC0, 0x7F80, 0xFF80, 0x8000, 0x0000, 0x0001, 0x807F,
+                                 0x7F7F, 0xFF7F, 0x0080, 0x7FFF, 0xFFFF, 0x3F80, 0xBF80};
+  const uint32_t specials32[] = {0x7FC00000u, 0x7FC00001u, 0xFFC00000u, 0x7F800000u, 0xFF800000u, 0x80000000u,
+                                 0x00000000u, 0x00000001u, 0x807FFFFFu, 0x7F7FFFFFu, 0x7FFFFFFFu, 0xFFFFFFFFu};
+  for (auto mode : {ValueMode::ulp_delta, ValueMode::xor_bits}) {
+    for (bool overwrite : {false, true}) {
+      const size_t n16 = std::size(specials16), n32 = std::size(specials32);
+      Manifest m({{"a", DType::bf16, {n16 * n16}}, {"b", DType::f32, {n32 * n32}}, {"c", DType::f16, {n16 * n16}}});
+      OwnedWeights base(m), next(m);
+      for (size_t i = 0; i < n16; ++i)
+        for (size_t j = 0; j < n16; ++j) {
+          store_bits(base.bytes[0].data(), 2, i * n16 + j, specials16[i]);
+          store_bits(next.bytes[0].data(), 2, i * n16 + j, specials16[j]);
+          store_bits(base.bytes[2].data(), 2, i * n16 + j, specials16[j]);
+          store_bits(next.bytes[2].data(), 2, i * n16 + j, specials16[i]);
+        }
+      for (size_t i = 0; i < n32; ++i)
+        for (size_t j = 0; j < n32; ++j) {
+          store_bits(base.bytes[1].data(), 4, i * n32 + j, specials32[i]);
+          store_bits(next.bytes[1].data(), 4, i * n32 + j, specials32[j]);
+        }
+      OwnedWeights receiver = base;
+      EncodeOptions opts;
+      opts.xor_safe_mode = mode;
+      if (overwrite) opts.overwrite_tensors.assign(m.size(), true);
+      testing::round_trip(base, next, receiver, opts);
+      EXPECT_TRUE(receiver == next) << "mode " << int(mode) << " overwrite " << overwrite;
+    }
+  }
+}
+
+// Exhaustive ulp bijection: every 16-bit pattern to every pattern at distance 1, 2 and 2^15.
+TEST(UlpDelta, OrderKeyIsABijectionOnAllSixteenBitPatterns) {
+  std::vector<bool> seen(65536, false);
+  for (uint32_t b = 0; b < 65536; ++b) {
+    const uint32_t k = order_key(b, 2, true);
+    ASSERT_LT(k, 65536u);
+    ASSERT_FALSE(seen[k]);
+    seen[k] = true;
+    ASSERT_EQ(order_unkey(k, 2, true), b);
+  }
+  // Order: -inf < -1 < -0 < +0 < 1 < +inf in key space.
+  EXPECT_LT(order_key(0xFF80, 2, true), order_key(0xBF80, 2, true));
+  EXPECT_LT(order_key(0xBF80, 2, true), order_key(0x8000, 2, true));
+  EXPECT_EQ(order_key(0x8000, 2, true) + 1, order_key(0x0000, 2, true));
+  EXPECT_LT(order_key(0x3F80, 2, true), order_key(0x7F80, 2, true));
+}
+
+TEST(UlpDelta, ExtremeDistancesRoundTrip) {
+  Manifest m({{"x", DType::u8, {256 * 256}}, {"y", DType::bf16, {4096}}, {"z", DType::f32, {8}}});
+  OwnedWeights base(m), next(m);
+  for (uint32_t i = 0; i < 256; ++i)
+    for (uint32_t j = 0; j < 256; ++j) {
+      store_bits(base.bytes[0].data(), 1, i * 256 + j, i);
+      store_bits(next.bytes[0].data(), 1, i * 256 + j, j);
+    }
+  for (uint32_t i = 0; i < 4096; ++i) {
+    store_bits(base.bytes[1].data(), 2, i, i * 16);
+    store_bits(next.bytes[1].data(), 2, i, (i * 16 + 0x8000 + i) & 0xFFFF);
+  }
+  const uint32_t z_old[] = {0, 0x80000000u, 0x7FFFFFFFu, 0xFFFFFFFFu, 1, 2, 3, 4};
+  const uint32_t z_new[] = {0xFFFFFFFFu, 0x7FFFFFFFu, 0x80000000u, 0, 0x80000001u, 0xFFFFFFFEu, 3 + 300, 4 - 1};
+  for (int i = 0; i < 8; ++i) {
+    store_bits(base.bytes[2].data(), 4, i, z_old[i]);
+    store_bits(next.bytes[2].data(), 4, i, z_new[i]);
+  }
+  OwnedWeights receiver = base;
+  testing::round_trip(base, next, receiver);
+  EXPECT_TRUE(receiver == next);
+}
+
+// Random property test: random manifests, dtypes, densities, chunk sizes, modes; also checks that
+// encoding is deterministic (same input -> same bytes).
+TEST(RoundTripProperty, RandomManifestsAndDeltas) {
+  std::mt19937_64 rng(12345);
+  for (int iter = 0; iter < 40; ++iter) {
+    std::vector<TensorInfo> tensors;
+    const int nt = 1 + static_cast<int>(rng() % 6);
+    for (int t = 0; t < nt; ++t)
+      tensors.push_back({"t" + std::to_string(t), kAllDTypes[rng() % 7], {1 + rng() % 300, 1 + rng() % 300}});
+    Manifest m(tensors);
+    OwnedWeights base(m);
+    testing::fill_random(base, rng);
+    OwnedWeights next = base;
+    const double densities[] = {0.0005, 0.01, 0.05, 0.3, 0.9};
+    testing::mutate(next, densities[rng() % 5], rng, rng() % 4 == 0);
+    EncodeOptions opts;
+    opts.chunk_bytes = 256 + rng() % 100000;
+    opts.xor_safe_mode = rng() % 2 ? ValueMode::ulp_delta : ValueMode::xor_bits;
+    for (size_t t = 0; t < m.size(); ++t) opts.overwrite_tensors.push_back(rng() % 3 == 0);
+    opts.threads = 1 + rng() % 2;
+    OwnedWeights receiver = base;
+    const auto d1 = testing::round_trip(base, next, receiver, opts);
+    ASSERT_TRUE(receiver == next) << "iteration " << iter;
+    const auto d2 = encode_delta(base.view(), next.view(), StateDigest::full_scan(base.view()), {0, 1}, opts);
+    ASSERT_EQ(d1.frames, d2.frames) << "encoding is not deterministic, iteration " << iter;
+  }
+}
+
+TEST(Digest, IncrementalDigestMatchesFullScanAfterApply) {
+  Manifest m({{"w", DType::bf16, {100000}}, {"v", DType::f32, {1000}}});
+  std::mt19937_64 rng(7);
+  OwnedWeights base(m);
+  testing::fill_random(base, rng);
+  OwnedWeights next = base;
+  testing::mutate(next, 0.02, rng);
+  OwnedWeights receiver = base;
+  const auto delta = testing::round_trip(base, next, receiver);
+  EXPECT_EQ(delta.new_digest, StateDigest::full_scan(next.view()));
+  EXPECT_EQ(StateDigest::full_scan(receiver.view()), StateDigest::full_scan(next.view(), 2));
+}
+
+}  // namespace
+}  // namespace deltacast::codec
