@@ -124,18 +124,31 @@ struct DeltaApplier::Impl {
                         sec.get(StreamId::mag_wide), planes);
     auto locs = sec.get(StreamId::locations);
     std::vector<PlannedWrite> writes;
-    std::vector<uint32_t> positions;
+    std::vector<uint32_t> positions, tokens;
+    std::vector<size_t> runs, cursor, run_end;
     for (const auto& s : view.segments) {
       const auto& info = manifest->at(s.tensor_index);
       const unsigned w = static_cast<unsigned>(dtype_size(info.dtype));
       const bool is_float = dtype_is_float(info.dtype);
       const std::byte* old = weights.tensors[s.tensor_index].data() + s.element_begin * w;
       decode_locations(s.location_coding, s.element_count, s.change_count, w, abs_mask_of(info.dtype), old, locs,
-                       positions);
+                       positions, runs);
+      tokens.resize(positions.size());
+      for (auto& t : tokens) t = values.next_token(s.value_mode, w);
+      // Visit changes in ascending position (merging the per-class runs) so reads and writes of the
+      // weights stream through memory instead of jumping around.
+      cursor.assign(runs.begin(), runs.end());
+      run_end.assign(runs.begin() + 1, runs.end());
+      run_end.push_back(positions.size());
       writes.reserve(writes.size() + positions.size());
-      for (uint32_t p : positions) {
-        const uint32_t ob = load_bits(old, w, p);
-        writes.push_back(PlannedWrite{s.tensor_index, values.next(s.value_mode, w, is_float, ob), s.element_begin + p});
+      for (size_t done = 0; done < positions.size(); ++done) {
+        size_t best = SIZE_MAX;
+        for (size_t r = 0; r < cursor.size(); ++r)
+          if (cursor[r] < run_end[r] && (best == SIZE_MAX || positions[cursor[r]] < positions[cursor[best]])) best = r;
+        const size_t idx = cursor[best]++;
+        const uint32_t p = positions[idx];
+        const uint32_t nb = ValueDecoder::apply_token(s.value_mode, w, is_float, load_bits(old, w, p), tokens[idx]);
+        writes.push_back(PlannedWrite{s.tensor_index, nb, s.element_begin + p});
       }
     }
     if (!locs.empty()) throw Error(Errc::corrupt_frame, "locations stream holds bytes past the last segment");
@@ -146,13 +159,21 @@ struct DeltaApplier::Impl {
   void write(const std::vector<PlannedWrite>& writes) {
     undo.reserve(undo.size() + writes.size());
     auto& per = digest.per_tensor();
+    uint32_t tensor = UINT32_MAX;
+    unsigned w = 0;
+    std::byte* base = nullptr;
+    uint64_t seed = 0;
     for (const auto& wr : writes) {
-      const unsigned w = static_cast<unsigned>(dtype_size(manifest->at(wr.tensor).dtype));
-      std::byte* base = weights.tensors[wr.tensor].data();
+      if (wr.tensor != tensor) {  // writes come grouped by segment: hoist per-tensor lookups
+        tensor = wr.tensor;
+        w = static_cast<unsigned>(dtype_size(manifest->at(tensor).dtype));
+        base = weights.tensors[tensor].data();
+        seed = tensor_hash_seed(tensor);
+      }
       const uint32_t ob = load_bits(base, w, wr.position);
       undo.push_back(UndoEntry{wr.position, wr.tensor, ob});
       store_bits(base, w, wr.position, wr.bits);
-      per[wr.tensor] += element_hash(wr.tensor, wr.position, wr.bits) - element_hash(wr.tensor, wr.position, ob);
+      per[tensor] += element_hash_seeded(seed, wr.position, wr.bits) - element_hash_seeded(seed, wr.position, ob);
     }
   }
 };

@@ -60,6 +60,7 @@ uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* base,
 uint64_t element_hash(uint32_t tensor_index, uint64_t element_index, uint32_t bits) noexcept {
   return term(tensor_seed(tensor_index), element_index, bits);
 }
+uint64_t tensor_hash_seed(uint32_t tensor_index) noexcept { return tensor_seed(tensor_index); }
 
 uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::byte> bytes) {
   const size_t w = dtype_size(dtype);

@@ -14,8 +14,25 @@
 
 namespace deltacast::codec {
 
-// h(t, i, bits): the per-element term.
+// h(t, i, bits): the per-element term. element_hash_seeded(tensor_hash_seed(t), i, bits) is the
+// same value with the per-tensor part hoisted out of a loop.
 uint64_t element_hash(uint32_t tensor_index, uint64_t element_index, uint32_t bits) noexcept;
+uint64_t tensor_hash_seed(uint32_t tensor_index) noexcept;
+
+namespace detail {
+inline uint64_t digest_mix64(uint64_t x) noexcept {
+  x ^= x >> 32;
+  x *= 0xD6E8FEB86659FD93ULL;
+  x ^= x >> 32;
+  x *= 0xD6E8FEB86659FD93ULL;
+  x ^= x >> 32;
+  return x;
+}
+}  // namespace detail
+
+inline uint64_t element_hash_seeded(uint64_t seed, uint64_t element_index, uint32_t bits) noexcept {
+  return detail::digest_mix64(((element_index + seed) * 0x9E3779B97F4A7C15ULL) ^ ((uint64_t{bits} + 1) * 0xC2B2AE3D27D4EB4FULL));
+}
 
 // Digest of one tensor's bytes (full scan).
 uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::byte> bytes);

@@ -38,7 +38,7 @@ struct DeltaEncoder::Impl {
   ClassSpec pick_classes(const TensorInfo& info, const void* o, const void* nw, uint64_t n) const {
     if (!options.allow_classed || !dtype_is_float(info.dtype) || n < 4096) return {};
     std::vector<uint64_t> all, changed;
-    const unsigned stride = n >= (uint64_t{1} << 20) ? 16 : 1;
+    const unsigned stride = n >= (uint64_t{1} << 18) ? 64 : (n >= (uint64_t{1} << 14) ? 8 : 1);  // sample large segments sparsely
     sample_exponents(static_cast<unsigned>(dtype_size(info.dtype)), abs_mask_of(info.dtype),
                      dtype_mantissa_bits(info.dtype), o, nw, n, stride, all, changed);
     return choose_classes(all, changed, dtype_mantissa_bits(info.dtype));
@@ -101,12 +101,14 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     const LocationPlan plan = encode_locations(SegmentChanges{s.count, &scan, classes}, locations);
     const size_t c = scan.positions.size();
     uint64_t digest_delta = 0;
+    const uint64_t seed = tensor_hash_seed(s.tensor);
     for (size_t k = 0; k < c; ++k) {
-      const uint32_t p = scan.positions[plan.order.empty() ? k : plan.order[k]];
-      const uint32_t ob = load_bits(o, w, p);
-      const uint32_t nb = load_bits(nw, w, p);
+      const uint32_t idx = plan.order.empty() ? static_cast<uint32_t>(k) : plan.order[k];
+      const uint32_t p = scan.positions[idx];
+      const uint32_t ob = scan.old_bits[idx];
+      const uint32_t nb = scan.new_bits[idx];
       values.add(mode, w, is_float, ob, nb);
-      digest_delta += element_hash(s.tensor, s.begin + p, nb) - element_hash(s.tensor, s.begin + p, ob);
+      digest_delta += element_hash_seeded(seed, s.begin + p, nb) - element_hash_seeded(seed, s.begin + p, ob);
     }
     if (c) deltas.emplace_back(s.tensor, digest_delta);
     segments.push_back(SegmentInfo{s.tensor, info.dtype, mode, plan.coding, s.begin, s.count, c});

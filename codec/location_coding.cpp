@@ -121,8 +121,10 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
 }
 
 void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, unsigned width, uint32_t abs_mask,
-                      const void* old_bits, std::span<const std::byte>& in, std::vector<uint32_t>& positions) {
+                      const void* old_bits, std::span<const std::byte>& in, std::vector<uint32_t>& positions,
+                      std::vector<size_t>& runs) {
   positions.clear();
+  runs.assign(1, 0);
   switch (coding) {
     case LocationCoding::none:
       if (change_count != 0) throw Error(Errc::corrupt_frame, "locations: 'none' coding with changes announced");
@@ -210,7 +212,11 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       in = rest.subspan(br.bytes_consumed(rest.data()));
       select_positions(width, abs_mask, old_bits, n, spec, ranks, per_class);
       positions.reserve(change_count);
-      for (auto& v : per_class) positions.insert(positions.end(), v.begin(), v.end());
+      runs.clear();
+      for (auto& v : per_class) {
+        runs.push_back(positions.size());
+        positions.insert(positions.end(), v.begin(), v.end());
+      }
       return;
     }
   }

@@ -7,21 +7,29 @@ namespace deltacast::codec {
 void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                               const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
-#ifdef DELTACAST_HAVE_AVX512_KERNELS
+#ifdef DELTACAST_HAVE_X86_KERNELS
+void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
+void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
+                           const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
 void scan_changes_avx512(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_avx512(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                              const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
 #endif
 
 namespace {
-bool use_avx512() {
-#ifdef DELTACAST_HAVE_AVX512_KERNELS
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("bmi2");
-  return ok;
-#else
-  return false;
+enum class Isa { generic, avx2, avx512 };
+Isa detect_isa() {
+#ifdef DELTACAST_HAVE_X86_KERNELS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("bmi2"))
+    return Isa::avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) return Isa::avx2;
 #endif
+  return Isa::generic;
+}
+Isa isa() {
+  static const Isa chosen = detect_isa();
+  return chosen;
 }
 void check_args(unsigned width, uint64_t n, const ClassSpec* cs) {
   DC_ASSERT(width == 1 || width == 2 || width == 4);
@@ -34,8 +42,9 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
                   const ClassSpec* classes, ScanOutput& out) {
   check_args(width, n, classes);
   if (classes && classes->count == 1) classes = nullptr;
-#ifdef DELTACAST_HAVE_AVX512_KERNELS
-  if (use_avx512()) return scan_changes_avx512(width, abs_mask, old_bits, new_bits, n, classes, out);
+#ifdef DELTACAST_HAVE_X86_KERNELS
+  if (isa() == Isa::avx512) return scan_changes_avx512(width, abs_mask, old_bits, new_bits, n, classes, out);
+  if (isa() == Isa::avx2) return scan_changes_avx2(width, abs_mask, old_bits, new_bits, n, classes, out);
 #endif
   scan_changes_generic(width, abs_mask, old_bits, new_bits, n, classes, out);
 }
@@ -44,8 +53,9 @@ void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, u
                       const std::vector<std::vector<uint32_t>>& ranks, std::vector<std::vector<uint32_t>>& positions) {
   check_args(width, n, &classes);
   DC_ASSERT(ranks.size() >= classes.count && positions.size() >= classes.count);
-#ifdef DELTACAST_HAVE_AVX512_KERNELS
-  if (use_avx512()) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions);
+#ifdef DELTACAST_HAVE_X86_KERNELS
+  if (isa() == Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions);
+  if (isa() == Isa::avx2) return select_positions_avx2(width, abs_mask, old_bits, n, classes, ranks, positions);
 #endif
   select_positions_generic(width, abs_mask, old_bits, n, classes, ranks, positions);
 }

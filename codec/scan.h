@@ -28,11 +28,15 @@ struct ScanOutput {
   std::vector<uint32_t> positions;    // ascending, relative to the segment start
   std::vector<uint8_t> change_class;  // per change (classed scans only)
   std::vector<uint32_t> change_rank;  // per change: rank among the segment's elements of its class
+  std::vector<uint32_t> old_bits;     // per change: the base bits (saves random reads later)
+  std::vector<uint32_t> new_bits;     // per change: the new bits
   std::array<uint64_t, kMaxClasses> class_sizes{};  // elements per class (classed scans only)
   void clear() {
     positions.clear();
     change_class.clear();
     change_rank.clear();
+    old_bits.clear();
+    new_bits.clear();
     class_sizes.fill(0);
   }
 };

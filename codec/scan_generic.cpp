@@ -17,13 +17,9 @@ inline uint64_t ge_mask(const T* a, T abs_mask, T threshold) {
   for (unsigned l = 0; l < 64; ++l) m |= static_cast<uint64_t>(static_cast<T>(a[l] & abs_mask) >= threshold) << l;
   return m;
 }
-inline uint64_t select_bit(uint64_t mask, unsigned r) {
-  for (unsigned i = 0; i < r; ++i) mask &= mask - 1;
-  return static_cast<uint64_t>(__builtin_ctzll(mask));
-}
-
 }  // namespace
 
+#include "codec/scan_select.inc"
 #include "codec/scan_kernels.inc"
 
 void scan_changes_generic(unsigned width, uint32_t abs_mask, const void* o, const void* nw, uint64_t n,

@@ -109,7 +109,9 @@ class ValueDecoder {
         planes_{WireReader(planes[0], "plane0 stream"), WireReader(planes[1], "plane1 stream"),
                 WireReader(planes[2], "plane2 stream"), WireReader(planes[3], "plane3 stream")} {}
 
-  uint32_t next(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits) {
+  // Reads the next change's value token: the signed ulp distance mod 2^w (ulp_delta), or the
+  // plane value (xor / overwrite). apply_token turns it into the new bits given the old bits.
+  uint32_t next_token(ValueMode mode, unsigned width) {
     if (mode == ValueMode::ulp_delta) {
       const bool negative = signs_.get(1) != 0;
       uint32_t magnitude = 1;
@@ -119,16 +121,22 @@ class ValueDecoder {
         if (b == 255 && magnitude < 257)
           throw Error(Errc::corrupt_frame, "values: escaped magnitude below the escape threshold");
       }
-      const uint32_t mask = width_mask(width);
-      if (magnitude == 0 || magnitude > (1u << (8 * width - 1)))
+      if (magnitude > (1u << (8 * width - 1)))
         throw Error(Errc::corrupt_frame, "values: ulp distance out of range for the element width");
-      const uint32_t key = order_key(old_bits, width, is_float);
-      const uint32_t moved = (negative ? key - magnitude : key + magnitude) & mask;
-      return order_unkey(moved, width, is_float);
+      return (negative ? 0u - magnitude : magnitude) & width_mask(width);
     }
     uint32_t v = 0;
     for (unsigned j = 0; j < width; ++j) v |= uint32_t{planes_[j].get<uint8_t>()} << (8 * j);
-    return mode == ValueMode::xor_bits ? (old_bits ^ v) : v;
+    return v;
+  }
+  static uint32_t apply_token(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits, uint32_t token) {
+    switch (mode) {
+      case ValueMode::ulp_delta:
+        return order_unkey((order_key(old_bits, width, is_float) + token) & width_mask(width), width, is_float);
+      case ValueMode::xor_bits: return old_bits ^ token;
+      case ValueMode::overwrite: return token;
+    }
+    return token;
   }
   // Throws unless every stream was consumed exactly (trailing bytes mean a corrupt frame).
   void expect_consumed() const {

@@ -136,7 +136,9 @@ TEST(Locations, ClassesChosenWhenChangeRateDependsOnMagnitude) {
   // Decode and compare with the true positions (in class order).
   std::span<const std::byte> in(out);
   std::vector<uint32_t> decoded;
-  decode_locations(plan.coding, n, scan.positions.size(), 2, 0x7FFF, a.data(), in, decoded);
+  std::vector<size_t> runs;
+  decode_locations(plan.coding, n, scan.positions.size(), 2, 0x7FFF, a.data(), in, decoded, runs);
+  EXPECT_EQ(runs.size(), cs.count);
   EXPECT_TRUE(in.empty());
   ASSERT_EQ(decoded.size(), scan.positions.size());
   for (size_t k = 0; k < decoded.size(); ++k) EXPECT_EQ(decoded[k], scan.positions[plan.order[k]]);

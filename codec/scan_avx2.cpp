@@ -1,0 +1,104 @@
+// AVX2 block primitives for the scan kernels. Compiled with -mavx2 -mbmi -mpopcnt and only called
+// after a run-time CPU check (scan.cpp). AVX2 has no unsigned compares: the class thresholds compare
+// sign-cleared values, which are non-negative as signed integers, so a signed compare is exact.
+#include <immintrin.h>
+
+#include "codec/scan.h"
+#include "util/error.h"
+
+namespace deltacast::codec {
+namespace {
+
+inline __m256i load(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+
+// 16-bit lane masks of two vectors -> 32 mask bits in element order.
+inline uint32_t movemask16(__m256i m0, __m256i m1) {
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packs_epi16(m0, m1), 0xD8);
+  return static_cast<uint32_t>(_mm256_movemask_epi8(packed));
+}
+
+template <class T>
+inline uint64_t neq_mask(const T* a, const T* b);
+template <>
+inline uint64_t neq_mask<uint8_t>(const uint8_t* a, const uint8_t* b) {
+  const uint64_t lo = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(load(a), load(b))));
+  const uint64_t hi = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpeq_epi8(load(a + 32), load(b + 32))));
+  return ~(lo | (hi << 32));
+}
+template <>
+inline uint64_t neq_mask<uint16_t>(const uint16_t* a, const uint16_t* b) {
+  const uint64_t lo = movemask16(_mm256_cmpeq_epi16(load(a), load(b)), _mm256_cmpeq_epi16(load(a + 16), load(b + 16)));
+  const uint64_t hi =
+      movemask16(_mm256_cmpeq_epi16(load(a + 32), load(b + 32)), _mm256_cmpeq_epi16(load(a + 48), load(b + 48)));
+  return ~(lo | (hi << 32));
+}
+template <>
+inline uint64_t neq_mask<uint32_t>(const uint32_t* a, const uint32_t* b) {
+  uint64_t eq = 0;
+  for (unsigned q = 0; q < 8; ++q)
+    eq |= uint64_t{static_cast<uint32_t>(
+              _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(load(a + 8 * q), load(b + 8 * q)))))}
+          << (8 * q);
+  return ~eq;
+}
+
+template <class T>
+inline uint64_t ge_mask(const T* a, T abs_mask, T threshold);
+template <>
+inline uint64_t ge_mask<uint8_t>(const uint8_t* a, uint8_t abs_mask, uint8_t threshold) {
+  if (threshold == 0) return ~uint64_t{0};
+  const __m256i m = _mm256_set1_epi8(static_cast<char>(abs_mask));
+  const __m256i t = _mm256_set1_epi8(static_cast<char>(threshold - 1));
+  const uint64_t lo = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(_mm256_and_si256(load(a), m), t)));
+  const uint64_t hi = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(_mm256_and_si256(load(a + 32), m), t)));
+  return lo | (hi << 32);
+}
+template <>
+inline uint64_t ge_mask<uint16_t>(const uint16_t* a, uint16_t abs_mask, uint16_t threshold) {
+  if (threshold == 0) return ~uint64_t{0};
+  const __m256i m = _mm256_set1_epi16(static_cast<short>(abs_mask));
+  const __m256i t = _mm256_set1_epi16(static_cast<short>(threshold - 1));
+  auto gt = [&](const uint16_t* p) { return _mm256_cmpgt_epi16(_mm256_and_si256(load(p), m), t); };
+  const uint64_t lo = movemask16(gt(a), gt(a + 16));
+  const uint64_t hi = movemask16(gt(a + 32), gt(a + 48));
+  return lo | (hi << 32);
+}
+template <>
+inline uint64_t ge_mask<uint32_t>(const uint32_t* a, uint32_t abs_mask, uint32_t threshold) {
+  if (threshold == 0) return ~uint64_t{0};
+  const __m256i m = _mm256_set1_epi32(static_cast<int>(abs_mask));
+  const __m256i t = _mm256_set1_epi32(static_cast<int>(threshold - 1));
+  uint64_t r = 0;
+  for (unsigned q = 0; q < 8; ++q)
+    r |= uint64_t{static_cast<uint32_t>(_mm256_movemask_ps(
+             _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_and_si256(load(a + 8 * q), m), t))))}
+         << (8 * q);
+  return r;
+}
+
+}  // namespace
+
+#include "codec/scan_select.inc"
+#include "codec/scan_kernels.inc"
+
+void scan_changes_avx2(unsigned width, uint32_t abs_mask, const void* o, const void* nw, uint64_t n,
+                       const ClassSpec* cs, ScanOutput& out) {
+  switch (width) {
+    case 1: return scan_impl(abs_mask, static_cast<const uint8_t*>(o), static_cast<const uint8_t*>(nw), n, cs, out);
+    case 2: return scan_impl(abs_mask, static_cast<const uint16_t*>(o), static_cast<const uint16_t*>(nw), n, cs, out);
+    case 4: return scan_impl(abs_mask, static_cast<const uint32_t*>(o), static_cast<const uint32_t*>(nw), n, cs, out);
+  }
+  DC_ASSERT(false && "bad element width");
+}
+void select_positions_avx2(unsigned width, uint32_t abs_mask, const void* o, uint64_t n, const ClassSpec& cs,
+                           const std::vector<std::vector<uint32_t>>& ranks,
+                           std::vector<std::vector<uint32_t>>& positions) {
+  switch (width) {
+    case 1: return select_impl(abs_mask, static_cast<const uint8_t*>(o), n, cs, ranks, positions);
+    case 2: return select_impl(abs_mask, static_cast<const uint16_t*>(o), n, cs, ranks, positions);
+    case 4: return select_impl(abs_mask, static_cast<const uint32_t*>(o), n, cs, ranks, positions);
+  }
+  DC_ASSERT(false && "bad element width");
+}
+
+}  // namespace deltacast::codec
