@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The main job: builds deltacast (installing what is missing) and runs the local refit demo on its
+# embedded default (a producer and 8 receivers on loopback TCP, 5 simulated RL steps).
+# Extra arguments go to `deltacast demo` (e.g. --params 100M --steps 3, or --offline).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/build.sh" >&2
+exec "${DELTACAST_BUILD_DIR:-$root/build}/tools/deltacast" demo "$@"
