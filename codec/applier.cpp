@@ -5,6 +5,7 @@
 
 #include "codec/chunk_plan.h"
 #include "codec/location_coding.h"
+#include "codec/scratch.h"
 #include "codec/value_coding.h"
 #include "util/error.h"
 
@@ -24,10 +25,10 @@ struct PlannedWrite {
   uint64_t position;
 };
 
-// Section bytes of one chunk frame, decompressed and size-checked.
+// Section bytes of one chunk frame, decompressed (into reused buffers) and size-checked.
 class Sections {
  public:
-  Sections(const FrameView& view, uint64_t max_raw) {
+  Sections(const FrameView& view, uint64_t max_raw, ScratchBuffer (&buffers)[16]) {
     for (const auto& s : view.sections) {
       if (s.raw_size > max_raw)
         throw Error(Errc::corrupt_frame, "chunk frame: a section's size is impossible for its segments");
@@ -40,19 +41,19 @@ class Sections {
       const unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
       if (content != s.raw_size)
         throw Error(Errc::corrupt_frame, "chunk frame: zstd section size does not match its header");
-      auto& buf = owned_.emplace_back(s.raw_size);
-      const size_t got = ZSTD_decompress(buf.data(), buf.size(), stored.data(), stored.size());
+      std::byte* buf = buffers[static_cast<uint8_t>(s.stream)].get(s.raw_size);
+      const size_t got =
+          ZSTD_decompressDCtx(ZstdContexts::local().dctx.get(), buf, s.raw_size, stored.data(), stored.size());
       if (ZSTD_isError(got) || got != s.raw_size)
         throw Error(Errc::corrupt_frame, std::string("chunk frame: zstd section does not decode: ") +
                                              (ZSTD_isError(got) ? ZSTD_getErrorName(got) : "size mismatch"));
-      slot = std::span<const std::byte>(buf.data(), buf.size());
+      slot = std::span<const std::byte>(buf, s.raw_size);
     }
   }
   std::span<const std::byte> get(StreamId id) const { return raw_[static_cast<uint8_t>(id)]; }
 
  private:
   std::span<const std::byte> raw_[16];
-  std::vector<std::vector<std::byte>> owned_;
 };
 
 }  // namespace
@@ -73,6 +74,11 @@ struct DeltaApplier::Impl {
   bool verified = false;
   std::vector<UndoEntry> undo;
   mutable std::mutex mu;
+  // Scratch reused across frames (apply() is serialised by mu).
+  ScratchBuffer section_buffers[16];
+  std::vector<PlannedWrite> writes;
+  std::vector<uint32_t> positions, tokens;
+  std::vector<size_t> runs, cursor, run_end;
 
   void check_base(const FrameHeader& h) const {
     if (h.manifest_digest != manifest->digest())
@@ -96,8 +102,8 @@ struct DeltaApplier::Impl {
     verified = false;
   }
 
-  // Decodes every change of a chunk without writing. Throws on anything wrong.
-  std::vector<PlannedWrite> decode_chunk(const FrameView& view) const {
+  // Decodes every change of a chunk into `writes` without touching the weights. Throws on anything wrong.
+  void decode_chunk(const FrameView& view) {
     uint64_t max_raw = 1024;
     uint64_t prev_end_tensor = 0, prev_end = 0;
     bool first = true;
@@ -117,15 +123,13 @@ struct DeltaApplier::Impl {
         throw Error(Errc::corrupt_frame, "overwrite segment with classed locations");
       max_raw += s.element_count / 8 + 16 * s.change_count + 128;
     }
-    Sections sec(view, max_raw);
+    Sections sec(view, max_raw, section_buffers);
     const std::span<const std::byte> planes[4] = {sec.get(StreamId::plane0), sec.get(StreamId::plane1),
                                                   sec.get(StreamId::plane2), sec.get(StreamId::plane3)};
     ValueDecoder values(sec.get(StreamId::sign_bits), sec.get(StreamId::mag_flags), sec.get(StreamId::mag_bytes),
                         sec.get(StreamId::mag_wide), planes);
     auto locs = sec.get(StreamId::locations);
-    std::vector<PlannedWrite> writes;
-    std::vector<uint32_t> positions, tokens;
-    std::vector<size_t> runs, cursor, run_end;
+    writes.clear();
     for (const auto& s : view.segments) {
       const auto& info = manifest->at(s.tensor_index);
       const unsigned w = static_cast<unsigned>(dtype_size(info.dtype));
@@ -153,10 +157,9 @@ struct DeltaApplier::Impl {
     }
     if (!locs.empty()) throw Error(Errc::corrupt_frame, "locations stream holds bytes past the last segment");
     values.expect_consumed();
-    return writes;
   }
 
-  void write(const std::vector<PlannedWrite>& writes) {
+  void write() {
     undo.reserve(undo.size() + writes.size());
     auto& per = digest.per_tensor();
     uint32_t tensor = UINT32_MAX;
@@ -214,12 +217,12 @@ ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
   if (im.pending && im.applied[h.chunk_index])
     throw Error(Errc::replayed, "chunk " + std::to_string(h.chunk_index) + " of version " +
                                     std::to_string(h.new_version) + " was already applied");
-  const auto writes = im.decode_chunk(view);  // validates everything before any write
+  im.decode_chunk(view);  // validates everything before any write
   im.begin(h);
-  im.write(writes);
+  im.write();
   im.applied[h.chunk_index] = true;
   ++im.applied_n;
-  return ApplyResult{FrameKind::chunk, h.chunk_index, writes.size()};
+  return ApplyResult{FrameKind::chunk, h.chunk_index, im.writes.size()};
 }
 
 bool DeltaApplier::complete() const noexcept {

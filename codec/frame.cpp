@@ -4,6 +4,7 @@
 #include <zstd.h>
 
 #include "codec/frame_writer.h"
+#include "codec/scratch.h"
 #include "codec/wire.h"
 #include "util/error.h"
 
@@ -170,29 +171,36 @@ std::vector<std::span<const std::byte>> split_frames(std::span<const std::byte> 
 std::vector<std::byte> build_chunk_frame(FrameHeader header, const std::vector<SegmentInfo>& segments,
                                          std::vector<std::pair<StreamId, std::vector<std::byte>>> streams,
                                          int zstd_level, SectionSizes* sizes) {
+  // A section is stored compressed when zstd makes it smaller; its bytes live either in the
+  // stream's own vector (raw) or in `packed` (zstd) until the frame is assembled.
   struct Stored {
     StreamId id;
     SectionCodec codec;
     uint64_t raw_size;
-    std::vector<std::byte> bytes;
+    size_t packed_offset;
+    uint64_t stored_size;
   };
+  thread_local ScratchBuffer packed_scratch;
+  size_t bound = 0;
+  for (const auto& st : streams) bound += ZSTD_compressBound(st.second.size());
+  std::byte* packed = packed_scratch.get(bound);
+  size_t packed_used = 0;
   std::vector<Stored> stored;
   stored.reserve(streams.size());
+  auto* cctx = ZstdContexts::local().cctx.get();
   for (auto& [id, raw] : streams) {
     DC_ASSERT(!raw.empty());
-    std::vector<std::byte> packed(ZSTD_compressBound(raw.size()));
-    const size_t z = ZSTD_compress(packed.data(), packed.size(), raw.data(), raw.size(), zstd_level);
+    const size_t z = ZSTD_compressCCtx(cctx, packed + packed_used, bound - packed_used, raw.data(), raw.size(), zstd_level);
     if (!ZSTD_isError(z) && z < raw.size()) {
-      packed.resize(z);
-      stored.push_back({id, SectionCodec::zstd, raw.size(), std::move(packed)});
+      stored.push_back({id, SectionCodec::zstd, raw.size(), packed_used, z});
+      packed_used += z;
     } else {
-      const uint64_t n = raw.size();
-      stored.push_back({id, SectionCodec::raw, n, std::move(raw)});
+      stored.push_back({id, SectionCodec::raw, raw.size(), 0, raw.size()});
     }
-    if (sizes) (id == StreamId::locations ? sizes->location_bytes : sizes->value_bytes) += stored.back().bytes.size();
+    if (sizes) (id == StreamId::locations ? sizes->location_bytes : sizes->value_bytes) += stored.back().stored_size;
   }
   uint64_t body = segments.size() * kSegmentEntrySize + 8 + stored.size() * kSectionEntrySize;
-  for (const auto& s : stored) body += s.bytes.size();
+  for (const auto& s : stored) body += s.stored_size;
   header.kind = FrameKind::chunk;
   header.item_count = static_cast<uint32_t>(segments.size());
   header.body_size = body;
@@ -217,9 +225,15 @@ std::vector<std::byte> build_chunk_frame(FrameHeader header, const std::vector<S
     put_u16(out, 0);
     put_u32(out, 0);
     put_u64(out, s.raw_size);
-    put_u64(out, s.bytes.size());
+    put_u64(out, s.stored_size);
   }
-  for (const auto& s : stored) out.insert(out.end(), s.bytes.begin(), s.bytes.end());
+  for (size_t i = 0; i < stored.size(); ++i) {
+    const auto& s = stored[i];
+    if (s.codec == SectionCodec::zstd)
+      out.insert(out.end(), packed + s.packed_offset, packed + s.packed_offset + s.stored_size);
+    else
+      out.insert(out.end(), streams[i].second.begin(), streams[i].second.end());
+  }
   seal_trailer(out);
   return out;
 }
