@@ -1,0 +1,448 @@
+#include "config/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "util/error.h"
+
+namespace deltacast::config {
+namespace {
+
+// Size arithmetic needs headroom above 64 bits to detect overflow exactly.
+__extension__ typedef unsigned __int128 U128;
+
+// A bad value without its source; apply_override adds "SOURCE: key 'x': ".
+struct BadValue {
+  std::string message;
+};
+
+std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+
+template <typename Int>
+Int parse_int(std::string_view text, Int min, Int max) {
+  Int value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range) throw BadValue{"integer " + quoted(text) + " is out of range"};
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw BadValue{"expected an integer, got " + quoted(text)};
+  }
+  if (value < min || value > max) {
+    throw BadValue{"must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + std::string(text)};
+  }
+  return value;
+}
+
+double parse_positive_double(std::string_view text) {
+  std::string s(text);
+  char* end = nullptr;
+  const double value = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(value)) {
+    throw BadValue{"expected a number, got " + quoted(text)};
+  }
+  if (value <= 0) throw BadValue{"must be positive, got " + s};
+  return value;
+}
+
+std::string non_empty(std::string_view text) {
+  if (text.empty()) throw BadValue{"must not be empty"};
+  return std::string(text);
+}
+
+std::string one_of(std::string_view text, std::initializer_list<std::string_view> allowed) {
+  for (auto a : allowed) {
+    if (text == a) return std::string(text);
+  }
+  std::string list;
+  for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+  throw BadValue{"unknown value " + quoted(text) + " (expected one of: " + list + ")"};
+}
+
+std::string url_value(std::string_view text) {
+  if (text.find("://") == std::string_view::npos || text.substr(0, text.find("://")).empty()) {
+    throw BadValue{"expected a URL like tcp://127.0.0.1:29500, got " + quoted(text)};
+  }
+  return std::string(text);
+}
+
+std::string scheme_value(std::string_view text) {
+  const bool ok = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '+' ||
+           c == '_' || c == '-';
+  });
+  if (!ok) throw BadValue{"expected a transport scheme like tcp, ofi+tcp or ucx, got " + quoted(text)};
+  return std::string(text);
+}
+
+std::chrono::milliseconds positive_duration(std::string_view text) {
+  auto d = parse_duration(text);
+  if (d.count() <= 0) throw BadValue{"must be positive, got " + quoted(text)};
+  return d;
+}
+
+LocalMembers& local_members_of(Config& c) {
+  if (!c.members.empty()) {
+    throw BadValue{"members are listed explicitly; members.count/host/base_port/cluster apply to the local shorthand"};
+  }
+  if (!c.local_members) c.local_members.emplace();
+  return *c.local_members;
+}
+
+using Setter = std::function<void(Config&, std::string_view)>;
+
+// Every scalar key, in documentation order. YAML, env and flags all go through this table.
+const std::vector<std::pair<std::string, Setter>>& setters() {
+  static const std::vector<std::pair<std::string, Setter>> table = {
+      {"producer", [](Config& c, std::string_view v) { c.producer = url_value(v); }},
+      {"transport", [](Config& c, std::string_view v) { c.transport = scheme_value(v); }},
+      {"topology",
+       [](Config& c, std::string_view v) {
+         c.topology = one_of(v == "double-binary" ? "double_binary" : v, {"binary", "double_binary", "chain"});
+       }},
+      {"chunk_bytes",
+       [](Config& c, std::string_view v) {
+         const uint64_t n = parse_size(v);
+         if (n == 0 || n > (4ull << 30)) throw BadValue{"must be between 1 byte and 4GiB, got " + quoted(v)};
+         c.chunk_bytes = n;
+       }},
+      {"members.count", [](Config& c, std::string_view v) { local_members_of(c).count = parse_int<int>(v, 1, 1 << 20); }},
+      {"members.host", [](Config& c, std::string_view v) { local_members_of(c).host = non_empty(v); }},
+      {"members.base_port",
+       [](Config& c, std::string_view v) { local_members_of(c).base_port = parse_int<int>(v, 1, 65535); }},
+      {"members.cluster", [](Config& c, std::string_view v) { local_members_of(c).cluster = std::string(v); }},
+      {"timeouts.connect", [](Config& c, std::string_view v) { c.timeouts.connect = positive_duration(v); }},
+      {"timeouts.heartbeat", [](Config& c, std::string_view v) { c.timeouts.heartbeat = positive_duration(v); }},
+      {"timeouts.peer", [](Config& c, std::string_view v) { c.timeouts.peer = positive_duration(v); }},
+      {"timeouts.refit", [](Config& c, std::string_view v) { c.timeouts.refit = positive_duration(v); }},
+      {"secret_file", [](Config& c, std::string_view v) { c.secret_file = std::string(v); }},
+      {"trainer.kind", [](Config& c, std::string_view v) { c.trainer.kind = one_of(v, {"synth"}); }},
+      {"trainer.params",
+       [](Config& c, std::string_view v) {
+         const uint64_t n = parse_size(v);
+         if (n == 0) throw BadValue{"must be positive"};
+         c.trainer.params = n;
+       }},
+      {"trainer.steps", [](Config& c, std::string_view v) { c.trainer.steps = parse_int<int>(v, 1, 1'000'000); }},
+      {"trainer.lr", [](Config& c, std::string_view v) { c.trainer.lr = parse_positive_double(v); }},
+      {"trainer.seed",
+       [](Config& c, std::string_view v) {
+         c.trainer.seed = parse_int<uint64_t>(v, 0, std::numeric_limits<uint64_t>::max());
+       }},
+      {"output.dir", [](Config& c, std::string_view v) { c.output.dir = non_empty(v); }},
+      {"output.metrics_file", [](Config& c, std::string_view v) { c.output.metrics_file = std::string(v); }},
+      {"output.log_file", [](Config& c, std::string_view v) { c.output.log_file = std::string(v); }},
+      {"log_level",
+       [](Config& c, std::string_view v) { c.log_level = one_of(v, {"trace", "debug", "info", "warn", "error", "off"}); }},
+  };
+  return table;
+}
+
+const Setter* find_setter(std::string_view key) {
+  for (const auto& [name, setter] : setters()) {
+    if (name == key) return &setter;
+  }
+  return nullptr;
+}
+
+// ---- YAML walking ----
+
+std::string where(const std::string& source, const YAML::Mark& mark) {
+  return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+}
+
+[[noreturn]] void fail_at(const std::string& source, const YAML::Node& node, const std::string& message) {
+  throw Error(Errc::config, where(source, node.Mark()) + ": " + message);
+}
+
+const char* type_name(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: return "a mapping";
+    case YAML::NodeType::Sequence: return "a list";
+    case YAML::NodeType::Scalar: return "a scalar";
+    case YAML::NodeType::Null: return "nothing";
+    case YAML::NodeType::Undefined: return "nothing";
+  }
+  return "nothing";
+}
+
+void require_map(const std::string& source, const YAML::Node& node, const std::string& key) {
+  if (!node.IsMap()) fail_at(source, node, "key '" + key + "' expects a mapping, got " + type_name(node));
+}
+
+// Calls visit(key, value) for each entry; rejects duplicate keys and keys outside `allowed`.
+template <typename Visit>
+void for_each_entry(const std::string& source, const YAML::Node& map, const std::string& prefix,
+                    const std::set<std::string>& allowed, Visit visit) {
+  std::set<std::string> seen;
+  for (const auto& entry : map) {
+    const YAML::Node& key_node = entry.first;
+    if (!key_node.IsScalar()) fail_at(source, key_node, "keys must be plain names");
+    const std::string key = key_node.Scalar();
+    const std::string full = prefix.empty() ? key : prefix + "." + key;
+    if (!allowed.count(key)) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      fail_at(source, key_node, "unknown key '" + full + "' (known here: " + list + ")");
+    }
+    if (!seen.insert(key).second) fail_at(source, key_node, "duplicate key '" + full + "'");
+    visit(full, entry.second);
+  }
+}
+
+void set_scalar(Config& config, const std::string& source, const std::string& key, const YAML::Node& value) {
+  if (!value.IsScalar()) fail_at(source, value, "key '" + key + "' expects a single value, got " + type_name(value));
+  apply_override(config, key, value.Scalar(), where(source, value.Mark()));
+}
+
+void parse_explicit_members(Config& config, const std::string& source, const YAML::Node& list) {
+  for (const auto& item : list) {
+    require_map(source, item, "members[]");
+    MemberConfig member;
+    bool has_rank = false;
+    for_each_entry(source, item, "members[]", {"rank", "host", "cluster", "port", "url"},
+                   [&](const std::string& key, const YAML::Node& value) {
+                     if (!value.IsScalar()) fail_at(source, value, "key '" + key + "' expects a single value");
+                     const std::string v = value.Scalar();
+                     try {
+                       if (key == "members[].rank") {
+                         member.rank = parse_int<int>(v, 0, (1 << 20) - 1);
+                         has_rank = true;
+                       } else if (key == "members[].host") {
+                         member.host = non_empty(v);
+                       } else if (key == "members[].cluster") {
+                         member.cluster = v;
+                       } else if (key == "members[].port") {
+                         member.port = parse_int<int>(v, 1, 65535);
+                       } else {
+                         member.url = url_value(v);
+                       }
+                     } catch (const BadValue& bad) {
+                       fail_at(source, value, "key '" + key + "': " + bad.message);
+                     }
+                   });
+    if (!has_rank) fail_at(source, item, "member entry needs a 'rank'");
+    if (member.url.empty() && (member.host.empty() || member.port == 0)) {
+      fail_at(source, item, "member " + std::to_string(member.rank) + " needs a 'url' or both 'host' and 'port'");
+    }
+    config.members.push_back(std::move(member));
+  }
+}
+
+void parse_document(Config& config, const std::string& source, const YAML::Node& root) {
+  if (root.IsNull()) return;  // an empty file: defaults only (validate() reports what is missing)
+  require_map(source, root, "(top level)");
+  const std::set<std::string> top = {"producer", "transport", "topology", "chunk_bytes", "members", "timeouts",
+                                     "secret_file", "trainer", "output", "log_level"};
+  const std::map<std::string, std::set<std::string>> sections = {
+      {"timeouts", {"connect", "heartbeat", "peer", "refit"}},
+      {"trainer", {"kind", "params", "steps", "lr", "seed"}},
+      {"output", {"dir", "metrics_file", "log_file"}},
+  };
+  for_each_entry(source, root, "", top, [&](const std::string& key, const YAML::Node& value) {
+    if (auto section = sections.find(key); section != sections.end()) {
+      require_map(source, value, key);
+      for_each_entry(source, value, key, section->second,
+                     [&](const std::string& sub, const YAML::Node& v) { set_scalar(config, source, sub, v); });
+    } else if (key == "members") {
+      if (value.IsSequence()) {
+        parse_explicit_members(config, source, value);
+      } else if (value.IsMap()) {
+        config.local_members.emplace();
+        for_each_entry(source, value, key, {"count", "host", "base_port", "cluster"},
+                       [&](const std::string& sub, const YAML::Node& v) { set_scalar(config, source, sub, v); });
+        if (config.local_members->count == 0) fail_at(source, value, "members: the local shorthand needs 'count'");
+      } else {
+        fail_at(source, value, "key 'members' expects a list of members or a mapping {count, base_port, ...}, got " +
+                                   std::string(type_name(value)));
+      }
+    } else {
+      set_scalar(config, source, key, value);
+    }
+  });
+}
+
+std::string env_name(const std::string& key) {
+  std::string name = "DELTACAST_";
+  for (char c : key) name += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
+
+}  // namespace
+
+EnvLookup process_env() {
+  return [](const std::string& name) -> std::optional<std::string> {
+    const char* v = std::getenv(name.c_str());
+    if (!v) return std::nullopt;
+    return std::string(v);
+  };
+}
+
+uint64_t parse_size(std::string_view text) {
+  const std::string s(text);
+  auto bad = [&](const std::string& why) { return Error(Errc::config, "bad size " + quoted(text) + ": " + why); };
+  if (s.empty()) throw bad("empty");
+  if (s.front() == '-') throw bad("sizes cannot be negative");
+  size_t i = 0;
+  U128 whole = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+    whole = whole * 10 + static_cast<unsigned>(s[i++] - '0');
+    if (whole > std::numeric_limits<uint64_t>::max()) throw bad("too large");
+  }
+  if (i == 0) throw bad("expected a number like 4MiB, 500M or 4096");
+  U128 fraction = 0, scale = 1;
+  if (i < s.size() && s[i] == '.') {
+    ++i;
+    while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+      if (scale > 1'000'000'000'000'000ull) throw bad("too many decimals");
+      fraction = fraction * 10 + static_cast<unsigned>(s[i++] - '0');
+      scale *= 10;
+    }
+  }
+  std::string unit = s.substr(i);
+  static const std::map<std::string, uint64_t> units = {
+      {"", 1},         {"B", 1},         {"K", 1000},        {"KB", 1000},        {"k", 1000},
+      {"kB", 1000},    {"M", 1000000},   {"MB", 1000000},    {"G", 1000000000},   {"GB", 1000000000},
+      {"T", 1000000000000ull},           {"TB", 1000000000000ull},                {"KiB", 1ull << 10},
+      {"MiB", 1ull << 20},               {"GiB", 1ull << 30}, {"TiB", 1ull << 40}};
+  auto it = units.find(unit);
+  if (it == units.end()) throw bad("unknown unit " + quoted(unit) + " (use B, KiB, MiB, GiB, TiB, K, M, G, T)");
+  const U128 scaled_fraction = fraction * it->second;
+  if (scaled_fraction % scale != 0) throw bad("not a whole number");
+  const U128 total = whole * it->second + scaled_fraction / scale;
+  if (total > std::numeric_limits<uint64_t>::max()) throw bad("too large");
+  return static_cast<uint64_t>(total);
+}
+
+std::chrono::milliseconds parse_duration(std::string_view text) {
+  auto bad = [&](const std::string& why) { return Error(Errc::config, "bad duration " + quoted(text) + ": " + why); };
+  if (!text.empty() && text.front() == '-') throw bad("durations cannot be negative");
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0) throw bad("expected a whole number with a unit, like 500ms, 5s, 2m or 1h");
+  uint64_t n = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + digits, n);
+  if (ec != std::errc() || n > (1ull << 40)) throw bad("too large");
+  const std::string_view unit = text.substr(digits);
+  uint64_t ms_per_unit = 0;
+  if (unit == "ms") ms_per_unit = 1;
+  else if (unit == "s") ms_per_unit = 1000;
+  else if (unit == "m" || unit == "min") ms_per_unit = 60'000;
+  else if (unit == "h") ms_per_unit = 3'600'000;
+  else throw bad(unit.empty() ? "a unit is required (ms, s, m, h)" : "unknown unit " + quoted(unit) + " (use ms, s, m, h)");
+  return std::chrono::milliseconds(static_cast<int64_t>(n * ms_per_unit));
+}
+
+void apply_override(Config& config, std::string_view key, std::string_view value, const std::string& source) {
+  const Setter* setter = find_setter(key);
+  if (!setter) throw Error(Errc::config, source + ": unknown key '" + std::string(key) + "'");
+  try {
+    // No key takes control characters; they only arrive by accident (a stray \r from a
+    // Windows-edited env file) and would surface far away as an unreachable host or missing file.
+    if (std::any_of(value.begin(), value.end(), [](char ch) { return std::iscntrl(static_cast<unsigned char>(ch)); })) {
+      throw BadValue{"value contains a control character"};
+    }
+    (*setter)(config, value);
+  } catch (const BadValue& bad) {
+    throw Error(Errc::config, source + ": key '" + std::string(key) + "': " + bad.message);
+  } catch (const Error& e) {
+    throw Error(Errc::config, source + ": key '" + std::string(key) + "': " + e.what());
+  }
+}
+
+const std::vector<std::string>& overridable_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> out;
+    for (const auto& entry : setters()) out.push_back(entry.first);
+    return out;
+  }();
+  return keys;
+}
+
+void apply_env_overrides(Config& config, const EnvLookup& env) {
+  for (const auto& key : overridable_keys()) {
+    const std::string name = env_name(key);
+    if (auto value = env(name)) apply_override(config, key, *value, "env " + name);
+  }
+}
+
+void apply_flag_overrides(Config& config, const std::vector<std::string>& assignments) {
+  for (const auto& a : assignments) {
+    const auto eq = a.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw Error(Errc::config, "flag --set " + quoted(a) + ": expected key=value, e.g. chunk_bytes=8MiB");
+    }
+    apply_override(config, a.substr(0, eq), a.substr(eq + 1), "flag --set " + a.substr(0, eq));
+  }
+}
+
+Config parse_config(std::string_view yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::ParserException& e) {
+    throw Error(Errc::config, where(source, e.mark) + ": malformed YAML: " + e.msg);
+  }
+  Config config;
+  parse_document(config, source, root);
+  return config;
+}
+
+std::vector<MemberConfig> member_list(const Config& config) {
+  std::vector<MemberConfig> out;
+  if (config.local_members) {
+    const LocalMembers& local = *config.local_members;
+    for (int r = 0; r < local.count; ++r) {
+      out.push_back({r, local.host, local.cluster, local.base_port + r, ""});
+    }
+  } else {
+    out = config.members;
+  }
+  for (auto& m : out) {
+    if (m.url.empty()) m.url = config.transport + "://" + m.host + ":" + std::to_string(m.port);
+  }
+  std::sort(out.begin(), out.end(), [](const MemberConfig& a, const MemberConfig& b) { return a.rank < b.rank; });
+  return out;
+}
+
+void validate(const Config& config) {
+  if (config.producer.empty()) {
+    throw Error(Errc::config, "config: 'producer' is not set (YAML key producer or env DELTACAST_PRODUCER)");
+  }
+  const auto members = member_list(config);
+  if (members.empty()) throw Error(Errc::config, "config: no members ('members' list or members.count)");
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].rank != static_cast<int>(i)) {
+      throw Error(Errc::config, "config: member ranks must be 0.." + std::to_string(members.size() - 1) +
+                                    " each once; rank " + std::to_string(i) + " is " +
+                                    (members[i].rank < static_cast<int>(i) ? "repeated" : "missing"));
+    }
+  }
+  if (config.local_members && config.local_members->base_port + config.local_members->count - 1 > 65535) {
+    throw Error(Errc::config, "config: members.base_port + members.count exceeds port 65535");
+  }
+  if (config.timeouts.heartbeat >= config.timeouts.peer) {
+    throw Error(Errc::config, "config: timeouts.heartbeat must be shorter than timeouts.peer");
+  }
+}
+
+Config load_config(const std::string& path, const EnvLookup& env) {
+  std::ifstream in(path);
+  if (!in) throw Error(Errc::config, path + ": cannot open configuration file");
+  std::stringstream text;
+  text << in.rdbuf();
+  Config config = parse_config(text.str(), path);
+  apply_env_overrides(config, env);
+  validate(config);
+  return config;
+}
+
+}  // namespace deltacast::config

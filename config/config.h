@@ -1,0 +1,115 @@
+#pragma once
+// Typed configuration of a deltacast cluster run. Settings come from three layers, later ones
+// winning: a YAML file, then DELTACAST_* environment variables, then command-line flags. Every
+// layer goes through the same typed setters, so a bad value is rejected the same way wherever it
+// came from, and the message names its source ("FILE:LINE:COL", "env DELTACAST_X", "flag --set").
+// All failures throw Error(Errc::config, ...). docs/config.md documents every key.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deltacast::config {
+
+// One receiver. rank is its member index (0..n-1) in the relay topology.
+struct MemberConfig {
+  int rank = 0;
+  std::string host;
+  std::string cluster = "default";
+  int port = 0;     // used to build url when url is empty
+  std::string url;  // transport URL the member listens on, e.g. tcp://127.0.0.1:29501
+};
+
+// Shorthand for a local run: `count` members on `host`, member r listening on base_port + r.
+struct LocalMembers {
+  int count = 0;
+  std::string host = "127.0.0.1";
+  int base_port = 29501;
+  std::string cluster = "local";
+};
+
+struct Timeouts {
+  std::chrono::milliseconds connect{5000};
+  std::chrono::milliseconds heartbeat{1000};
+  std::chrono::milliseconds peer{10000};   // a peer silent this long is declared dead
+  std::chrono::milliseconds refit{600000}; // bound on one whole refit
+};
+
+// The synthetic trainer: a model of `params` BF16 parameters updated by Adam-like steps.
+struct TrainerConfig {
+  std::string kind = "synth";
+  uint64_t params = 50'000'000;
+  int steps = 3;
+  double lr = 1e-5;
+  uint64_t seed = 1;
+};
+
+struct OutputConfig {
+  std::string dir = "deltacast-out";
+  std::string metrics_file;  // empty: no metrics file
+  std::string log_file;      // empty: stderr only
+};
+
+struct Config {
+  std::string producer;            // producer's transport URL (rendezvous address)
+  std::string transport = "tcp";   // transport scheme, e.g. tcp, ofi+tcp, ucx, loopback
+  std::string topology = "double_binary";  // binary | double_binary | chain
+  uint64_t chunk_bytes = 4ull << 20;
+  std::vector<MemberConfig> members;          // explicit list, or empty when local_members is set
+  std::optional<LocalMembers> local_members;  // count + base port shorthand
+  Timeouts timeouts;
+  std::string secret_file;  // shared secret for peer authentication; empty: no authentication
+  TrainerConfig trainer;
+  OutputConfig output;
+  std::string log_level = "info";  // trace | debug | info | warn | error | off
+};
+
+// Looks up an environment variable; nullopt when unset. Injectable for tests.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+// The process environment (std::getenv).
+EnvLookup process_env();
+
+// Parses YAML text. `source` names it in messages (usually the file path). Rejects malformed
+// YAML, unknown keys, wrong types and bad values with "SOURCE:LINE:COL: message". Does not read
+// the environment. Throws Error(config).
+Config parse_config(std::string_view yaml_text, const std::string& source);
+
+// Reads and parses a file, applies environment overrides, and validates. Throws Error(config)
+// (also when the file cannot be read).
+Config load_config(const std::string& path, const EnvLookup& env = process_env());
+
+// Sets one key given as a dotted path ("chunk_bytes", "timeouts.connect", "trainer.steps") from
+// its string form, as env variables and flags supply it. `source` names the origin for messages.
+// Throws Error(config) for an unknown key or a bad value.
+void apply_override(Config& config, std::string_view key, std::string_view value, const std::string& source);
+
+// Applies DELTACAST_<KEY> for every overridable key (dots become underscores, upper case):
+// DELTACAST_CHUNK_BYTES, DELTACAST_TOPOLOGY, DELTACAST_TRANSPORT, DELTACAST_PRODUCER,
+// DELTACAST_TIMEOUTS_CONNECT, DELTACAST_TRAINER_STEPS, ... Unset variables are skipped.
+void apply_env_overrides(Config& config, const EnvLookup& env);
+
+// Applies flag assignments "key=value" (e.g. from repeated --set). Throws Error(config).
+void apply_flag_overrides(Config& config, const std::vector<std::string>& assignments);
+
+// The dotted keys apply_override accepts, in documentation order.
+const std::vector<std::string>& overridable_keys();
+
+// Checks cross-field rules (producer set, members present, ranks 0..n-1 each once, ports in
+// range). load_config calls it; call again after flag overrides. Throws Error(config).
+void validate(const Config& config);
+
+// The member list: the explicit members, or the local shorthand expanded to
+// transport://host:(base_port + r). Sorted by rank.
+std::vector<MemberConfig> member_list(const Config& config);
+
+// "4MiB", "1GiB", "512KiB", "4096", "500M" (decimal: K=1e3, M=1e6, G=1e9, T=1e12; an optional
+// trailing B is accepted: "4MB"), "1.5GiB". Throws Error(config) for negative, empty, unknown
+// units or overflow; the message does not include a source prefix.
+uint64_t parse_size(std::string_view text);
+// "500ms", "5s", "2m", "1h" (a unit is required). Throws Error(config).
+std::chrono::milliseconds parse_duration(std::string_view text);
+
+}  // namespace deltacast::config

@@ -1,0 +1,253 @@
+// The YAML loader: valid files, each kind of bad input with its line:column, override precedence.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "config/config.h"
+#include "util/error.h"
+
+namespace deltacast::config {
+namespace {
+
+using namespace std::chrono_literals;
+
+EnvLookup no_env() {
+  return [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+}
+
+EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+// The message of the Error(config) that parse_config throws for `yaml`.
+std::string parse_error(const std::string& yaml) {
+  try {
+    parse_config(yaml, "test.yaml");
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::config);
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted:\n" << yaml;
+  return "";
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+TEST(Config, ExampleLocal9LoadsWithEveryKey) {
+  const Config c = load_config(std::string(DELTACAST_SOURCE_DIR) + "/examples/local-9.yaml", no_env());
+  EXPECT_EQ(c.producer, "tcp://127.0.0.1:29500");
+  EXPECT_EQ(c.transport, "tcp");
+  EXPECT_EQ(c.topology, "double_binary");
+  EXPECT_EQ(c.chunk_bytes, 4u << 20);
+  EXPECT_EQ(c.timeouts.heartbeat, 500ms);
+  EXPECT_EQ(c.timeouts.refit, 120s);
+  EXPECT_EQ(c.trainer.params, 50'000'000u);
+  EXPECT_EQ(c.trainer.steps, 3);
+  EXPECT_DOUBLE_EQ(c.trainer.lr, 1e-5);
+  EXPECT_EQ(c.trainer.seed, 42u);
+  const auto members = member_list(c);
+  ASSERT_EQ(members.size(), 8u);
+  EXPECT_EQ(members[0].url, "tcp://127.0.0.1:29501");
+  EXPECT_EQ(members[7].url, "tcp://127.0.0.1:29508");
+  EXPECT_EQ(members[7].cluster, "local");
+}
+
+TEST(Config, ExplicitMembersWithClusters) {
+  const Config c = parse_config(R"(producer: tcp://10.0.0.1:29500
+members:
+  - {rank: 1, host: b, cluster: eu, port: 7001}
+  - {rank: 0, host: a, cluster: us, url: "ofi+tcp://10.0.0.2:7000"}
+)",
+                                "m.yaml");
+  validate(c);
+  const auto members = member_list(c);
+  ASSERT_EQ(members.size(), 2u);
+  EXPECT_EQ(members[0].url, "ofi+tcp://10.0.0.2:7000");
+  EXPECT_EQ(members[1].url, "tcp://b:7001");
+  EXPECT_EQ(members[1].cluster, "eu");
+}
+
+TEST(Config, DefaultsWhenKeysAreAbsent) {
+  const Config c = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 2}\n", "d.yaml");
+  EXPECT_EQ(c.topology, "double_binary");
+  EXPECT_EQ(c.chunk_bytes, 4u << 20);
+  EXPECT_EQ(c.log_level, "info");
+  EXPECT_EQ(member_list(c)[1].url, "tcp://127.0.0.1:29502");
+}
+
+TEST(ConfigErrors, UnknownKeyNamesLineAndColumn) {
+  const std::string m = parse_error("producer: tcp://h:1\ntransport: tcp\nchunk_size: 4MiB\n");
+  EXPECT_TRUE(contains(m, "test.yaml:3:1: unknown key 'chunk_size'")) << m;
+}
+
+TEST(ConfigErrors, UnknownNestedKey) {
+  const std::string m = parse_error("timeouts:\n  connect: 5s\n  hartbeat: 1s\n");
+  EXPECT_TRUE(contains(m, "test.yaml:3:3: unknown key 'timeouts.hartbeat'")) << m;
+}
+
+TEST(ConfigErrors, WrongType) {
+  std::string m = parse_error("trainer:\n  steps: three\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:10: key 'trainer.steps': expected an integer")) << m;
+  m = parse_error("timeouts: 5s\n");
+  EXPECT_TRUE(contains(m, "test.yaml:1:11: key 'timeouts' expects a mapping")) << m;
+  m = parse_error("producer:\n  - a\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:3: key 'producer' expects a single value")) << m;
+}
+
+TEST(ConfigErrors, NegativeAndZeroSizes) {
+  std::string m = parse_error("transport: tcp\nchunk_bytes: -4MiB\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:14: key 'chunk_bytes'")) << m;
+  EXPECT_TRUE(contains(m, "negative")) << m;
+  m = parse_error("\n\nchunk_bytes: 0\n");
+  EXPECT_TRUE(contains(m, "test.yaml:3:14:")) << m;
+  m = parse_error("trainer: {params: 12 parsecs}\n");
+  EXPECT_TRUE(contains(m, "test.yaml:1:19:")) << m;
+  EXPECT_TRUE(contains(m, "unknown unit")) << m;
+}
+
+TEST(ConfigErrors, BadTopologyName) {
+  const std::string m = parse_error("producer: tcp://h:1\n\ntopology: ring\n");
+  EXPECT_TRUE(contains(m, "test.yaml:3:11: key 'topology': unknown value 'ring'")) << m;
+  EXPECT_TRUE(contains(m, "double_binary")) << m;
+}
+
+TEST(ConfigErrors, MalformedYaml) {
+  std::string m = parse_error("producer: tcp://h:1\ntrainer: {steps: 3\n");
+  EXPECT_TRUE(contains(m, "test.yaml:")) << m;
+  EXPECT_TRUE(contains(m, "malformed YAML")) << m;
+  m = parse_error("a: b\n  c: d\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:")) << m;
+  EXPECT_TRUE(contains(m, "malformed YAML")) << m;
+}
+
+TEST(ConfigErrors, DuplicateKey) {
+  const std::string m = parse_error("topology: chain\ntopology: binary\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:1: duplicate key 'topology'")) << m;
+}
+
+TEST(ConfigErrors, BadMembers) {
+  std::string m = parse_error("members:\n  - {host: a, port: 1}\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:5: member entry needs a 'rank'")) << m;
+  m = parse_error("members:\n  - {rank: 0, host: a, port: 70000}\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:30: key 'members[].port': must be between 1 and 65535")) << m;
+  m = parse_error("members: {base_port: 9000}\n");
+  EXPECT_TRUE(contains(m, "needs 'count'")) << m;
+  // ranks must be 0..n-1 each once
+  Config c = parse_config("producer: tcp://h:1\nmembers:\n  - {rank: 0, url: 'tcp://a:1'}\n  - {rank: 2, url: 'tcp://b:1'}\n",
+                          "gap.yaml");
+  try {
+    validate(c);
+    FAIL() << "rank gap accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "rank 1 is missing")) << e.what();
+  }
+}
+
+TEST(ConfigErrors, MissingFileAndMissingProducer) {
+  try {
+    load_config("/nonexistent/deltacast.yaml", no_env());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::config);
+    EXPECT_TRUE(contains(e.what(), "/nonexistent/deltacast.yaml")) << e.what();
+  }
+  const Config c = parse_config("members: {count: 2}\n", "p.yaml");
+  EXPECT_THROW(validate(c), Error);
+}
+
+class ConfigOverrides : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = std::filesystem::temp_directory_path() / ("deltacast-config-" + std::to_string(::getpid()) + ".yaml");
+    std::ofstream(path_) << "producer: tcp://127.0.0.1:29500\ntopology: binary\nchunk_bytes: 1MiB\nmembers: {count: 4}\n";
+  }
+  void TearDown() override { std::filesystem::remove(path_); }
+  std::filesystem::path path_;
+};
+
+TEST_F(ConfigOverrides, EnvBeatsFileAndFlagsBeatEnv) {
+  const auto env = env_of({{"DELTACAST_CHUNK_BYTES", "8MiB"},
+                           {"DELTACAST_TOPOLOGY", "chain"},
+                           {"DELTACAST_TRANSPORT", "ofi+tcp"},
+                           {"DELTACAST_PRODUCER", "ofi+tcp://127.0.0.1:3000"},
+                           {"DELTACAST_TIMEOUTS_PEER", "30s"},
+                           {"DELTACAST_MEMBERS_COUNT", "6"}});
+  Config c = load_config(path_.string(), env);
+  EXPECT_EQ(c.chunk_bytes, 8u << 20);
+  EXPECT_EQ(c.topology, "chain");
+  EXPECT_EQ(c.transport, "ofi+tcp");
+  EXPECT_EQ(c.producer, "ofi+tcp://127.0.0.1:3000");
+  EXPECT_EQ(c.timeouts.peer, 30s);
+  ASSERT_EQ(member_list(c).size(), 6u);
+  EXPECT_EQ(member_list(c)[0].url, "ofi+tcp://127.0.0.1:29501");  // the transport override applies
+  apply_flag_overrides(c, {"chunk_bytes=500K", "topology=double_binary"});
+  EXPECT_EQ(c.chunk_bytes, 500'000u);
+  EXPECT_EQ(c.topology, "double_binary");
+  // Unset env leaves the file's values.
+  const Config plain = load_config(path_.string(), no_env());
+  EXPECT_EQ(plain.chunk_bytes, 1u << 20);
+  EXPECT_EQ(plain.topology, "binary");
+}
+
+TEST_F(ConfigOverrides, BadEnvAndFlagValuesNameTheirSource) {
+  try {
+    load_config(path_.string(), env_of({{"DELTACAST_TOPOLOGY", "star"}}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "env DELTACAST_TOPOLOGY: key 'topology': unknown value 'star'")) << e.what();
+  }
+  Config c = load_config(path_.string(), no_env());
+  try {
+    apply_flag_overrides(c, {"chunk_bytes=-1"});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "flag --set chunk_bytes: key 'chunk_bytes'")) << e.what();
+  }
+  EXPECT_THROW(apply_flag_overrides(c, {"no_such_key=1"}), Error);
+  EXPECT_THROW(apply_flag_overrides(c, {"chunk_bytes"}), Error);
+}
+
+TEST(ConfigValues, Sizes) {
+  EXPECT_EQ(parse_size("4096"), 4096u);
+  EXPECT_EQ(parse_size("4MiB"), 4u << 20);
+  EXPECT_EQ(parse_size("1GiB"), 1u << 30);
+  EXPECT_EQ(parse_size("1.5GiB"), 3u << 29);
+  EXPECT_EQ(parse_size("500M"), 500'000'000u);
+  EXPECT_EQ(parse_size("4MB"), 4'000'000u);
+  EXPECT_EQ(parse_size("2T"), 2'000'000'000'000u);
+  EXPECT_EQ(parse_size("18446744073709551615"), UINT64_MAX);
+  for (const char* bad : {"", "-1", "MiB", "4 MiB", "4XB", "1.0000001K", "18446744073709551616", "16EiB"}) {
+    EXPECT_THROW(parse_size(bad), Error) << bad;
+  }
+}
+
+TEST(ConfigValues, Durations) {
+  EXPECT_EQ(parse_duration("500ms"), 500ms);
+  EXPECT_EQ(parse_duration("5s"), 5s);
+  EXPECT_EQ(parse_duration("2m"), 120s);
+  EXPECT_EQ(parse_duration("1h"), 3600s);
+  for (const char* bad : {"", "5", "-5s", "5 s", "5d", "1.5s"}) EXPECT_THROW(parse_duration(bad), Error) << bad;
+}
+
+TEST(ConfigValues, EveryKeyRejectsControlCharacters) {
+  // A stray \r (a Windows-edited env file) must fail at load time, not as a missing host later.
+  Config c;
+  for (const auto& key : overridable_keys()) {
+    EXPECT_THROW(apply_override(c, key, "value\r", "probe"), Error) << key;
+  }
+  EXPECT_GE(overridable_keys().size(), 20u);
+}
+
+}  // namespace
+}  // namespace deltacast::config

@@ -1,0 +1,54 @@
+#pragma once
+// Where this process sits in a job: its rank, the job size and the producer's address, read from
+// whatever started it. Supported launchers: Open MPI / PMIx (mpirun), Slurm (srun), or explicit
+// flags. By convention rank 0 is the producer and ranks 1..size-1 are receivers (member index
+// rank - 1 in the relay topology).
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace deltacast::tree {
+
+enum class Launcher { flags, mpi, pmix, slurm };
+
+// "flags" | "mpi" | "pmix" | "slurm".
+std::string_view launcher_name(Launcher launcher) noexcept;
+
+struct LaunchEnv {
+  Launcher launcher = Launcher::flags;
+  int rank = 0;        // 0 = producer
+  int size = 0;        // producer + receivers
+  int local_rank = 0;  // index among this job's processes on this host (port offsets)
+  std::string nodelist;    // SLURM_STEP_NODELIST, when Slurm started us
+  std::string rendezvous;  // producer address; empty when no source supplied one
+
+  bool is_producer() const noexcept { return rank == 0; }
+  // This receiver's member index (rank - 1). Throws Error(state) on the producer.
+  int member_rank() const;
+  // The rendezvous address. Throws Error(config) when no source supplied one.
+  const std::string& require_rendezvous() const;
+};
+
+// Explicit values (command-line flags); each one present wins over the environment.
+struct LaunchFlags {
+  std::optional<int> rank;
+  std::optional<int> size;
+  std::optional<std::string> producer;
+};
+
+// Looks up an environment variable; nullopt when unset. Injectable for tests.
+using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
+EnvLookup process_environment();
+
+// Detects rank and size: flags first (both --rank and --size), then Open MPI
+// (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK), then PMIx (PMIX_RANK with PMIX_SIZE or a size flag),
+// then Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_NODELIST). Open MPI is checked
+// before Slurm because mpirun inside a Slurm allocation inherits the allocation's SLURM_PROCID.
+// The rendezvous address is flags.producer, else DELTACAST_PRODUCER, else config_producer.
+// Throws Error(invalid_argument) when no launcher is found, a variable is not an integer, or
+// rank/size are inconsistent (size < 2, rank outside 0..size-1). Thread-safe if `env` is.
+LaunchEnv detect_launch_env(const EnvLookup& env, const LaunchFlags& flags = {},
+                            const std::string& config_producer = "");
+
+}  // namespace deltacast::tree

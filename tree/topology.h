@@ -1,0 +1,137 @@
+#pragma once
+// Relay-tree topology: pure functions from (kind, membership) to (parent, children) per member and
+// per tree. Nothing here does I/O or names a transport; every member computes the same answer
+// from the same ordered membership list, so no coordination is needed to agree on the tree.
+//
+// Ranks 0..n-1 are the receivers ("members"). The producer is not a member: it is the parent
+// (kProducer) of each tree's root and sends every chunk of a tree to that root only.
+//
+// Kinds:
+//  - binary:        heap-order binary tree. Simple and shallow, but an interior node sends every
+//                   byte twice, so it halves the throughput of its uplink.
+//  - double_binary: two complementary trees (as NCCL's double binary tree); chunk c travels over
+//                   tree c % 2. Every member is interior in at most one tree and a leaf in the
+//                   other, so it forwards about as many bytes as it receives.
+//  - chain:         a pipelined chain 0 -> 1 -> ... -> n-1: bandwidth-optimal, depth n-1.
+//
+// Clusters (regions, datacenters): each member carries a cluster label. The topology is built so
+// that each cluster boundary is crossed once per tree: the clusters form a tree of the same kind
+// (over cluster indices); the producer feeds the gateway of the root cluster (cluster 0, or the
+// mirror root for double_binary tree 1); every other cluster's gateway is fed by one member of its
+// parent cluster, and the data then fans out inside the cluster. Clusters are ordered by first appearance in the
+// membership list; within a cluster, members keep their rank order.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deltacast::tree {
+
+enum class TopologyKind { binary, double_binary, chain };
+
+// The parent of a tree's root: the producer, which is not a member.
+inline constexpr int kProducer = -1;
+
+// One member's place in one tree. Children are in the order the member should send to them.
+struct TreeLinks {
+  int parent = kProducer;
+  std::vector<int> children;
+};
+
+// "binary" | "double_binary" | "chain".
+std::string_view topology_kind_name(TopologyKind kind) noexcept;
+// Parses a kind name (also accepts "double-binary"). Throws Error(invalid_argument) naming the
+// accepted names for anything else.
+TopologyKind parse_topology_kind(std::string_view name);
+// How many trees a kind uses: 2 for double_binary, 1 otherwise.
+int tree_count(TopologyKind kind) noexcept;
+// The tree that carries chunk `chunk`: chunk % tree_count(kind).
+int tree_for_chunk(TopologyKind kind, uint64_t chunk) noexcept;
+
+// Heap-order binary tree over ranks 0..n-1 rooted at 0. Depth floor(log2 n).
+//                 0
+//           1           2
+//        3     4     5     6
+//       7 8   9 10 11 12 13 14
+// parent (r-1)/2, children 2r+1 and 2r+2 when < n. Throws Error(invalid_argument) unless
+// 0 <= rank < n.
+TreeLinks binary_tree_links(int n, int rank);
+
+// Pipelined chain 0 -> 1 -> ... -> n-1. Throws Error(invalid_argument) unless 0 <= rank < n.
+TreeLinks chain_links(int n, int rank);
+
+// Double binary tree, tree 0 or 1. Tree 0 is an in-order "bit" tree over the first m ranks
+// (m = n rounded down to even): a node's lowest set bit gives its level, odd ranks are leaves and
+// even ranks interior. For m = 8:
+//
+//   tree 0:        0                tree 1 (mirror r -> m-1-r):     7
+//                  4                                                3
+//              2       6                                        5       1
+//            1   3   5   7                                    6   4   2   0
+//
+// Tree 1 mirrors tree 0, so odd ranks are interior there and even ranks leaves. When n is odd,
+// the extra rank n-1 hangs as a leaf under both roots (each root has a free child slot), so it is
+// a leaf in both trees. Depth <= floor(log2 n) + 1. Throws Error(invalid_argument) unless
+// 0 <= rank < n and tree is 0 or 1.
+TreeLinks double_binary_tree_links(int n, int rank, int tree);
+
+// Local root of tree `tree` for a single group of n members of the given kind (0, or m-1 for
+// double_binary tree 1 when n >= 2).
+int tree_root(TopologyKind kind, int n, int tree);
+
+// (parent, children) per member for a given membership. Immutable after construction; all
+// const members are thread-safe.
+class Topology {
+ public:
+  // cluster_labels[r] is member r's cluster label; the empty string is a valid label. Throws
+  // Error(invalid_argument) when the list is empty.
+  Topology(TopologyKind kind, std::vector<std::string> cluster_labels);
+  // n members, all in one cluster.
+  static Topology single_cluster(TopologyKind kind, int n);
+
+  TopologyKind kind() const noexcept { return kind_; }
+  int size() const noexcept { return static_cast<int>(labels_.size()); }
+  int trees() const noexcept { return static_cast<int>(links_.size()); }
+  int tree_for_chunk(uint64_t chunk) const noexcept { return tree::tree_for_chunk(kind_, chunk); }
+
+  // The member the producer sends tree `tree` to. Throws Error(invalid_argument) for a bad tree.
+  int root(int tree) const;
+  // Throw Error(invalid_argument) for a bad rank or tree.
+  const TreeLinks& links(int rank, int tree) const;
+  int parent(int rank, int tree) const { return links(rank, tree).parent; }
+  const std::vector<int>& children(int rank, int tree) const { return links(rank, tree).children; }
+
+  int cluster_count() const noexcept { return static_cast<int>(cluster_members_.size()); }
+  // Index of member `rank`'s cluster in first-appearance order. Throws for a bad rank.
+  int cluster_of(int rank) const;
+  const std::string& cluster_label(int cluster) const;
+  // Members of a cluster, ascending. Throws Error(invalid_argument) for a bad index.
+  const std::vector<int>& cluster_members(int cluster) const;
+  // The member of `cluster` that receives tree `tree` from outside the cluster.
+  int gateway(int cluster, int tree) const;
+
+ private:
+  void build_tree(int tree);
+
+  TopologyKind kind_;
+  std::vector<std::string> labels_;
+  std::vector<int> cluster_of_;
+  std::vector<std::vector<int>> cluster_members_;
+  std::vector<std::vector<TreeLinks>> links_;  // [tree][rank]
+};
+
+// Validation helpers, used by tests and by a relay that wants to refuse a broken membership.
+
+// Problems with one tree of `topology`, empty when valid: the producer feeds exactly one root,
+// every member is reached exactly once from it, parent and child links agree, no cycles.
+std::vector<std::string> tree_problems(const Topology& topology, int tree);
+// Problems across all trees (tree_problems for each).
+std::vector<std::string> topology_problems(const Topology& topology);
+// Longest root-to-member path in member hops (root has depth 0). Requires a valid tree.
+int tree_depth(const Topology& topology, int tree);
+// Bytes member `rank` sends per byte of payload: sum over trees of children / trees.
+double send_load(const Topology& topology, int rank);
+// Edges of tree `tree` that cross a cluster boundary, counting the producer -> root edge as one.
+int cluster_crossings(const Topology& topology, int tree);
+
+}  // namespace deltacast::tree
