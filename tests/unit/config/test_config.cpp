@@ -54,7 +54,7 @@ TEST(Config, ExampleLocal9LoadsWithEveryKey) {
   EXPECT_EQ(c.timeouts.refit, 120s);
   EXPECT_EQ(c.trainer.params, 50'000'000u);
   EXPECT_EQ(c.trainer.steps, 3);
-  EXPECT_DOUBLE_EQ(c.trainer.lr, 1e-5);
+  EXPECT_DOUBLE_EQ(c.trainer.lr, 2e-6);
   EXPECT_EQ(c.trainer.seed, 42u);
   const auto members = member_list(c);
   ASSERT_EQ(members.size(), 8u);

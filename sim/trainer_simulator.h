@@ -1,0 +1,66 @@
+#pragma once
+// A SIMULATOR of an RL trainer's weights, for benchmarks, demos and tests. It trains nothing: the
+// gradients are random. What it reproduces faithfully is the arithmetic that decides which BF16
+// elements change between optimizer steps:
+//   - FP32 master weights initialised like a real model (normal, std 0.02; RMSNorm weights near 1),
+//   - Adam (beta1 0.9, beta2 0.999, eps 1e-8, bias correction, no weight decay) on heavy-tailed
+//     gradients: Student-t with 2 degrees of freedom (closed-form inverse CDF, so it is cheap and
+//     vectorises; tails as heavy as the ~3-dof fits reported for LLM gradient noise), scaled by a
+//     per-tensor factor,
+//   - the published BF16 weights are the master weights cast with round-to-nearest-even after
+//     every step (sim/bf16.h).
+//   - by default the optimizer starts warm: Adam moments are drawn near their steady state under
+//     this noise and bias correction is off, as thousands of steps into a run. A cold (fresh)
+//     Adam's first step moves every weight by exactly lr (m/sqrt(v) = sign(g)), which changes ~7%
+//     of BF16 elements at lr 2e-6 -- an artefact of starting an optimizer, not of RL refit.
+// So the fraction of BF16 elements that change per step comes out of the arithmetic: with
+// |update| ~ lr and BF16 spacing |w|/128..|w|/256, small weights cross a rounding boundary more
+// often than large ones, and raising lr raises the change rate. Nothing is injected.
+// Determinism: every random number is a function of (seed, step, tensor, element) (sim/philox.h),
+// so the weights after step k are identical for a seed regardless of the thread count.
+// Memory: 14 bytes per parameter (FP32 master + two FP32 Adam moments + the BF16 copy).
+#include <cstdint>
+#include <memory>
+#include <optional>
+
+#include "codec/manifest.h"
+#include "sim/model_shape.h"
+
+namespace deltacast::sim {
+
+struct SimConfig {
+  uint64_t params = 200'000'000;    // target parameter count, turned into a shape by model_shape_for
+  std::optional<ModelShape> shape;  // explicit shape; overrides params
+  float lr = 2e-6f;                 // Adam learning rate
+  uint64_t seed = 0;
+  unsigned threads = 2;             // worker threads for initialisation and steps (>= 1)
+  float init_std = 0.02f;           // std of the normal initialisation of matrices
+  bool warm_optimizer = true;       // start Adam near steady state (see above); false = fresh Adam
+};
+
+class TrainerSimulator {
+ public:
+  // Allocates and initialises the model (step_index() == 0: the initial checkpoint).
+  // Throws Error(invalid_argument) for a bad config (lr not positive and finite, threads 0, tiny
+  // params), std::bad_alloc when memory runs out.
+  explicit TrainerSimulator(SimConfig config);
+  ~TrainerSimulator();
+  TrainerSimulator(const TrainerSimulator&) = delete;
+  TrainerSimulator& operator=(const TrainerSimulator&) = delete;
+
+  const codec::Manifest& manifest() const noexcept;
+  const ModelShape& shape() const noexcept;
+  // Advances one Adam step on fresh random gradients and refreshes the BF16 weights.
+  void step();
+  // Number of completed steps.
+  uint64_t step_index() const noexcept;
+  // The current BF16 weights (spans into the simulator; valid until the next step() changes their
+  // contents, and until destruction). Not thread-safe against a concurrent step().
+  codec::ConstWeights bf16_weights() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deltacast::sim

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Offline CLI round trip on a small SIMULATED model:
+#   synth -> diff -> apply (--out and --in-place) -> verify bit-exact; chained versions;
+#   corrupted / truncated / wrong-base deltas fail with a non-zero exit and leave the target
+#   byte-identical (sha256 before/after); inspect --json and diff --json parse; demo --offline.
+set -euo pipefail
+DC=${1:?usage: cli_roundtrip_test.sh PATH/TO/deltacast}
+WORK=$(mktemp -d /tmp/dc-cli-test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+sha() { sha256sum "$1" | cut -d' ' -f1; }
+# expect_failure NAME EXPECTED_ERRC CMD...: the command must exit non-zero and name EXPECTED_ERRC.
+expect_failure() {
+  local name=$1 errc=$2; shift 2
+  if "$@" >out.txt 2>err.txt; then fail "$name: succeeded but should fail"; fi
+  grep -q "$errc" err.txt || fail "$name: expected '$errc' in: $(cat err.txt)"
+  echo "ok: $name fails with $errc"
+}
+
+"$DC" synth --out ck --params 2M --steps 2 --seed 5 >/dev/null
+for s in 0 1 2; do [ -f "ck/step-000$s.safetensors" ] || fail "synth did not write step $s"; done
+
+# Plain diff/apply/verify.
+"$DC" diff --base ck/step-0000.safetensors --new ck/step-0001.safetensors --out d01.dcx >/dev/null
+"$DC" apply --target ck/step-0000.safetensors --delta d01.dcx --out r1.safetensors >/dev/null
+"$DC" verify r1.safetensors ck/step-0001.safetensors >/dev/null || fail "apply --out is not bit-exact"
+if "$DC" verify ck/step-0000.safetensors ck/step-0001.safetensors >/dev/null; then fail "verify missed a difference"; fi
+echo "ok: diff + apply --out is bit-exact"
+
+# Chained version 1 -> 2, with --json and an overwrite regex.
+"$DC" diff --base ck/step-0001.safetensors --new ck/step-0002.safetensors --out d12.dcx --base-version 1 \
+  --overwrite 'layernorm|lm_head' --json --chunk-bytes 65536 --threads 2 >diff.json
+python3 - diff.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["new_version"] == 2 and d["overwrite_tensors"] > 0, d
+assert 0.003 < d["changed_fraction"] < 0.03, d["changed_fraction"]
+assert d["frame_bytes"] > 0 and d["bytes_per_change"] > 0, d
+PY
+"$DC" apply --target r1.safetensors --delta d12.dcx --out r2.safetensors >/dev/null
+"$DC" verify r2.safetensors ck/step-0002.safetensors >/dev/null || fail "chained apply is not bit-exact"
+echo "ok: chained apply with overwrite tensors is bit-exact"
+
+# In place.
+cp ck/step-0000.safetensors inplace.safetensors
+"$DC" apply --target inplace.safetensors --delta d01.dcx --in-place >/dev/null
+"$DC" verify inplace.safetensors ck/step-0001.safetensors >/dev/null || fail "apply --in-place is not bit-exact"
+echo "ok: apply --in-place is bit-exact"
+
+# inspect --json parses and agrees with the file.
+"$DC" inspect --json d01.dcx >inspect.json
+python3 - inspect.json d01.dcx <<'PY'
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+assert d["bytes"] == os.path.getsize(sys.argv[2])
+assert sum(f["bytes"] for f in d["frames"]) == d["bytes"]
+assert d["frames"][-1]["kind"] == "seal" and d["base_version"] == 0 and d["new_version"] == 1
+assert all("segments" in f for f in d["frames"][:-1])
+PY
+"$DC" inspect d01.dcx >/dev/null
+echo "ok: inspect"
+
+# Broken deltas: the target must stay byte-identical, --out must not appear.
+python3 - d01.dcx <<'PY'
+import sys
+data = bytearray(open(sys.argv[1], "rb").read())
+flipped = bytearray(data); flipped[len(data) // 2] ^= 0x10
+open("flipped.dcx", "wb").write(flipped)
+open("truncated.dcx", "wb").write(data[: len(data) - 5])
+open("empty.dcx", "wb").write(b"")
+PY
+cp ck/step-0000.safetensors target.safetensors
+before=$(sha target.safetensors)
+for delta in flipped truncated empty; do
+  expect_failure "$delta delta (--out)" corrupt_frame \
+    "$DC" apply --target target.safetensors --delta $delta.dcx --out never.safetensors
+  expect_failure "$delta delta (--in-place)" corrupt_frame \
+    "$DC" apply --target target.safetensors --delta $delta.dcx --in-place
+  [ "$(sha target.safetensors)" = "$before" ] || fail "$delta delta modified the target"
+  [ ! -e never.safetensors ] || fail "$delta delta produced an output file"
+done
+
+# Frames that each parse but do not add up: version 0 -> 1 chunks of d01 sealed with the seal of a
+# 0 -> 1 delta towards step 2. Applying succeeds frame by frame and fails at verification, so
+# --in-place must roll back.
+"$DC" diff --base ck/step-0000.safetensors --new ck/step-0002.safetensors --out d02.dcx >/dev/null
+"$DC" inspect --json d01.dcx >i01.json
+"$DC" inspect --json d02.dcx >i02.json
+python3 - <<'PY'
+import json
+def frames(dcx, info):
+    data, out, at = open(dcx, "rb").read(), [], 0
+    for f in json.load(open(info))["frames"]:
+        out.append((f["kind"], data[at:at + f["bytes"]])); at += f["bytes"]
+    return out
+chunks = [b for k, b in frames("d01.dcx", "i01.json") if k == "chunk"]
+seal = [b for k, b in frames("d02.dcx", "i02.json") if k == "seal"]
+assert len(chunks) == len([1 for k, _ in frames("d02.dcx", "i02.json") if k == "chunk"])
+open("mixed.dcx", "wb").write(b"".join(chunks + seal))
+PY
+expect_failure "mismatched seal (--out)" verify_failed \
+  "$DC" apply --target target.safetensors --delta mixed.dcx --out never.safetensors
+expect_failure "mismatched seal (--in-place, rolled back)" verify_failed \
+  "$DC" apply --target target.safetensors --delta mixed.dcx --in-place
+[ "$(sha target.safetensors)" = "$before" ] || fail "the in-place rollback did not restore the target"
+[ ! -e never.safetensors ] || fail "a failed apply produced an output file"
+
+# Wrong base: d12 expects version 1's bits.
+expect_failure "wrong base (--out)" version_mismatch \
+  "$DC" apply --target target.safetensors --delta d12.dcx --out never.safetensors
+expect_failure "wrong base (--in-place)" version_mismatch \
+  "$DC" apply --target target.safetensors --delta d12.dcx --in-place
+[ "$(sha target.safetensors)" = "$before" ] || fail "wrong-base delta modified the target"
+# A safetensors file is not a delta, and a delta is not a safetensors file.
+expect_failure "checkpoint given as delta" corrupt_frame \
+  "$DC" apply --target target.safetensors --delta ck/step-0001.safetensors --out never.safetensors
+expect_failure "delta given as checkpoint" "not a safetensors file" \
+  "$DC" apply --target d01.dcx --delta d01.dcx --out never.safetensors
+expect_failure "missing target" io "$DC" apply --target absent.safetensors --delta d01.dcx --out never.safetensors
+[ "$(sha target.safetensors)" = "$before" ] || fail "the target changed"
+echo "ok: the target is untouched after every failure"
+
+# The whole loop in memory.
+"$DC" demo --offline --params 2M --steps 2 --json demo.json >/dev/null
+python3 - demo.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["steps"]) == 2 and all(s["bit_exact"] for s in d["steps"]), d
+PY
+echo "ok: demo --offline"
+echo "PASS"

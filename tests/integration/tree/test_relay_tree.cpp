@@ -1,0 +1,283 @@
+// The relay tree end to end, with every member a thread of this process: a real Producer and real
+// Receivers over real transports (loop:// and tcp://127.0.0.1), bit-exact checks by memcmp.
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "codec/encoder.h"
+#include "transport/transport.h"
+#include "tree/producer.h"
+#include "tree/receiver.h"
+#include "util/error.h"
+
+namespace deltacast::tree {
+namespace {
+
+using Bytes = std::vector<std::byte>;
+
+// A small BF16 model whose versions differ in ~1% of elements by one or two ulps.
+struct Model {
+  codec::Manifest manifest;
+  std::vector<Bytes> tensors;
+
+  static Model make(uint64_t seed) {
+    std::vector<codec::TensorInfo> infos = {{"embed", codec::DType::bf16, {256, 1024}},
+                                            {"layer.0.w", codec::DType::bf16, {512, 512}},
+                                            {"layer.0.norm", codec::DType::bf16, {512}},
+                                            {"layer.1.w", codec::DType::bf16, {512, 768}},
+                                            {"head.bias", codec::DType::f32, {333}}};
+    Model m{codec::Manifest(infos), {}};
+    std::mt19937_64 rng(seed);
+    for (const auto& t : m.manifest.tensors()) {
+      Bytes bytes(t.nbytes());
+      for (auto& b : bytes) b = static_cast<std::byte>(rng());
+      m.tensors.push_back(std::move(bytes));
+    }
+    return m;
+  }
+  // Moves ~1% of the low bytes by +-1 (a one-ulp step for most values).
+  void step(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (auto& bytes : tensors)
+      for (size_t i = 0; i < bytes.size(); i += 2)
+        if (rng() % 100 == 0) bytes[i] = static_cast<std::byte>(std::to_integer<uint8_t>(bytes[i]) + ((rng() & 1) ? 1 : 255));
+  }
+  codec::ConstWeights weights() const {
+    codec::ConstWeights w{&manifest, {}};
+    for (const auto& t : tensors) w.tensors.emplace_back(t.data(), t.size());
+    return w;
+  }
+};
+
+struct Params {
+  std::string scheme;
+  TopologyKind topology;
+};
+
+// A producer and `n` receiver threads; each receiver's buffers are kept for memcmp after run().
+class Cluster {
+ public:
+  Cluster(const Params& params, const codec::Manifest& manifest, uint32_t n, const std::string& name)
+      : transport_(transport::make_transport(params.scheme, {})), buffers_(n), summaries_(n) {
+    ProducerOptions options;
+    options.listen_url = url(params.scheme, name + "-producer");
+    options.receivers = n;
+    options.topology = params.topology;
+    options.encode.chunk_bytes = 64 << 10;  // many chunks for a small model
+    options.max_inflight_bytes_per_root = 256 << 10;
+    options.version_timeout = std::chrono::milliseconds(60'000);
+    producer_ = std::make_unique<Producer>(*transport_, manifest, options);
+    for (uint32_t r = 1; r <= n; ++r) {
+      ReceiverOptions ro;
+      ro.rank = r;
+      ro.producer_url = producer_->url();
+      ro.listen_url = url(params.scheme, name + "-r" + std::to_string(r));
+      ro.max_inflight_bytes_per_child = 128 << 10;  // exercise back-pressure
+      receivers_.push_back(std::make_unique<Receiver>(*transport_, ro));
+    }
+    for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { serve(i); });
+    producer_->start();
+  }
+  ~Cluster() {
+    if (!finished_) finish();
+  }
+  void finish() {
+    finished_ = true;
+    producer_->finish();
+    for (auto& t : threads_) t.join();
+  }
+  Producer& producer() { return *producer_; }
+  Receiver& receiver(size_t i) { return *receivers_[i]; }
+  size_t size() const { return receivers_.size(); }
+  const std::string& failure(size_t i) const { return failures_[i]; }
+
+  // True when receiver i's buffers equal `expected` byte for byte.
+  bool holds(size_t i, const codec::ConstWeights& expected) const {
+    const auto& mine = buffers_[i];
+    if (mine.size() != expected.tensors.size()) return false;
+    for (size_t t = 0; t < mine.size(); ++t)
+      if (mine[t].size() != expected.tensors[t].size() ||
+          std::memcmp(mine[t].data(), expected.tensors[t].data(), mine[t].size()) != 0)
+        return false;
+    return true;
+  }
+
+ private:
+  static std::string url(const std::string& scheme, const std::string& name) {
+    return scheme == "loop" ? "loop://" + name : "tcp://127.0.0.1:0";
+  }
+  void serve(size_t i) {
+    try {
+      auto& receiver = *receivers_[i];
+      const auto& manifest = receiver.join();
+      codec::MutableWeights weights{&manifest, {}};
+      for (const auto& t : manifest.tensors()) buffers_[i].emplace_back(t.nbytes());
+      for (auto& b : buffers_[i]) weights.tensors.emplace_back(b.data(), b.size());
+      receiver.attach(weights, 0);
+      summaries_[i] = receiver.run();
+    } catch (const std::exception& e) {
+      failures_[i] = e.what();
+    }
+  }
+
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<Producer> producer_;
+  std::vector<std::unique_ptr<Receiver>> receivers_;
+  std::vector<std::vector<Bytes>> buffers_;
+  std::vector<RunSummary> summaries_;
+  std::vector<std::string> failures_ = std::vector<std::string>(16);
+  std::vector<std::thread> threads_;
+  bool finished_ = false;
+};
+
+class RelayTree : public ::testing::TestWithParam<Params> {
+ protected:
+  std::string name() const {
+    return std::string(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+};
+
+std::string sanitize(std::string s) {
+  for (auto& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  return s;
+}
+
+TEST_P(RelayTree, EveryReceiverIsBitExactAfterEachVersion) {
+  Model model = Model::make(1);
+  const uint32_t n = 7;
+  Cluster cluster(GetParam(), model.manifest, n, sanitize(name()));
+  for (uint64_t v = 1; v <= 3; ++v) {
+    if (v > 1) model.step(v);
+    RefitReport report = cluster.producer().refit(model.weights());
+    ASSERT_TRUE(report.committed) << report.abort_reason;
+    EXPECT_EQ(report.version, v);
+    EXPECT_EQ(report.verified_receivers, n);
+    EXPECT_GT(report.chunks, 1u);
+    if (v > 1) {
+      EXPECT_LT(report.changes, report.elements / 20);
+    }
+  }
+  cluster.finish();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "") << "receiver " << i + 1;
+    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1 << " differs";
+    EXPECT_EQ(cluster.receiver(i).version(), 3u);
+    EXPECT_EQ(cluster.receiver(i).stats().versions_committed, 3u);
+  }
+}
+
+TEST_P(RelayTree, RawBootstrapThenDeltasAreBitExact) {
+  Model model = Model::make(5);
+  const uint32_t n = 4;
+  Cluster cluster(GetParam(), model.manifest, n, sanitize(name()));
+  RefitReport full = cluster.producer().bootstrap(model.weights());
+  ASSERT_TRUE(full.committed) << full.abort_reason;
+  EXPECT_EQ(full.version, 1u);
+  EXPECT_EQ(full.verified_receivers, n);
+  EXPECT_EQ(full.frames_bytes, model.manifest.total_bytes());
+  for (int step = 0; step < 2; ++step) {
+    model.step(40 + step);
+    RefitReport delta = cluster.producer().refit(model.weights());
+    ASSERT_TRUE(delta.committed) << delta.abort_reason;
+    EXPECT_LT(delta.frames_bytes * 10, full.frames_bytes);
+  }
+  cluster.finish();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "");
+    EXPECT_EQ(cluster.receiver(i).version(), 3u);
+    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
+  }
+}
+
+TEST_P(RelayTree, DeltaWithWrongBaseIsRefusedAndBitsStayAtTheBase) {
+  Model model = Model::make(2);
+  const uint32_t n = 5;
+  Cluster cluster(GetParam(), model.manifest, n, sanitize(name()));
+  ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);
+  Model base = model;
+  model.step(10);
+  // Frames that claim base version 7, which nobody holds.
+  codec::EncodeOptions options;
+  options.chunk_bytes = 64 << 10;
+  auto wrong = codec::encode_delta(base.weights(), model.weights(), cluster.producer().digest(),
+                                   {7, 8}, options);
+  RefitReport report = cluster.producer().publish(wrong.frames, 8, wrong.new_digest.combined());
+  EXPECT_FALSE(report.committed);
+  EXPECT_NE(report.abort_reason.find("version_mismatch"), std::string::npos) << report.abort_reason;
+  EXPECT_EQ(report.verified_receivers, 0u);
+  // The tree still works afterwards, from the right base.
+  RefitReport good = cluster.producer().refit(model.weights());
+  EXPECT_TRUE(good.committed) << good.abort_reason;
+  EXPECT_EQ(good.version, 2u);
+  cluster.finish();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "");
+    EXPECT_GE(cluster.receiver(i).stats().frames_refused, 1u);
+    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
+  }
+}
+
+TEST_P(RelayTree, AbortRollsEveryReceiverBackToTheBaseBits) {
+  Model model = Model::make(3);
+  const uint32_t n = 6;
+  Cluster cluster(GetParam(), model.manifest, n, sanitize(name()));
+  ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);
+  Model base = model;
+  model.step(20);
+  RefitReport report = cluster.producer().refit(model.weights(), {.dry_run = true, .value_mode = std::nullopt});
+  EXPECT_FALSE(report.committed);
+  EXPECT_EQ(report.verified_receivers, n);  // everybody applied and verified, then rolled back
+  EXPECT_EQ(cluster.producer().version(), 1u);
+  cluster.finish();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "");
+    EXPECT_EQ(cluster.receiver(i).version(), 1u);
+    EXPECT_EQ(cluster.receiver(i).stats().versions_aborted, 1u);
+    EXPECT_TRUE(cluster.holds(i, base.weights())) << "receiver " << i + 1 << " not at the base";
+  }
+}
+
+TEST_P(RelayTree, ReplayedChunkIsRefusedAndNotForwarded) {
+  Model model = Model::make(4);
+  const uint32_t n = 7;
+  Cluster cluster(GetParam(), model.manifest, n, sanitize(name()));
+  ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);
+  Model base = model;
+  model.step(30);
+  codec::EncodeOptions options;
+  options.chunk_bytes = 64 << 10;
+  auto delta = codec::encode_delta(base.weights(), model.weights(), cluster.producer().digest(),
+                                   {1, 2}, options);
+  ASSERT_GT(delta.frames.size(), 3u);
+  // The root's parent sends chunk 0 twice (chunk 0 goes down tree 0 in every topology).
+  auto frames = delta.frames;
+  frames.insert(frames.begin() + 2, delta.frames[0]);
+  RefitReport report = cluster.producer().publish(frames, 2, delta.new_digest.combined());
+  EXPECT_TRUE(report.committed) << report.abort_reason;
+  cluster.finish();
+  uint64_t replayed = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "");
+    replayed += cluster.receiver(i).stats().frames_replayed;
+    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
+  }
+  EXPECT_EQ(replayed, 1u) << "the duplicate must be refused once, at the root, and not forwarded";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transports, RelayTree,
+    ::testing::Values(Params{"loop", TopologyKind::binary}, Params{"loop", TopologyKind::double_binary},
+                      Params{"loop", TopologyKind::chain}, Params{"tcp", TopologyKind::binary},
+                      Params{"tcp", TopologyKind::double_binary}, Params{"tcp", TopologyKind::chain}),
+    [](const auto& param_info) {
+      return param_info.param.scheme + "_" +
+             std::string(topology_kind_name(param_info.param.topology));
+    });
+
+}  // namespace
+}  // namespace deltacast::tree

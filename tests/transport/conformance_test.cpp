@@ -1,0 +1,360 @@
+// The transport conformance suite: every rule of transport/transport.h, run over every backend.
+// To cover a new backend, add its scheme to kConformanceSchemes; schemes not built are skipped.
+#include <signal.h>
+
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "tests/transport/peer_process.h"
+#include "transport/transport.h"
+
+namespace deltacast::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::vector<std::string> kConformanceSchemes = {"tcp", "loop", "ofi+tcp", "ofi+shm", "ucx"};
+
+constexpr auto kWait = 30s;  // generous bound: a hang fails the test instead of blocking ctest
+
+TransportOptions test_options(std::string secret = "conformance-secret") {
+  TransportOptions options;
+  options.secret = std::move(secret);
+  options.connect_timeout = 5s;
+  options.heartbeat_interval = 100ms;
+  options.peer_timeout = 1500ms;
+  return options;
+}
+
+std::string listen_text(const std::string& scheme) {
+  static std::atomic<int> counter{0};
+  if (scheme == "loop") return "loop://conformance-" + std::to_string(counter++);
+  return scheme + "://127.0.0.1:0";
+}
+
+std::vector<std::byte> pattern(size_t size, uint64_t seed) {
+  std::vector<std::byte> bytes(size);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < size; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    bytes[i] = static_cast<std::byte>(x);
+  }
+  return bytes;
+}
+
+void expect_ok(const std::shared_ptr<Request>& request) {
+  auto status = request->wait(kWait);
+  ASSERT_TRUE(status.ok()) << errc_name(status.code) << ": " << status.message;
+}
+
+class Conformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!backend_built(GetParam())) GTEST_SKIP() << GetParam() << " is not built";
+    server_ = make_transport(GetParam(), test_options());
+    client_ = make_transport(GetParam(), test_options());
+    listener_ = server_->listen(Url::parse(listen_text(GetParam())));
+  }
+
+  // Connects one client and accepts it: {client end, server end}.
+  std::pair<std::unique_ptr<Connection>, std::unique_ptr<Connection>> connect_pair() {
+    auto client = client_->connect(listener_->local_url(), 5s);
+    auto server = listener_->accept(10s);
+    if (!server) throw Error(Errc::timeout, "accept returned no connection");
+    return {std::move(client), std::move(server)};
+  }
+
+  std::unique_ptr<Transport> server_;
+  std::unique_ptr<Transport> client_;
+  std::unique_ptr<Listener> listener_;
+};
+
+TEST_P(Conformance, ListenerReportsBoundAddress) {
+  auto url = listener_->local_url();
+  EXPECT_EQ(url.full_scheme(), GetParam());
+  if (GetParam() != "loop") {
+    EXPECT_NE(url.port, 0);
+  }
+  EXPECT_EQ(server_->capabilities().backend.substr(0, url.scheme.size()), url.scheme);
+}
+
+TEST_P(Conformance, MessagesArriveWholeAndInOrder) {
+  auto [a, b] = connect_pair();
+  const std::vector<size_t> sizes = {0, 1, 7, 4096, 65537, 1 << 20, 3, (3 << 20) + 5};
+  std::vector<std::vector<std::byte>> sent;
+  std::vector<std::shared_ptr<Request>> sends;
+  for (size_t k = 0; k < sizes.size(); ++k) sent.push_back(pattern(sizes[k], k));
+  for (auto& message : sent) sends.push_back(a->post_send(message));
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::vector<std::byte> buffer(4 << 20);
+    auto recv = b->post_recv(buffer);
+    expect_ok(recv);
+    ASSERT_EQ(recv->bytes(), sizes[k]) << "message " << k;
+    EXPECT_EQ(std::memcmp(buffer.data(), sent[k].data(), sizes[k]), 0) << "message " << k;
+  }
+  for (size_t k = 0; k < sends.size(); ++k) {
+    expect_ok(sends[k]);
+    EXPECT_EQ(sends[k]->bytes(), sizes[k]);
+  }
+}
+
+TEST_P(Conformance, BothDirectionsAtOnce) {
+  auto [a, b] = connect_pair();
+  auto ab = pattern(1 << 20, 1), ba = pattern(1 << 20, 2);
+  std::vector<std::byte> at_a(1 << 20), at_b(1 << 20);
+  auto ra = a->post_recv(at_a), rb = b->post_recv(at_b);
+  auto sa = a->post_send(ab), sb = b->post_send(ba);
+  for (auto& r : {ra, rb, sa, sb}) expect_ok(r);
+  EXPECT_EQ(at_b, ab);
+  EXPECT_EQ(at_a, ba);
+}
+
+TEST_P(Conformance, LargeMessage256MiBIsBitExact) {
+  auto [a, b] = connect_pair();
+  const size_t size = size_t{256} << 20;
+  std::vector<uint64_t> words(size / 8);
+  std::iota(words.begin(), words.end(), uint64_t{0x1234567});
+  std::span<const std::byte> message(reinterpret_cast<const std::byte*>(words.data()), size);
+  std::vector<std::byte> buffer(size);
+  auto recv = b->post_recv(buffer);
+  auto send = a->post_send(message);
+  expect_ok(send);
+  expect_ok(recv);
+  ASSERT_EQ(recv->bytes(), size);
+  EXPECT_EQ(std::memcmp(buffer.data(), message.data(), size), 0);
+}
+
+TEST_P(Conformance, ManySmallMessages) {
+  auto [a, b] = connect_pair();
+  constexpr int kCount = 20000;
+  std::vector<uint32_t> received(kCount, 0xffffffff);
+  std::vector<std::shared_ptr<Request>> recvs;
+  for (int k = 0; k < kCount; ++k) recvs.push_back(b->post_recv(std::as_writable_bytes(std::span(&received[k], 1))));
+  std::vector<uint32_t> values(kCount);
+  std::iota(values.begin(), values.end(), 0u);
+  std::vector<std::shared_ptr<Request>> sends;
+  for (int k = 0; k < kCount; ++k) sends.push_back(a->post_send(std::as_bytes(std::span(&values[k], 1))));
+  for (auto& r : recvs) expect_ok(r);
+  for (auto& s : sends) expect_ok(s);
+  EXPECT_EQ(received, values);
+}
+
+TEST_P(Conformance, ConcurrentConnections) {
+  constexpr int kClients = 6, kMessages = 200;
+  std::vector<std::thread> threads;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < kClients; ++c) {
+    threads.emplace_back([&, c] {
+      try {
+        auto connection = client_->connect(listener_->local_url(), 5s);
+        for (uint32_t k = 0; k < kMessages; ++k) {
+          uint32_t value[2] = {static_cast<uint32_t>(c), k};
+          if (!connection->post_send(std::as_bytes(std::span(value)))->wait(kWait).ok()) failures++;
+        }
+        uint32_t done = 0;  // hold the connection until the server has read everything
+        connection->post_recv(std::as_writable_bytes(std::span(&done, 1)))->wait(kWait);
+      } catch (const std::exception&) {
+        failures++;
+      }
+    });
+  }
+  std::vector<std::unique_ptr<Connection>> servers;
+  for (int c = 0; c < kClients; ++c) {
+    auto connection = listener_->accept(10s);
+    ASSERT_TRUE(connection) << "accept " << c;
+    servers.push_back(std::move(connection));
+  }
+  std::vector<int> seen(kClients, 0);
+  for (auto& connection : servers) {
+    int client = -1;
+    for (uint32_t k = 0; k < kMessages; ++k) {
+      uint32_t value[2] = {};
+      auto recv = connection->post_recv(std::as_writable_bytes(std::span(value)));
+      expect_ok(recv);
+      if (client < 0) client = static_cast<int>(value[0]);
+      EXPECT_EQ(value[0], static_cast<uint32_t>(client));
+      EXPECT_EQ(value[1], k);  // in order per connection
+    }
+    ASSERT_GE(client, 0);
+    seen[client]++;
+    uint32_t done = 1;
+    expect_ok(connection->post_send(std::as_bytes(std::span(&done, 1))));
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(seen, std::vector<int>(kClients, 1));
+}
+
+TEST_P(Conformance, MessageLargerThanBufferFailsAndCloses) {
+  auto [a, b] = connect_pair();
+  auto big = pattern(1000, 3);
+  expect_ok(a->post_send(big));
+  std::vector<std::byte> small(10);
+  auto status = b->post_recv(small)->wait(kWait);
+  EXPECT_EQ(status.code, Errc::invalid_argument) << status.message;
+  auto next = b->post_recv(small)->wait(kWait);
+  EXPECT_EQ(next.code, Errc::connection) << next.message;
+}
+
+TEST_P(Conformance, SendAboveMaxMessageIsRefused) {
+  auto options = test_options();
+  options.max_message_bytes = 1024;
+  auto transport = make_transport(GetParam(), options);
+  auto listener = transport->listen(Url::parse(listen_text(GetParam())));
+  auto a = transport->connect(listener->local_url(), 5s);
+  std::vector<std::byte> message(1025);
+  try {
+    a->post_send(message);
+    FAIL() << "post_send of 1025 bytes with a 1024-byte limit did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+  }
+}
+
+TEST_P(Conformance, WrongSecretIsRefused) {
+  auto intruder = make_transport(GetParam(), test_options("not-the-secret"));
+  try {
+    intruder->connect(listener_->local_url(), 5s);
+    FAIL() << "connect with a wrong secret succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::auth) << e.what();
+  }
+  EXPECT_EQ(listener_->accept(300ms), nullptr);
+  auto [a, b] = connect_pair();  // the listener still serves honest peers
+  EXPECT_TRUE(a && b);
+}
+
+TEST_P(Conformance, WaitTimesOutAndRequestStaysPending) {
+  auto [a, b] = connect_pair();
+  uint64_t value = 0;
+  auto recv = b->post_recv(std::as_writable_bytes(std::span(&value, 1)));
+  EXPECT_EQ(recv->wait(50ms).code, Errc::timeout);
+  EXPECT_FALSE(recv->test());
+  EXPECT_EQ(recv->status().code, Errc::state);
+  uint64_t sent = 0xfeedface;
+  expect_ok(a->post_send(std::as_bytes(std::span(&sent, 1))));
+  expect_ok(recv);
+  EXPECT_EQ(value, sent);
+}
+
+TEST_P(Conformance, CancelledReceiveDoesNotConsumeAMessage) {
+  auto [a, b] = connect_pair();
+  uint64_t first = 0, second = 0;
+  auto cancelled = b->post_recv(std::as_writable_bytes(std::span(&first, 1)));
+  cancelled->cancel();
+  EXPECT_EQ(cancelled->wait(kWait).code, Errc::cancelled);
+  auto recv = b->post_recv(std::as_writable_bytes(std::span(&second, 1)));
+  uint64_t sent = 42;
+  expect_ok(a->post_send(std::as_bytes(std::span(&sent, 1))));
+  expect_ok(recv);
+  EXPECT_EQ(second, 42u);
+  EXPECT_EQ(first, 0u);
+}
+
+TEST_P(Conformance, CloseFailsPendingRequestsOnBothEnds) {
+  auto [a, b] = connect_pair();
+  uint64_t value = 0;
+  auto pending_a = a->post_recv(std::as_writable_bytes(std::span(&value, 1)));
+  auto pending_b = b->post_recv(std::as_writable_bytes(std::span(&value, 1)));
+  a->close();
+  EXPECT_EQ(pending_a->wait(kWait).code, Errc::connection);
+  EXPECT_EQ(pending_b->wait(kWait).code, Errc::connection);
+  EXPECT_EQ(a->post_send(std::as_bytes(std::span(&value, 1)))->wait(kWait).code, Errc::connection);
+}
+
+// Receives from the streaming peer until a request fails; returns that failure.
+Status drain_until_failure(Connection& connection, size_t message_bytes, int* good_messages) {
+  std::vector<std::byte> buffer(message_bytes);
+  for (int k = 0; k < 100000; ++k) {
+    auto status = connection.post_recv(buffer)->wait(kWait);
+    if (!status.ok()) return status;
+    ++*good_messages;
+  }
+  return Status{Errc::internal, "peer never failed"};
+}
+
+TEST_P(Conformance, PeerProcessKilledMidTransferGivesAnError) {
+  if (GetParam() == "loop") GTEST_SKIP() << "loopback peers live in one process";
+  constexpr size_t kMessage = 16 << 20;
+  // Fork before any transport thread exists in this process (libfabric/UCX dislike forking late).
+  listener_.reset();
+  server_.reset();
+  client_.reset();
+  testing::StreamingPeer peer(GetParam(), test_options(), kMessage);
+  client_ = make_transport(GetParam(), test_options());
+  auto connection = client_->connect(peer.url(), 5s);
+  std::vector<std::byte> buffer(kMessage);
+  for (uint64_t k = 0; k < 2; ++k) {
+    auto recv = connection->post_recv(buffer);
+    expect_ok(recv);
+    ASSERT_EQ(recv->bytes(), kMessage);
+    EXPECT_EQ(buffer[5], static_cast<std::byte>((k + 5) & 0xff));
+  }
+  peer.signal(SIGKILL);
+  int good = 0;
+  auto status = drain_until_failure(*connection, kMessage, &good);
+  EXPECT_EQ(status.code, Errc::connection) << status.message;
+}
+
+TEST_P(Conformance, SilentPeerTimesOut) {
+  if (GetParam() == "loop") GTEST_SKIP() << "loopback peers live in one process";
+  constexpr size_t kMessage = 1 << 20;
+  // Fork before any transport thread exists in this process (libfabric/UCX dislike forking late).
+  listener_.reset();
+  server_.reset();
+  client_.reset();
+  testing::StreamingPeer peer(GetParam(), test_options(), kMessage);
+  client_ = make_transport(GetParam(), test_options());
+  auto connection = client_->connect(peer.url(), 5s);
+  std::vector<std::byte> buffer(kMessage);
+  expect_ok(connection->post_recv(buffer));
+  peer.signal(SIGSTOP);  // alive for the kernel, silent for us
+  int good = 0;
+  auto status = drain_until_failure(*connection, kMessage, &good);
+  EXPECT_EQ(status.code, Errc::connection) << status.message;
+}
+
+TEST_P(Conformance, ConnectToNothingFails) {
+  if (GetParam() == "loop") {
+    EXPECT_THROW(client_->connect(Url::parse("loop://nobody-listens-here"), 1s), Error);
+    return;
+  }
+  auto url = listener_->local_url();
+  listener_->close();
+  try {
+    client_->connect(url, 2s);
+    FAIL() << "connect to a closed listener succeeded";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.code() == Errc::connection || e.code() == Errc::timeout) << e.what();
+  }
+}
+
+TEST_P(Conformance, CudaMemoryIsUnsupportedUnlessAdvertised) {
+  std::vector<std::byte> bytes(64);
+  if (server_->capabilities().cuda_memory) GTEST_SKIP() << "backend advertises CUDA memory";
+  try {
+    server_->register_memory(bytes, MemoryKind::cuda);
+    FAIL() << "CUDA registration did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::unsupported);
+  }
+  auto region = server_->register_memory(bytes, MemoryKind::host);
+  EXPECT_EQ(region->bytes().data(), bytes.data());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance, ::testing::ValuesIn(kConformanceSchemes),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           std::string name = param_info.param;
+                           for (auto& ch : name) if (ch == '+') ch = '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace deltacast::transport

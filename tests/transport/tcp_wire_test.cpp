@@ -1,0 +1,88 @@
+// Raw-socket checks of the tcp listener: nothing reaches the application before authentication.
+#include <utility>  // before Asio: Boost 1.74 coroutines with GCC 12 need std::exchange
+
+#include <cstring>
+
+#include <boost/asio.hpp>
+#include <gtest/gtest.h>
+
+#include "transport/auth.h"
+#include "transport/transport.h"
+
+namespace deltacast::transport {
+namespace {
+
+using namespace std::chrono_literals;
+namespace asio = boost::asio;
+
+TransportOptions options_with(std::string secret) {
+  TransportOptions options;
+  options.secret = std::move(secret);
+  options.connect_timeout = 500ms;
+  return options;
+}
+
+asio::ip::tcp::socket raw_connect(asio::io_context& io, const Url& url) {
+  asio::ip::tcp::socket socket(io);
+  socket.connect({asio::ip::make_address(url.host), url.port});
+  return socket;
+}
+
+// A client that skips the handshake and writes a data frame is never accepted, and the server
+// closes it after reading only the fixed-size HELLO.
+TEST(TcpWire, PayloadWithoutHandshakeIsDropped) {
+  auto transport = make_transport("tcp", options_with("secret"));
+  auto listener = transport->listen(Url::parse("tcp://127.0.0.1:0"));
+  asio::io_context io;
+  auto socket = raw_connect(io, listener->local_url());
+  std::vector<char> payload(1 << 16, 'x');
+  boost::system::error_code ec;
+  asio::write(socket, asio::buffer(payload), ec);
+  EXPECT_EQ(listener->accept(300ms), nullptr);
+  char byte;
+  socket.read_some(asio::buffer(&byte, 1), ec);  // server hung up without answering
+  EXPECT_TRUE(ec) << "server answered an unauthenticated peer";
+}
+
+// A peer that knows the secret but announces a frame above max_message_bytes is cut off before
+// the server allocates or reads the body.
+TEST(TcpWire, OversizeFrameHeaderClosesTheConnection) {
+  auto options = options_with("secret");
+  options.max_message_bytes = 4096;
+  auto transport = make_transport("tcp", options);
+  auto listener = transport->listen(Url::parse("tcp://127.0.0.1:0"));
+  asio::io_context io;
+  auto socket = raw_connect(io, listener->local_url());
+  auth::ClientHandshake handshake("secret");
+  asio::write(socket, asio::buffer(handshake.hello()));
+  auth::Challenge challenge{};
+  asio::read(socket, asio::buffer(challenge));
+  asio::write(socket, asio::buffer(handshake.answer(challenge)));
+  auto connection = listener->accept(2s);
+  ASSERT_TRUE(connection);
+  std::vector<std::byte> buffer(4096);
+  auto recv = connection->post_recv(buffer);
+  uint32_t header[4] = {0x31544344, 1, 0, 0};
+  uint64_t huge = uint64_t{1} << 40;
+  std::memcpy(&header[2], &huge, 8);
+  asio::write(socket, asio::buffer(header, sizeof header));
+  auto status = recv->wait(5s);
+  EXPECT_EQ(status.code, Errc::connection) << status.message;
+  EXPECT_NE(status.message.find("max_message_bytes"), std::string::npos) << status.message;
+}
+
+TEST(TcpWire, ClientGivesUpOnAServerThatNeverAnswers) {
+  asio::io_context io;
+  asio::ip::tcp::acceptor mute(io, {asio::ip::make_address("127.0.0.1"), 0});
+  Url url{"tcp", "", "127.0.0.1", mute.local_endpoint().port()};
+  auto transport = make_transport("tcp", options_with("secret"));
+  try {
+    transport->connect(url, 300ms);
+    FAIL() << "connect to a silent server succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::timeout) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace deltacast::transport

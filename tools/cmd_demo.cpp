@@ -1,0 +1,37 @@
+// `deltacast demo`: refit a SIMULATED trainer's steps end to end. --offline runs in one process
+// (tools/lib_offline_demo.h); otherwise the relay-tree demo (tools/lib_tree_demo.h).
+#include <memory>
+
+#include "tools/cli.h"
+#include "tools/lib_offline_demo.h"
+#include "tools/lib_tree_demo.h"
+
+namespace deltacast::tools {
+namespace {
+
+void setup(CLI::App& parent) {
+  auto o = std::make_shared<DemoOptions>();
+  auto* cmd = parent.add_subcommand("demo", "refit a simulated trainer's steps and check every receiver is bit-exact");
+  cmd->add_flag("--offline", o->offline, "in one process, without a transport");
+  cmd->add_option("--receivers", o->receivers, "receivers in the relay tree")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", o->steps, "optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--params", o->params, "simulated model size, e.g. 500M")->capture_default_str();
+  cmd->add_option("--topology", o->topology, "relay tree shape")->capture_default_str();
+  cmd->add_option("--lr", o->lr, "simulator learning rate")->capture_default_str();
+  cmd->add_option("--transport", o->transport, "transport backend")->capture_default_str();
+  cmd->add_option("--json", o->json_path, "write per-step results as JSON to this file");
+  cmd->add_option("--seed", o->seed, "simulator seed")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "encoder/applier threads")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->callback([o] {
+    if (o->offline) {
+      run_offline_demo(*o);
+    } else {
+      run_tree_demo(*o);
+    }
+  });
+}
+
+const CommandRegistrar registrar{"demo", &setup};
+
+}  // namespace
+}  // namespace deltacast::tools

@@ -1,0 +1,26 @@
+#pragma once
+// The libfabric backend (ofi+PROVIDER://host:port). Design, in short (docs/transport-ofi-ucx.md):
+//  * FI_EP_RDM endpoints, one per Connection, all on one fabric/domain per Transport (so one
+//    register_memory serves every connection). RDM rather than FI_EP_MSG because shm and efa offer
+//    only RDM, and tcp/verbs give RDM through ofi_rxm: one code path for every provider.
+//  * Addresses are exchanged, and the peer authenticated, over a TCP side channel
+//    (transport/ofi/side_channel.h) that then carries heartbeats: EOF or silence fails the link.
+//  * A message is one untagged FI_MSG send whose remote CQ data carries its length, so a
+//    receive posted for "the next message" learns how many
+//    continuation fragments (tag kind CONT, exact match on sequence and index) follow. Messages
+//    larger than the provider's max_msg_size (capped at 64 MiB to pipeline) are fragmented.
+//  * One progress thread per Transport reads every connection's CQ (FI_PROGRESS_MANUAL providers
+//    move data only then). All libfabric calls are serialised by one mutex per Transport
+//    (FI_THREAD_DOMAIN), so user threads may post concurrently.
+#include <memory>
+#include <string_view>
+
+#include "transport/transport.h"
+
+namespace deltacast::transport {
+
+// Defined in ofi_transport.cpp; declared in transport.h too. Throws Errc::unsupported when the
+// provider is not available (fi_getinfo finds no RDM endpoint with tagged messages).
+std::unique_ptr<Transport> make_ofi_transport(std::string_view provider, const TransportOptions& options);
+
+}  // namespace deltacast::transport

@@ -1,0 +1,107 @@
+#pragma once
+// tree::Producer: the trainer side of the relay tree, as a library object. It keeps the baseline
+// (the bits of the last committed version, ~1x the checkpoint in host memory), encodes each new
+// version against it, sends every frame once to the root of each tree, and commits only when
+// every receiver acked "applied and verified" (joint commit); otherwise it aborts and receivers
+// roll back. Version 0 is the all-zero state; the first refit (version 1) is the full checkpoint
+// as a delta from zero. Protocol: docs/protocol.md.
+//
+// Life cycle: Producer p(transport, manifest, options); p.start(); p.refit(w) ...; p.finish();
+// Thread-safety: one host thread drives it; url() and version() are safe from any thread.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec/digest.h"
+#include "codec/encoder.h"
+#include "codec/manifest.h"
+#include "transport/transport.h"
+#include "tree/topology.h"
+
+namespace deltacast::tree {
+
+struct ProducerOptions {
+  std::string listen_url = "tcp://127.0.0.1:0";  // rendezvous address for HELLO and root JOINs
+  uint32_t receivers = 1;                        // members expected at HELLO (ranks 1..N)
+  TopologyKind topology = TopologyKind::binary;
+  codec::EncodeOptions encode;                   // chunk_bytes, threads, ...
+  size_t max_inflight_bytes_per_root = size_t{64} << 20;
+  std::chrono::milliseconds join_timeout{120'000};    // all HELLOs + READYs
+  std::chrono::milliseconds version_timeout{600'000}; // all acks for one version
+  // Progress callback: (chunks sent, chunk count) after each frame leaves. Optional.
+  std::function<void(uint32_t, uint32_t)> on_progress;
+};
+
+struct RefitOptions {
+  // Deliver and verify everywhere, then abort instead of committing: receivers roll back, the
+  // baseline stays. For validation runs and for exercising the abort path.
+  bool dry_run = false;
+  // Value mode for XOR-safe tensors; default: EncodeOptions::xor_safe_mode, except xor_bits when
+  // the base is the all-zero version 0 (an XOR against zero is the value itself).
+  std::optional<codec::ValueMode> value_mode;
+};
+
+struct RefitReport {
+  uint64_t version = 0;            // the version this refit tried to create
+  bool committed = false;
+  std::string abort_reason;        // why it was aborted (empty when committed)
+  uint32_t chunks = 0;
+  uint64_t frames_bytes = 0;       // payload: sum of frame sizes sent (once) by the producer
+  uint64_t changes = 0;            // changed elements
+  uint64_t elements = 0;           // elements in the checkpoint
+  uint64_t checkpoint_bytes = 0;
+  uint32_t receivers = 0;          // receivers asked
+  uint32_t verified_receivers = 0; // receivers that acked with the expected digest
+  double encode_seconds = 0;       // summed encode time of all chunks (may overlap sending)
+  double refit_seconds = 0;        // first encode to every receiver active
+};
+
+class Producer {
+ public:
+  // base_manifest must outlive the producer. Starts listening. Throws what listen throws, and
+  // Error(invalid_argument) for receivers == 0.
+  Producer(transport::Transport& transport, const codec::Manifest& manifest, ProducerOptions options);
+  ~Producer();
+  Producer(const Producer&) = delete;
+  Producer& operator=(const Producer&) = delete;
+
+  // The URL receivers rendezvous at (real port).
+  std::string url() const;
+  // Waits for every receiver's HELLO, sends WELCOME (membership, topology, manifest), accepts
+  // the root JOINs and waits for every READY. Throws Error(timeout | connection | corrupt_frame).
+  void start();
+  // Encodes `next` against the baseline as version()+1, sends it, and commits or aborts.
+  // Throws Error(invalid_argument) when next does not match the manifest, Error(connection) when
+  // a root link died. A refused/failed version is not an exception: see RefitReport::committed.
+  RefitReport refit(const codec::ConstWeights& next, RefitOptions options = {});
+  // Sends a full checkpoint as version 1 to receivers that hold the all-zero version 0: raw
+  // bytes in RAW messages of at most chunk_bytes, forwarded through the tree like frames. Each
+  // receiver copies them into its buffers and acks the digest of a full scan; joint commit as for
+  // deltas. Why raw and not a delta from zero: zero-based XOR masks do not compress (BF16 weights
+  // shrink ~1.28x under zstd) and a delta applier keeps an undo record per element, several times
+  // the checkpoint in memory; raw bytes cost a memcpy, rollback is a memset. This is also the
+  // full-checkpoint reference time. Requires version() == 0 (throws Error(state)); throws like
+  // refit() otherwise.
+  RefitReport bootstrap(const codec::ConstWeights& full);
+  // Sends pre-encoded frames (chunk frames then the seal) as version `new_version` and runs the
+  // joint commit. `expected_digest` is the combined digest every receiver must ack. On commit the
+  // baseline is NOT updated (the producer does not know the bits): use for tests and tools that
+  // replay .dcx files. Frames are sent in the given order, duplicates included.
+  RefitReport publish(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
+                      uint64_t expected_digest, RefitOptions options = {});
+  // Sends BYE to every receiver and closes the links.
+  void finish();
+
+  uint64_t version() const noexcept;            // last committed version
+  const codec::StateDigest& digest() const;     // its digest
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace deltacast::tree

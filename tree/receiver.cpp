@@ -1,0 +1,499 @@
+#include "tree/receiver.h"
+
+#include <cstring>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "codec/applier.h"
+#include "codec/frame.h"
+#include "tree/protocol.h"
+#include "tree/relay_link.h"
+#include "tree/topology.h"
+#include "util/log.h"
+
+namespace deltacast::tree {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr size_t kControlBufferBytes = size_t{1} << 20;
+constexpr size_t kWelcomeBufferBytes = size_t{64} << 20;
+constexpr auto kControlSendTimeout = 60s;
+constexpr auto kChildStallTimeout = 300s;
+
+// (new version, frame kind, chunk index): identifies one frame of one version.
+using FrameKey = std::tuple<uint64_t, uint8_t, uint32_t>;
+
+}  // namespace
+
+struct Receiver::Impl {
+  transport::Transport& transport;
+  ReceiverOptions options;
+  std::shared_ptr<spdlog::logger> log = logger("tree");
+  std::unique_ptr<transport::Listener> listener;
+  std::unique_ptr<transport::Connection> control;
+
+  Welcome welcome;
+  std::optional<codec::Manifest> manifest;
+  std::optional<Topology> topology;
+  int member = -1;  // topology index = rank - 1
+
+  codec::MutableWeights weights;
+  std::unique_ptr<codec::DeltaApplier> applier;
+  std::mutex applier_mutex;  // applier, acked, nacked, pending_changes (taken before state_mutex)
+
+  std::vector<std::unique_ptr<transport::Connection>> parents;          // [tree]
+  std::vector<std::vector<std::unique_ptr<OutboundLink>>> children;    // [tree][i]
+
+  std::mutex state_mutex;  // seen, retained, stats
+  std::set<FrameKey> seen;
+  std::vector<SharedBytes> retained;
+  size_t retained_bytes = 0;
+  ReceiverStats stats;
+  std::set<uint64_t> acked, nacked;
+  uint64_t pending_changes = 0;
+  // Raw bootstrap of `raw_version` from the all-zero version 0 (guarded by applier_mutex).
+  std::optional<uint64_t> raw_version;
+  std::vector<bool> raw_have;
+  uint32_t raw_received = 0;
+  codec::StateDigest raw_digest;
+
+  std::atomic<bool> stopping{false};
+
+  Impl(transport::Transport& t, ReceiverOptions o) : transport(t), options(std::move(o)) {}
+
+  void send_to_producer(const Message& message) {
+    send_control(*control, message, kControlSendTimeout);
+  }
+
+  void connect_producer();
+  void build_edges();
+  void read_parent(int tree);
+  void handle_frame(int tree, std::span<const std::byte> message);
+  void apply_frame(const codec::FrameView& view, std::span<const std::byte> frame);
+  void handle_raw(int tree, std::span<const std::byte> message);
+  std::optional<Message> apply_raw(const RawChunkHeader& h, std::span<const std::byte> payload);
+  bool first_sight(const FrameKey& key, size_t bytes);
+  void forward(int tree, std::span<const std::byte> message);
+  void reset_raw();
+  void forget_version();
+  bool handle_control(const Message& message, uint64_t& active_version);
+};
+
+void Receiver::Impl::connect_producer() {
+  auto url = transport::Url::parse(options.producer_url);
+  auto deadline = std::chrono::steady_clock::now() + options.join_timeout;
+  // The producer may start after us (launchers start every rank at once): retry refusals.
+  for (;;) {
+    try {
+      control = transport.connect(url, options.connect_timeout);
+      return;
+    } catch (const Error& e) {
+      if (e.code() != Errc::connection || std::chrono::steady_clock::now() > deadline) throw;
+      std::this_thread::sleep_for(200ms);
+    }
+  }
+}
+
+void Receiver::Impl::build_edges() {
+  const int trees = topology->trees();
+  parents.resize(trees);
+  children.resize(trees);
+  size_t expected = 0;
+  for (int t = 0; t < trees; ++t) expected += topology->children(member, t).size();
+
+  // Accept children on a thread while connecting to parents: a parent may itself be busy
+  // connecting upwards, so neither side may wait for the other first.
+  Status accept_status;
+  std::vector<std::vector<std::unique_ptr<OutboundLink>>> accepted(trees);
+  std::thread acceptor([&] {
+    auto deadline = std::chrono::steady_clock::now() + options.join_timeout;
+    try {
+      size_t joined = 0;
+      while (joined < expected) {
+        if (std::chrono::steady_clock::now() > deadline)
+          throw Error(Errc::timeout, "rank " + std::to_string(options.rank) + ": only " +
+                                         std::to_string(joined) + " of " +
+                                         std::to_string(expected) + " children joined");
+        auto connection = listener->accept(500ms);
+        if (!connection) continue;
+        auto bytes = recv_message(*connection, kControlBufferBytes, options.connect_timeout);
+        auto message = decode_message(bytes);
+        auto* join = std::get_if<Join>(&message);
+        if (!join) throw Error(Errc::corrupt_frame, "a child's first message is not JOIN");
+        int child = static_cast<int>(join->rank) - 1;
+        int tree = static_cast<int>(join->tree);
+        if (tree < 0 || tree >= trees || child < 0 || child >= topology->size() ||
+            topology->parent(child, tree) != member)
+          throw Error(Errc::invalid_argument, "rank " + std::to_string(join->rank) +
+                                                  " joined tree " + std::to_string(tree) +
+                                                  " but is not a child of rank " +
+                                                  std::to_string(options.rank) + " there");
+        accepted[tree].push_back(std::make_unique<OutboundLink>(std::move(connection), child, tree));
+        ++joined;
+      }
+    } catch (const Error& e) {
+      accept_status = e.status();
+    }
+  });
+  try {
+    for (int t = 0; t < trees; ++t) {
+      int parent = topology->parent(member, t);
+      const auto& url = welcome.members.at(parent == kProducer ? 0 : parent + 1).url;
+      parents[t] = transport.connect(transport::Url::parse(url), options.connect_timeout);
+      send_control(*parents[t], Join{options.rank, static_cast<uint32_t>(t)}, kControlSendTimeout);
+    }
+  } catch (...) {
+    acceptor.join();
+    throw;
+  }
+  acceptor.join();
+  if (!accept_status.ok()) throw Error(accept_status);
+  // Send to children in the topology's order.
+  for (int t = 0; t < trees; ++t) {
+    for (int child : topology->children(member, t))
+      for (auto& link : accepted[t])
+        if (link && link->peer_rank() == child) children[t].push_back(std::move(link));
+  }
+}
+
+void Receiver::Impl::read_parent(int tree) {
+  std::vector<std::byte> buffer(welcome.max_message_bytes);
+  auto& parent = *parents[tree];
+  try {
+    for (;;) {
+      for (auto& child : children[tree])
+        child->wait_below(options.max_inflight_bytes_per_child, kChildStallTimeout);
+      auto request = parent.post_recv(buffer);
+      Status status;
+      while ((status = request->wait(500ms)).code == Errc::timeout) {
+        if (stopping) {
+          cancel_and_wait(*request);
+          return;
+        }
+      }
+      if (!status.ok()) {
+        if (!stopping)
+          log->error("rank {}: link to parent in tree {} failed: {}", options.rank, tree,
+                     status.message);
+        return;
+      }
+      std::span<const std::byte> message(buffer.data(), request->bytes());
+      try {
+        handle_frame(tree, message);
+      } catch (const Error& e) {
+        std::lock_guard lock(state_mutex);
+        ++stats.frames_refused;
+        log->warn("rank {}: refused a message from the parent in tree {}: {}", options.rank, tree,
+                  e.what());
+      }
+    }
+  } catch (const Error& e) {
+    log->error("rank {}: relay in tree {} stopped: {}", options.rank, tree, e.what());
+  }
+}
+
+bool Receiver::Impl::first_sight(const FrameKey& key, size_t bytes) {
+  std::lock_guard lock(state_mutex);
+  ++stats.frames_received;
+  stats.payload_bytes += bytes;
+  return seen.insert(key).second;
+}
+
+// Cut-through: posts the message to every child of `tree` (one shared copy, kept until sent, and
+// retained for RESUME while the retention budget lasts).
+void Receiver::Impl::forward(int tree, std::span<const std::byte> message) {
+  if (children[tree].empty()) return;
+  auto shared = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
+  for (auto& child : children[tree]) child->post(shared);
+  std::lock_guard lock(state_mutex);
+  stats.frames_forwarded += children[tree].size();
+  if (retained_bytes + shared->size() <= options.retain_bytes) {
+    retained.push_back(shared);
+    retained_bytes += shared->size();
+  }
+}
+
+void Receiver::Impl::handle_frame(int tree, std::span<const std::byte> message) {
+  if (message_type(message) == MessageType::raw) {
+    handle_raw(tree, message);
+    return;
+  }
+  auto frame = frame_payload(message);
+  codec::FrameView view = codec::parse_frame(frame);
+  const auto& h = view.header;
+  // Only the first copy of a frame is forwarded; a duplicate still goes to the applier, which
+  // refuses it (replayed), so the refusal is the applier's exactly-once rule, not ours.
+  if (first_sight({h.new_version, static_cast<uint8_t>(h.kind), h.chunk_index}, frame.size()))
+    forward(tree, message);
+  // The receive buffer stays untouched until the next receive, which waits for this apply.
+  apply_frame(view, frame);
+}
+
+void Receiver::Impl::handle_raw(int tree, std::span<const std::byte> message) {
+  std::span<const std::byte> payload;
+  RawChunkHeader h = decode_raw_message(message, payload);
+  if (!first_sight({h.version, 0xff, h.chunk_index}, payload.size())) {
+    std::lock_guard lock(state_mutex);
+    ++stats.frames_replayed;
+    log->warn("rank {}: refused a replayed raw chunk {} of version {}", options.rank, h.chunk_index,
+              h.version);
+    return;
+  }
+  forward(tree, message);
+  std::optional<Message> reply;
+  {
+    std::lock_guard lock(applier_mutex);
+    reply = apply_raw(h, payload);
+  }
+  if (reply) send_to_producer(*reply);
+}
+
+std::optional<Message> Receiver::Impl::apply_raw(const RawChunkHeader& h,
+                                                  std::span<const std::byte> payload) {
+  auto refuse = [&](Errc code, const std::string& why) -> std::optional<Message> {
+    std::lock_guard lock(state_mutex);
+    ++stats.frames_refused;
+    if (!nacked.insert(h.version).second) return std::nullopt;
+    log->warn("rank {}: refused raw version {}: {}", options.rank, h.version, why);
+    return Nack{options.rank, h.version, static_cast<uint32_t>(code), why};
+  };
+  if (applier->version() != 0 || applier->pending_version() || h.version != 1)
+    return refuse(Errc::version_mismatch, "raw bootstrap of version " + std::to_string(h.version) +
+                                              " needs the all-zero version 0; this receiver holds " +
+                                              std::to_string(applier->version()));
+  if (h.tensor >= weights.tensors.size() ||
+      h.byte_offset > weights.tensors[h.tensor].size() ||
+      payload.size() > weights.tensors[h.tensor].size() - h.byte_offset)
+    return refuse(Errc::corrupt_frame, "raw chunk " + std::to_string(h.chunk_index) +
+                                           " lies outside its tensor");
+  if (!raw_version) {
+    raw_version = h.version;
+    raw_have.assign(h.chunk_count, false);
+    raw_received = 0;
+  }
+  if (h.chunk_count != raw_have.size())
+    return refuse(Errc::corrupt_frame, "raw chunks disagree on the chunk count");
+  if (raw_have[h.chunk_index]) return std::nullopt;
+  std::memcpy(weights.tensors[h.tensor].data() + h.byte_offset, payload.data(), payload.size());
+  raw_have[h.chunk_index] = true;
+  if (++raw_received < raw_have.size() || acked.count(h.version) || nacked.count(h.version))
+    return std::nullopt;
+  // Complete: the digest of what the bytes now are is the proof the producer checks.
+  raw_digest = codec::StateDigest::full_scan(weights.as_const());
+  acked.insert(h.version);
+  return Ack{options.rank, h.version, raw_digest.combined(), 0};
+}
+
+void Receiver::Impl::reset_raw() {
+  raw_version.reset();
+  raw_have.clear();
+  raw_received = 0;
+}
+
+void Receiver::Impl::apply_frame(const codec::FrameView& view, std::span<const std::byte> frame) {
+  const uint64_t version = view.header.new_version;
+  std::optional<Message> reply;
+  {
+    std::lock_guard lock(applier_mutex);
+    try {
+      auto result = applier->apply(frame);
+      pending_changes += result.changes;
+      if (applier->complete() && !acked.count(version) && !nacked.count(version)) {
+        try {
+          applier->verify();
+          acked.insert(version);
+          reply = Ack{options.rank, version, applier->digest().combined(), pending_changes};
+        } catch (const Error& e) {
+          nacked.insert(version);
+          reply = Nack{options.rank, version, static_cast<uint32_t>(e.code()), e.what()};
+        }
+      }
+    } catch (const Error& e) {
+      std::lock_guard state_lock(state_mutex);
+      if (e.code() == Errc::replayed) {
+        ++stats.frames_replayed;
+        log->warn("rank {}: refused a replayed frame: {}", options.rank, e.what());
+      } else {
+        ++stats.frames_refused;
+        if (nacked.insert(version).second) {
+          log->warn("rank {}: refused version {}: {}", options.rank, version, e.what());
+          reply = Nack{options.rank, version, static_cast<uint32_t>(e.code()), e.what()};
+        }
+      }
+    }
+  }
+  if (reply) send_to_producer(*reply);
+}
+
+void Receiver::Impl::forget_version() {
+  std::lock_guard applier_lock(applier_mutex);
+  std::lock_guard lock(state_mutex);
+  seen.clear();
+  retained.clear();
+  retained_bytes = 0;
+  acked.clear();
+  nacked.clear();
+  pending_changes = 0;
+}
+
+// Returns false on BYE.
+bool Receiver::Impl::handle_control(const Message& message, uint64_t& active_version) {
+  if (std::holds_alternative<Bye>(message)) return false;
+  if (auto* commit = std::get_if<Commit>(&message)) {
+    Message reply;
+    {
+      std::lock_guard lock(applier_mutex);
+      if (raw_version == commit->version && acked.count(commit->version)) {
+        // The bootstrap bits are in the buffers: a fresh applier starts from them.
+        applier = std::make_unique<codec::DeltaApplier>(*manifest, weights, commit->version, raw_digest);
+        reset_raw();
+        active_version = commit->version;
+        reply = Active{options.rank, active_version, applier->digest().combined()};
+        std::lock_guard state_lock(state_mutex);
+        ++stats.versions_committed;
+      } else if (applier->pending_version() == commit->version && acked.count(commit->version)) {
+        applier->commit();
+        active_version = commit->version;
+        reply = Active{options.rank, active_version, applier->digest().combined()};
+        std::lock_guard state_lock(state_mutex);
+        ++stats.versions_committed;
+      } else {
+        reply = Nack{options.rank, commit->version, static_cast<uint32_t>(Errc::state),
+                     "COMMIT for a version this receiver has not verified"};
+      }
+    }
+    forget_version();
+    send_to_producer(reply);
+    if (std::holds_alternative<Active>(reply) && options.on_active) options.on_active(active_version);
+    return true;
+  }
+  if (auto* abort = std::get_if<Abort>(&message)) {
+    Message reply;
+    {
+      std::lock_guard lock(applier_mutex);
+      if (applier->pending_version()) applier->rollback();
+      if (raw_version) {  // back to the all-zero version 0
+        for (auto& t : weights.tensors) std::memset(t.data(), 0, t.size());
+        reset_raw();
+      }
+      reply = Active{options.rank, applier->version(), applier->digest().combined()};
+      std::lock_guard state_lock(state_mutex);
+      ++stats.versions_aborted;
+    }
+    log->info("rank {}: version {} aborted ({}), back at version {}", options.rank,
+              abort->version, abort->reason, active_version);
+    forget_version();
+    send_to_producer(reply);
+    return true;
+  }
+  if (auto* request = std::get_if<HaveRequest>(&message)) {
+    Have have{options.rank, request->version, {}};
+    {
+      std::lock_guard lock(applier_mutex);
+      if (applier->pending_version() == request->version) have.chunks = applier->applied_chunks();
+      if (raw_version == request->version) have.chunks = raw_have;
+    }
+    send_to_producer(have);
+    return true;
+  }
+  log->warn("rank {}: ignoring an unexpected control message", options.rank);
+  return true;
+}
+
+Receiver::Receiver(transport::Transport& transport, ReceiverOptions options)
+    : impl_(std::make_unique<Impl>(transport, std::move(options))) {
+  impl_->listener = transport.listen(transport::Url::parse(impl_->options.listen_url));
+}
+
+Receiver::~Receiver() = default;
+
+std::string Receiver::listen_url() const { return impl_->listener->local_url().str(); }
+
+const codec::Manifest& Receiver::join() {
+  auto& d = *impl_;
+  if (d.options.rank == 0) throw Error(Errc::invalid_argument, "receiver rank must be >= 1");
+  d.connect_producer();
+  d.send_to_producer(Hello{d.options.rank, listen_url(), d.options.cluster, 0, 0});
+  auto bytes = recv_message(*d.control, kWelcomeBufferBytes, d.options.join_timeout);
+  auto message = decode_message(bytes);
+  auto* welcome = std::get_if<Welcome>(&message);
+  if (!welcome) throw Error(Errc::corrupt_frame, "the producer's first message is not WELCOME");
+  d.welcome = std::move(*welcome);
+  std::vector<std::string> labels;
+  for (size_t i = 1; i < d.welcome.members.size(); ++i) labels.push_back(d.welcome.members[i].cluster);
+  if (d.options.rank >= d.welcome.members.size())
+    throw Error(Errc::invalid_argument, "rank " + std::to_string(d.options.rank) +
+                                            " is not in the producer's membership of " +
+                                            std::to_string(d.welcome.members.size()));
+  d.topology.emplace(parse_topology_kind(d.welcome.topology), std::move(labels));
+  d.member = static_cast<int>(d.options.rank) - 1;
+  d.manifest.emplace(d.welcome.tensors);
+  return *d.manifest;
+}
+
+void Receiver::attach(codec::MutableWeights weights, uint64_t version,
+                      std::optional<codec::StateDigest> digest) {
+  auto& d = *impl_;
+  if (!d.manifest) throw Error(Errc::state, "Receiver::attach before join()");
+  weights.manifest = &*d.manifest;
+  codec::check_weights(weights.as_const());
+  if (!digest) digest = codec::StateDigest::full_scan(weights.as_const());
+  d.weights = weights;
+  d.applier = std::make_unique<codec::DeltaApplier>(*d.manifest, weights, version, *digest);
+  active_version_ = version;
+}
+
+RunSummary Receiver::run() {
+  auto& d = *impl_;
+  if (!d.applier) throw Error(Errc::state, "Receiver::run before attach()");
+  d.build_edges();
+  d.send_to_producer(Ready{d.options.rank});
+  d.log->debug("rank {}: tree edges up", d.options.rank);
+
+  std::vector<std::thread> readers;
+  for (int t = 0; t < d.topology->trees(); ++t) readers.emplace_back([&d, t] { d.read_parent(t); });
+  auto stop_readers = [&] {
+    d.stopping = true;
+    for (auto& reader : readers) reader.join();
+  };
+
+  uint64_t active = active_version_;
+  std::vector<std::byte> buffer(kControlBufferBytes);
+  try {
+    for (;;) {
+      auto request = d.control->post_recv(buffer);
+      Status status = request->wait(d.options.idle_timeout);
+      if (status.code == Errc::timeout) {
+        cancel_and_wait(*request);
+        throw Error(Errc::timeout, "no word from the producer for " +
+                                       std::to_string(d.options.idle_timeout.count()) + " ms");
+      }
+      if (!status.ok()) throw Error(Errc::connection, "link to the producer failed: " + status.message);
+      auto message = decode_message(std::span(buffer.data(), request->bytes()));
+      bool more = d.handle_control(message, active);
+      active_version_ = active;
+      if (!more) break;
+    }
+  } catch (...) {
+    stop_readers();
+    throw;
+  }
+  stop_readers();
+  for (auto& tree_children : d.children)
+    for (auto& child : tree_children) child->flush(kChildStallTimeout);
+  RunSummary summary;
+  summary.version = active;
+  summary.digest = d.applier->digest().combined();
+  summary.stats = stats();
+  return summary;
+}
+
+ReceiverStats Receiver::stats() const {
+  std::lock_guard lock(impl_->state_mutex);
+  return impl_->stats;
+}
+
+}  // namespace deltacast::tree

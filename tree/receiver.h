@@ -1,0 +1,93 @@
+#pragma once
+// tree::Receiver: one rollout-side member of the relay tree, as a library object. The host (the
+// CLI today, the C API later) owns the weight buffers; the receiver writes refits into them.
+//
+// Life cycle (docs/protocol.md):
+//   Receiver r(transport, options);   // starts listening for children
+//   const Manifest& m = r.join();     // HELLO/WELCOME with the producer: membership + manifest
+//   r.attach(weights, 0);             // host buffers holding version 0 (all zeros) or later
+//   RunSummary s = r.run();           // builds the tree edges, then serves versions until BYE
+// Frames arriving from a parent are forwarded verbatim to this member's children of that tree
+// before being applied (cut-through), with at most max_inflight_bytes_per_child unsent per child:
+// a slow child stops this receiver reading from its parent. Versions are applied by
+// codec::DeltaApplier (exactly once, verified, joint commit / rollback on the producer's word).
+//
+// Thread-safety: join/attach/run are called by one host thread in that order; stats() and
+// version() may be called from any thread at any time. run() uses one extra thread per tree.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "codec/digest.h"
+#include "codec/manifest.h"
+#include "transport/transport.h"
+
+namespace deltacast::tree {
+
+struct ReceiverOptions {
+  uint32_t rank = 1;               // 1..N (0 is the producer)
+  std::string producer_url;        // rendezvous address (the producer's listener)
+  std::string listen_url;          // where children connect, e.g. "tcp://127.0.0.1:0"
+  std::string cluster;             // cluster label reported at HELLO
+  size_t max_inflight_bytes_per_child = size_t{64} << 20;
+  size_t retain_bytes = size_t{64} << 20;  // frames of the in-flight version kept for RESUME
+  std::chrono::milliseconds connect_timeout{30'000};
+  std::chrono::milliseconds join_timeout{120'000};     // waiting for WELCOME / children
+  std::chrono::milliseconds idle_timeout{1'800'000};   // silence from the producer ends run()
+  // Called on the control thread after a version became active (committed). Optional.
+  std::function<void(uint64_t version)> on_active;
+};
+
+struct ReceiverStats {
+  uint64_t frames_received = 0;
+  uint64_t frames_forwarded = 0;   // sends posted to children
+  uint64_t frames_replayed = 0;    // duplicates refused by the applier
+  uint64_t frames_refused = 0;     // wrong base, corrupt, ...
+  uint64_t versions_committed = 0;
+  uint64_t versions_aborted = 0;
+  uint64_t payload_bytes = 0;      // frame bytes received
+};
+
+struct RunSummary {
+  uint64_t version = 0;  // active version at BYE
+  uint64_t digest = 0;   // its combined StateDigest
+  ReceiverStats stats;
+};
+
+class Receiver {
+ public:
+  // Starts listening on options.listen_url. Throws what Transport::listen throws.
+  Receiver(transport::Transport& transport, ReceiverOptions options);
+  ~Receiver();
+  Receiver(const Receiver&) = delete;
+  Receiver& operator=(const Receiver&) = delete;
+
+  // Connects to the producer, sends HELLO, waits for WELCOME. Returns the manifest the host must
+  // allocate buffers for. Throws Error(connection | timeout | auth | corrupt_frame).
+  const codec::Manifest& join();
+  // Gives the receiver the host's buffers, which hold exactly `version` (version 0: all zeros).
+  // `digest` is their StateDigest; when absent it is computed by a full scan. Throws
+  // Error(invalid_argument) when the buffers do not match the manifest, Error(state) before join().
+  void attach(codec::MutableWeights weights, uint64_t version,
+              std::optional<codec::StateDigest> digest = std::nullopt);
+  // Connects to parents, accepts children, reports READY and serves versions until the producer
+  // says BYE. Throws Error(connection) when the producer or a parent link fails, Error(timeout),
+  // Error(state) when called before attach().
+  RunSummary run();
+
+  // The URL children connect to (with the real port).
+  std::string listen_url() const;
+  uint64_t version() const noexcept { return active_version_.load(); }
+  ReceiverStats stats() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::atomic<uint64_t> active_version_{0};
+};
+
+}  // namespace deltacast::tree
