@@ -10,6 +10,7 @@ REPS=${2:-5}
 MSG=${MSG:-8MiB}
 WINDOW=${WINDOW:-4}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+export UCX_TLS="${UCX_TLS:-tcp,self}" UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}" FI_TCP_IFACE="${FI_TCP_IFACE:-lo}"  # pin to loopback
 DELTACAST=${DELTACAST:-$ROOT/build/tools/deltacast}
 [ -x "$DELTACAST" ] || { echo "run_link_bench: no deltacast binary at $DELTACAST (set DELTACAST=)" >&2; exit 1; }
 
@@ -41,9 +42,9 @@ measure_iperf3() {
 }
 
 # --- Native tools of the other wires: owned by the ofi/ucx engineer. Each prints GB/s or n/a. ---
-measure_fi_pingpong_tcp() { echo n/a; }   # fi_pingpong -p tcp -e msg -d lo ... (transport/ofi owner)
-measure_fi_pingpong_shm() { echo n/a; }   # fi_pingpong -p shm -e rdm ...      (transport/ofi owner)
-measure_ucx_perftest() { echo n/a; }      # UCX_TLS=tcp ucx_perftest -t tag_bw  (transport/ucx owner)
+measure_fi_pingpong_tcp() { "$ROOT/bench/transport/raw_tools.sh" --one fi-tcp-msg; }
+measure_fi_pingpong_shm() { "$ROOT/bench/transport/raw_tools.sh" --one fi-shm; }
+measure_ucx_perftest() { UCX_NET_DEVICES=lo "$ROOT/bench/transport/raw_tools.sh" --one ucx-tag; }
 
 declare -A DC NATIVE
 SCHEMES=(tcp ofi+tcp ofi+shm ucx)
