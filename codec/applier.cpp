@@ -77,8 +77,7 @@ struct DeltaApplier::Impl {
   // Scratch reused across frames (apply() is serialised by mu).
   ScratchBuffer section_buffers[16];
   std::vector<PlannedWrite> writes;
-  std::vector<uint32_t> positions, tokens;
-  std::vector<size_t> runs, cursor, run_end;
+  std::vector<uint32_t> positions, tokens, coding_index;
 
   void check_base(const FrameHeader& h) const {
     if (h.manifest_digest != manifest->digest())
@@ -136,22 +135,13 @@ struct DeltaApplier::Impl {
       const bool is_float = dtype_is_float(info.dtype);
       const std::byte* old = weights.tensors[s.tensor_index].data() + s.element_begin * w;
       decode_locations(s.location_coding, s.element_count, s.change_count, w, abs_mask_of(info.dtype), old, locs,
-                       positions, runs);
+                       positions, coding_index);
       tokens.resize(positions.size());
       for (auto& t : tokens) t = values.next_token(s.value_mode, w);
-      // Visit changes in ascending position (merging the per-class runs) so reads and writes of the
-      // weights stream through memory instead of jumping around.
-      cursor.assign(runs.begin(), runs.end());
-      run_end.assign(runs.begin() + 1, runs.end());
-      run_end.push_back(positions.size());
-      writes.reserve(writes.size() + positions.size());
-      for (size_t done = 0; done < positions.size(); ++done) {
-        size_t best = SIZE_MAX;
-        for (size_t r = 0; r < cursor.size(); ++r)
-          if (cursor[r] < run_end[r] && (best == SIZE_MAX || positions[cursor[r]] < positions[cursor[best]])) best = r;
-        const size_t idx = cursor[best]++;
-        const uint32_t p = positions[idx];
-        const uint32_t nb = ValueDecoder::apply_token(s.value_mode, w, is_float, load_bits(old, w, p), tokens[idx]);
+      for (size_t k = 0; k < positions.size(); ++k) {
+        const uint32_t p = positions[k];
+        const uint32_t token = tokens[coding_index.empty() ? k : coding_index[k]];
+        const uint32_t nb = ValueDecoder::apply_token(s.value_mode, w, is_float, load_bits(old, w, p), token);
         writes.push_back(PlannedWrite{s.tensor_index, nb, s.element_begin + p});
       }
     }
@@ -160,7 +150,6 @@ struct DeltaApplier::Impl {
   }
 
   void write() {
-    undo.reserve(undo.size() + writes.size());
     auto& per = digest.per_tensor();
     uint32_t tensor = UINT32_MAX;
     unsigned w = 0;

@@ -122,9 +122,9 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
 
 void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, unsigned width, uint32_t abs_mask,
                       const void* old_bits, std::span<const std::byte>& in, std::vector<uint32_t>& positions,
-                      std::vector<size_t>& runs) {
+                      std::vector<uint32_t>& coding_index) {
   positions.clear();
-  runs.assign(1, 0);
+  coding_index.clear();
   switch (coding) {
     case LocationCoding::none:
       if (change_count != 0) throw Error(Errc::corrupt_frame, "locations: 'none' coding with changes announced");
@@ -197,7 +197,7 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       }
       const auto rest = in.subspan(wr.position());
       BitReader br(rest);
-      std::vector<std::vector<uint32_t>> ranks(k), per_class(k);
+      std::vector<std::vector<uint32_t>> ranks(k);
       for (unsigned j = 0; j < k; ++j) {
         ranks[j].reserve(counts[j]);
         uint64_t next = 0;
@@ -207,16 +207,11 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
           ranks[j].push_back(static_cast<uint32_t>(next + g));
           next += g + 1;
         }
-        per_class[j].reserve(counts[j]);
       }
       in = rest.subspan(br.bytes_consumed(rest.data()));
-      select_positions(width, abs_mask, old_bits, n, spec, ranks, per_class);
       positions.reserve(change_count);
-      runs.clear();
-      for (auto& v : per_class) {
-        runs.push_back(positions.size());
-        positions.insert(positions.end(), v.begin(), v.end());
-      }
+      coding_index.reserve(change_count);
+      select_positions(width, abs_mask, old_bits, n, spec, ranks, positions, coding_index);
       return;
     }
   }

@@ -26,13 +26,14 @@ struct LocationPlan {
 // Picks the smallest coding for the segment, appends its bytes to `out` and returns the plan.
 LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::byte>& out);
 
-// Decodes one segment's locations from `in` (advancing it), producing positions in coding order and
-// `runs`: the start indexes of its ascending runs (one run, or one per class for classed_gaps).
+// Decodes one segment's locations from `in` (advancing it). `positions` come out in (nearly)
+// ascending order; coding_index[k] is the coding-order index of positions[k] (the order values are
+// stored in), left empty when the two orders are the same (every coding but classed_gaps).
 // old_bits: the receiver's base bits of the segment (needed for classed_gaps). Throws
 // Error(corrupt_frame) on anything inconsistent (counts, bounds, duplicate or out-of-range positions).
 void decode_locations(LocationCoding coding, uint64_t element_count, uint64_t change_count, unsigned width,
                       uint32_t abs_mask, const void* old_bits, std::span<const std::byte>& in,
-                      std::vector<uint32_t>& positions, std::vector<size_t>& runs);
+                      std::vector<uint32_t>& positions, std::vector<uint32_t>& coding_index);
 
 // Chooses up to kMaxClasses-2 class thresholds from sampled exponent histograms, or count == 1 when
 // classes would not pay.

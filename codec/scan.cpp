@@ -6,14 +6,14 @@ namespace deltacast::codec {
 
 void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                              const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
+                              const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
 #ifdef DELTACAST_HAVE_X86_KERNELS
 void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                           const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
+                           const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
 void scan_changes_avx512(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_avx512(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                             const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
+                             const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
 #endif
 
 namespace {
@@ -50,14 +50,15 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
 }
 
 void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, uint64_t n, const ClassSpec& classes,
-                      const std::vector<std::vector<uint32_t>>& ranks, std::vector<std::vector<uint32_t>>& positions) {
+                      const std::vector<std::vector<uint32_t>>& ranks, std::vector<uint32_t>& positions,
+                      std::vector<uint32_t>& coding_index) {
   check_args(width, n, &classes);
-  DC_ASSERT(ranks.size() >= classes.count && positions.size() >= classes.count);
+  DC_ASSERT(ranks.size() >= classes.count);
 #ifdef DELTACAST_HAVE_X86_KERNELS
-  if (isa() == Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions);
-  if (isa() == Isa::avx2) return select_positions_avx2(width, abs_mask, old_bits, n, classes, ranks, positions);
+  if (isa() == Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
+  if (isa() == Isa::avx2) return select_positions_avx2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
 #endif
-  select_positions_generic(width, abs_mask, old_bits, n, classes, ranks, positions);
+  select_positions_generic(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
 }
 
 namespace {

@@ -92,11 +92,11 @@ void scan_changes_avx2(unsigned width, uint32_t abs_mask, const void* o, const v
 }
 void select_positions_avx2(unsigned width, uint32_t abs_mask, const void* o, uint64_t n, const ClassSpec& cs,
                            const std::vector<std::vector<uint32_t>>& ranks,
-                           std::vector<std::vector<uint32_t>>& positions) {
+                           std::vector<uint32_t>& positions, std::vector<uint32_t>& coding_index) {
   switch (width) {
-    case 1: return select_impl(abs_mask, static_cast<const uint8_t*>(o), n, cs, ranks, positions);
-    case 2: return select_impl(abs_mask, static_cast<const uint16_t*>(o), n, cs, ranks, positions);
-    case 4: return select_impl(abs_mask, static_cast<const uint32_t*>(o), n, cs, ranks, positions);
+    case 1: return select_impl(abs_mask, static_cast<const uint8_t*>(o), n, cs, ranks, positions, coding_index);
+    case 2: return select_impl(abs_mask, static_cast<const uint16_t*>(o), n, cs, ranks, positions, coding_index);
+    case 4: return select_impl(abs_mask, static_cast<const uint32_t*>(o), n, cs, ranks, positions, coding_index);
   }
   DC_ASSERT(false && "bad element width");
 }

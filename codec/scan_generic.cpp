@@ -33,13 +33,18 @@ void scan_changes_generic(unsigned width, uint32_t abs_mask, const void* o, cons
 }
 void select_positions_generic(unsigned width, uint32_t abs_mask, const void* o, uint64_t n, const ClassSpec& cs,
                               const std::vector<std::vector<uint32_t>>& ranks,
-                              std::vector<std::vector<uint32_t>>& positions) {
+                              std::vector<uint32_t>& positions, std::vector<uint32_t>& coding_index) {
   switch (width) {
-    case 1: return select_impl(abs_mask, static_cast<const uint8_t*>(o), n, cs, ranks, positions);
-    case 2: return select_impl(abs_mask, static_cast<const uint16_t*>(o), n, cs, ranks, positions);
-    case 4: return select_impl(abs_mask, static_cast<const uint32_t*>(o), n, cs, ranks, positions);
+    case 1: return select_impl(abs_mask, static_cast<const uint8_t*>(o), n, cs, ranks, positions, coding_index);
+    case 2: return select_impl(abs_mask, static_cast<const uint16_t*>(o), n, cs, ranks, positions, coding_index);
+    case 4: return select_impl(abs_mask, static_cast<const uint32_t*>(o), n, cs, ranks, positions, coding_index);
   }
   DC_ASSERT(false && "bad element width");
 }
 
+}  // namespace deltacast::codec
+
+namespace deltacast::codec {
+// Exposed for the unit test of the broadword select.
+uint64_t select_bit_for_test(uint64_t mask, unsigned r) { return select_bit(mask, r); }
 }  // namespace deltacast::codec

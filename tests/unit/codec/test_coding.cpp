@@ -11,7 +11,7 @@
 namespace deltacast::codec {
 void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                              const std::vector<std::vector<uint32_t>>&, std::vector<std::vector<uint32_t>>&);
+                              const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
 namespace {
 
 TEST(Rice, RoundTripsSmallLargeAndEscapedGaps) {
@@ -82,17 +82,32 @@ void check_scan_equivalence(unsigned seed) {
           ASSERT_EQ(fast.change_class[k], cls(a[expect[k]]));
           ASSERT_EQ(fast.change_rank[k], rank);
         }
-        // select_positions inverts the ranks.
-        std::vector<std::vector<uint32_t>> ranks(cs.count), pos_fast(cs.count), pos_slow(cs.count);
+        // select_positions inverts the ranks (same answer from the fast and the portable kernel).
+        std::vector<std::vector<uint32_t>> ranks(cs.count);
+        std::vector<size_t> class_first(cs.count + 1, 0);
         for (size_t k = 0; k < expect.size(); ++k) ranks[fast.change_class[k]].push_back(fast.change_rank[k]);
-        select_positions(sizeof(T), mask, a.data(), n, cs, ranks, pos_fast);
-        select_positions_generic(sizeof(T), mask, a.data(), n, cs, ranks, pos_slow);
+        for (unsigned cl = 0; cl < cs.count; ++cl) class_first[cl + 1] = class_first[cl] + ranks[cl].size();
+        std::vector<uint32_t> pos_fast, idx_fast, pos_slow, idx_slow;
+        select_positions(sizeof(T), mask, a.data(), n, cs, ranks, pos_fast, idx_fast);
+        select_positions_generic(sizeof(T), mask, a.data(), n, cs, ranks, pos_slow, idx_slow);
         ASSERT_EQ(pos_fast, pos_slow);
-        for (unsigned cl = 0; cl < cs.count; ++cl)
-          for (size_t k = 0, j = 0; k < expect.size(); ++k)
-            if (fast.change_class[k] == cl) {
-              ASSERT_EQ(pos_fast[cl][j++], expect[k]);
+        ASSERT_EQ(idx_fast, idx_slow);
+        ASSERT_EQ(pos_fast.size(), expect.size());
+        // Coding index i belongs to class cl and rank ranks[cl][i - class_first[cl]]: its position must
+        // be the change with that class and rank.
+        for (size_t k = 0; k < pos_fast.size(); ++k) {
+          const size_t i = idx_fast[k];
+          unsigned cl = 0;
+          while (i >= class_first[cl + 1]) ++cl;
+          const uint32_t rank = ranks[cl][i - class_first[cl]];
+          bool found = false;
+          for (size_t e = 0; e < expect.size(); ++e)
+            if (fast.change_class[e] == cl && fast.change_rank[e] == rank) {
+              ASSERT_EQ(pos_fast[k], expect[e]);
+              found = true;
             }
+          ASSERT_TRUE(found);
+        }
       }
     }
   }
@@ -109,8 +124,9 @@ TEST(Scan, SelectRejectsRankBeyondClass) {
   ClassSpec cs;
   cs.count = 2;
   cs.thresholds[0] = 0x4000;
-  std::vector<std::vector<uint32_t>> ranks{{5}, {0}}, pos(2);
-  EXPECT_THROW(select_positions(2, 0x7FFF, a.data(), a.size(), cs, ranks, pos), Error);
+  std::vector<std::vector<uint32_t>> ranks{{5}, {0}};
+  std::vector<uint32_t> pos, idx;
+  EXPECT_THROW(select_positions(2, 0x7FFF, a.data(), a.size(), cs, ranks, pos, idx), Error);
 }
 
 TEST(Locations, ClassesChosenWhenChangeRateDependsOnMagnitude) {
@@ -136,12 +152,14 @@ TEST(Locations, ClassesChosenWhenChangeRateDependsOnMagnitude) {
   // Decode and compare with the true positions (in class order).
   std::span<const std::byte> in(out);
   std::vector<uint32_t> decoded;
-  std::vector<size_t> runs;
-  decode_locations(plan.coding, n, scan.positions.size(), 2, 0x7FFF, a.data(), in, decoded, runs);
-  EXPECT_EQ(runs.size(), cs.count);
+  std::vector<uint32_t> coding_index;
+  decode_locations(plan.coding, n, scan.positions.size(), 2, 0x7FFF, a.data(), in, decoded, coding_index);
   EXPECT_TRUE(in.empty());
   ASSERT_EQ(decoded.size(), scan.positions.size());
-  for (size_t k = 0; k < decoded.size(); ++k) EXPECT_EQ(decoded[k], scan.positions[plan.order[k]]);
+  ASSERT_EQ(coding_index.size(), decoded.size());
+  for (size_t k = 0; k < decoded.size(); ++k) EXPECT_EQ(decoded[k], scan.positions[plan.order[coding_index[k]]]);
+  // Positions come out in block order: never more than one block (64 elements) out of order.
+  for (size_t k = 1; k < decoded.size(); ++k) EXPECT_GT(decoded[k] / 64 + 1, decoded[k - 1] / 64);
 }
 
 TEST(Locations, DenseSegmentsUseBitmapOrRange) {
@@ -157,5 +175,28 @@ TEST(Locations, DenseSegmentsUseBitmapOrRange) {
   EXPECT_TRUE(out.empty());
 }
 
+}  // namespace
+}  // namespace deltacast::codec
+
+namespace deltacast::codec {
+uint64_t select_bit_for_test(uint64_t mask, unsigned r);
+namespace {
+TEST(Select, BroadwordSelectMatchesNaiveOnRandomMasks) {
+  std::mt19937_64 rng(77);
+  for (int i = 0; i < 20000; ++i) {
+    uint64_t mask = rng() & rng();
+    if (i % 7 == 0) mask = rng();
+    if (i % 11 == 0) mask = ~uint64_t{0};
+    if (mask == 0) continue;
+    unsigned pos = 0, seen = 0;
+    for (unsigned bit = 0; bit < 64; ++bit)
+      if ((mask >> bit) & 1) {
+        ASSERT_EQ(select_bit_for_test(mask, seen), bit) << std::hex << mask << " r=" << std::dec << seen;
+        ++seen;
+        pos = bit;
+      }
+    (void)pos;
+  }
+}
 }  // namespace
 }  // namespace deltacast::codec
