@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <vector>
 
@@ -18,14 +19,23 @@ inline constexpr unsigned kRiceEscape = 32;
 class BitWriter {
  public:
   explicit BitWriter(std::vector<std::byte>& out) : out_(out) {}
-  // Appends the `count` low bits of `bits` (count <= 56).
+  // Appends the `count` low bits of `bits` (count <= 64). Whole 32-bit words are flushed at once;
+  // between calls fewer than 32 bits are pending, so a put of <= 32 bits never overflows acc_.
   void put(uint64_t bits, unsigned count) {
-    acc_ |= (count == 64 ? bits : (bits & ((uint64_t{1} << count) - 1))) << n_;
+    if (count > 32) {
+      put(bits & 0xFFFFFFFFu, 32);
+      put(bits >> 32, count - 32);
+      return;
+    }
+    acc_ |= (bits & ((uint64_t{1} << count) - 1)) << n_;
     n_ += count;
-    while (n_ >= 8) {
-      out_.push_back(static_cast<std::byte>(acc_ & 0xFF));
-      acc_ >>= 8;
-      n_ -= 8;
+    if (n_ >= 32) {
+      const size_t at = out_.size();
+      out_.resize(at + 4);
+      const uint32_t word = static_cast<uint32_t>(acc_);
+      std::memcpy(out_.data() + at, &word, 4);  // little-endian: LSB-first bytes
+      acc_ >>= 32;
+      n_ -= 32;
     }
   }
   void put_ones(unsigned count) {
@@ -55,9 +65,12 @@ class BitWriter {
   }
   // Pads the last byte with zero bits.
   void flush() {
-    if (n_ > 0) out_.push_back(static_cast<std::byte>(acc_ & 0xFF));
+    while (n_ > 0) {
+      out_.push_back(static_cast<std::byte>(acc_ & 0xFF));
+      acc_ >>= 8;
+      n_ = n_ > 8 ? n_ - 8 : 0;
+    }
     acc_ = 0;
-    n_ = 0;
   }
 
  private:

@@ -14,22 +14,37 @@ namespace {
 
 constexpr unsigned kMaxRiceK = 40;
 
-// Exact Rice cost of a gap sequence for the best k near the one the mean suggests.
-template <typename GapAt>
-std::pair<unsigned, uint64_t> best_rice(GapAt gap_at, size_t count) {
+// The best Rice parameter for a gap sequence and its exact cost in bits: the mean suggests k0
+// (Golomb's rule for geometric gaps); k0-1, k0 and k0+1 are costed exactly in one fused pass.
+std::pair<unsigned, uint64_t> best_rice(const uint32_t* gaps, size_t count) {
   if (count == 0) return {0, 0};
-  long double sum = 0;
-  for (size_t i = 0; i < count; ++i) sum += static_cast<long double>(gap_at(i));
-  const long double mean = sum / static_cast<long double>(count);
-  int k0 = mean * 0.69L >= 1 ? static_cast<int>(std::floor(std::log2(static_cast<double>(mean * 0.69L)))) : 0;
-  unsigned best_k = 0;
+  uint64_t sum = 0;
+  for (size_t i = 0; i < count; ++i) sum += gaps[i];
+  const double mean = static_cast<double>(sum) / static_cast<double>(count);
+  const int k0 = mean * 0.69 >= 1 ? static_cast<int>(std::floor(std::log2(mean * 0.69))) : 0;
+  const unsigned kc[3] = {static_cast<unsigned>(std::max(0, k0 - 1)), static_cast<unsigned>(std::min<int>(k0, kMaxRiceK)),
+                          static_cast<unsigned>(std::min<int>(k0 + 1, kMaxRiceK))};
+  uint64_t bits[3] = {0, 0, 0};
+  uint64_t escaped[3] = {0, 0, 0};
+  for (size_t i = 0; i < count; ++i) {
+    const uint32_t g = gaps[i];
+    for (int j = 0; j < 3; ++j) {
+      const uint32_t q = g >> kc[j];
+      bits[j] += q < kRiceEscape ? q : 0;
+      escaped[j] += q < kRiceEscape ? 0 : 1;
+    }
+  }
+  unsigned best_k = kc[0];
   uint64_t best_bits = UINT64_MAX;
-  for (int k = std::max(0, k0 - 1); k <= std::min<int>(kMaxRiceK, k0 + 2); ++k) {
-    uint64_t bits = 0;
-    for (size_t i = 0; i < count; ++i) bits += rice_cost_bits(gap_at(i), static_cast<unsigned>(k));
-    if (bits < best_bits) {
-      best_bits = bits;
-      best_k = static_cast<unsigned>(k);
+  for (int j = 0; j < 3; ++j) {
+    uint64_t total = bits[j] + (count - escaped[j]) * (1 + kc[j]);
+    if (escaped[j]) {  // rare: cost the escaped gaps exactly
+      total = 0;
+      for (size_t i = 0; i < count; ++i) total += rice_cost_bits(gaps[i], kc[j]);
+    }
+    if (total < best_bits) {
+      best_bits = total;
+      best_k = kc[j];
     }
   }
   return {best_k, best_bits};
@@ -52,8 +67,11 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     plan.coding = LocationCoding::range;
     return plan;
   }
-  auto gap = [&](size_t i) -> uint64_t { return i == 0 ? pos[0] : pos[i] - pos[i - 1] - 1; };
-  const auto [gap_k, gap_bits] = best_rice(gap, c);
+  thread_local std::vector<uint32_t> gaps, rank_gaps;
+  gaps.resize(c);
+  gaps[0] = pos[0];
+  for (size_t i = 1; i < c; ++i) gaps[i] = pos[i] - pos[i - 1] - 1;
+  const auto [gap_k, gap_bits] = best_rice(gaps.data(), c);
   const uint64_t gaps_bytes = 1 + (gap_bits + 7) / 8;
   const uint64_t bitmap_bytes = (n + 7) / 8;
 
@@ -70,15 +88,20 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     std::vector<uint64_t> start(k_classes, 0);
     for (unsigned j = 1; j < k_classes; ++j) start[j] = start[j - 1] + class_counts[j - 1];
     class_order.resize(c);
+    rank_gaps.resize(c);
     {
       auto fill = start;
-      for (size_t i = 0; i < c; ++i) class_order[fill[cls[i]]++] = static_cast<uint32_t>(i);
+      std::vector<int64_t> prev(k_classes, -1);
+      for (size_t i = 0; i < c; ++i) {
+        const uint8_t j = cls[i];
+        rank_gaps[fill[j]] = static_cast<uint32_t>(static_cast<int64_t>(rank[i]) - prev[j] - 1);
+        prev[j] = rank[i];
+        class_order[fill[j]++] = static_cast<uint32_t>(i);
+      }
     }
     uint64_t bits = 0;
     for (unsigned j = 0; j < k_classes; ++j) {
-      const uint32_t* idx = class_order.data() + start[j];
-      auto rgap = [&](size_t i) -> uint64_t { return i == 0 ? rank[idx[0]] : rank[idx[i]] - rank[idx[i - 1]] - 1; };
-      const auto [kj, bj] = best_rice(rgap, class_counts[j]);
+      const auto [kj, bj] = best_rice(rank_gaps.data() + start[j], class_counts[j]);
       class_k[j] = kj;
       bits += bj;
     }
@@ -93,23 +116,16 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     for (unsigned j = 0; j < k_classes; ++j) put_u64(out, class_counts[j]);
     for (unsigned j = 0; j < k_classes; ++j) put_u8(out, static_cast<uint8_t>(class_k[j]));
     BitWriter bw(out);
-    const auto& rank = changes.scan->change_rank;
     size_t at = 0;
-    for (unsigned j = 0; j < k_classes; ++j) {
-      int64_t prev = -1;
-      for (uint64_t i = 0; i < class_counts[j]; ++i, ++at) {
-        const uint32_t r = rank[class_order[at]];
-        bw.put_rice(static_cast<uint64_t>(static_cast<int64_t>(r) - prev - 1), class_k[j]);
-        prev = r;
-      }
-    }
+    for (unsigned j = 0; j < k_classes; ++j)
+      for (uint64_t i = 0; i < class_counts[j]; ++i, ++at) bw.put_rice(rank_gaps[at], class_k[j]);
     bw.flush();
     plan.order = std::move(class_order);
   } else if (best == gaps_bytes) {
     plan.coding = LocationCoding::gaps;
     put_u8(out, static_cast<uint8_t>(gap_k));
     BitWriter bw(out);
-    for (size_t i = 0; i < c; ++i) bw.put_rice(gap(i), gap_k);
+    for (size_t i = 0; i < c; ++i) bw.put_rice(gaps[i], gap_k);
     bw.flush();
   } else {
     plan.coding = LocationCoding::bitmap;
