@@ -45,12 +45,13 @@ DC_HOT_CLONES uint64_t sum_terms_u32(const uint32_t* p, uint64_t n, uint64_t fir
   return sum_terms(p, n, first, seed);
 }
 
-uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* base, uint64_t first, uint64_t n) {
+// Sum of the terms of n elements stored at `data`, the first of which has index `first`.
+uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* data, uint64_t first, uint64_t n) {
   const uint64_t seed = tensor_seed(tensor_index);
   switch (dtype_size(dtype)) {
-    case 1: return sum_terms_u8(reinterpret_cast<const uint8_t*>(base) + first, n, first, seed);
-    case 2: return sum_terms_u16(reinterpret_cast<const uint16_t*>(base) + first, n, first, seed);
-    case 4: return sum_terms_u32(reinterpret_cast<const uint32_t*>(base) + first, n, first, seed);
+    case 1: return sum_terms_u8(reinterpret_cast<const uint8_t*>(data), n, first, seed);
+    case 2: return sum_terms_u16(reinterpret_cast<const uint16_t*>(data), n, first, seed);
+    case 4: return sum_terms_u32(reinterpret_cast<const uint32_t*>(data), n, first, seed);
     default: DC_ASSERT(false && "bad dtype size");
   }
   return 0;
@@ -69,6 +70,13 @@ uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::
   return digest_range(tensor_index, dtype, bytes.data(), 0, bytes.size() / w);
 }
 
+uint64_t slice_digest(uint32_t tensor_index, DType dtype, uint64_t first_element, std::span<const std::byte> bytes) {
+  const size_t w = dtype_size(dtype);
+  if (w == 0 || bytes.size() % w != 0)
+    throw Error(Errc::invalid_argument, "slice_digest: buffer size is not a multiple of the element size");
+  return digest_range(tensor_index, dtype, bytes.data(), first_element, bytes.size() / w);
+}
+
 StateDigest StateDigest::full_scan(const ConstWeights& weights, unsigned threads) {
   check_weights(weights);
   const auto& m = *weights.manifest;
@@ -85,7 +93,9 @@ StateDigest StateDigest::full_scan(const ConstWeights& weights, unsigned threads
   auto worker = [&] {
     for (size_t k; (k = next.fetch_add(1)) < items.size();) {
       const auto& it = items[k];
-      partial[k] = digest_range(it.tensor, m.at(it.tensor).dtype, weights.tensors[it.tensor].data(), it.first, it.count);
+      const auto dtype = m.at(it.tensor).dtype;
+      const std::byte* data = weights.tensors[it.tensor].data() + it.first * dtype_size(dtype);
+      partial[k] = digest_range(it.tensor, dtype, data, it.first, it.count);
     }
   };
   std::vector<std::thread> pool;

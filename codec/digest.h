@@ -36,6 +36,10 @@ inline uint64_t element_hash_seeded(uint64_t seed, uint64_t element_index, uint3
 
 // Digest of one tensor's bytes (full scan).
 uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::byte> bytes);
+// Digest contribution of a contiguous slice of a tensor whose first element has index
+// `first_element` (bytes holds whole elements). Contributions of disjoint slices add up (mod 2^64)
+// to tensor_digest: a receiver can digest pieces as they arrive. Thread-safe.
+uint64_t slice_digest(uint32_t tensor_index, DType dtype, uint64_t first_element, std::span<const std::byte> bytes);
 
 class StateDigest {
  public:

@@ -180,3 +180,22 @@ TEST(Digest, IncrementalDigestMatchesFullScanAfterApply) {
 
 }  // namespace
 }  // namespace deltacast::codec
+
+namespace deltacast::codec {
+namespace {
+TEST(Digest, SliceDigestsAddUpToTheTensorDigest) {
+  std::vector<uint16_t> v(10007);
+  std::mt19937_64 rng(4);
+  for (auto& x : v) x = static_cast<uint16_t>(rng());
+  std::span<const std::byte> all(reinterpret_cast<const std::byte*>(v.data()), v.size() * 2);
+  const uint64_t whole = tensor_digest(3, DType::bf16, all);
+  uint64_t sum = 0;
+  for (uint64_t first = 0; first < v.size(); first += 1000) {
+    const uint64_t n = std::min<uint64_t>(1000, v.size() - first);
+    sum += slice_digest(3, DType::bf16, first, all.subspan(first * 2, n * 2));
+  }
+  EXPECT_EQ(sum, whole);
+  EXPECT_NE(slice_digest(4, DType::bf16, 0, all), whole);
+}
+}  // namespace
+}  // namespace deltacast::codec
