@@ -31,8 +31,13 @@ DC_INLINE uint64_t term(uint64_t seed, uint64_t index, uint64_t bits) {
 
 template <typename T>
 DC_INLINE uint64_t sum_terms(const T* p, uint64_t n, uint64_t first_index, uint64_t seed) {
+  // term() with the index product strength-reduced to an addition (same value mod 2^64).
   uint64_t sum = 0;
-  for (uint64_t i = 0; i < n; ++i) sum += term(seed, first_index + i, p[i]);
+  uint64_t index_part = (first_index + seed) * kIndexMul;
+  for (uint64_t i = 0; i < n; ++i) {
+    sum += mix64(index_part ^ ((uint64_t{p[i]} + 1) * kBitsMul));
+    index_part += kIndexMul;
+  }
   return sum;
 }
 DC_HOT_CLONES uint64_t sum_terms_u8(const uint8_t* p, uint64_t n, uint64_t first, uint64_t seed) {

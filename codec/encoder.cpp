@@ -1,5 +1,6 @@
 #include "codec/encoder.h"
 
+#include <algorithm>
 #include <atomic>
 #include <mutex>
 #include <thread>
@@ -38,7 +39,8 @@ struct DeltaEncoder::Impl {
   ClassSpec pick_classes(const TensorInfo& info, const void* o, const void* nw, uint64_t n) const {
     if (!options.allow_classed || !dtype_is_float(info.dtype) || n < 4096) return {};
     std::vector<uint64_t> all, changed;
-    const unsigned stride = n >= (uint64_t{1} << 18) ? 64 : (n >= (uint64_t{1} << 14) ? 8 : 1);  // sample large segments sparsely
+    // About 64 Ki sampled elements per segment: enough to estimate per-exponent change rates.
+    const unsigned stride = static_cast<unsigned>(std::max<uint64_t>(1, n / 65536));
     sample_exponents(static_cast<unsigned>(dtype_size(info.dtype)), abs_mask_of(info.dtype),
                      dtype_mantissa_bits(info.dtype), o, nw, n, stride, all, changed);
     return choose_classes(all, changed, dtype_mantissa_bits(info.dtype));
