@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "transport/host_region.h"
 #include "transport/auth.h"
 #include "transport/basic_request.h"
 #include "transport/loopback/loopback.h"
@@ -233,17 +234,6 @@ class LoopListener final : public Listener {
  private:
   std::shared_ptr<Endpoint> endpoint_;
   Url url_;
-};
-
-class HostRegion final : public MemoryRegion {
- public:
-  explicit HostRegion(std::span<std::byte> bytes) : bytes_(bytes) {}
-  std::span<std::byte> bytes() const override { return bytes_; }
-  MemoryKind kind() const override { return MemoryKind::host; }
-  std::vector<std::byte> remote_key() const override { return {}; }
-
- private:
-  std::span<std::byte> bytes_;
 };
 
 class LoopTransport final : public Transport {

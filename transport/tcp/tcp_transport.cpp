@@ -10,6 +10,7 @@
 
 #include <boost/asio.hpp>
 
+#include "transport/host_region.h"
 #include "transport/auth.h"
 #include "transport/tcp/tcp_connection.h"
 #include "util/log.h"
@@ -234,17 +235,6 @@ class ListenerHandle final : public Listener {
 
  private:
   std::shared_ptr<TcpListener> impl_;
-};
-
-class HostRegion final : public MemoryRegion {
- public:
-  explicit HostRegion(std::span<std::byte> bytes) : bytes_(bytes) {}
-  std::span<std::byte> bytes() const override { return bytes_; }
-  MemoryKind kind() const override { return MemoryKind::host; }
-  std::vector<std::byte> remote_key() const override { return {}; }
-
- private:
-  std::span<std::byte> bytes_;
 };
 
 class TcpTransport final : public Transport {
