@@ -21,7 +21,7 @@ void DeltaStats::add(const DeltaStats& o) {
   frame_bytes += o.frame_bytes;
   location_bytes += o.location_bytes;
   value_bytes += o.value_bytes;
-  for (int i = 0; i < 5; ++i) segments_by_coding[i] += o.segments_by_coding[i];
+  for (int i = 0; i < kLocationCodingCount; ++i) segments_by_coding[i] += o.segments_by_coding[i];
 }
 
 struct DeltaEncoder::Impl {

@@ -42,7 +42,7 @@ struct DeltaStats {
   uint64_t frame_bytes = 0;    // sum of frame sizes (what goes on the wire)
   uint64_t location_bytes = 0; // stored size of location sections
   uint64_t value_bytes = 0;    // stored size of value sections
-  uint64_t segments_by_coding[5] = {0, 0, 0, 0, 0};  // indexed by LocationCoding
+  uint64_t segments_by_coding[kLocationCodingCount] = {};  // indexed by LocationCoding
   void add(const DeltaStats& other);
 };
 

@@ -70,6 +70,27 @@ bool known_stream(uint8_t id) {
 
 }  // namespace
 
+const char* location_coding_name(LocationCoding coding) noexcept {
+  switch (coding) {
+    case LocationCoding::none: return "none";
+    case LocationCoding::range: return "range";
+    case LocationCoding::bitmap: return "bitmap";
+    case LocationCoding::gaps: return "gaps";
+    case LocationCoding::classed_gaps: return "classed_gaps";
+    case LocationCoding::gap_varint: return "gap_varint";
+  }
+  return "unknown";
+}
+
+const char* value_mode_name(ValueMode mode) noexcept {
+  switch (mode) {
+    case ValueMode::xor_bits: return "xor_bits";
+    case ValueMode::ulp_delta: return "ulp_delta";
+    case ValueMode::overwrite: return "overwrite";
+  }
+  return "unknown";
+}
+
 uint64_t frame_size_from_header(std::span<const std::byte> header_bytes) {
   const FrameHeader h = read_header(header_bytes);
   return kFrameHeaderSize + h.body_size + kFrameTrailerSize;
@@ -111,7 +132,7 @@ FrameView parse_frame(std::span<const std::byte> frame) {
     if (mode < 1 || mode > 3) throw Error(Errc::corrupt_frame, "chunk frame: segment with an unknown value mode");
     s.value_mode = static_cast<ValueMode>(mode);
     const uint8_t loc = r.get<uint8_t>();
-    if (loc > 4) throw Error(Errc::corrupt_frame, "chunk frame: segment with an unknown location coding");
+    if (loc >= kLocationCodingCount) throw Error(Errc::corrupt_frame, "chunk frame: segment with an unknown location coding");
     s.location_coding = static_cast<LocationCoding>(loc);
     if (r.get<uint8_t>() != 0) throw Error(Errc::corrupt_frame, "chunk frame: segment reserved byte set");
     s.element_begin = r.get<uint64_t>();

@@ -35,7 +35,12 @@ enum class LocationCoding : uint8_t {
   bitmap = 2,        // one bit per element
   gaps = 3,          // Rice-coded gaps between changed positions
   classed_gaps = 4,  // elements split into classes by the receiver's old exponent; Rice gaps per class
+  gap_varint = 5,    // LEB128 varints of gaps (byte-aligned: zstd can model them)
 };
+inline constexpr int kLocationCodingCount = 6;
+// Stable lowercase names ("classed_gaps", "ulp_delta") for tools and logs.
+const char* location_coding_name(LocationCoding coding) noexcept;
+const char* value_mode_name(ValueMode mode) noexcept;
 
 // Streams (sections) of a chunk frame; each is stored raw or as one standard zstd frame.
 enum class StreamId : uint8_t {

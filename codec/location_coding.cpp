@@ -73,6 +73,8 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
   for (size_t i = 1; i < c; ++i) gaps[i] = pos[i] - pos[i - 1] - 1;
   const auto [gap_k, gap_bits] = best_rice(gaps.data(), c);
   const uint64_t gaps_bytes = 1 + (gap_bits + 7) / 8;
+  uint64_t varint_bytes = 0;
+  for (size_t i = 0; i < c; ++i) varint_bytes += 1 + (31 - static_cast<unsigned>(std::countl_zero(gaps[i] | 1u))) / 7;
   const uint64_t bitmap_bytes = (n + 7) / 8;
 
   // Classed: gaps between ranks inside each class, classes concatenated.
@@ -108,7 +110,7 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     classed_bytes = 1 + 4 * (k_classes - 1) + 9 * k_classes + (bits + 7) / 8;
   }
 
-  const uint64_t best = std::min({gaps_bytes, bitmap_bytes, classed_bytes});
+  const uint64_t best = std::min({gaps_bytes, bitmap_bytes, classed_bytes, varint_bytes});
   if (best == classed_bytes) {
     plan.coding = LocationCoding::classed_gaps;
     put_u8(out, static_cast<uint8_t>(k_classes));
@@ -121,6 +123,16 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
       for (uint64_t i = 0; i < class_counts[j]; ++i, ++at) bw.put_rice(rank_gaps[at], class_k[j]);
     bw.flush();
     plan.order = std::move(class_order);
+  } else if (best == varint_bytes && varint_bytes < gaps_bytes) {
+    plan.coding = LocationCoding::gap_varint;
+    for (size_t i = 0; i < c; ++i) {
+      uint32_t g = gaps[i];
+      while (g >= 0x80) {
+        out.push_back(static_cast<std::byte>((g & 0x7F) | 0x80));
+        g >>= 7;
+      }
+      out.push_back(static_cast<std::byte>(g));
+    }
   } else if (best == gaps_bytes) {
     plan.coding = LocationCoding::gaps;
     put_u8(out, static_cast<uint8_t>(gap_k));
@@ -184,6 +196,26 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
         next += g + 1;
       }
       in = rest.subspan(br.bytes_consumed(rest.data()));
+      return;
+    }
+    case LocationCoding::gap_varint: {
+      positions.reserve(change_count);
+      uint64_t next = 0;
+      size_t at = 0;
+      for (uint64_t i = 0; i < change_count; ++i) {
+        uint64_t g = 0;
+        for (unsigned shift = 0;; shift += 7) {
+          if (at >= in.size()) throw Error(Errc::corrupt_frame, "locations: truncated varint gap");
+          if (shift > 35) throw Error(Errc::corrupt_frame, "locations: varint gap too long");
+          const uint8_t b = static_cast<uint8_t>(in[at++]);
+          g |= uint64_t{b & 0x7Fu} << shift;
+          if (!(b & 0x80)) break;
+        }
+        if (g >= n || next + g >= n) throw Error(Errc::corrupt_frame, "locations: position past the segment end");
+        positions.push_back(static_cast<uint32_t>(next + g));
+        next += g + 1;
+      }
+      in = in.subspan(at);
       return;
     }
     case LocationCoding::classed_gaps: {

@@ -29,7 +29,6 @@ struct DiffOptions {
   uint64_t chunk_bytes = uint64_t{16} << 20;
 };
 
-constexpr const char* kCodingNames[5] = {"none", "range", "bitmap", "gaps", "classed_gaps"};
 
 std::vector<bool> overwrite_mask(const codec::Manifest& manifest, const std::string& pattern) {
   if (pattern.empty()) return {};
@@ -94,7 +93,8 @@ void run_diff(const DiffOptions& o) {
     j["bytes_per_change"] = bytes_per_change;
     j["percent_of_checkpoint"] = percent;
     nlohmann::ordered_json codings;
-    for (int c = 0; c < 5; ++c) codings[kCodingNames[c]] = s.segments_by_coding[c];
+    for (int c = 0; c < codec::kLocationCodingCount; ++c)
+      codings[codec::location_coding_name(static_cast<codec::LocationCoding>(c))] = s.segments_by_coding[c];
     j["segments_by_coding"] = codings;
     j["base_digest"] = base_digest.combined();
     j["new_digest"] = delta.new_digest.combined();

@@ -20,26 +20,6 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
-const char* coding_name(codec::LocationCoding c) {
-  switch (c) {
-    case codec::LocationCoding::none: return "none";
-    case codec::LocationCoding::range: return "range";
-    case codec::LocationCoding::bitmap: return "bitmap";
-    case codec::LocationCoding::gaps: return "gaps";
-    case codec::LocationCoding::classed_gaps: return "classed_gaps";
-  }
-  return "?";
-}
-
-const char* mode_name(codec::ValueMode m) {
-  switch (m) {
-    case codec::ValueMode::xor_bits: return "xor_bits";
-    case codec::ValueMode::ulp_delta: return "ulp_delta";
-    case codec::ValueMode::overwrite: return "overwrite";
-  }
-  return "?";
-}
-
 const char* stream_name(codec::StreamId s) {
   switch (s) {
     case codec::StreamId::locations: return "locations";
@@ -80,8 +60,8 @@ Json describe(const codec::FrameView& f) {
     changes += s.change_count;
     segments.push_back(Json{{"tensor", s.tensor_index},
                             {"dtype", std::string(codec::dtype_name(s.dtype))},
-                            {"value_mode", mode_name(s.value_mode)},
-                            {"location_coding", coding_name(s.location_coding)},
+                            {"value_mode", codec::value_mode_name(s.value_mode)},
+                            {"location_coding", codec::location_coding_name(s.location_coding)},
                             {"element_begin", s.element_begin},
                             {"element_count", s.element_count},
                             {"changes", s.change_count}});
@@ -117,8 +97,8 @@ void print_text(const std::string& path, const DeltaFile& d) {
     for (const auto& s : f.segments) {
       std::printf("    tensor %u [%llu, +%llu) %s %s/%s: %llu changes\n", s.tensor_index,
                   static_cast<unsigned long long>(s.element_begin), static_cast<unsigned long long>(s.element_count),
-                  std::string(codec::dtype_name(s.dtype)).c_str(), mode_name(s.value_mode),
-                  coding_name(s.location_coding), static_cast<unsigned long long>(s.change_count));
+                  std::string(codec::dtype_name(s.dtype)).c_str(), codec::value_mode_name(s.value_mode),
+                  codec::location_coding_name(s.location_coding), static_cast<unsigned long long>(s.change_count));
     }
     for (const auto& s : f.sections) {
       std::printf("    section %-9s %-4s %llu -> %llu bytes\n", stream_name(s.stream),

@@ -200,3 +200,35 @@ TEST(Select, BroadwordSelectMatchesNaiveOnRandomMasks) {
 }
 }  // namespace
 }  // namespace deltacast::codec
+
+namespace deltacast::codec {
+namespace {
+TEST(Locations, GapVarintDecodesAndRejectsBadInput) {
+  const std::vector<uint32_t> want = {0, 5, 6, 300, 70000, 70001};
+  std::vector<std::byte> bytes;
+  uint32_t prev_plus_one = 0;
+  for (uint32_t p : want) {
+    uint32_t g = p - prev_plus_one;
+    prev_plus_one = p + 1;
+    while (g >= 0x80) {
+      bytes.push_back(static_cast<std::byte>((g & 0x7F) | 0x80));
+      g >>= 7;
+    }
+    bytes.push_back(static_cast<std::byte>(g));
+  }
+  std::span<const std::byte> in(bytes);
+  std::vector<uint32_t> got, idx;
+  decode_locations(LocationCoding::gap_varint, 100000, want.size(), 2, 0x7FFF, nullptr, in, got, idx);
+  EXPECT_EQ(got, want);
+  EXPECT_TRUE(in.empty());
+  EXPECT_TRUE(idx.empty());
+  std::span<const std::byte> truncated(bytes.data(), bytes.size() - 1);
+  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, want.size(), 2, 0x7FFF, nullptr, truncated, got, idx), Error);
+  std::span<const std::byte> small(bytes);
+  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 70001, want.size(), 2, 0x7FFF, nullptr, small, got, idx), Error);
+  const std::vector<std::byte> endless(12, std::byte{0xFF});
+  std::span<const std::byte> e(endless);
+  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, 1, 2, 0x7FFF, nullptr, e, got, idx), Error);
+}
+}  // namespace
+}  // namespace deltacast::codec
