@@ -27,10 +27,10 @@ fi_pingpong_gbps() {  # provider endpoint-type -> GB/s
 
 ucx_perftest_gbps() {
   local out
-  UCX_TLS=tcp UCX_NET_DEVICES=lo timeout 120 ucx_perftest -p "$PORT" >/dev/null 2>&1 &
+  UCX_TLS=tcp,self UCX_NET_DEVICES=lo timeout 120 ucx_perftest -p "$PORT" >/dev/null 2>&1 &
   local server=$!
   sleep 0.5
-  out=$(UCX_TLS=tcp UCX_NET_DEVICES=lo timeout 120 ucx_perftest -p "$PORT" 127.0.0.1 -t tag_bw -s "$SIZE" -n "$ITERS" 2>/dev/null |
+  out=$(UCX_TLS=tcp,self UCX_NET_DEVICES=lo timeout 120 ucx_perftest -p "$PORT" 127.0.0.1 -t tag_bw -s "$SIZE" -n "$ITERS" 2>/dev/null |
         grep -E '^ *Final:' | tail -1)
   wait "$server" 2>/dev/null
   PORT=$((PORT + 1))

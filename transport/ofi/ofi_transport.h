@@ -5,7 +5,7 @@
 //    one key we choose, so one remote key serves every connection. RDM rather than FI_EP_MSG
 //    because shm and efa offer only RDM, and tcp/verbs give RDM through ofi_rxm.
 //  * Addresses are exchanged, and the peer authenticated, over a TCP side channel
-//    (transport/ofi/side_channel.h) that then carries heartbeats: EOF or silence fails the link.
+//    (transport/side_channel.h) that then carries heartbeats: EOF or silence fails the link.
 //  * A message starts with one untagged FI_MSG send whose remote CQ data carries its length, so
 //    a receive posted for "the next message" learns how many continuation fragments (tagged,
 //    exact match on sequence and index) follow. Messages larger than the provider's max_msg_size

@@ -10,7 +10,7 @@
 #include <mutex>
 #include <thread>
 
-#include "transport/ofi/side_channel.h"
+#include "transport/side_channel.h"
 #include "transport/transport.h"
 
 namespace deltacast::transport::side {

@@ -1,4 +1,4 @@
-#include "transport/ofi/side_channel.h"
+#include "transport/side_channel.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

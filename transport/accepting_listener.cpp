@@ -1,4 +1,4 @@
-#include "transport/ofi/accepting_listener.h"
+#include "transport/accepting_listener.h"
 
 #include "util/log.h"
 
