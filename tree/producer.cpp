@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -25,6 +26,70 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// Encoder threads that live as long as the producer. The codec keeps per-thread scratch
+// (thread_local scan buffers, zstd contexts, packing buffers); a fresh thread per refit would
+// rebuild it and page-fault it in on every version. start() runs one job on every thread and
+// returns; wait() blocks until all finished it. Driven by one thread (the producer's).
+class EncoderThreads {
+ public:
+  explicit EncoderThreads(unsigned count) {
+    for (unsigned i = 0; i < count; ++i) threads_.emplace_back([this] { loop(); });
+  }
+  ~EncoderThreads() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& thread : threads_) thread.join();
+  }
+  EncoderThreads(const EncoderThreads&) = delete;
+  EncoderThreads& operator=(const EncoderThreads&) = delete;
+
+  size_t size() const noexcept { return threads_.size(); }
+  // The job must not throw (report errors through captured state). Call wait() before the next.
+  void start(std::function<void()> job) {
+    {
+      std::lock_guard lock(mutex_);
+      job_ = std::move(job);
+      busy_ = threads_.size();
+      ++generation_;
+    }
+    wake_.notify_all();
+  }
+  void wait() {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return busy_ == 0; });
+    job_ = nullptr;
+  }
+
+ private:
+  void loop() {
+    uint64_t seen = 0;
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mutex_);
+        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+        job = job_;
+      }
+      job();
+      std::lock_guard lock(mutex_);
+      if (--busy_ == 0) done_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  std::function<void()> job_;
+  size_t busy_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
 }  // namespace
 
 struct Producer::Impl {
@@ -43,6 +108,7 @@ struct Producer::Impl {
 
   std::vector<std::vector<std::byte>> baseline;  // [tensor]: bits of `version`
   codec::StateDigest baseline_digest;
+  std::unique_ptr<EncoderThreads> encoders;  // created at the first refit
   uint64_t version = 0;
   bool finished = false;
 
@@ -77,7 +143,17 @@ struct Producer::Impl {
     }
   }
   void accept_phase(bool want_hellos, std::vector<Hello>& hellos, Clock::time_point deadline);
-  void joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run);
+  // Collects every live receiver's answer for report.version, sends COMMIT or ABORT and waits
+  // until every live receiver is active again. `on_commit` (optional) runs after COMMIT went out
+  // and before waiting for ACTIVE, so the producer's own bookkeeping (the baseline copy) overlaps
+  // the receivers' commit round trip instead of adding to it.
+  void joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
+                    const std::function<void()>& on_commit = {});
+  // Copies `next` into the baseline (the new committed bits).
+  void adopt_baseline(const codec::ConstWeights& next) {
+    for (size_t t = 0; t < baseline.size(); ++t)
+      std::memcpy(baseline[t].data(), next.tensors[t].data(), baseline[t].size());
+  }
 };
 
 void Producer::Impl::accept_phase(bool want_hellos, std::vector<Hello>& hellos,
@@ -123,7 +199,8 @@ void Producer::Impl::accept_phase(bool want_hellos, std::vector<Hello>& hellos,
   }
 }
 
-void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run) {
+void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
+                                  const std::function<void()>& on_commit) {
   const uint64_t v = report.version;
   const size_t n = control.size();
   enum class Answer { none, verified, refused };
@@ -170,6 +247,7 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
 
   if (report.committed) {
     broadcast(Commit{v, expected_digest});
+    if (on_commit) on_commit();
   } else {
     broadcast(Abort{v, report.abort_reason});
   }
@@ -313,13 +391,9 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
     total.add(stats);
     encode_seconds += seconds;
   };
-  unsigned threads = std::max(1u, encode.threads);
-  std::vector<std::thread> workers;
-  for (unsigned t = 0; t < threads; ++t) workers.emplace_back(work);
-  auto join_workers = [&] {
-    for (auto& w : workers)
-      if (w.joinable()) w.join();
-  };
+  if (!d.encoders) d.encoders = std::make_unique<EncoderThreads>(std::max(1u, encode.threads));
+  d.encoders->start(work);
+  auto join_workers = [&] { d.encoders->wait(); };
   try {
     for (uint32_t i = 0; i < count; ++i) {
       SharedBytes message;
@@ -351,13 +425,13 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
   report.encode_seconds = encode_seconds;
 
   const codec::StateDigest new_digest = encoder.new_digest();
-  d.joint_commit(report, new_digest.combined(), refit_options.dry_run);
-  if (report.committed) {
-    for (size_t t = 0; t < d.baseline.size(); ++t)
-      std::memcpy(d.baseline[t].data(), checked.tensors[t].data(), d.baseline[t].size());
+  // Once COMMIT is out the version is committed: the baseline, its digest and the version move
+  // together (even if waiting for ACTIVE then fails).
+  d.joint_commit(report, new_digest.combined(), refit_options.dry_run, [&] {
+    d.adopt_baseline(checked);
     d.baseline_digest = new_digest;
     d.version = report.version;
-  }
+  });
   report.refit_seconds = seconds_since(start);
   d.log->info("version {} {} in {:.3f} s ({} chunks, {} payload bytes, {} changes)",
               report.version, report.committed ? "committed" : "aborted", report.refit_seconds,
@@ -373,16 +447,34 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   checked.manifest = &d.manifest;
   codec::check_weights(checked);
   auto start = Clock::now();
-  const codec::StateDigest expected = codec::StateDigest::full_scan(checked, d.options.encode.threads);
+  // The expected digest is needed only at the joint commit: compute it on a helper thread while
+  // the pieces go out, instead of scanning the whole checkpoint before the first byte.
+  std::optional<codec::StateDigest> expected_digest;
+  Status digest_status;
+  std::thread digester([&] {
+    try {
+      expected_digest = codec::StateDigest::full_scan(checked, d.options.encode.threads);
+    } catch (const Error& e) {
+      digest_status = e.status();
+    }
+  });
+  struct JoinOnExit {
+    std::thread& thread;
+    ~JoinOnExit() {
+      if (thread.joinable()) thread.join();
+    }
+  } join_digester{digester};
 
   struct Piece {
     uint32_t tensor;
     uint64_t offset, size;
   };
   std::vector<Piece> pieces;
-  const uint64_t piece_bytes = d.options.encode.chunk_bytes;
   for (uint32_t t = 0; t < d.manifest.size(); ++t) {
     const uint64_t size = checked.tensors[t].size();
+    // Whole elements per piece: receivers digest each piece on its own.
+    const uint64_t w = codec::dtype_size(d.manifest.at(t).dtype);
+    const uint64_t piece_bytes = std::max(w, d.options.encode.chunk_bytes / w * w);
     for (uint64_t off = 0; off < size; off += piece_bytes)
       pieces.push_back({t, off, std::min(piece_bytes, size - off)});
   }
@@ -402,13 +494,14 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
     report.frames_bytes += p.size;
     if (d.options.on_progress) d.options.on_progress(i + 1, report.chunks);
   }
-  d.joint_commit(report, expected.combined(), false);
-  if (report.committed) {
-    for (size_t t = 0; t < d.baseline.size(); ++t)
-      std::memcpy(d.baseline[t].data(), checked.tensors[t].data(), d.baseline[t].size());
+  digester.join();
+  if (!digest_status.ok()) throw Error(digest_status);
+  const codec::StateDigest expected = std::move(*expected_digest);
+  d.joint_commit(report, expected.combined(), false, [&] {
+    d.adopt_baseline(checked);
     d.baseline_digest = expected;
     d.version = 1;
-  }
+  });
   report.refit_seconds = seconds_since(start);
   d.log->info("full checkpoint (version 1) {} in {:.3f} s ({} raw chunks, {} bytes)",
               report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks,

@@ -79,9 +79,10 @@ class Producer {
   // a root link died. A refused/failed version is not an exception: see RefitReport::committed.
   RefitReport refit(const codec::ConstWeights& next, RefitOptions options = {});
   // Sends a full checkpoint as version 1 to receivers that hold the all-zero version 0: raw
-  // bytes in RAW messages of at most chunk_bytes, forwarded through the tree like frames. Each
-  // receiver copies them into its buffers and acks the digest of a full scan; joint commit as for
-  // deltas. Why raw and not a delta from zero: zero-based XOR masks do not compress (BF16 weights
+  // bytes in RAW messages of at most chunk_bytes (whole elements), forwarded through the tree
+  // like frames. Each receiver copies them into its buffers, digests each piece as it lands and
+  // acks the sum; the expected digest is computed on a helper thread while sending. Joint commit
+  // as for deltas. Why raw and not a delta from zero: zero-based XOR masks do not compress (BF16 weights
   // shrink ~1.28x under zstd) and a delta applier keeps an undo record per element, several times
   // the checkpoint in memory; raw bytes cost a memcpy, rollback is a memset. This is also the
   // full-checkpoint reference time. Requires version() == 0 (throws Error(state)); throws like

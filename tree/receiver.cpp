@@ -74,7 +74,8 @@ struct Receiver::Impl {
   void handle_frame(int tree, std::span<const std::byte> message);
   void apply_frame(const codec::FrameView& view, std::span<const std::byte> frame);
   void handle_raw(int tree, std::span<const std::byte> message);
-  std::optional<Message> apply_raw(const RawChunkHeader& h, std::span<const std::byte> payload);
+  std::optional<Message> apply_raw(const RawChunkHeader& h, std::span<const std::byte> payload,
+                                   std::optional<uint64_t> piece_digest);
   bool first_sight(const FrameKey& key, size_t bytes);
   void forward(int tree, std::span<const std::byte> message);
   void reset_raw();
@@ -243,16 +244,28 @@ void Receiver::Impl::handle_raw(int tree, std::span<const std::byte> message) {
     return;
   }
   forward(tree, message);
+  // Digest the piece as it lands, before taking the lock (pieces of two trees hash in parallel):
+  // the digest is a sum over elements, so the pieces' partial sums add up to the full-scan
+  // digest and no scan trails the last byte. Bounds are checked again under the lock.
+  std::optional<uint64_t> piece_digest;
+  if (h.tensor < manifest->size()) {
+    const auto& info = manifest->at(h.tensor);
+    const uint64_t w = codec::dtype_size(info.dtype);
+    if (h.byte_offset % w == 0 && payload.size() % w == 0 && h.byte_offset <= info.nbytes() &&
+        payload.size() <= info.nbytes() - h.byte_offset)
+      piece_digest = codec::slice_digest(h.tensor, info.dtype, h.byte_offset / w, payload);
+  }
   std::optional<Message> reply;
   {
     std::lock_guard lock(applier_mutex);
-    reply = apply_raw(h, payload);
+    reply = apply_raw(h, payload, piece_digest);
   }
   if (reply) send_to_producer(*reply);
 }
 
 std::optional<Message> Receiver::Impl::apply_raw(const RawChunkHeader& h,
-                                                  std::span<const std::byte> payload) {
+                                                  std::span<const std::byte> payload,
+                                                  std::optional<uint64_t> piece_digest) {
   auto refuse = [&](Errc code, const std::string& why) -> std::optional<Message> {
     std::lock_guard lock(state_mutex);
     ++stats.frames_refused;
@@ -264,25 +277,26 @@ std::optional<Message> Receiver::Impl::apply_raw(const RawChunkHeader& h,
     return refuse(Errc::version_mismatch, "raw bootstrap of version " + std::to_string(h.version) +
                                               " needs the all-zero version 0; this receiver holds " +
                                               std::to_string(applier->version()));
-  if (h.tensor >= weights.tensors.size() ||
-      h.byte_offset > weights.tensors[h.tensor].size() ||
-      payload.size() > weights.tensors[h.tensor].size() - h.byte_offset)
+  if (!piece_digest)  // set exactly when the piece is whole elements inside its tensor
     return refuse(Errc::corrupt_frame, "raw chunk " + std::to_string(h.chunk_index) +
-                                           " lies outside its tensor");
+                                           " lies outside its tensor or splits an element");
   if (!raw_version) {
     raw_version = h.version;
     raw_have.assign(h.chunk_count, false);
     raw_received = 0;
+    raw_digest = codec::StateDigest(std::vector<uint64_t>(manifest->size(), 0));
   }
-  if (h.chunk_count != raw_have.size())
+  if (h.chunk_count != raw_have.size() || h.chunk_index >= raw_have.size())
     return refuse(Errc::corrupt_frame, "raw chunks disagree on the chunk count");
   if (raw_have[h.chunk_index]) return std::nullopt;
   std::memcpy(weights.tensors[h.tensor].data() + h.byte_offset, payload.data(), payload.size());
+  raw_digest.per_tensor()[h.tensor] += *piece_digest;
   raw_have[h.chunk_index] = true;
   if (++raw_received < raw_have.size() || acked.count(h.version) || nacked.count(h.version))
     return std::nullopt;
-  // Complete: the digest of what the bytes now are is the proof the producer checks.
-  raw_digest = codec::StateDigest::full_scan(weights.as_const());
+  // Complete: the sum of the pieces' digests is the digest of what the buffers now hold (each
+  // piece was hashed from the bytes copied in, and the pieces tile every tensor exactly once
+  // only if the producer's pieces do; a gap or overlap shows up as a digest mismatch).
   acked.insert(h.version);
   return Ack{options.rank, h.version, raw_digest.combined(), 0};
 }

@@ -61,13 +61,14 @@ struct Params {
 // A producer and `n` receiver threads; each receiver's buffers are kept for memcmp after run().
 class Cluster {
  public:
-  Cluster(const Params& params, const codec::Manifest& manifest, uint32_t n, const std::string& name)
+  Cluster(const Params& params, const codec::Manifest& manifest, uint32_t n, const std::string& name,
+          uint64_t chunk_bytes = 64 << 10)
       : transport_(transport::make_transport(params.scheme, {})), buffers_(n), summaries_(n) {
     ProducerOptions options;
     options.listen_url = url(params.scheme, name + "-producer");
     options.receivers = n;
     options.topology = params.topology;
-    options.encode.chunk_bytes = 64 << 10;  // many chunks for a small model
+    options.encode.chunk_bytes = chunk_bytes;  // default: many chunks for a small model
     options.max_inflight_bytes_per_root = 256 << 10;
     options.version_timeout = std::chrono::milliseconds(60'000);
     producer_ = std::make_unique<Producer>(*transport_, manifest, options);
@@ -190,6 +191,29 @@ TEST_P(RelayTree, RawBootstrapThenDeltasAreBitExact) {
   for (size_t i = 0; i < n; ++i) {
     EXPECT_EQ(cluster.failure(i), "");
     EXPECT_EQ(cluster.receiver(i).version(), 3u);
+    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
+  }
+}
+
+// Receivers digest each raw piece on its own, so pieces must hold whole elements: a chunk size
+// that is not a multiple of 2 or 4 bytes must still give pieces on element boundaries, and the
+// pieces' digests must add up to the producer's full-scan digest.
+TEST_P(RelayTree, RawBootstrapWithOddChunkBytesIsBitExact) {
+  Model model = Model::make(6);
+  const uint32_t n = 3;
+  Cluster cluster(GetParam(), model.manifest, n, sanitize(name()), (32 << 10) + 1);
+  RefitReport full = cluster.producer().bootstrap(model.weights());
+  ASSERT_TRUE(full.committed) << full.abort_reason;
+  EXPECT_EQ(full.verified_receivers, n);
+  EXPECT_EQ(full.frames_bytes, model.manifest.total_bytes());
+  EXPECT_EQ(cluster.producer().digest(), codec::StateDigest::full_scan(model.weights()));
+  model.step(77);
+  RefitReport delta = cluster.producer().refit(model.weights());
+  ASSERT_TRUE(delta.committed) << delta.abort_reason;
+  cluster.finish();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "");
+    EXPECT_EQ(cluster.receiver(i).version(), 2u);
     EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
   }
 }
