@@ -1,5 +1,6 @@
 #include "codec/applier.h"
 
+#include <cstring>
 #include <mutex>
 #include <zstd.h>
 
@@ -17,6 +18,36 @@ struct UndoEntry {
   uint64_t position;
   uint32_t tensor;
   uint32_t bits;
+};
+
+// The undo log: old bits of every element written since the last commit, in write order. Stored
+// in fixed-size blocks so growing it never copies what is there, and clear() keeps the blocks for
+// the next version (a receiver pays for the pages once, not on every refit).
+class UndoLog {
+ public:
+  void push(const UndoEntry& e) {
+    if (used_ == blocks_.size() * kBlock) blocks_.emplace_back(new UndoEntry[kBlock]);
+    blocks_[used_ / kBlock][used_ % kBlock] = e;
+    ++used_;
+  }
+  // Allocates and touches blocks for `entries` entries so their page faults happen now.
+  void reserve(size_t entries) {
+    while (blocks_.size() * kBlock < entries) {
+      blocks_.emplace_back(new UndoEntry[kBlock]);
+      std::memset(static_cast<void*>(blocks_.back().get()), 0, kBlock * sizeof(UndoEntry));
+    }
+  }
+  template <class F>
+  void for_each_reverse(F&& f) const {
+    for (size_t i = used_; i-- > 0;) f(blocks_[i / kBlock][i % kBlock]);
+  }
+  void clear() noexcept { used_ = 0; }
+  size_t size() const noexcept { return used_; }
+
+ private:
+  static constexpr size_t kBlock = size_t{1} << 16;
+  std::vector<std::unique_ptr<UndoEntry[]>> blocks_;
+  size_t used_ = 0;
 };
 
 struct PlannedWrite {
@@ -72,7 +103,7 @@ struct DeltaApplier::Impl {
   uint32_t applied_n = 0;
   std::optional<std::vector<uint64_t>> seal_digests;
   bool verified = false;
-  std::vector<UndoEntry> undo;
+  UndoLog undo;
   mutable std::mutex mu;
   // Scratch reused across frames (apply() is serialised by mu).
   ScratchBuffer section_buffers[16];
@@ -163,7 +194,7 @@ struct DeltaApplier::Impl {
         seed = tensor_hash_seed(tensor);
       }
       const uint32_t ob = load_bits(base, w, wr.position);
-      undo.push_back(UndoEntry{wr.position, wr.tensor, ob});
+      undo.push(UndoEntry{wr.position, wr.tensor, ob});
       store_bits(base, w, wr.position, wr.bits);
       per[tensor] += element_hash_seeded(seed, wr.position, wr.bits) - element_hash_seeded(seed, wr.position, ob);
     }
@@ -257,12 +288,11 @@ void DeltaApplier::audit(unsigned threads) const {
 void DeltaApplier::rollback() {
   auto& im = *impl_;
   std::lock_guard lock(im.mu);
-  for (auto it = im.undo.rbegin(); it != im.undo.rend(); ++it) {
-    const unsigned w = static_cast<unsigned>(dtype_size(im.manifest->at(it->tensor).dtype));
-    store_bits(im.weights.tensors[it->tensor].data(), w, it->position, it->bits);
-  }
+  im.undo.for_each_reverse([&](const UndoEntry& e) {
+    const unsigned w = static_cast<unsigned>(dtype_size(im.manifest->at(e.tensor).dtype));
+    store_bits(im.weights.tensors[e.tensor].data(), w, e.position, e.bits);
+  });
   im.undo.clear();
-  im.undo.shrink_to_fit();
   im.digest = im.base_digest;
   im.pending.reset();
   im.applied.clear();
@@ -284,6 +314,11 @@ void DeltaApplier::commit() {
   im.applied_n = 0;
   im.seal_digests.reset();
   im.verified = false;
+}
+
+void DeltaApplier::reserve(uint64_t changes) {
+  std::lock_guard lock(impl_->mu);
+  impl_->undo.reserve(static_cast<size_t>(changes));
 }
 
 const StateDigest& DeltaApplier::digest() const noexcept { return impl_->digest; }
