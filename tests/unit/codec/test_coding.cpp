@@ -54,10 +54,14 @@ void check_scan_equivalence(unsigned seed) {
     for (uint64_t i = 0; i < n; ++i)
       if (rng() % 10 == 0) b[i] = static_cast<T>(b[i] + 1);
     const uint32_t mask = sizeof(T) == 4 ? 0x7FFFFFFFu : (1u << (8 * sizeof(T) - 1)) - 1;
-    ClassSpec cs;
-    cs.count = 4;
-    cs.thresholds = {mask / 8, mask / 4, mask / 2};
-    for (const ClassSpec* c : {static_cast<const ClassSpec*>(nullptr), static_cast<const ClassSpec*>(&cs)}) {
+    // Unaligned thresholds, and exponent-aligned ones (low 7 bits clear: the AVX2 byte path).
+    ClassSpec unaligned, aligned;
+    unaligned.count = aligned.count = 4;
+    unaligned.thresholds = {mask / 8, mask / 4, mask / 2};
+    aligned.thresholds = {(mask / 8) & ~0x7Fu, (mask / 4) & ~0x7Fu, (mask / 2) & ~0x7Fu};
+    for (const ClassSpec* c : {static_cast<const ClassSpec*>(nullptr), static_cast<const ClassSpec*>(&unaligned),
+                               static_cast<const ClassSpec*>(&aligned)}) {
+      const ClassSpec& cs = c ? *c : unaligned;
       ScanOutput fast, slow;
       scan_changes(sizeof(T), mask, a.data(), b.data(), n, c, fast);
       scan_changes_generic(sizeof(T), mask, a.data(), b.data(), n, c, slow);
