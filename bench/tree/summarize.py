@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Medians of the relay-tree benchmark runs (bench/tree/results/*.jsonl) as Markdown tables for
-bench/RESULTS-tree.md, plus bench/tree/results/netns-scaling.svg (time / (S/B) vs receivers).
+bench/RESULTS.md (section 3), plus bench/tree/results/netns-scaling.svg (time / (S/B) vs receivers).
 Only the standard library: this machine's python has no numpy or matplotlib.
    python3 bench/tree/summarize.py [RESULTS_DIR]"""
 import json
