@@ -1,4 +1,5 @@
 // libfabric backend: see ofi_transport.h for the design and docs/transport-ofi-ucx.md for why.
+#include "transport/engine_handles.h"
 #include "transport/ofi/ofi_transport.h"
 
 #include <netinet/in.h>
@@ -705,45 +706,10 @@ void OfiTransport::progress_loop() {
   }
 }
 
-class OfiConnection final : public Connection {
- public:
-  OfiConnection(std::shared_ptr<OfiTransport> transport, std::shared_ptr<ConnState> conn)
-      : transport_(std::move(transport)), conn_(std::move(conn)) {}
-  ~OfiConnection() override { close(); }
-  std::shared_ptr<Request> post_send(std::span<const std::byte> message, MemoryRegion* mr) override {
-    return transport_->post_send(conn_, message, mr);
-  }
-  std::shared_ptr<Request> post_recv(std::span<std::byte> buffer, MemoryRegion* mr) override {
-    return transport_->post_recv(conn_, buffer, mr);
-  }
-  std::shared_ptr<Request> post_write(std::span<const std::byte> local, MemoryRegion* local_mr, const RemoteBuffer& remote) override {
-    return transport_->post_write(conn_, local, local_mr, remote);
-  }
-  void close() override { transport_->close_connection(conn_, Status{Errc::connection, "connection closed locally"}); }
-  std::string peer() const override { return conn_->peer_url; }
-
- private:
-  std::shared_ptr<OfiTransport> transport_;
-  std::shared_ptr<ConnState> conn_;
-};
-
+using OfiConnection = EngineConnection<OfiTransport, ConnState>;
 
 // The Transport handed out: owns the shared engine so connections can keep it reachable.
-class OfiTransportHandle final : public Transport {
- public:
-  explicit OfiTransportHandle(std::shared_ptr<OfiTransport> engine) : engine_(std::move(engine)) {}
-  std::unique_ptr<Listener> listen(const Url& url) override { return engine_->listen(url); }
-  std::unique_ptr<Connection> connect(const Url& url, std::chrono::milliseconds timeout) override {
-    return engine_->connect(url, timeout);
-  }
-  std::unique_ptr<MemoryRegion> register_memory(std::span<std::byte> bytes, MemoryKind kind) override {
-    return engine_->register_memory(bytes, kind);
-  }
-  Capabilities capabilities() const override { return engine_->capabilities(); }
-
- private:
-  std::shared_ptr<OfiTransport> engine_;
-};
+using OfiTransportHandle = EngineTransport<OfiTransport>;
 
 void check_scheme(const Url& url, const std::string& provider) {
   if (url.scheme != "ofi" || url.provider != provider) {

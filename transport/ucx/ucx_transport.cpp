@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "transport/engine_handles.h"
 #include "transport/basic_request.h"
 #include "transport/accepting_listener.h"
 #include "transport/side_channel.h"
@@ -656,44 +657,9 @@ void UcxTransport::progress_loop() {
   }
 }
 
-class UcxConnection final : public Connection {
- public:
-  UcxConnection(std::shared_ptr<UcxTransport> transport, std::shared_ptr<ConnState> conn)
-      : transport_(std::move(transport)), conn_(std::move(conn)) {}
-  ~UcxConnection() override { close(); }
-  std::shared_ptr<Request> post_send(std::span<const std::byte> message, MemoryRegion* mr) override {
-    return transport_->post_send(conn_, message, mr);
-  }
-  std::shared_ptr<Request> post_recv(std::span<std::byte> buffer, MemoryRegion* mr) override {
-    return transport_->post_recv(conn_, buffer, mr);
-  }
-  std::shared_ptr<Request> post_write(std::span<const std::byte> local, MemoryRegion* local_mr, const RemoteBuffer& remote) override {
-    return transport_->post_write(conn_, local, local_mr, remote);
-  }
-  void close() override { transport_->close_connection(conn_, Status{Errc::connection, "connection closed locally"}); }
-  std::string peer() const override { return conn_->peer_url; }
+using UcxConnection = EngineConnection<UcxTransport, ConnState>;
 
- private:
-  std::shared_ptr<UcxTransport> transport_;
-  std::shared_ptr<ConnState> conn_;
-};
-
-
-class UcxTransportHandle final : public Transport {
- public:
-  explicit UcxTransportHandle(std::shared_ptr<UcxTransport> engine) : engine_(std::move(engine)) {}
-  std::unique_ptr<Listener> listen(const Url& url) override { return engine_->listen(url); }
-  std::unique_ptr<Connection> connect(const Url& url, std::chrono::milliseconds timeout) override {
-    return engine_->connect(url, timeout);
-  }
-  std::unique_ptr<MemoryRegion> register_memory(std::span<std::byte> bytes, MemoryKind kind) override {
-    return engine_->register_memory(bytes, kind);
-  }
-  Capabilities capabilities() const override { return engine_->capabilities(); }
-
- private:
-  std::shared_ptr<UcxTransport> engine_;
-};
+using UcxTransportHandle = EngineTransport<UcxTransport>;
 
 void check_scheme(const Url& url) {
   if (url.scheme != "ucx") throw Error(Errc::invalid_argument, "ucx transport can not use URL " + url.str());
