@@ -12,7 +12,7 @@
 #include "codec/applier.h"
 #include "tools/cli.h"
 #include "tools/lib_delta_file.h"
-#include "tools/lib_owned_weights.h"
+#include "codec/owned_weights.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -69,7 +69,7 @@ void run_apply(const ApplyOptions& o) {
     const auto target = checkpoint::SafetensorsFile::open(o.target);
     const auto digest = codec::StateDigest::full_scan(target.weights(), o.threads);
     check_base(target, delta, digest);
-    OwnedWeights copy(target.weights());
+    codec::OwnedWeights copy(target.weights());
     codec::DeltaApplier applier(copy.manifest(), copy.mutable_view(), version, digest);
     outcome = apply_all(applier, delta, o.threads);
     checkpoint::write_safetensors(o.out, copy.view(), target.metadata());

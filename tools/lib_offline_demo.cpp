@@ -9,7 +9,7 @@
 #include "codec/applier.h"
 #include "codec/encoder.h"
 #include "sim/trainer_simulator.h"
-#include "tools/lib_owned_weights.h"
+#include "codec/owned_weights.h"
 #include "util/error.h"
 
 namespace deltacast::tools {
@@ -35,8 +35,8 @@ void run_offline_demo(const DemoOptions& o) {
               o.steps, seconds_since(t_init));
 
   // The producer's baseline (last committed weights) and the receiver's buffers.
-  OwnedWeights committed(trainer.bf16_weights());
-  OwnedWeights receiver(trainer.bf16_weights());
+  codec::OwnedWeights committed(trainer.bf16_weights());
+  codec::OwnedWeights receiver(trainer.bf16_weights());
   auto committed_digest = codec::StateDigest::full_scan(committed.view(), o.threads);
   codec::DeltaApplier applier(receiver.manifest(), receiver.mutable_view(), 0, committed_digest);
 
@@ -58,7 +58,7 @@ void run_offline_demo(const DemoOptions& o) {
     applier.commit();
     const double apply_s = seconds_since(t_apply);
 
-    const bool same_bits = bitwise_equal(receiver.view(), next);
+    const bool same_bits = codec::bitwise_equal(receiver.view(), next);
     const bool same_digest = applier.digest() == delta.new_digest;
     if (!same_bits || !same_digest) {
       throw Error(Errc::verify_failed, "step " + std::to_string(s) + ": receiver is not bit-exact (memcmp " +

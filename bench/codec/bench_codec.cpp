@@ -17,6 +17,7 @@
 
 #include "codec/applier.h"
 #include "codec/encoder.h"
+#include "codec/owned_weights.h"
 #include "sim/trainer_simulator.h"
 
 using namespace deltacast;
@@ -33,23 +34,7 @@ double thread_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-struct Owned {
-  std::vector<std::vector<std::byte>> bytes;
-  const codec::Manifest* m;
-  explicit Owned(const codec::ConstWeights& w) : m(w.manifest) {
-    for (auto s : w.tensors) bytes.emplace_back(s.begin(), s.end());
-  }
-  codec::ConstWeights view() const {
-    codec::ConstWeights w{m, {}};
-    for (auto& b : bytes) w.tensors.emplace_back(b.data(), b.size());
-    return w;
-  }
-  codec::MutableWeights mut() {
-    codec::MutableWeights w{m, {}};
-    for (auto& b : bytes) w.tensors.emplace_back(b.data(), b.size());
-    return w;
-  }
-};
+using Owned = codec::OwnedWeights;
 
 uint64_t parse_count(const std::string& s) {
   double v = std::stod(s);
@@ -62,24 +47,26 @@ uint64_t parse_count(const std::string& s) {
 
 double memcpy_gbps(const Owned& src) {
   std::vector<std::vector<std::byte>> dst;
-  for (auto& b : src.bytes) dst.emplace_back(b.size());
+  for (auto t : src.view().tensors) dst.emplace_back(t.size());
   double best = 1e9;
   for (int rep = 0; rep < 3; ++rep) {
     const auto t0 = Clock::now();
-    for (size_t i = 0; i < dst.size(); ++i) std::memcpy(dst[i].data(), src.bytes[i].data(), dst[i].size());
+    const auto v = src.view();
+    for (size_t i = 0; i < dst.size(); ++i) std::memcpy(dst[i].data(), v.tensors[i].data(), dst[i].size());
     best = std::min(best, seconds_since(t0));
   }
   uint64_t total = 0;
-  for (auto& b : src.bytes) total += b.size();
+  for (auto t : src.view().tensors) total += t.size();
   return static_cast<double>(total) / best / 1e9;
 }
 
 uint64_t xor_zstd1_bytes(const Owned& a, const Owned& b) {
   uint64_t total = 0;
   std::vector<std::byte> x, z;
-  for (size_t t = 0; t < a.bytes.size(); ++t) {
-    x.resize(a.bytes[t].size());
-    for (size_t i = 0; i < x.size(); ++i) x[i] = a.bytes[t][i] ^ b.bytes[t][i];
+  const auto va = a.view(), vb = b.view();
+  for (size_t t = 0; t < va.tensors.size(); ++t) {
+    x.resize(va.tensors[t].size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = va.tensors[t][i] ^ vb.tensors[t][i];
     z.resize(ZSTD_compressBound(x.size()));
     total += ZSTD_compress(z.data(), z.size(), x.data(), x.size(), 1);
   }
@@ -90,7 +77,7 @@ void write_slice(const Owned& w, uint64_t bytes, const std::string& path) {
   std::ofstream out(path, std::ios::binary);
   uint64_t left = bytes;
   // Take the largest tensors' prefixes (they dominate a checkpoint).
-  for (const auto& b : w.bytes) {
+  for (const auto b : w.view().tensors) {
     if (left == 0) break;
     if (b.size() < (1u << 20)) continue;
     const uint64_t n = std::min<uint64_t>(left, b.size());
@@ -158,8 +145,8 @@ Row measure(const std::string& label, double lr, const Owned& a, const Owned& b,
   // Apply (single thread): parse + decode + write + digest update + verify, on a fresh copy each time.
   double best_apply = 1e9, best_apply_cpu = 1e9;
   for (int rep = 0; rep < 3; ++rep) {
-    Owned target = a;
-    codec::DeltaApplier applier(*a.m, target.mut(), 0, da);
+    Owned target(a.view());
+    codec::DeltaApplier applier(a.manifest(), target.mutable_view(), 0, da);
     const auto t0 = Clock::now();
     const double c0 = thread_cpu_seconds();
     for (const auto& f : delta.frames) applier.apply(f);
@@ -168,11 +155,10 @@ Row measure(const std::string& label, double lr, const Owned& a, const Owned& b,
     best_apply = std::min(best_apply, seconds_since(t0));
     best_apply_cpu = std::min(best_apply_cpu, thread_cpu_seconds() - c0);
     if (rep == 0) {
-      for (size_t t = 0; t < target.bytes.size(); ++t)
-        if (target.bytes[t] != b.bytes[t]) {
-          std::fprintf(stderr, "BIT MISMATCH in tensor %zu\n", t);
-          std::exit(2);
-        }
+      if (!codec::bitwise_equal(target.view(), b.view())) {
+        std::fprintf(stderr, "BIT MISMATCH after apply\n");
+        std::exit(2);
+      }
     }
   }
   r.apply_gbps = static_cast<double>(r.checkpoint_bytes) / best_apply / 1e9;

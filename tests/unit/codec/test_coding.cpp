@@ -117,7 +117,7 @@ void check_scan_equivalence(unsigned seed) {
   }
 }
 
-TEST(Scan, Avx512AndPortableKernelsAgreeWithBruteForce) {
+TEST(Scan, DispatchedAndPortableKernelsAgreeWithBruteForce) {
   check_scan_equivalence<uint8_t>(1);
   check_scan_equivalence<uint16_t>(2);
   check_scan_equivalence<uint32_t>(3);

@@ -1,32 +1,32 @@
-#include "tools/lib_owned_weights.h"
+#include "codec/owned_weights.h"
 
 #include <cstring>
 
 #include "util/error.h"
 
-namespace deltacast::tools {
+namespace deltacast::codec {
 
-OwnedWeights::OwnedWeights(const codec::ConstWeights& source) {
-  codec::check_weights(source);
-  manifest_ = std::make_unique<codec::Manifest>(*source.manifest);
+OwnedWeights::OwnedWeights(const ConstWeights& source) {
+  check_weights(source);
+  manifest_ = std::make_unique<Manifest>(*source.manifest);
   tensors_.reserve(source.tensors.size());
   for (const auto& t : source.tensors) tensors_.emplace_back(t.begin(), t.end());
 }
 
-codec::ConstWeights OwnedWeights::view() const {
-  codec::ConstWeights w{manifest_.get(), {}};
+ConstWeights OwnedWeights::view() const {
+  ConstWeights w{manifest_.get(), {}};
   for (const auto& t : tensors_) w.tensors.emplace_back(t);
   return w;
 }
 
-codec::MutableWeights OwnedWeights::mutable_view() {
-  codec::MutableWeights w{manifest_.get(), {}};
+MutableWeights OwnedWeights::mutable_view() {
+  MutableWeights w{manifest_.get(), {}};
   for (auto& t : tensors_) w.tensors.emplace_back(t);
   return w;
 }
 
-void OwnedWeights::assign(const codec::ConstWeights& source) {
-  codec::check_weights(source);
+void OwnedWeights::assign(const ConstWeights& source) {
+  check_weights(source);
   if (source.manifest->digest() != manifest_->digest()) {
     throw Error(Errc::invalid_argument, "OwnedWeights::assign: weights belong to another manifest");
   }
@@ -35,7 +35,7 @@ void OwnedWeights::assign(const codec::ConstWeights& source) {
   }
 }
 
-bool bitwise_equal(const codec::ConstWeights& a, const codec::ConstWeights& b) {
+bool bitwise_equal(const ConstWeights& a, const ConstWeights& b) {
   if (a.manifest->digest() != b.manifest->digest() || a.tensors.size() != b.tensors.size()) return false;
   for (size_t i = 0; i < a.tensors.size(); ++i) {
     if (a.tensors[i].size() != b.tensors[i].size()) return false;
@@ -46,4 +46,4 @@ bool bitwise_equal(const codec::ConstWeights& a, const codec::ConstWeights& b) {
   return true;
 }
 
-}  // namespace deltacast::tools
+}  // namespace deltacast::codec
