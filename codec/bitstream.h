@@ -122,7 +122,20 @@ class BitReader {
   }
 
  private:
+  // Tops the accumulator up to >= 57 bits (fewer at the end of the input). With 8 readable bytes
+  // left this is one unaligned load and no loop (little-endian hosts).
   void refill() {
+    if (n_ > 56) return;
+    if constexpr (std::endian::native == std::endian::little) {
+      if (end_ - p_ >= 8) {
+        uint64_t word;
+        std::memcpy(&word, p_, 8);
+        acc_ |= word << n_;
+        p_ += (63 - n_) >> 3;
+        n_ |= 56;
+        return;
+      }
+    }
     while (n_ <= 56 && p_ < end_) {
       acc_ |= uint64_t{static_cast<uint8_t>(*p_++)} << n_;
       n_ += 8;

@@ -1,5 +1,9 @@
 #include "codec/scan.h"
 
+#ifdef DELTACAST_HAVE_X86_KERNELS
+#include <cpuid.h>
+#endif
+
 #include "util/error.h"
 
 namespace deltacast::codec {
@@ -11,19 +15,37 @@ void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const C
 void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                            const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
+void scan_changes_avx2_bmi2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
+void select_positions_avx2_bmi2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
+                                const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&,
+                                std::vector<uint32_t>&);
 void scan_changes_avx512(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_avx512(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                              const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
 #endif
 
 namespace {
-enum class Isa { generic, avx2, avx512 };
+enum class Isa { generic, avx2, avx2_bmi2, avx512 };
+#ifdef DELTACAST_HAVE_X86_KERNELS
+// PDEP is one fast instruction on Intel since Haswell and on AMD since Zen 3 (family 19h); AMD's
+// earlier cores microcode it (tens to hundreds of cycles).
+bool pdep_is_fast() {
+  if (!__builtin_cpu_supports("bmi2")) return false;
+  if (!__builtin_cpu_is("amd")) return true;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return false;
+  unsigned family = (eax >> 8) & 0xF;
+  if (family == 0xF) family += (eax >> 20) & 0xFF;
+  return family >= 0x19;
+}
+#endif
 Isa detect_isa() {
 #ifdef DELTACAST_HAVE_X86_KERNELS
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("bmi2"))
     return Isa::avx512;
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) return Isa::avx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt"))
+    return pdep_is_fast() ? Isa::avx2_bmi2 : Isa::avx2;
 #endif
   return Isa::generic;
 }
@@ -44,6 +66,7 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
   if (classes && classes->count == 1) classes = nullptr;
 #ifdef DELTACAST_HAVE_X86_KERNELS
   if (isa() == Isa::avx512) return scan_changes_avx512(width, abs_mask, old_bits, new_bits, n, classes, out);
+  if (isa() == Isa::avx2_bmi2) return scan_changes_avx2_bmi2(width, abs_mask, old_bits, new_bits, n, classes, out);
   if (isa() == Isa::avx2) return scan_changes_avx2(width, abs_mask, old_bits, new_bits, n, classes, out);
 #endif
   scan_changes_generic(width, abs_mask, old_bits, new_bits, n, classes, out);
@@ -56,6 +79,8 @@ void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, u
   DC_ASSERT(ranks.size() >= classes.count);
 #ifdef DELTACAST_HAVE_X86_KERNELS
   if (isa() == Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
+  if (isa() == Isa::avx2_bmi2)
+    return select_positions_avx2_bmi2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
   if (isa() == Isa::avx2) return select_positions_avx2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
 #endif
   select_positions_generic(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);

@@ -9,6 +9,7 @@
 // Dispatches at run time to an AVX-512 version when the CPU has AVX-512BW, else to portable code.
 #include <array>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "codec/dtype.h"

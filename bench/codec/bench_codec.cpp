@@ -2,7 +2,9 @@
 // baselines measured in the same run (memcpy, XOR+zstd-1, zstd --patch-from, bsdiff).
 // Usage: dc_bench_codec [--params 200M] [--lr 2e-6] [--lr-high 6e-6] [--threads 2] [--json FILE]
 //        [--tools-slice-mib 32] [--no-tools]
-// Prints a markdown table; --json writes the figures.
+//        dc_bench_codec --profile encode|apply [--reps 20] [--params 50M] [--lr 1.3e-6]
+// Prints a markdown table; --json writes the figures. --profile only repeats one phase on one
+// step (lr of --lr) and prints each repetition's time: a loop to run under perf or callgrind.
 #include <chrono>
 #include <ctime>
 #include <cstdio>
@@ -142,11 +144,13 @@ Row measure(const std::string& label, double lr, const Owned& a, const Owned& b,
     o.xor_safe_mode = codec::ValueMode::xor_bits;
     r.frame_bytes_xor = codec::encode_delta(a.view(), b.view(), da, {0, 1}, o).stats.frame_bytes;
   }
-  // Apply (single thread): parse + decode + write + digest update + verify, on a fresh copy each time.
+  // Apply (single thread): parse + decode + write + digest update + verify, on a fresh copy each
+  // time. The undo log is reserved first, as a receiver does while idle (DeltaApplier::reserve).
   double best_apply = 1e9, best_apply_cpu = 1e9;
   for (int rep = 0; rep < 3; ++rep) {
     Owned target(a.view());
     codec::DeltaApplier applier(a.manifest(), target.mutable_view(), 0, da);
+    applier.reserve(delta.stats.changes);
     const auto t0 = Clock::now();
     const double c0 = thread_cpu_seconds();
     for (const auto& f : delta.frames) applier.apply(f);
@@ -197,6 +201,37 @@ Row measure(const std::string& label, double lr, const Owned& a, const Owned& b,
   return r;
 }
 
+// --profile: repeats one phase on one step.
+int profile(const std::string& phase, int reps, const Owned& a, const Owned& b) {
+  const auto da = codec::StateDigest::full_scan(a.view(), 2);
+  codec::EncodeOptions opts;
+  opts.threads = 1;
+  auto delta = codec::encode_delta(a.view(), b.view(), da, {0, 1}, opts);
+  Owned target(a.view());
+  for (int rep = 0; rep < reps; ++rep) {
+    double s = 0;
+    const double c0 = thread_cpu_seconds();
+    if (phase == "encode") {
+      const auto t0 = Clock::now();
+      delta = codec::encode_delta(a.view(), b.view(), da, {0, 1}, opts);
+      s = seconds_since(t0);
+    } else {
+      codec::DeltaApplier applier(a.manifest(), target.mutable_view(), 0, da);
+      applier.reserve(delta.stats.changes);
+      const auto t0 = Clock::now();
+      for (const auto& f : delta.frames) applier.apply(f);
+      applier.verify();
+      s = seconds_since(t0);
+      applier.rollback();
+    }
+    const double cpu = thread_cpu_seconds() - c0;
+    std::printf("%s rep %d: %.4f s, %.2f GB/s; %.2f GB/s per CPU-s\n", phase.c_str(), rep, s,
+                static_cast<double>(delta.stats.checkpoint_bytes) / s / 1e9,
+                static_cast<double>(delta.stats.checkpoint_bytes) / cpu / 1e9);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -204,6 +239,8 @@ int main(int argc, char** argv) {
   double lr_low = 2e-6, lr_high = 6e-6;
   bool tools = true;
   uint64_t slice_mib = 32;
+  std::string profile_phase;
+  int profile_reps = 20;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -213,6 +250,8 @@ int main(int argc, char** argv) {
     else if (a == "--json") json_path = next();
     else if (a == "--no-tools") tools = false;
     else if (a == "--tools-slice-mib") slice_mib = std::stoull(next());
+    else if (a == "--profile") profile_phase = next();
+    else if (a == "--reps") profile_reps = std::stoi(next());
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -229,6 +268,7 @@ int main(int argc, char** argv) {
     Owned a(trainer.bf16_weights());
     trainer.step();
     Owned b(trainer.bf16_weights());
+    if (!profile_phase.empty()) return profile(profile_phase, profile_reps, a, b);
     rows.push_back(measure("lr=" + std::to_string(lr), lr, a, b, tools, slice_mib));
     std::fprintf(stderr, "measured lr %g: %.3f%% changed\n", lr, rows.back().changed_fraction * 100);
   }

@@ -12,6 +12,12 @@ namespace deltacast::codec {
 void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                               const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
+#if defined(__x86_64__)
+// The plain AVX2 kernels (broadword select); the dispatcher may prefer the PDEP variant here.
+void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
+void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
+                           const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
+#endif
 namespace {
 
 TEST(Rice, RoundTripsSmallLargeAndEscapedGaps) {
@@ -54,14 +60,23 @@ void check_scan_equivalence(unsigned seed) {
     for (uint64_t i = 0; i < n; ++i)
       if (rng() % 10 == 0) b[i] = static_cast<T>(b[i] + 1);
     const uint32_t mask = sizeof(T) == 4 ? 0x7FFFFFFFu : (1u << (8 * sizeof(T) - 1)) - 1;
-    // Unaligned thresholds, and exponent-aligned ones (low 7 bits clear: the AVX2 byte path).
-    ClassSpec unaligned, aligned;
-    unaligned.count = aligned.count = 4;
-    unaligned.thresholds = {mask / 8, mask / 4, mask / 2};
-    aligned.thresholds = {(mask / 8) & ~0x7Fu, (mask / 4) & ~0x7Fu, (mask / 2) & ~0x7Fu};
-    for (const ClassSpec* c : {static_cast<const ClassSpec*>(nullptr), static_cast<const ClassSpec*>(&unaligned),
-                               static_cast<const ClassSpec*>(&aligned)}) {
-      const ClassSpec& cs = c ? *c : unaligned;
+    // Unaligned thresholds, exponent-aligned ones (low 7 bits clear), and every class count the
+    // select loop specialises (2, 3, 4) or runs generically (5, 8), zero threshold included.
+    std::vector<ClassSpec> specs(2);
+    specs[0].count = specs[1].count = 4;
+    specs[0].thresholds = {mask / 8, mask / 4, mask / 2};
+    specs[1].thresholds = {(mask / 8) & ~0x7Fu, (mask / 4) & ~0x7Fu, (mask / 2) & ~0x7Fu};
+    for (unsigned count : {2u, 3u, 5u, 8u}) {
+      ClassSpec cs;
+      cs.count = count;
+      for (unsigned j = 0; j + 1 < count; ++j) cs.thresholds[j] = static_cast<uint32_t>(uint64_t{mask} * (j + 1) / count);
+      specs.push_back(cs);
+    }
+    specs.back().thresholds[0] = 0;  // class 0 empty
+    std::vector<const ClassSpec*> cases = {nullptr};
+    for (const auto& cs : specs) cases.push_back(&cs);
+    for (const ClassSpec* c : cases) {
+      const ClassSpec& cs = c ? *c : specs[0];
       ScanOutput fast, slow;
       scan_changes(sizeof(T), mask, a.data(), b.data(), n, c, fast);
       scan_changes_generic(sizeof(T), mask, a.data(), b.data(), n, c, slow);
@@ -96,6 +111,18 @@ void check_scan_equivalence(unsigned seed) {
         select_positions_generic(sizeof(T), mask, a.data(), n, cs, ranks, pos_slow, idx_slow);
         ASSERT_EQ(pos_fast, pos_slow);
         ASSERT_EQ(idx_fast, idx_slow);
+#if defined(__x86_64__)
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) {
+          ScanOutput plain;
+          scan_changes_avx2(sizeof(T), mask, a.data(), b.data(), n, c, plain);
+          ASSERT_EQ(plain.positions, slow.positions);
+          ASSERT_EQ(plain.change_rank, slow.change_rank);
+          std::vector<uint32_t> pos_plain, idx_plain;
+          select_positions_avx2(sizeof(T), mask, a.data(), n, cs, ranks, pos_plain, idx_plain);
+          ASSERT_EQ(pos_plain, pos_slow);
+          ASSERT_EQ(idx_plain, idx_slow);
+        }
+#endif
         ASSERT_EQ(pos_fast.size(), expect.size());
         // Coding index i belongs to class cl and rank ranks[cl][i - class_first[cl]]: its position must
         // be the change with that class and rank.
