@@ -51,9 +51,10 @@ class UndoLog {
 };
 
 struct PlannedWrite {
-  uint32_t tensor;
-  uint32_t bits;
   uint64_t position;
+  uint32_t tensor;
+  uint32_t old_bits;  // read while decoding (the element's current bits)
+  uint32_t new_bits;
 };
 
 // Section bytes of one chunk frame, decompressed (into reused buffers) and size-checked.
@@ -108,7 +109,7 @@ struct DeltaApplier::Impl {
   // Scratch reused across frames (apply() is serialised by mu).
   ScratchBuffer section_buffers[16];
   std::vector<PlannedWrite> writes;
-  std::vector<uint32_t> positions, tokens, coding_index;
+  std::vector<uint32_t> positions, tokens, coding_index, old_values;
 
   void check_base(const FrameHeader& h) const {
     if (h.manifest_digest != manifest->digest())
@@ -166,14 +167,21 @@ struct DeltaApplier::Impl {
       const bool is_float = dtype_is_float(info.dtype);
       const std::byte* old = weights.tensors[s.tensor_index].data() + s.element_begin * w;
       decode_locations(s.location_coding, s.element_count, s.change_count, w, abs_mask_of(info.dtype), old, locs,
-                       positions, coding_index);
-      tokens.resize(positions.size());
+                       positions, coding_index, old_values);
+      const size_t n = positions.size();
+      tokens.resize(n);
       for (auto& t : tokens) t = values.next_token(s.value_mode, w);
-      for (size_t k = 0; k < positions.size(); ++k) {
+      const size_t at = writes.size();
+      writes.resize(at + n);
+      PlannedWrite* out = writes.data() + at;
+      const bool have_old = !old_values.empty();
+      const bool reordered = !coding_index.empty();
+      for (size_t k = 0; k < n; ++k) {
         const uint32_t p = positions[k];
-        const uint32_t token = tokens[coding_index.empty() ? k : coding_index[k]];
-        const uint32_t nb = ValueDecoder::apply_token(s.value_mode, w, is_float, load_bits(old, w, p), token);
-        writes.push_back(PlannedWrite{s.tensor_index, nb, s.element_begin + p});
+        const uint32_t token = tokens[reordered ? coding_index[k] : k];
+        const uint32_t ob = have_old ? old_values[k] : load_bits(old, w, p);
+        out[k] = PlannedWrite{s.element_begin + p, s.tensor_index, ob,
+                              ValueDecoder::apply_token(s.value_mode, w, is_float, ob, token)};
       }
     }
     if (!locs.empty()) throw Error(Errc::corrupt_frame, "locations stream holds bytes past the last segment");
@@ -186,17 +194,24 @@ struct DeltaApplier::Impl {
     unsigned w = 0;
     std::byte* base = nullptr;
     uint64_t seed = 0;
-    for (const auto& wr : writes) {
+    // The decode pass streamed through the old bits long before these stores: prefetch the
+    // target lines for writing a few writes ahead so their misses overlap.
+    constexpr size_t kAhead = 16;
+    const size_t count = writes.size();
+    for (size_t i = 0; i < count; ++i) {
+      const PlannedWrite& wr = writes[i];
       if (wr.tensor != tensor) {  // writes come grouped by segment: hoist per-tensor lookups
         tensor = wr.tensor;
         w = static_cast<unsigned>(dtype_size(manifest->at(tensor).dtype));
         base = weights.tensors[tensor].data();
         seed = tensor_hash_seed(tensor);
       }
-      const uint32_t ob = load_bits(base, w, wr.position);
-      undo.push(UndoEntry{wr.position, wr.tensor, ob});
-      store_bits(base, w, wr.position, wr.bits);
-      per[tensor] += element_hash_seeded(seed, wr.position, wr.bits) - element_hash_seeded(seed, wr.position, ob);
+      if (i + kAhead < count && writes[i + kAhead].tensor == tensor)
+        __builtin_prefetch(base + writes[i + kAhead].position * w, 1);
+      undo.push(UndoEntry{wr.position, wr.tensor, wr.old_bits});
+      store_bits(base, w, wr.position, wr.new_bits);
+      per[tensor] += element_hash_seeded(seed, wr.position, wr.new_bits) -
+                     element_hash_seeded(seed, wr.position, wr.old_bits);
     }
   }
 };

@@ -150,9 +150,10 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
 
 void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, unsigned width, uint32_t abs_mask,
                       const void* old_bits, std::span<const std::byte>& in, std::vector<uint32_t>& positions,
-                      std::vector<uint32_t>& coding_index) {
+                      std::vector<uint32_t>& coding_index, std::vector<uint32_t>& old_values) {
   positions.clear();
   coding_index.clear();
+  old_values.clear();
   switch (coding) {
     case LocationCoding::none:
       if (change_count != 0) throw Error(Errc::corrupt_frame, "locations: 'none' coding with changes announced");
@@ -245,21 +246,22 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       }
       const auto rest = in.subspan(wr.position());
       BitReader br(rest);
-      std::vector<std::vector<uint32_t>> ranks(k);
+      thread_local std::vector<std::vector<uint32_t>> ranks;  // capacity reused across segments
+      ranks.resize(k);
       for (unsigned j = 0; j < k; ++j) {
-        ranks[j].reserve(counts[j]);
+        ranks[j].resize(counts[j]);
+        uint32_t* out = ranks[j].data();
+        const unsigned rice_k = ks[j];
         uint64_t next = 0;
         for (uint64_t i = 0; i < counts[j]; ++i) {
-          const uint64_t g = br.get_rice(ks[j]);
+          const uint64_t g = br.get_rice(rice_k);
           if (g >= n || next + g >= n) throw Error(Errc::corrupt_frame, "locations: class rank past the segment end");
-          ranks[j].push_back(static_cast<uint32_t>(next + g));
+          out[i] = static_cast<uint32_t>(next + g);
           next += g + 1;
         }
       }
       in = rest.subspan(br.bytes_consumed(rest.data()));
-      positions.reserve(change_count);
-      coding_index.reserve(change_count);
-      select_positions(width, abs_mask, old_bits, n, spec, ranks, positions, coding_index);
+      select_positions(width, abs_mask, old_bits, n, spec, ranks, positions, coding_index, old_values);
       return;
     }
   }

@@ -29,11 +29,14 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
 // Decodes one segment's locations from `in` (advancing it). `positions` come out in (nearly)
 // ascending order; coding_index[k] is the coding-order index of positions[k] (the order values are
 // stored in), left empty when the two orders are the same (every coding but classed_gaps).
-// old_bits: the receiver's base bits of the segment (needed for classed_gaps). Throws
-// Error(corrupt_frame) on anything inconsistent (counts, bounds, duplicate or out-of-range positions).
+// old_bits: the receiver's base bits of the segment (needed for classed_gaps). old_values[k] holds
+// the base bits at positions[k] when the coding read them anyway (classed_gaps); it is left empty
+// otherwise. Throws Error(corrupt_frame) on anything inconsistent (counts, bounds, duplicate or
+// out-of-range positions).
 void decode_locations(LocationCoding coding, uint64_t element_count, uint64_t change_count, unsigned width,
                       uint32_t abs_mask, const void* old_bits, std::span<const std::byte>& in,
-                      std::vector<uint32_t>& positions, std::vector<uint32_t>& coding_index);
+                      std::vector<uint32_t>& positions, std::vector<uint32_t>& coding_index,
+                      std::vector<uint32_t>& old_values);
 
 // Chooses up to kMaxClasses-2 class thresholds from sampled exponent histograms, or count == 1 when
 // classes would not pay.

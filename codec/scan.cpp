@@ -8,20 +8,14 @@
 
 namespace deltacast::codec {
 
-void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
-void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                              const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
+// Per-ISA entry points (scan_kernels.inc), declared through the function types of the dispatchers.
+using ScanFn = decltype(scan_changes);
+using SelectFn = decltype(select_positions);
+ScanFn scan_changes_generic;
+SelectFn select_positions_generic;
 #ifdef DELTACAST_HAVE_X86_KERNELS
-void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
-void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                           const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
-void scan_changes_avx2_bmi2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
-void select_positions_avx2_bmi2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                                const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&,
-                                std::vector<uint32_t>&);
-void scan_changes_avx512(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
-void select_positions_avx512(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                             const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
+ScanFn scan_changes_avx2, scan_changes_avx2_bmi2, scan_changes_avx512;
+SelectFn select_positions_avx2, select_positions_avx2_bmi2, select_positions_avx512;
 #endif
 
 namespace {
@@ -74,16 +68,16 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
 
 void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, uint64_t n, const ClassSpec& classes,
                       const std::vector<std::vector<uint32_t>>& ranks, std::vector<uint32_t>& positions,
-                      std::vector<uint32_t>& coding_index) {
+                      std::vector<uint32_t>& coding_index, std::vector<uint32_t>& old_values) {
   check_args(width, n, &classes);
   DC_ASSERT(ranks.size() >= classes.count);
 #ifdef DELTACAST_HAVE_X86_KERNELS
-  if (isa() == Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
+  if (isa() == Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
   if (isa() == Isa::avx2_bmi2)
-    return select_positions_avx2_bmi2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
-  if (isa() == Isa::avx2) return select_positions_avx2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
+    return select_positions_avx2_bmi2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
+  if (isa() == Isa::avx2) return select_positions_avx2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
 #endif
-  select_positions_generic(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index);
+  select_positions_generic(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
 }
 
 namespace {

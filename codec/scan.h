@@ -47,12 +47,14 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
                   const ClassSpec* classes, ScanOutput& out);
 
 // ranks[c] ascending per class. Appends every selected position to `positions` in block order
-// (nearly ascending: memory-friendly for the writes that follow) and, at the same index of
-// `coding_index`, its index in coding order (class 0's changes first, then class 1's, ...).
+// (nearly ascending: memory-friendly for the writes that follow), at the same index of
+// `coding_index` its index in coding order (class 0's changes first, then class 1's, ...), and at
+// the same index of `old_values` the element's bits (read while the block is in cache, so the
+// writes that follow need not read the weights again).
 // Throws Error(corrupt_frame) when a rank is not smaller than its class's size.
 void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, uint64_t n, const ClassSpec& classes,
                       const std::vector<std::vector<uint32_t>>& ranks, std::vector<uint32_t>& positions,
-                      std::vector<uint32_t>& coding_index);
+                      std::vector<uint32_t>& coding_index, std::vector<uint32_t>& old_values);
 
 // Sampled exponent statistics of a segment for choosing class thresholds: every `stride`-th block of
 // 64 elements is examined. hist_all[e] / hist_changed[e] count elements by exponent e = abs >> mantissa.

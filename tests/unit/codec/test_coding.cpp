@@ -11,12 +11,14 @@
 namespace deltacast::codec {
 void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                              const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
+                              const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&,
+                              std::vector<uint32_t>&);
 #if defined(__x86_64__)
 // The plain AVX2 kernels (broadword select); the dispatcher may prefer the PDEP variant here.
 void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
 void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
-                           const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&);
+                           const std::vector<std::vector<uint32_t>>&, std::vector<uint32_t>&, std::vector<uint32_t>&,
+                           std::vector<uint32_t>&);
 #endif
 namespace {
 
@@ -106,21 +108,25 @@ void check_scan_equivalence(unsigned seed) {
         std::vector<size_t> class_first(cs.count + 1, 0);
         for (size_t k = 0; k < expect.size(); ++k) ranks[fast.change_class[k]].push_back(fast.change_rank[k]);
         for (unsigned cl = 0; cl < cs.count; ++cl) class_first[cl + 1] = class_first[cl] + ranks[cl].size();
-        std::vector<uint32_t> pos_fast, idx_fast, pos_slow, idx_slow;
-        select_positions(sizeof(T), mask, a.data(), n, cs, ranks, pos_fast, idx_fast);
-        select_positions_generic(sizeof(T), mask, a.data(), n, cs, ranks, pos_slow, idx_slow);
+        std::vector<uint32_t> pos_fast, idx_fast, old_fast, pos_slow, idx_slow, old_slow;
+        select_positions(sizeof(T), mask, a.data(), n, cs, ranks, pos_fast, idx_fast, old_fast);
+        select_positions_generic(sizeof(T), mask, a.data(), n, cs, ranks, pos_slow, idx_slow, old_slow);
         ASSERT_EQ(pos_fast, pos_slow);
         ASSERT_EQ(idx_fast, idx_slow);
+        ASSERT_EQ(old_fast.size(), pos_fast.size());
+        for (size_t k = 0; k < pos_fast.size(); ++k) ASSERT_EQ(old_fast[k], static_cast<uint32_t>(a[pos_fast[k]]));
+        ASSERT_EQ(old_slow, old_fast);
 #if defined(__x86_64__)
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) {
           ScanOutput plain;
           scan_changes_avx2(sizeof(T), mask, a.data(), b.data(), n, c, plain);
           ASSERT_EQ(plain.positions, slow.positions);
           ASSERT_EQ(plain.change_rank, slow.change_rank);
-          std::vector<uint32_t> pos_plain, idx_plain;
-          select_positions_avx2(sizeof(T), mask, a.data(), n, cs, ranks, pos_plain, idx_plain);
+          std::vector<uint32_t> pos_plain, idx_plain, old_plain;
+          select_positions_avx2(sizeof(T), mask, a.data(), n, cs, ranks, pos_plain, idx_plain, old_plain);
           ASSERT_EQ(pos_plain, pos_slow);
           ASSERT_EQ(idx_plain, idx_slow);
+          ASSERT_EQ(old_plain, old_slow);
         }
 #endif
         ASSERT_EQ(pos_fast.size(), expect.size());
@@ -156,8 +162,9 @@ TEST(Scan, SelectRejectsRankBeyondClass) {
   cs.count = 2;
   cs.thresholds[0] = 0x4000;
   std::vector<std::vector<uint32_t>> ranks{{5}, {0}};
-  std::vector<uint32_t> pos, idx;
-  EXPECT_THROW(select_positions(2, 0x7FFF, a.data(), a.size(), cs, ranks, pos, idx), Error);
+  std::vector<uint32_t> pos, idx, old;
+  EXPECT_THROW(select_positions(2, 0x7FFF, a.data(), a.size(), cs, ranks, pos, idx, old), Error);
+  EXPECT_TRUE(pos.empty() && idx.empty() && old.empty());
 }
 
 TEST(Locations, ClassesChosenWhenChangeRateDependsOnMagnitude) {
@@ -183,12 +190,16 @@ TEST(Locations, ClassesChosenWhenChangeRateDependsOnMagnitude) {
   // Decode and compare with the true positions (in class order).
   std::span<const std::byte> in(out);
   std::vector<uint32_t> decoded;
-  std::vector<uint32_t> coding_index;
-  decode_locations(plan.coding, n, scan.positions.size(), 2, 0x7FFF, a.data(), in, decoded, coding_index);
+  std::vector<uint32_t> coding_index, old_values;
+  decode_locations(plan.coding, n, scan.positions.size(), 2, 0x7FFF, a.data(), in, decoded, coding_index, old_values);
   EXPECT_TRUE(in.empty());
   ASSERT_EQ(decoded.size(), scan.positions.size());
   ASSERT_EQ(coding_index.size(), decoded.size());
-  for (size_t k = 0; k < decoded.size(); ++k) EXPECT_EQ(decoded[k], scan.positions[plan.order[coding_index[k]]]);
+  ASSERT_EQ(old_values.size(), decoded.size());
+  for (size_t k = 0; k < decoded.size(); ++k) {
+    EXPECT_EQ(decoded[k], scan.positions[plan.order[coding_index[k]]]);
+    EXPECT_EQ(old_values[k], a[decoded[k]]);
+  }
   // Positions come out in block order: never more than one block (64 elements) out of order.
   for (size_t k = 1; k < decoded.size(); ++k) EXPECT_GT(decoded[k] / 64 + 1, decoded[k - 1] / 64);
 }
@@ -248,18 +259,18 @@ TEST(Locations, GapVarintDecodesAndRejectsBadInput) {
     bytes.push_back(static_cast<std::byte>(g));
   }
   std::span<const std::byte> in(bytes);
-  std::vector<uint32_t> got, idx;
-  decode_locations(LocationCoding::gap_varint, 100000, want.size(), 2, 0x7FFF, nullptr, in, got, idx);
+  std::vector<uint32_t> got, idx, old;
+  decode_locations(LocationCoding::gap_varint, 100000, want.size(), 2, 0x7FFF, nullptr, in, got, idx, old);
   EXPECT_EQ(got, want);
   EXPECT_TRUE(in.empty());
   EXPECT_TRUE(idx.empty());
   std::span<const std::byte> truncated(bytes.data(), bytes.size() - 1);
-  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, want.size(), 2, 0x7FFF, nullptr, truncated, got, idx), Error);
+  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, want.size(), 2, 0x7FFF, nullptr, truncated, got, idx, old), Error);
   std::span<const std::byte> small(bytes);
-  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 70001, want.size(), 2, 0x7FFF, nullptr, small, got, idx), Error);
+  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 70001, want.size(), 2, 0x7FFF, nullptr, small, got, idx, old), Error);
   const std::vector<std::byte> endless(12, std::byte{0xFF});
   std::span<const std::byte> e(endless);
-  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, 1, 2, 0x7FFF, nullptr, e, got, idx), Error);
+  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, 1, 2, 0x7FFF, nullptr, e, got, idx, old), Error);
 }
 }  // namespace
 }  // namespace deltacast::codec
