@@ -170,7 +170,7 @@ struct DeltaApplier::Impl {
                        positions, coding_index, old_values);
       const size_t n = positions.size();
       tokens.resize(n);
-      for (auto& t : tokens) t = values.next_token(s.value_mode, w);
+      values.next_tokens(s.value_mode, w, tokens.data(), n);
       const size_t at = writes.size();
       writes.resize(at + n);
       PlannedWrite* out = writes.data() + at;

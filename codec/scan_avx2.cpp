@@ -78,41 +78,52 @@ inline uint64_t ge_mask<uint32_t>(const uint32_t* a, uint32_t abs_mask, uint32_t
   return r;
 }
 
-// All class thresholds at once for 16-bit elements: each input vector is loaded and masked once.
-// The lanes are regrouped up front (128-bit halves) so that packs_epi16 yields element order and
-// no per-threshold permute is needed.
+// All class thresholds at once. For 16-bit elements each input vector is loaded and masked once,
+// the threshold vectors are built once per scan, and the lanes are regrouped up front (128-bit
+// halves) so that packs_epi16 yields element order without a per-threshold permute. Masked values
+// are non-negative as signed 16-bit integers, so threshold 0 (t - 1 = -1) needs no special case.
 template <class T>
-inline void ge_masks(const T* a, T abs_mask, const uint32_t* thresholds, unsigned count, uint64_t* ge) {
-  for (unsigned j = 0; j < count; ++j) ge[j] = ge_mask<T>(a, abs_mask, static_cast<T>(thresholds[j]));
-}
-template <>
-inline void ge_masks<uint16_t>(const uint16_t* a, uint16_t abs_mask, const uint32_t* thresholds, unsigned count,
-                               uint64_t* ge) {
-  const __m256i m = _mm256_set1_epi16(static_cast<short>(abs_mask));
-  const __m256i v0 = load(a), v1 = load(a + 16), v2 = load(a + 32), v3 = load(a + 48);
-  // x = [elements 0-7 | 16-23], y = [8-15 | 24-31]: packs(x', y') = elements 0..31 in order.
-  const __m256i x0 = _mm256_and_si256(_mm256_permute2x128_si256(v0, v1, 0x20), m);
-  const __m256i y0 = _mm256_and_si256(_mm256_permute2x128_si256(v0, v1, 0x31), m);
-  const __m256i x1 = _mm256_and_si256(_mm256_permute2x128_si256(v2, v3, 0x20), m);
-  const __m256i y1 = _mm256_and_si256(_mm256_permute2x128_si256(v2, v3, 0x31), m);
-#pragma GCC unroll 8
-  for (unsigned j = 0; j < count; ++j) {
-    if (thresholds[j] == 0) {
-      ge[j] = ~uint64_t{0};
-      continue;
-    }
-    const __m256i t = _mm256_set1_epi16(static_cast<short>(thresholds[j] - 1));
-    const uint64_t lo = static_cast<uint32_t>(
-        _mm256_movemask_epi8(_mm256_packs_epi16(_mm256_cmpgt_epi16(x0, t), _mm256_cmpgt_epi16(y0, t))));
-    const uint64_t hi = static_cast<uint32_t>(
-        _mm256_movemask_epi8(_mm256_packs_epi16(_mm256_cmpgt_epi16(x1, t), _mm256_cmpgt_epi16(y1, t))));
-    ge[j] = lo | (hi << 32);
+struct ClassMasker {
+  ClassMasker(T abs_mask, const uint32_t* thresholds, unsigned count)
+      : abs_mask_(abs_mask), thresholds_(thresholds), count_(count) {}
+  void operator()(const T* a, uint64_t* ge) const {
+    for (unsigned j = 0; j < count_; ++j) ge[j] = ge_mask<T>(a, abs_mask_, static_cast<T>(thresholds_[j]));
   }
-}
+  T abs_mask_;
+  const uint32_t* thresholds_;
+  unsigned count_;
+};
+template <>
+struct ClassMasker<uint16_t> {
+  ClassMasker(uint16_t abs_mask, const uint32_t* thresholds, unsigned count)
+      : mask_(_mm256_set1_epi16(static_cast<short>(abs_mask))), count_(count) {
+    DC_ASSERT(abs_mask <= 0x7FFF && count < kMaxClasses);
+    for (unsigned j = 0; j < count; ++j) t_[j] = _mm256_set1_epi16(static_cast<short>(thresholds[j] - 1));
+  }
+  void operator()(const uint16_t* a, uint64_t* ge) const {
+    const __m256i v0 = load(a), v1 = load(a + 16), v2 = load(a + 32), v3 = load(a + 48);
+    // x = [elements 0-7 | 16-23], y = [8-15 | 24-31]: packs(x, y) = elements 0..31 in order.
+    const __m256i x0 = _mm256_and_si256(_mm256_permute2x128_si256(v0, v1, 0x20), mask_);
+    const __m256i y0 = _mm256_and_si256(_mm256_permute2x128_si256(v0, v1, 0x31), mask_);
+    const __m256i x1 = _mm256_and_si256(_mm256_permute2x128_si256(v2, v3, 0x20), mask_);
+    const __m256i y1 = _mm256_and_si256(_mm256_permute2x128_si256(v2, v3, 0x31), mask_);
+    for (unsigned j = 0; j < count_; ++j) {
+      const __m256i t = t_[j];
+      const uint64_t lo = static_cast<uint32_t>(
+          _mm256_movemask_epi8(_mm256_packs_epi16(_mm256_cmpgt_epi16(x0, t), _mm256_cmpgt_epi16(y0, t))));
+      const uint64_t hi = static_cast<uint32_t>(
+          _mm256_movemask_epi8(_mm256_packs_epi16(_mm256_cmpgt_epi16(x1, t), _mm256_cmpgt_epi16(y1, t))));
+      ge[j] = lo | (hi << 32);
+    }
+  }
+  __m256i mask_;
+  __m256i t_[kMaxClasses - 1];
+  unsigned count_;
+};
 
 }  // namespace
 
-#define DC_SCAN_HAVE_GE_MASKS
+#define DC_SCAN_HAVE_CLASS_MASKER
 #ifdef DC_SCAN_AVX2_PDEP
 namespace {
 inline uint64_t select_bit(uint64_t mask, unsigned r) {

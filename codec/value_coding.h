@@ -7,6 +7,8 @@
 //             and NaN payloads survive). Stored as a sign bit plane, a "|d| > 1" bit plane, and for the
 //             flagged ones |d|-2 as a byte (255 = escape: |d| as u32 in the wide stream).
 // Streams are concatenated over every segment of a chunk in segment order, changes in coding order.
+#include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -109,25 +111,41 @@ class ValueDecoder {
         planes_{WireReader(planes[0], "plane0 stream"), WireReader(planes[1], "plane1 stream"),
                 WireReader(planes[2], "plane2 stream"), WireReader(planes[3], "plane3 stream")} {}
 
-  // Reads the next change's value token: the signed ulp distance mod 2^w (ulp_delta), or the
-  // plane value (xor / overwrite). apply_token turns it into the new bits given the old bits.
-  uint32_t next_token(ValueMode mode, unsigned width) {
+  // Reads the value tokens of the next `count` changes into out[0..count): the signed ulp distance
+  // mod 2^w (ulp_delta), or the plane value (xor / overwrite); apply_token turns a token into the
+  // new bits given the old bits. Bit planes are read 32 bits at a time, byte planes bounds-checked
+  // once. Throws Error(corrupt_frame) on a truncated stream or an out-of-range magnitude.
+  void next_tokens(ValueMode mode, unsigned width, uint32_t* out, size_t count) {
     if (mode == ValueMode::ulp_delta) {
-      const bool negative = signs_.get(1) != 0;
-      uint32_t magnitude = 1;
-      if (flags_.get(1) != 0) {
-        const uint8_t b = mag_bytes_.get<uint8_t>();
-        magnitude = b < 255 ? uint32_t{b} + 2 : mag_wide_.get<uint32_t>();
-        if (b == 255 && magnitude < 257)
-          throw Error(Errc::corrupt_frame, "values: escaped magnitude below the escape threshold");
+      const uint32_t wmask = width_mask(width);
+      const uint32_t max_magnitude = 1u << (8 * width - 1);
+      for (size_t i = 0; i < count;) {
+        const unsigned m = static_cast<unsigned>(std::min<size_t>(32, count - i));
+        const uint64_t sign_word = signs_.get(m);
+        uint64_t flag_word = flags_.get(m);
+        for (unsigned b = 0; b < m; ++b) out[i + b] = ((sign_word >> b) & 1) ? wmask : 1u;  // -1 or +1
+        while (flag_word) {  // the rarer changes of more than one ulp
+          const unsigned b = static_cast<unsigned>(std::countr_zero(flag_word));
+          flag_word &= flag_word - 1;
+          const uint8_t byte = mag_bytes_.get<uint8_t>();
+          const uint32_t magnitude = byte < 255 ? uint32_t{byte} + 2 : mag_wide_.get<uint32_t>();
+          if (byte == 255 && magnitude < 257)
+            throw Error(Errc::corrupt_frame, "values: escaped magnitude below the escape threshold");
+          if (magnitude > max_magnitude)
+            throw Error(Errc::corrupt_frame, "values: ulp distance out of range for the element width");
+          out[i + b] = (((sign_word >> b) & 1) ? 0u - magnitude : magnitude) & wmask;
+        }
+        i += m;
       }
-      if (magnitude > (1u << (8 * width - 1)))
-        throw Error(Errc::corrupt_frame, "values: ulp distance out of range for the element width");
-      return (negative ? 0u - magnitude : magnitude) & width_mask(width);
+      return;
     }
-    uint32_t v = 0;
-    for (unsigned j = 0; j < width; ++j) v |= uint32_t{planes_[j].get<uint8_t>()} << (8 * j);
-    return v;
+    std::span<const std::byte> plane[4];
+    for (unsigned j = 0; j < width; ++j) plane[j] = planes_[j].take(count);
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t v = 0;
+      for (unsigned j = 0; j < width; ++j) v |= uint32_t{static_cast<uint8_t>(plane[j][i])} << (8 * j);
+      out[i] = v;
+    }
   }
   static uint32_t apply_token(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits, uint32_t token) {
     switch (mode) {
