@@ -1,5 +1,6 @@
 #include "codec/applier.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <zstd.h>
@@ -88,6 +89,18 @@ class Sections {
   std::span<const std::byte> raw_[16];
 };
 
+// Per-thread decode state: apply() decodes outside the applier's lock, so several threads can
+// decode chunks of the same version at once; each keeps its buffers across frames.
+struct DecodeScratch {
+  ScratchBuffer section_buffers[16];
+  std::vector<PlannedWrite> writes;
+  std::vector<uint32_t> positions, tokens, coding_index, old_values;
+  static DecodeScratch& local() {
+    thread_local DecodeScratch scratch;
+    return scratch;
+  }
+};
+
 }  // namespace
 
 struct DeltaApplier::Impl {
@@ -106,10 +119,9 @@ struct DeltaApplier::Impl {
   bool verified = false;
   UndoLog undo;
   mutable std::mutex mu;
-  // Scratch reused across frames (apply() is serialised by mu).
-  ScratchBuffer section_buffers[16];
-  std::vector<PlannedWrite> writes;
-  std::vector<uint32_t> positions, tokens, coding_index, old_values;
+  // Chunks being decoded by some thread right now: (new version, chunk index). A second copy of
+  // one of them is refused as a replay instead of being decoded twice.
+  std::vector<std::pair<uint64_t, uint32_t>> decoding;
 
   void check_base(const FrameHeader& h) const {
     if (h.manifest_digest != manifest->digest())
@@ -133,8 +145,11 @@ struct DeltaApplier::Impl {
     verified = false;
   }
 
-  // Decodes every change of a chunk into `writes` without touching the weights. Throws on anything wrong.
-  void decode_chunk(const FrameView& view) {
+  // Decodes every change of a chunk into sc.writes without touching the weights. Throws on
+  // anything wrong. Needs no lock: it reads only the manifest and the weights of the chunk's own
+  // segments, which no other chunk of a well-formed version writes (a malformed version that
+  // overlaps chunks fails verify, whose digest covers every write, and is rolled back).
+  void decode_chunk(const FrameView& view, DecodeScratch& sc) const {
     uint64_t max_raw = 1024;
     uint64_t prev_end_tensor = 0, prev_end = 0;
     bool first = true;
@@ -154,12 +169,15 @@ struct DeltaApplier::Impl {
         throw Error(Errc::corrupt_frame, "overwrite segment with classed locations");
       max_raw += s.element_count / 8 + 16 * s.change_count + 128;
     }
-    Sections sec(view, max_raw, section_buffers);
+    Sections sec(view, max_raw, sc.section_buffers);
     const std::span<const std::byte> planes[4] = {sec.get(StreamId::plane0), sec.get(StreamId::plane1),
                                                   sec.get(StreamId::plane2), sec.get(StreamId::plane3)};
     ValueDecoder values(sec.get(StreamId::sign_bits), sec.get(StreamId::mag_flags), sec.get(StreamId::mag_bytes),
                         sec.get(StreamId::mag_wide), planes);
     auto locs = sec.get(StreamId::locations);
+    auto& writes = sc.writes;
+    auto& positions = sc.positions;
+    auto& tokens = sc.tokens;
     writes.clear();
     for (const auto& s : view.segments) {
       const auto& info = manifest->at(s.tensor_index);
@@ -167,13 +185,15 @@ struct DeltaApplier::Impl {
       const bool is_float = dtype_is_float(info.dtype);
       const std::byte* old = weights.tensors[s.tensor_index].data() + s.element_begin * w;
       decode_locations(s.location_coding, s.element_count, s.change_count, w, abs_mask_of(info.dtype), old, locs,
-                       positions, coding_index, old_values);
+                       positions, sc.coding_index, sc.old_values);
       const size_t n = positions.size();
       tokens.resize(n);
       values.next_tokens(s.value_mode, w, tokens.data(), n);
       const size_t at = writes.size();
       writes.resize(at + n);
       PlannedWrite* out = writes.data() + at;
+      const auto& old_values = sc.old_values;
+      const auto& coding_index = sc.coding_index;
       const bool have_old = !old_values.empty();
       const bool reordered = !coding_index.empty();
       for (size_t k = 0; k < n; ++k) {
@@ -188,7 +208,8 @@ struct DeltaApplier::Impl {
     values.expect_consumed();
   }
 
-  void write() {
+  // Applies sc.writes (mu held).
+  void write(const std::vector<PlannedWrite>& writes) {
     auto& per = digest.per_tensor();
     uint32_t tensor = UINT32_MAX;
     unsigned w = 0;
@@ -237,9 +258,9 @@ DeltaApplier::~DeltaApplier() = default;
 
 ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
   auto& im = *impl_;
-  std::lock_guard lock(im.mu);
-  const FrameView view = parse_frame(frame);
+  const FrameView view = parse_frame(frame);  // checksum and structure: no shared state
   const auto& h = view.header;
+  std::unique_lock lock(im.mu);
   im.check_base(h);
   if (h.kind == FrameKind::seal) {
     if (view.tensor_digests.size() != im.manifest->size())
@@ -249,15 +270,35 @@ ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
     im.seal_digests = view.tensor_digests;
     return ApplyResult{FrameKind::seal, 0, 0};
   }
-  if (im.pending && im.applied[h.chunk_index])
-    throw Error(Errc::replayed, "chunk " + std::to_string(h.chunk_index) + " of version " +
-                                    std::to_string(h.new_version) + " was already applied");
-  im.decode_chunk(view);  // validates everything before any write
+  auto refuse_replay = [&] {
+    const auto key = std::make_pair(h.new_version, h.chunk_index);
+    if ((im.pending && im.applied[h.chunk_index]) ||
+        std::find(im.decoding.begin(), im.decoding.end(), key) != im.decoding.end())
+      throw Error(Errc::replayed, "chunk " + std::to_string(h.chunk_index) + " of version " +
+                                      std::to_string(h.new_version) + " was already applied");
+  };
+  refuse_replay();
+  const auto key = std::make_pair(h.new_version, h.chunk_index);
+  im.decoding.push_back(key);
+  auto done_decoding = [&] { im.decoding.erase(std::find(im.decoding.begin(), im.decoding.end(), key)); };
+  lock.unlock();
+  DecodeScratch& sc = DecodeScratch::local();
+  try {
+    im.decode_chunk(view, sc);  // validates everything before any write
+  } catch (...) {
+    lock.lock();
+    done_decoding();
+    throw;
+  }
+  lock.lock();
+  done_decoding();
+  im.check_base(h);  // a commit or rollback may have happened meanwhile
+  refuse_replay();
   im.begin(h);
-  im.write();
+  im.write(sc.writes);
   im.applied[h.chunk_index] = true;
   ++im.applied_n;
-  return ApplyResult{FrameKind::chunk, h.chunk_index, im.writes.size()};
+  return ApplyResult{FrameKind::chunk, h.chunk_index, sc.writes.size()};
 }
 
 bool DeltaApplier::complete() const noexcept {

@@ -40,7 +40,9 @@ class DeltaApplier {
   // Validates the frame completely (checksum, manifest digest, base version and digest, bounds,
   // dtype, replay) and decodes it before touching any weight; then writes. On Error nothing
   // changed. Errors: corrupt_frame, version_mismatch (wrong base, other manifest, or a frame of a
-  // different in-flight version), replayed (chunk already applied).
+  // different in-flight version), replayed (chunk already applied or being applied).
+  // Thread-safe, and concurrent: several threads may apply different chunks at once (parsing and
+  // decoding run outside the applier's lock; only the writes are serialised).
   ApplyResult apply(std::span<const std::byte> frame);
 
   // True once the seal and every chunk it announces have been applied.

@@ -2,7 +2,7 @@
 // baselines measured in the same run (memcpy, XOR+zstd-1, zstd --patch-from, bsdiff).
 // Usage: dc_bench_codec [--params 200M] [--lr 2e-6] [--lr-high 6e-6] [--threads 2] [--json FILE]
 //        [--tools-slice-mib 32] [--no-tools]
-//        dc_bench_codec --profile encode|apply [--reps 20] [--params 50M] [--lr 1.3e-6]
+//        dc_bench_codec --profile encode|apply [--reps 20] [--threads 1] [--params 50M] [--lr 1.3e-6]
 // Prints a markdown table; --json writes the figures. --profile only repeats one phase on one
 // step (lr of --lr) and prints each repetition's time: a loop to run under perf or callgrind.
 #include <chrono>
@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -98,11 +99,25 @@ struct Row {
   double lr = 0, changed_fraction = 0;
   uint64_t checkpoint_bytes = 0, changes = 0, frame_bytes = 0, frame_bytes_noclass = 0, frame_bytes_xor = 0;
   uint64_t xor_zstd_bytes = 0;
-  double encode_gbps_1t = 0, encode_gbps_2t = 0, apply_gbps = 0, memcpy_gbps = 0;
+  double encode_gbps_1t = 0, encode_gbps_2t = 0, apply_gbps = 0, apply_gbps_2t = 0, memcpy_gbps = 0;
   double encode_cpu_gbps = 0, apply_cpu_gbps = 0;
   double tools_slice_bytes = 0, tools_slice_changes = 0, patch_from_bytes = 0, patch_from_s = 0, bsdiff_bytes = 0,
          bsdiff_s = 0, ours_slice_bytes = 0;
 };
+
+// Applies every frame, spreading them over `threads` threads (frame i on thread i % threads).
+void apply_frames(codec::DeltaApplier& applier, const std::vector<std::vector<std::byte>>& frames, unsigned threads) {
+  if (threads <= 1) {
+    for (const auto& f : frames) applier.apply(f);
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (size_t i = t; i < frames.size(); i += threads) applier.apply(frames[i]);
+    });
+  for (auto& th : pool) th.join();
+}
 
 double best_encode(const Owned& a, const Owned& b, const codec::StateDigest& d, unsigned threads, codec::EncodedDelta* keep,
                    const codec::EncodeOptions& base_opts, double* best_cpu = nullptr) {
@@ -144,29 +159,35 @@ Row measure(const std::string& label, double lr, const Owned& a, const Owned& b,
     o.xor_safe_mode = codec::ValueMode::xor_bits;
     r.frame_bytes_xor = codec::encode_delta(a.view(), b.view(), da, {0, 1}, o).stats.frame_bytes;
   }
-  // Apply (single thread): parse + decode + write + digest update + verify, on a fresh copy each
-  // time. The undo log is reserved first, as a receiver does while idle (DeltaApplier::reserve).
-  double best_apply = 1e9, best_apply_cpu = 1e9;
-  for (int rep = 0; rep < 3; ++rep) {
-    Owned target(a.view());
-    codec::DeltaApplier applier(a.manifest(), target.mutable_view(), 0, da);
-    applier.reserve(delta.stats.changes);
-    const auto t0 = Clock::now();
-    const double c0 = thread_cpu_seconds();
-    for (const auto& f : delta.frames) applier.apply(f);
-    applier.verify();
-    applier.commit();
-    best_apply = std::min(best_apply, seconds_since(t0));
-    best_apply_cpu = std::min(best_apply_cpu, thread_cpu_seconds() - c0);
-    if (rep == 0) {
-      if (!codec::bitwise_equal(target.view(), b.view())) {
-        std::fprintf(stderr, "BIT MISMATCH after apply\n");
+  // Apply: parse + decode + write + digest update + verify, on a fresh copy each time, by 1 and by
+  // 2 threads (DeltaApplier::apply is concurrent across chunks). The undo log is reserved first,
+  // as a receiver does while idle (DeltaApplier::reserve).
+  for (unsigned threads : {1u, 2u}) {
+    double best_apply = 1e9, best_apply_cpu = 1e9;
+    for (int rep = 0; rep < 3; ++rep) {
+      Owned target(a.view());
+      codec::DeltaApplier applier(a.manifest(), target.mutable_view(), 0, da);
+      applier.reserve(delta.stats.changes);
+      const auto t0 = Clock::now();
+      const double c0 = thread_cpu_seconds();
+      apply_frames(applier, delta.frames, threads);
+      applier.verify();
+      applier.commit();
+      best_apply = std::min(best_apply, seconds_since(t0));
+      best_apply_cpu = std::min(best_apply_cpu, thread_cpu_seconds() - c0);
+      if (rep == 0 && !codec::bitwise_equal(target.view(), b.view())) {
+        std::fprintf(stderr, "BIT MISMATCH after apply (%u threads)\n", threads);
         std::exit(2);
       }
     }
+    const double gbps = static_cast<double>(r.checkpoint_bytes) / best_apply / 1e9;
+    if (threads == 1) {
+      r.apply_gbps = gbps;
+      r.apply_cpu_gbps = static_cast<double>(r.checkpoint_bytes) / best_apply_cpu / 1e9;
+    } else {
+      r.apply_gbps_2t = gbps;
+    }
   }
-  r.apply_gbps = static_cast<double>(r.checkpoint_bytes) / best_apply / 1e9;
-  r.apply_cpu_gbps = static_cast<double>(r.checkpoint_bytes) / best_apply_cpu / 1e9;
   r.memcpy_gbps = memcpy_gbps(a);
   r.xor_zstd_bytes = xor_zstd1_bytes(a, b);
   if (tools) {
@@ -202,7 +223,7 @@ Row measure(const std::string& label, double lr, const Owned& a, const Owned& b,
 }
 
 // --profile: repeats one phase on one step.
-int profile(const std::string& phase, int reps, const Owned& a, const Owned& b) {
+int profile(const std::string& phase, int reps, unsigned profile_threads, const Owned& a, const Owned& b) {
   const auto da = codec::StateDigest::full_scan(a.view(), 2);
   codec::EncodeOptions opts;
   opts.threads = 1;
@@ -219,7 +240,7 @@ int profile(const std::string& phase, int reps, const Owned& a, const Owned& b) 
       codec::DeltaApplier applier(a.manifest(), target.mutable_view(), 0, da);
       applier.reserve(delta.stats.changes);
       const auto t0 = Clock::now();
-      for (const auto& f : delta.frames) applier.apply(f);
+      apply_frames(applier, delta.frames, profile_threads);
       applier.verify();
       s = seconds_since(t0);
       applier.rollback();
@@ -241,6 +262,7 @@ int main(int argc, char** argv) {
   uint64_t slice_mib = 32;
   std::string profile_phase;
   int profile_reps = 20;
+  unsigned profile_threads = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -252,6 +274,7 @@ int main(int argc, char** argv) {
     else if (a == "--tools-slice-mib") slice_mib = std::stoull(next());
     else if (a == "--profile") profile_phase = next();
     else if (a == "--reps") profile_reps = std::stoi(next());
+    else if (a == "--threads") profile_threads = static_cast<unsigned>(std::stoul(next()));
     else {
       std::fprintf(stderr, "unknown argument %s\n", a.c_str());
       return 2;
@@ -268,20 +291,21 @@ int main(int argc, char** argv) {
     Owned a(trainer.bf16_weights());
     trainer.step();
     Owned b(trainer.bf16_weights());
-    if (!profile_phase.empty()) return profile(profile_phase, profile_reps, a, b);
+    if (!profile_phase.empty()) return profile(profile_phase, profile_reps, profile_threads, a, b);
     rows.push_back(measure("lr=" + std::to_string(lr), lr, a, b, tools, slice_mib));
     std::fprintf(stderr, "measured lr %g: %.3f%% changed\n", lr, rows.back().changed_fraction * 100);
   }
   std::printf("| lr | changed %% | B/change deltacast | B/change no classes | B/change XOR mode | B/change XOR+zstd-1 | "
-              "%% of checkpoint | encode GB/s 1T | encode GB/s 2T | apply GB/s | memcpy GB/s | encode GB/s per CPU-s | apply GB/s per CPU-s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "%% of checkpoint | encode GB/s 1T | encode GB/s 2T | apply GB/s 1T | apply GB/s 2T | memcpy GB/s | encode GB/s per CPU-s | apply GB/s per CPU-s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   nlohmann::json j = nlohmann::json::array();
   for (const auto& r : rows) {
     const double ch = static_cast<double>(r.changes);
-    std::printf("| %.1e | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", r.lr,
+    std::printf("| %.1e | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", r.lr,
                 r.changed_fraction * 100, r.frame_bytes / ch, r.frame_bytes_noclass / ch, r.frame_bytes_xor / ch,
                 r.xor_zstd_bytes / ch, 100.0 * static_cast<double>(r.frame_bytes) / static_cast<double>(r.checkpoint_bytes),
-                r.encode_gbps_1t, r.encode_gbps_2t, r.apply_gbps, r.memcpy_gbps, r.encode_cpu_gbps, r.apply_cpu_gbps);
+                r.encode_gbps_1t, r.encode_gbps_2t, r.apply_gbps, r.apply_gbps_2t, r.memcpy_gbps, r.encode_cpu_gbps,
+                r.apply_cpu_gbps);
     j.push_back({{"lr", r.lr},
                  {"changed_fraction", r.changed_fraction},
                  {"checkpoint_bytes", r.checkpoint_bytes},
@@ -293,6 +317,7 @@ int main(int argc, char** argv) {
                  {"encode_gbps_1_thread", r.encode_gbps_1t},
                  {"encode_gbps_2_threads", r.encode_gbps_2t},
                  {"apply_gbps", r.apply_gbps},
+                 {"apply_gbps_2_threads", r.apply_gbps_2t},
                  {"encode_gbps_1_thread_cpu_time", r.encode_cpu_gbps},
                  {"apply_gbps_cpu_time", r.apply_cpu_gbps},
                  {"memcpy_gbps", r.memcpy_gbps},

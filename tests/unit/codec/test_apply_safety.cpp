@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 
 #include "codec/frame_writer.h"
 #include "codec/wire.h"
@@ -190,6 +192,50 @@ TEST_F(Fixture, UnknownTensorIndexIsRefused) {
   segs[0] = {1, DType::bf16, ValueMode::ulp_delta, LocationCoding::range, 250, 10, 10};
   EXPECT_EQ(errc_of([&] { applier.apply(build_chunk_frame(h, segs, {}, 1)); }), Errc::corrupt_frame);
   EXPECT_TRUE(target == base);
+}
+
+}  // namespace
+}  // namespace deltacast::codec
+
+namespace deltacast::codec {
+namespace {
+
+// Several threads apply the chunks of one version at once, each chunk delivered twice (by two
+// different threads): every chunk is applied exactly once, the rest refused as replays, and the
+// result is bit-exact after verify; a rollback in the same setting restores the base exactly.
+TEST_F(Fixture, ConcurrentApplyOfChunksIsExactlyOnceAndBitExact) {
+  for (bool roll_back : {false, true}) {
+    OwnedWeights target = base;
+    auto applier = make_applier(target);
+    std::atomic<size_t> next_frame{0};
+    std::atomic<int> applied{0}, replays{0}, other{0};
+    const size_t total = delta.frames.size() * 2;  // every frame twice
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&] {
+        for (size_t i; (i = next_frame.fetch_add(1)) < total;) {
+          try {
+            applier.apply(delta.frames[(i / 2 + (i % 2) * 3) % delta.frames.size()]);
+            ++applied;
+          } catch (const Error& e) {
+            (e.code() == Errc::replayed ? replays : other)++;
+          }
+        }
+      });
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(applied.load(), static_cast<int>(delta.frames.size()));
+    EXPECT_EQ(replays.load(), static_cast<int>(delta.frames.size()));
+    EXPECT_EQ(other.load(), 0);
+    ASSERT_TRUE(applier.complete());
+    applier.verify();
+    if (roll_back) {
+      applier.rollback();
+      EXPECT_TRUE(target == base);
+    } else {
+      applier.commit();
+      EXPECT_TRUE(target == next);
+    }
+  }
 }
 
 }  // namespace
