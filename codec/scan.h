@@ -56,8 +56,8 @@ void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, u
                       const std::vector<std::vector<uint32_t>>& ranks, std::vector<uint32_t>& positions,
                       std::vector<uint32_t>& coding_index, std::vector<uint32_t>& old_values);
 
-// Sampled exponent statistics of a segment for choosing class thresholds: every `stride`-th block of
-// 64 elements is examined. hist_all[e] / hist_changed[e] count elements by exponent e = abs >> mantissa.
+// Sampled exponent statistics of a segment for choosing class thresholds: 1 in `stride` blocks of
+// 64 elements is examined (in runs of 16 consecutive blocks). hist_all[e] / hist_changed[e] count elements by exponent e = abs >> mantissa.
 void sample_exponents(unsigned width, uint32_t abs_mask, unsigned mantissa_bits, const void* old_bits,
                       const void* new_bits, uint64_t n, unsigned stride, std::vector<uint64_t>& hist_all,
                       std::vector<uint64_t>& hist_changed);
