@@ -47,6 +47,11 @@ class BitWriter {
   }
   void put_rice(uint64_t gap, unsigned k) {
     const uint64_t q = gap >> k;
+    if (q + 1 + k <= 32) {  // the common case: unary part, stop bit and low bits in one put
+      const uint64_t low = gap & ((uint64_t{1} << k) - 1);
+      put(((uint64_t{1} << q) - 1) | (low << (q + 1)), static_cast<unsigned>(q + 1 + k));
+      return;
+    }
     if (q < kRiceEscape) {
       put_ones(static_cast<unsigned>(q));
       put(0, 1);
