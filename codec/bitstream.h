@@ -21,8 +21,8 @@ class BitWriter {
   explicit BitWriter(std::vector<std::byte>& out) : out_(out) {}
   // Appends the `count` low bits of `bits` (count <= 64). Whole 32-bit words are flushed at once;
   // between calls fewer than 32 bits are pending, so a put of <= 32 bits never overflows acc_.
-  void put(uint64_t bits, unsigned count) {
-    if (count > 32) {
+  [[gnu::always_inline]] void put(uint64_t bits, unsigned count) {
+    if (count > 32) [[unlikely]] {
       put(bits & 0xFFFFFFFFu, 32);
       put(bits >> 32, count - 32);
       return;
@@ -45,9 +45,9 @@ class BitWriter {
     }
     put((uint64_t{1} << count) - 1, count);
   }
-  void put_rice(uint64_t gap, unsigned k) {
+  [[gnu::always_inline]] void put_rice(uint64_t gap, unsigned k) {
     const uint64_t q = gap >> k;
-    if (q + 1 + k <= 32) {  // the common case: unary part, stop bit and low bits in one put
+    if (q + 1 + k <= 32) [[likely]] {  // the common case: unary part, stop bit and low bits in one put
       const uint64_t low = gap & ((uint64_t{1} << k) - 1);
       put(((uint64_t{1} << q) - 1) | (low << (q + 1)), static_cast<unsigned>(q + 1 + k));
       return;
