@@ -12,33 +12,39 @@
 namespace deltacast::codec {
 
 namespace {
-constexpr uint64_t kIndexMul = 0x9E3779B97F4A7C15ULL;
-constexpr uint64_t kBitsMul = 0xC2B2AE3D27D4EB4FULL;
-constexpr uint64_t kMixMul = 0xD6E8FEB86659FD93ULL;
-
 DC_INLINE uint64_t mix64(uint64_t x) {
   x ^= x >> 32;
-  x *= kMixMul;
+  x *= 0xD6E8FEB86659FD93ULL;
   x ^= x >> 32;
-  x *= kMixMul;
+  x *= 0xD6E8FEB86659FD93ULL;
   x ^= x >> 32;
   return x;
 }
 DC_INLINE uint64_t tensor_seed(uint32_t tensor_index) { return mix64(uint64_t{tensor_index} + 0x51ED2701F3A5C0B1ULL); }
-DC_INLINE uint64_t term(uint64_t seed, uint64_t index, uint64_t bits) {
-  return mix64(((index + seed) * kIndexMul) ^ ((bits + 1) * kBitsMul));
-}
 
+// Sum of element_hash_seeded over n elements: the high and low halves are summed apart (as
+// 64-bit sums of 32-bit values) and combined at the end, the same value mod 2^64. The index word
+// steps by a constant inside each 2^32 block of indexes, so the loop vectorises.
 template <typename T>
 DC_INLINE uint64_t sum_terms(const T* p, uint64_t n, uint64_t first_index, uint64_t seed) {
-  // term() with the index product strength-reduced to an addition (same value mod 2^64).
-  uint64_t sum = 0;
-  uint64_t index_part = (first_index + seed) * kIndexMul;
-  for (uint64_t i = 0; i < n; ++i) {
-    sum += mix64(index_part ^ ((uint64_t{p[i]} + 1) * kBitsMul));
-    index_part += kIndexMul;
+  using namespace detail;
+  uint64_t sum_hi = 0, sum_lo = 0;
+  const uint32_t seed_hi = static_cast<uint32_t>(seed >> 32);
+  while (n > 0) {
+    const uint64_t to_block_end = (uint64_t{1} << 32) - (first_index & 0xFFFFFFFFu);
+    const uint64_t m = std::min(n, to_block_end);
+    uint32_t u = digest_index_word(seed, first_index);
+    for (uint64_t i = 0; i < m; ++i) {
+      const uint32_t hi = digest_term_hi(u, p[i]);
+      sum_hi += hi;
+      sum_lo += digest_term_lo(hi, seed_hi);
+      u += kDigestIndexMul;
+    }
+    p += m;
+    n -= m;
+    first_index += m;
   }
-  return sum;
+  return (sum_hi << 32) + sum_lo;
 }
 DC_HOT_CLONES uint64_t sum_terms_u8(const uint8_t* p, uint64_t n, uint64_t first, uint64_t seed) {
   return sum_terms(p, n, first, seed);
@@ -64,7 +70,7 @@ uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* data,
 }  // namespace
 
 uint64_t element_hash(uint32_t tensor_index, uint64_t element_index, uint32_t bits) noexcept {
-  return term(tensor_seed(tensor_index), element_index, bits);
+  return element_hash_seeded(tensor_seed(tensor_index), element_index, bits);
 }
 uint64_t tensor_hash_seed(uint32_t tensor_index) noexcept { return tensor_seed(tensor_index); }
 

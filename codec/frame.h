@@ -11,7 +11,7 @@
 namespace deltacast::codec {
 
 inline constexpr uint32_t kFrameMagic = 0x46584344;  // "DCXF" little-endian
-inline constexpr uint16_t kFormatVersion = 1;
+inline constexpr uint16_t kFormatVersion = 2;  // 2: 32-bit-lane digest terms (docs/frame-format.md)
 inline constexpr size_t kFrameHeaderSize = 64;
 inline constexpr size_t kFrameTrailerSize = 8;  // xxh3-64 of every byte before it
 inline constexpr size_t kSegmentEntrySize = 32;

@@ -2,7 +2,7 @@
 // baselines measured in the same run (memcpy, XOR+zstd-1, zstd --patch-from, bsdiff).
 // Usage: dc_bench_codec [--params 200M] [--lr 2e-6] [--lr-high 6e-6] [--threads 2] [--json FILE]
 //        [--tools-slice-mib 32] [--no-tools]
-//        dc_bench_codec --profile encode|apply [--reps 20] [--threads 1] [--params 50M] [--lr 1.3e-6]
+//        dc_bench_codec --profile encode|apply|digest [--reps 20] [--threads 1] [--params 50M] [--lr 1.3e-6]
 // Prints a markdown table; --json writes the figures. --profile only repeats one phase on one
 // step (lr of --lr) and prints each repetition's time: a loop to run under perf or callgrind.
 #include <chrono>
@@ -232,7 +232,12 @@ int profile(const std::string& phase, int reps, unsigned profile_threads, const 
   for (int rep = 0; rep < reps; ++rep) {
     double s = 0;
     const double c0 = thread_cpu_seconds();
-    if (phase == "encode") {
+    if (phase == "digest") {
+      const auto t0 = Clock::now();
+      const auto d = codec::StateDigest::full_scan(a.view(), 1);
+      s = seconds_since(t0);
+      if (d.combined() == 42) std::printf("!");
+    } else if (phase == "encode") {
       const auto t0 = Clock::now();
       delta = codec::encode_delta(a.view(), b.view(), da, {0, 1}, opts);
       s = seconds_since(t0);

@@ -78,7 +78,7 @@ std::vector<std::byte> corrupt_variant(const std::vector<std::byte>& file, const
   if (kind == "truncated") first.resize(first.size() - 5);
   if (kind == "bad-magic") first[0] = std::byte{'X'};
   if (kind == "future-version") {
-    store_le<uint16_t>(first.data() + 4, 2);
+    store_le<uint16_t>(first.data() + 4, kFormatVersion + 1);
     store_le<uint64_t>(first.data() + first.size() - 8, XXH3_64bits(first.data(), first.size() - 8));
   }
   return first;
@@ -89,10 +89,10 @@ TEST(Golden, EncodingMatchesCheckedInBytesAndApplies) {
   GoldenInput in;
   const auto bytes = in.encode();
   if (std::getenv("DELTACAST_REGEN_GOLDEN")) {
-    write_file(golden("v1-small.dcx"), bytes);
-    for (const char* k : kCorruptKinds) write_file(golden(std::string("v1-") + k + ".dcx"), corrupt_variant(bytes, k));
+    write_file(golden("v2-small.dcx"), bytes);
+    for (const char* k : kCorruptKinds) write_file(golden(std::string("v2-") + k + ".dcx"), corrupt_variant(bytes, k));
   }
-  const auto expected = read_file(golden("v1-small.dcx"));
+  const auto expected = read_file(golden("v2-small.dcx"));
   ASSERT_EQ(bytes, expected) << "the encoder's output drifted from the golden frames: if the format changed on "
                                 "purpose, bump kFormatVersion, update docs/frame-format.md and regenerate";
   OwnedWeights receiver = in.base;
@@ -110,7 +110,7 @@ TEST(Golden, CorruptFramesAreRefusedWithTheRightError) {
                                                  {"bad-magic", Errc::corrupt_frame},
                                                  {"future-version", Errc::version_mismatch}};
   for (const auto& [kind, errc] : expect) {
-    const auto bytes = read_file(golden(std::string("v1-") + kind + ".dcx"));
+    const auto bytes = read_file(golden(std::string("v2-") + kind + ".dcx"));
     OwnedWeights receiver = in.base;
     DeltaApplier applier(in.m, receiver.mut(), 41, StateDigest::full_scan(receiver.view()));
     EXPECT_EQ(errc_of([&] { applier.apply(bytes); }), errc) << kind;
@@ -119,7 +119,7 @@ TEST(Golden, CorruptFramesAreRefusedWithTheRightError) {
 }
 
 TEST(Golden, HeaderFieldsParse) {
-  const auto bytes = read_file(golden("v1-small.dcx"));
+  const auto bytes = read_file(golden("v2-small.dcx"));
   const auto frames = split_frames(bytes);
   const auto first = parse_frame(frames.front());
   EXPECT_EQ(first.header.kind, FrameKind::chunk);
