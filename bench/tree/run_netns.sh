@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Deliverable 2: broadcast of S bytes from a producer namespace to 2..16 receivers, each in its
-# own namespace with a 1 Gbit/s tbf egress (scripts/netns.sh), for binary, double_binary and
-# chain; time vs S/B. Also an iperf3 check of one shaped link. Namespaces are removed on exit.
+# own namespace with a tbf egress of LINK_GBIT Gbit/s (default 1; scripts/netns.sh), for binary,
+# double_binary and chain; time vs S/B. Also an iperf3 check of one shaped link. Namespaces are
+# removed on exit.
+#   [LINK_GBIT=1] [CHUNK=4MiB] [TOPOLOGIES="binary double_binary chain"] [RESULT=file.jsonl]
 #   bench/tree/run_netns.sh [BUILD_DIR] [REPEATS] [BYTES] [RECEIVER COUNTS...]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -14,7 +16,11 @@ COUNTS=("$@")
 NETNS="$ROOT/scripts/netns.sh"
 OUT="$ROOT/bench/tree/results"
 mkdir -p "$OUT"
-RESULT="$OUT/netns.jsonl"
+RESULT="${RESULT:-$OUT/netns.jsonl}"
+LINK_GBIT="${LINK_GBIT:-1}"
+CHUNK="${CHUNK:-4MiB}"
+TOPOLOGIES=(${TOPOLOGIES:-binary double_binary chain})
+export DELTACAST_NETNS_RATE="$(awk -v g="$LINK_GBIT" 'BEGIN { printf "%dmbit", g * 1000 + 0.5 }')"
 trap '"$NETNS" destroy' EXIT
 max=0
 for n in "${COUNTS[@]}"; do ((n > max)) && max=$n; done
@@ -27,9 +33,10 @@ sleep 0.5
   | tee -a "$RESULT"
 for ((i = 1; i <= REPEATS; i++)); do
   for n in "${COUNTS[@]}"; do
-    for topo in binary double_binary chain; do
+    for topo in "${TOPOLOGIES[@]}"; do
       timeout 300 "$NETNS" exec 0 "$BUILD/bench/tree/dc_bench_tree" broadcast --netns --receivers "$n" \
-        --bytes "$BYTES" --stage 16MiB --topology "$topo" --link-gbit 1 --label netns \
+        --bytes "$BYTES" --stage 16MiB --chunk "$CHUNK" --topology "$topo" --link-gbit "$LINK_GBIT" \
+        --label "netns-${LINK_GBIT}gbit-chunk${CHUNK}" \
         --json "$RESULT" >/dev/null
       tail -1 "$RESULT"
     done
