@@ -30,10 +30,9 @@ class BitWriter {
     acc_ |= (bits & ((uint64_t{1} << count) - 1)) << n_;
     n_ += count;
     if (n_ >= 32) {
-      const size_t at = out_.size();
-      out_.resize(at + 4);
-      const uint32_t word = static_cast<uint32_t>(acc_);
-      std::memcpy(out_.data() + at, &word, 4);  // little-endian: LSB-first bytes
+      std::byte word[4];  // LSB-first bytes
+      for (unsigned b = 0; b < 4; ++b) word[b] = static_cast<std::byte>(acc_ >> (8 * b));
+      out_.insert(out_.end(), word, word + 4);
       acc_ >>= 32;
       n_ -= 32;
     }

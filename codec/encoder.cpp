@@ -107,13 +107,16 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     const size_t c = scan.positions.size();
     uint64_t digest_delta = 0;
     const uint64_t seed = tensor_hash_seed(s.tensor);
+    // The digest delta does not depend on the order: one sequential pass in position order. The
+    // values follow the coding order (class by class for classed locations).
     for (size_t k = 0; k < c; ++k) {
-      const uint32_t idx = plan.order.empty() ? static_cast<uint32_t>(k) : plan.order[k];
-      const uint32_t p = scan.positions[idx];
-      const uint32_t ob = scan.old_bits[idx];
-      const uint32_t nb = scan.new_bits[idx];
-      values.add(mode, w, is_float, ob, nb);
-      digest_delta += element_hash_seeded(seed, s.begin + p, nb) - element_hash_seeded(seed, s.begin + p, ob);
+      const uint64_t p = s.begin + scan.positions[k];
+      digest_delta += element_hash_seeded(seed, p, scan.new_bits[k]) - element_hash_seeded(seed, p, scan.old_bits[k]);
+    }
+    if (plan.order.empty()) {
+      for (size_t k = 0; k < c; ++k) values.add(mode, w, is_float, scan.old_bits[k], scan.new_bits[k]);
+    } else {
+      for (const uint32_t idx : plan.order) values.add(mode, w, is_float, scan.old_bits[idx], scan.new_bits[idx]);
     }
     if (c) deltas.emplace_back(s.tensor, digest_delta);
     segments.push_back(SegmentInfo{s.tensor, info.dtype, mode, plan.coding, s.begin, s.count, c});

@@ -23,16 +23,20 @@ namespace deltacast::codec {
 
 inline uint32_t width_mask(unsigned width) noexcept { return width == 4 ? 0xFFFFFFFFu : (1u << (8 * width)) - 1; }
 
-// Order-preserving bijection from bits to an unsigned key (identity for integer dtypes).
+// Order-preserving bijection from bits to an unsigned key (identity for integer dtypes): negative
+// floats have every bit flipped, non-negative ones only the sign bit. Branch-free (the sign of a
+// changed weight is a coin toss).
 inline uint32_t order_key(uint32_t bits, unsigned width, bool is_float) noexcept {
   if (!is_float) return bits;
-  const uint32_t sign = 1u << (8 * width - 1);
-  return (bits & sign) ? (bits ^ width_mask(width)) : (bits ^ sign);
+  const unsigned top = 8 * width - 1;
+  const uint32_t negative = (bits >> top) & 1;
+  return bits ^ ((1u << top) | ((0u - negative) & ((1u << top) - 1)));
 }
 inline uint32_t order_unkey(uint32_t key, unsigned width, bool is_float) noexcept {
   if (!is_float) return key;
-  const uint32_t sign = 1u << (8 * width - 1);
-  return (key & sign) ? (key ^ sign) : (key ^ width_mask(width));
+  const unsigned top = 8 * width - 1;
+  const uint32_t was_non_negative = (key >> top) & 1;
+  return key ^ ((1u << top) | ((was_non_negative - 1) & ((1u << top) - 1)));
 }
 
 inline uint32_t load_bits(const std::byte* base, unsigned width, uint64_t index) noexcept {
@@ -56,14 +60,14 @@ inline void store_bits(std::byte* base, unsigned width, uint64_t index, uint32_t
 class ValueEncoder {
  public:
   ValueEncoder() : signs_(sign_bytes_), flags_(flag_bytes_) {}
-  void add(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits, uint32_t new_bits) {
+  [[gnu::always_inline]] void add(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits, uint32_t new_bits) {
     if (mode == ValueMode::ulp_delta) {
       const uint32_t mask = width_mask(width);
       const uint32_t d = (order_key(new_bits, width, is_float) - order_key(old_bits, width, is_float)) & mask;
       const uint32_t sign = 1u << (8 * width - 1);
-      const bool negative = (d & sign) != 0;
+      const uint32_t negative = (d & sign) ? 1 : 0;
       const uint32_t magnitude = negative ? ((0u - d) & mask) : d;  // 1 .. 2^(w-1)
-      signs_.put(negative ? 1 : 0, 1);
+      signs_.put(negative, 1);
       flags_.put(magnitude > 1 ? 1 : 0, 1);
       if (magnitude > 1) {
         if (magnitude - 2 < 255) {

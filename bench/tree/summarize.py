@@ -70,8 +70,12 @@ def netns(rows, svg_path):
         table[(r["topology"], r["receivers"])].append(r)
     counts = sorted({r["receivers"] for r in runs})
     size = runs[0]["bytes"] / 2**20
-    print(f"### Network namespaces, 1 Gbit/s tbf egress per node, {size:.0f} MiB "
-          f"(time / (S/B), median; S/B = {runs[0]['lower_bound_seconds']:.3f} s)\n")
+    rate = runs[0]["bytes"] * 8 / runs[0]["lower_bound_seconds"] / 1e9
+    rate_text = f"{rate:.0f} Gbit/s" if rate >= 0.995 else f"{rate * 1000:.0f} Mbit/s"
+    chunk = runs[0].get("label", "").partition("chunk")[2]
+    print(f"### Network namespaces, {rate_text} tbf egress per node, {size:.0f} MiB"
+          + (f", {chunk} chunks" if chunk else "")
+          + f" (time / (S/B), median; S/B = {runs[0]['lower_bound_seconds']:.3f} s)\n")
     print("| receivers | " + " | ".join(TOPOLOGIES) + " |")
     print("| --- |" + " --- |" * len(TOPOLOGIES))
     series = {t: [] for t in TOPOLOGIES}
@@ -174,6 +178,7 @@ def main():
     loopback(load(results / "loopback.jsonl"))
     loopback(load(results / "loopback-run1.jsonl"), ", first run, machine loaded (load 8-19)")
     netns(load(results / "netns.jsonl"), results / "netns-scaling.svg")
+    netns(load(results / "netns-100mbit.jsonl"), results / "netns-scaling-100mbit.svg")
     refit(load(results / "refit.jsonl") + load(results / "refit-1rx.jsonl"))
 
 
