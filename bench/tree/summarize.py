@@ -146,7 +146,9 @@ def refit(rows):
     runs = [r for r in rows if r["bench"] == "refit"]
     if not runs:
         return
-    print(f"### Full checkpoint vs delta refit, producer uplink 1 Gbit/s, "
+    label = runs[0].get("label", "")
+    uplink = label.rpartition("-")[2] if label.startswith("cross-cluster-") else "1gbit"
+    print(f"### Full checkpoint vs delta refit, producer uplink {uplink.replace('gbit', ' Gbit/s')}, "
           f"{runs[0]['params'] / 1e6:.0f}M params, {runs[0]['topology']} "
           f"(medians; step 1 and steps 2+ apart, see text)\n")
     print("| receivers | lr | runs | changed | payload MB | B/change | full s | full/(S/B) | "
@@ -180,6 +182,7 @@ def main():
     netns(load(results / "netns.jsonl"), results / "netns-scaling.svg")
     netns(load(results / "netns-100mbit.jsonl"), results / "netns-scaling-100mbit.svg")
     refit(load(results / "refit.jsonl") + load(results / "refit-1rx.jsonl"))
+    refit(load(results / "refit-0.1gbit.jsonl"))
 
 
 if __name__ == "__main__":
