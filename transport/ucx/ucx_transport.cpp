@@ -3,7 +3,8 @@
 //    serialised by the Transport's mutex (UCS_THREAD_MODE_SINGLE), so user threads may post
 //    concurrently.
 //  * Tag matching (ucp_tag_send_nbx / ucp_tag_recv_nbx): UCX's fastest, best-tuned path (eager for
-//    small, zero-copy rendezvous for large messages), message boundaries and truncation detection
+//    small, rendezvous for large messages: on tcp under error mode PEER as 512 KiB active-message
+//    fragments, see apply of kTcpSettings), message boundaries and truncation detection
 //    are native, and no fragmentation is needed. Each Connection owns a 32-bit receive id; the peer
 //    tags every message with it (full-mask match), so connections sharing the worker never mix and
 //    receives match messages in posting order.
@@ -200,7 +201,7 @@ void ep_error_callback(void* arg, ucp_ep_h, ucs_status_t status) {
 // selects no zero-copy RMA lane on tcp (under error handling it wants memory invalidation, which
 // the tcp md lacks), so a large tag message travels as active-message rendezvous fragments of at
 // most RX_SEG_SIZE: one sendmsg/recv, one header and one progress round per fragment. 512 KiB
-// fragments make 8 MiB messages ~1.2-1.4x faster on loopback (docs/transport-ofi-ucx.md).
+// fragments made 8 MiB messages ~1.3x faster on loopback (docs/transport-ofi-ucx.md).
 struct UcxSetting {
   const char* env;    // the variable a user sets
   const char* key;    // the name ucp_config_modify takes (UCT keys go without their TCP_ prefix)
