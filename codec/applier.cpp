@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <condition_variable>
 #include <mutex>
 #include <zstd.h>
 
@@ -21,16 +22,23 @@ struct UndoEntry {
   uint32_t bits;
 };
 
-// The undo log: old bits of every element written since the last commit, in write order. Stored
-// in fixed-size blocks so growing it never copies what is there, and clear() keeps the blocks for
-// the next version (a receiver pays for the pages once, not on every refit).
+// The undo log: old bits of every element written since the last commit, in reservation order.
+// Stored in fixed-size blocks so growing it never copies what is there, and clear() keeps the
+// blocks for the next version (a receiver pays for the pages once, not on every refit). Writers
+// reserve a range of slots under the applier's lock and fill it outside; rollback() and commit()
+// wait for every writer to finish first.
 class UndoLog {
  public:
-  void push(const UndoEntry& e) {
-    if (used_ == blocks_.size() * kBlock) blocks_.emplace_back(new UndoEntry[kBlock]);
-    blocks_[used_ / kBlock][used_ % kBlock] = e;
-    ++used_;
+  static constexpr size_t kBlock = size_t{1} << 16;
+  // Reserves `n` slots (mu held); returns the index of the first.
+  size_t reserve_slots(size_t n) {
+    const size_t first = used_;
+    used_ += n;
+    while (blocks_.size() * kBlock < used_) blocks_.emplace_back(new UndoEntry[kBlock]);
+    return first;
   }
+  // The block holding slot i (mu held: the block table may grow under other reservations).
+  UndoEntry* block_of(size_t i) const { return blocks_[i / kBlock].get(); }
   // Allocates and touches blocks for `entries` entries so their page faults happen now.
   void reserve(size_t entries) {
     while (blocks_.size() * kBlock < entries) {
@@ -46,7 +54,6 @@ class UndoLog {
   size_t size() const noexcept { return used_; }
 
  private:
-  static constexpr size_t kBlock = size_t{1} << 16;
   std::vector<std::unique_ptr<UndoEntry[]>> blocks_;
   size_t used_ = 0;
 };
@@ -95,6 +102,8 @@ struct DecodeScratch {
   ScratchBuffer section_buffers[16];
   std::vector<PlannedWrite> writes;
   std::vector<uint32_t> positions, tokens, coding_index, old_values;
+  std::vector<UndoEntry*> blocks;                          // undo blocks of the reserved slots
+  std::vector<std::pair<uint32_t, uint64_t>> digest_delta;  // (tensor, digest change)
   static DecodeScratch& local() {
     thread_local DecodeScratch scratch;
     return scratch;
@@ -122,6 +131,12 @@ struct DeltaApplier::Impl {
   // Chunks being decoded by some thread right now: (new version, chunk index). A second copy of
   // one of them is refused as a replay instead of being decoded twice.
   std::vector<std::pair<uint64_t, uint32_t>> decoding;
+  // Chunks writing their planned changes outside the lock; rollback/commit/verify wait for 0.
+  unsigned writers = 0;
+  std::condition_variable writers_done;
+  void wait_for_writers(std::unique_lock<std::mutex>& lock) {
+    writers_done.wait(lock, [&] { return writers == 0; });
+  }
 
   void check_base(const FrameHeader& h) const {
     if (h.manifest_digest != manifest->digest())
@@ -208,13 +223,17 @@ struct DeltaApplier::Impl {
     values.expect_consumed();
   }
 
-  // Applies sc.writes (mu held).
-  void write(const std::vector<PlannedWrite>& writes) {
-    auto& per = digest.per_tensor();
+  // Applies `writes` into the weights, recording each element's old bits in the undo slots
+  // starting at `first_slot` (reserved under mu, block pointers in `blocks`) and summing each
+  // tensor's digest change into `digest_delta` (one entry per run of writes to one tensor).
+  // Runs outside mu: chunks of a version write disjoint elements.
+  void write(const std::vector<PlannedWrite>& writes, size_t first_slot, const std::vector<UndoEntry*>& blocks,
+             std::vector<std::pair<uint32_t, uint64_t>>& digest_delta) const {
     uint32_t tensor = UINT32_MAX;
     unsigned w = 0;
     std::byte* base = nullptr;
     uint64_t seed = 0;
+    uint64_t delta = 0;
     // The decode pass streamed through the old bits long before these stores: prefetch the
     // target lines for writing a few writes ahead so their misses overlap.
     constexpr size_t kAhead = 16;
@@ -222,18 +241,22 @@ struct DeltaApplier::Impl {
     for (size_t i = 0; i < count; ++i) {
       const PlannedWrite& wr = writes[i];
       if (wr.tensor != tensor) {  // writes come grouped by segment: hoist per-tensor lookups
+        if (tensor != UINT32_MAX) digest_delta.emplace_back(tensor, delta);
         tensor = wr.tensor;
         w = static_cast<unsigned>(dtype_size(manifest->at(tensor).dtype));
         base = weights.tensors[tensor].data();
         seed = tensor_hash_seed(tensor);
+        delta = 0;
       }
       if (i + kAhead < count && writes[i + kAhead].tensor == tensor)
         __builtin_prefetch(base + writes[i + kAhead].position * w, 1);
-      undo.push(UndoEntry{wr.position, wr.tensor, wr.old_bits});
+      const size_t slot = first_slot + i;
+      blocks[slot / UndoLog::kBlock - first_slot / UndoLog::kBlock][slot % UndoLog::kBlock] =
+          UndoEntry{wr.position, wr.tensor, wr.old_bits};
       store_bits(base, w, wr.position, wr.new_bits);
-      per[tensor] += element_hash_seeded(seed, wr.position, wr.new_bits) -
-                     element_hash_seeded(seed, wr.position, wr.old_bits);
+      delta += element_hash_seeded(seed, wr.position, wr.new_bits) - element_hash_seeded(seed, wr.position, wr.old_bits);
     }
+    if (tensor != UINT32_MAX) digest_delta.emplace_back(tensor, delta);
   }
 };
 
@@ -295,10 +318,24 @@ ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
   im.check_base(h);  // a commit or rollback may have happened meanwhile
   refuse_replay();
   im.begin(h);
-  im.write(sc.writes);
+  // Reserve undo slots and count this chunk as applied (no other copy may start), then write
+  // outside the lock; rollback/commit/verify wait for the writers.
+  const size_t n = sc.writes.size();
+  const size_t first_slot = im.undo.reserve_slots(n);
+  sc.blocks.clear();
+  for (size_t b = first_slot / UndoLog::kBlock; n > 0 && b <= (first_slot + n - 1) / UndoLog::kBlock; ++b)
+    sc.blocks.push_back(im.undo.block_of(b * UndoLog::kBlock));
   im.applied[h.chunk_index] = true;
+  ++im.writers;
+  lock.unlock();
+  sc.digest_delta.clear();
+  im.write(sc.writes, first_slot, sc.blocks, sc.digest_delta);
+  lock.lock();
+  auto& per = im.digest.per_tensor();
+  for (const auto& [t, d] : sc.digest_delta) per[t] += d;
   ++im.applied_n;
-  return ApplyResult{FrameKind::chunk, h.chunk_index, sc.writes.size()};
+  if (--im.writers == 0) im.writers_done.notify_all();
+  return ApplyResult{FrameKind::chunk, h.chunk_index, n};
 }
 
 bool DeltaApplier::complete() const noexcept {
@@ -343,7 +380,8 @@ void DeltaApplier::audit(unsigned threads) const {
 
 void DeltaApplier::rollback() {
   auto& im = *impl_;
-  std::lock_guard lock(im.mu);
+  std::unique_lock lock(im.mu);
+  im.wait_for_writers(lock);
   im.undo.for_each_reverse([&](const UndoEntry& e) {
     const unsigned w = static_cast<unsigned>(dtype_size(im.manifest->at(e.tensor).dtype));
     store_bits(im.weights.tensors[e.tensor].data(), w, e.position, e.bits);
@@ -359,7 +397,8 @@ void DeltaApplier::rollback() {
 
 void DeltaApplier::commit() {
   auto& im = *impl_;
-  std::lock_guard lock(im.mu);
+  std::unique_lock lock(im.mu);
+  im.wait_for_writers(lock);
   if (!im.pending || !im.verified) throw Error(Errc::state, "commit: no verified version to commit");
   im.version = *im.pending;
   im.base_digest = im.digest;

@@ -41,8 +41,9 @@ class DeltaApplier {
   // dtype, replay) and decodes it before touching any weight; then writes. On Error nothing
   // changed. Errors: corrupt_frame, version_mismatch (wrong base, other manifest, or a frame of a
   // different in-flight version), replayed (chunk already applied or being applied).
-  // Thread-safe, and concurrent: several threads may apply different chunks at once (parsing and
-  // decoding run outside the applier's lock; only the writes are serialised).
+  // Thread-safe, and concurrent: several threads may apply different chunks at once (parsing,
+  // decoding and the writes themselves run outside the applier's lock; chunks of a version cover
+  // disjoint elements). rollback() and commit() wait for writes in flight.
   ApplyResult apply(std::span<const std::byte> frame);
 
   // True once the seal and every chunk it announces have been applied.

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "codec/frame_writer.h"
@@ -235,6 +236,39 @@ TEST_F(Fixture, ConcurrentApplyOfChunksIsExactlyOnceAndBitExact) {
       applier.commit();
       EXPECT_TRUE(target == next);
     }
+  }
+}
+
+}  // namespace
+}  // namespace deltacast::codec
+
+namespace deltacast::codec {
+namespace {
+
+// rollback() racing with threads that apply chunks: it waits for writes in flight, and a final
+// rollback always restores the base bit-exactly, whatever interleaving happened.
+TEST_F(Fixture, RollbackDuringConcurrentApplyRestoresTheBase) {
+  for (int round = 0; round < 20; ++round) {
+    OwnedWeights target = base;
+    auto applier = make_applier(target);
+    std::atomic<size_t> next_frame{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 3; ++t)
+      threads.emplace_back([&] {
+        for (size_t i; (i = next_frame.fetch_add(1)) < delta.frames.size();) {
+          try {
+            applier.apply(delta.frames[i]);
+          } catch (const Error& e) {
+            ADD_FAILURE() << e.what();
+          }
+        }
+      });
+    std::this_thread::sleep_for(std::chrono::microseconds(50 * round));
+    applier.rollback();
+    for (auto& th : threads) th.join();
+    applier.rollback();
+    EXPECT_TRUE(target == base) << "round " << round;
+    EXPECT_FALSE(applier.pending_version().has_value());
   }
 }
 
