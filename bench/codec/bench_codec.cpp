@@ -6,6 +6,8 @@
 // Prints a markdown table; --json writes the figures. --profile only repeats one phase on one
 // step (lr of --lr) and prints each repetition's time: a loop to run under perf or callgrind.
 #include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +40,7 @@ double thread_cpu_seconds() {
 }
 
 using Owned = codec::OwnedWeights;
+constexpr int kReps = 5;  // timed repetitions per figure; the best is reported (shared, noisy machine)
 
 uint64_t parse_count(const std::string& s) {
   double v = std::stod(s);
@@ -52,7 +55,7 @@ double memcpy_gbps(const Owned& src) {
   std::vector<std::vector<std::byte>> dst;
   for (auto t : src.view().tensors) dst.emplace_back(t.size());
   double best = 1e9;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < kReps; ++rep) {
     const auto t0 = Clock::now();
     const auto v = src.view();
     for (size_t i = 0; i < dst.size(); ++i) std::memcpy(dst[i].data(), v.tensors[i].data(), dst[i].size());
@@ -105,26 +108,70 @@ struct Row {
          bsdiff_s = 0, ours_slice_bytes = 0;
 };
 
-// Applies every frame, spreading them over `threads` threads (frame i on thread i % threads).
-void apply_frames(codec::DeltaApplier& applier, const std::vector<std::vector<std::byte>>& frames, unsigned threads) {
-  if (threads <= 1) {
-    for (const auto& f : frames) applier.apply(f);
-    return;
+// Applies every frame on `threads` long-lived threads (frame i on thread i % threads), as a
+// receiver's apply workers would: their per-thread decode scratch stays warm across versions.
+class ApplyPool {
+ public:
+  explicit ApplyPool(unsigned threads) {
+    for (unsigned t = 1; t < threads; ++t) workers_.emplace_back([this, t] { loop(t); });
   }
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (size_t i = t; i < frames.size(); i += threads) applier.apply(frames[i]);
-    });
-  for (auto& th : pool) th.join();
-}
+  ~ApplyPool() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& w : workers_) w.join();
+  }
+  void run(codec::DeltaApplier& applier, const std::vector<std::vector<std::byte>>& frames) {
+    {
+      std::lock_guard lock(mu_);
+      applier_ = &applier;
+      frames_ = &frames;
+      pending_ = static_cast<unsigned>(workers_.size());
+      ++generation_;
+    }
+    cv_.notify_all();
+    work(0);
+    std::unique_lock lock(mu_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
+  void work(unsigned t) {
+    for (size_t i = t; i < frames_->size(); i += size()) applier_->apply((*frames_)[i]);
+  }
+  void loop(unsigned t) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      work(t);
+      std::lock_guard lock(mu_);
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable cv_, done_;
+  codec::DeltaApplier* applier_ = nullptr;
+  const std::vector<std::vector<std::byte>>* frames_ = nullptr;
+  unsigned pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
 
 double best_encode(const Owned& a, const Owned& b, const codec::StateDigest& d, unsigned threads, codec::EncodedDelta* keep,
                    const codec::EncodeOptions& base_opts, double* best_cpu = nullptr) {
   codec::EncodeOptions o = base_opts;
   o.threads = threads;
   double best = 1e9;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int rep = 0; rep < kReps; ++rep) {
     const auto t0 = Clock::now();
     const double c0 = thread_cpu_seconds();
     auto e = codec::encode_delta(a.view(), b.view(), d, {0, 1}, o);
@@ -163,14 +210,15 @@ Row measure(const std::string& label, double lr, const Owned& a, const Owned& b,
   // 2 threads (DeltaApplier::apply is concurrent across chunks). The undo log is reserved first,
   // as a receiver does while idle (DeltaApplier::reserve).
   for (unsigned threads : {1u, 2u}) {
+    ApplyPool pool(threads);
     double best_apply = 1e9, best_apply_cpu = 1e9;
-    for (int rep = 0; rep < 3; ++rep) {
+    for (int rep = 0; rep < kReps; ++rep) {
       Owned target(a.view());
       codec::DeltaApplier applier(a.manifest(), target.mutable_view(), 0, da);
       applier.reserve(delta.stats.changes);
       const auto t0 = Clock::now();
       const double c0 = thread_cpu_seconds();
-      apply_frames(applier, delta.frames, threads);
+      pool.run(applier, delta.frames);
       applier.verify();
       applier.commit();
       best_apply = std::min(best_apply, seconds_since(t0));
@@ -229,6 +277,7 @@ int profile(const std::string& phase, int reps, unsigned profile_threads, const 
   opts.threads = 1;
   auto delta = codec::encode_delta(a.view(), b.view(), da, {0, 1}, opts);
   Owned target(a.view());
+  ApplyPool pool(profile_threads);
   for (int rep = 0; rep < reps; ++rep) {
     double s = 0;
     const double c0 = thread_cpu_seconds();
@@ -245,7 +294,7 @@ int profile(const std::string& phase, int reps, unsigned profile_threads, const 
       codec::DeltaApplier applier(a.manifest(), target.mutable_view(), 0, da);
       applier.reserve(delta.stats.changes);
       const auto t0 = Clock::now();
-      apply_frames(applier, delta.frames, profile_threads);
+      pool.run(applier, delta.frames);
       applier.verify();
       s = seconds_since(t0);
       applier.rollback();
