@@ -64,19 +64,20 @@ class ValueEncoder {
     if (mode == ValueMode::ulp_delta) {
       const uint32_t mask = width_mask(width);
       const uint32_t d = (order_key(new_bits, width, is_float) - order_key(old_bits, width, is_float)) & mask;
-      const uint32_t sign = 1u << (8 * width - 1);
-      const uint32_t negative = (d & sign) ? 1 : 0;
-      const uint32_t magnitude = negative ? ((0u - d) & mask) : d;  // 1 .. 2^(w-1)
+      // Branch-free: the sign and the "more than one ulp" flag of a change are coin tosses.
+      const uint32_t negative = (d >> (8 * width - 1)) & 1;
+      const uint32_t magnitude = ((d ^ (0u - negative)) + negative) & mask;  // |d|: 1 .. 2^(w-1)
+      const uint32_t flagged = magnitude > 1 ? 1 : 0;
       signs_.put(negative, 1);
-      flags_.put(magnitude > 1 ? 1 : 0, 1);
-      if (magnitude > 1) {
-        if (magnitude - 2 < 255) {
-          mag_bytes_.push_back(static_cast<std::byte>(magnitude - 2));
-        } else {
-          mag_bytes_.push_back(std::byte{255});
-          put_u32(mag_wide_, magnitude);
-        }
-      }
+      flags_.put(flagged, 1);
+      // The magnitude byte is stored unconditionally in spare room and kept only when flagged.
+      if (mag_used_ == mag_bytes_.size()) [[unlikely]]
+        mag_bytes_.resize(2 * mag_bytes_.size() + 256);
+      const uint32_t escaped = magnitude - 2 >= 255 ? 1 : 0;
+      mag_bytes_[mag_used_] = static_cast<std::byte>(escaped ? 255 : magnitude - 2);
+      mag_used_ += flagged;
+      if (flagged & escaped) [[unlikely]]
+        put_u32(mag_wide_, magnitude);
       return;
     }
     const uint32_t v = mode == ValueMode::xor_bits ? (old_bits ^ new_bits) : new_bits;
@@ -86,6 +87,7 @@ class ValueEncoder {
   std::vector<std::pair<StreamId, std::vector<std::byte>>> finish() {
     signs_.flush();
     flags_.flush();
+    mag_bytes_.resize(mag_used_);
     std::vector<std::pair<StreamId, std::vector<std::byte>>> out;
     auto emit = [&](StreamId id, std::vector<std::byte>& v) {
       if (!v.empty()) out.emplace_back(id, std::move(v));
@@ -100,6 +102,7 @@ class ValueEncoder {
 
  private:
   std::vector<std::byte> sign_bytes_, flag_bytes_, mag_bytes_, mag_wide_;
+  size_t mag_used_ = 0;  // bytes of mag_bytes_ in use (the rest is spare room)
   std::vector<std::byte> planes_[4];
   BitWriter signs_, flags_;
 };
