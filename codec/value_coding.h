@@ -130,7 +130,8 @@ class ValueDecoder {
         const unsigned m = static_cast<unsigned>(std::min<size_t>(32, count - i));
         const uint64_t sign_word = signs_.get(m);
         uint64_t flag_word = flags_.get(m);
-        for (unsigned b = 0; b < m; ++b) out[i + b] = ((sign_word >> b) & 1) ? wmask : 1u;  // -1 or +1
+        for (unsigned b = 0; b < m; ++b)  // -1 or +1, branch-free (the sign is a coin toss)
+          out[i + b] = 1u ^ ((0u - static_cast<uint32_t>((sign_word >> b) & 1)) & (wmask ^ 1u));
         while (flag_word) {  // the rarer changes of more than one ulp
           const unsigned b = static_cast<unsigned>(std::countr_zero(flag_word));
           flag_word &= flag_word - 1;
@@ -140,7 +141,8 @@ class ValueDecoder {
             throw Error(Errc::corrupt_frame, "values: escaped magnitude below the escape threshold");
           if (magnitude > max_magnitude)
             throw Error(Errc::corrupt_frame, "values: ulp distance out of range for the element width");
-          out[i + b] = (((sign_word >> b) & 1) ? 0u - magnitude : magnitude) & wmask;
+          const uint32_t negative = static_cast<uint32_t>((sign_word >> b) & 1);
+          out[i + b] = ((magnitude ^ (0u - negative)) + negative) & wmask;
         }
         i += m;
       }
