@@ -80,25 +80,34 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
   // Classed: gaps between ranks inside each class, classes concatenated.
   const unsigned k_classes = changes.classes.count;
   std::vector<uint32_t> class_order;
-  std::vector<uint64_t> class_counts(k_classes, 0);
-  std::vector<unsigned> class_k(k_classes, 0);
+  uint64_t class_counts[kMaxClasses] = {};
+  unsigned class_k[kMaxClasses] = {};
   uint64_t classed_bytes = UINT64_MAX;
   if (k_classes > 1) {
-    const auto& cls = changes.scan->change_class;
-    const auto& rank = changes.scan->change_rank;
+    const uint8_t* cls = changes.scan->change_class.data();
+    const uint32_t* rank = changes.scan->change_rank.data();
     for (size_t i = 0; i < c; ++i) ++class_counts[cls[i]];
-    std::vector<uint64_t> start(k_classes, 0);
+    uint64_t start[kMaxClasses] = {};
     for (unsigned j = 1; j < k_classes; ++j) start[j] = start[j - 1] + class_counts[j - 1];
     class_order.resize(c);
     rank_gaps.resize(c);
     {
-      auto fill = start;
-      std::vector<int64_t> prev(k_classes, -1);
+      // Local copies of the per-class cursors (no aliasing with the outputs): one pass
+      // distributes the changes to their classes, in position order within each class.
+      uint64_t fill[kMaxClasses];
+      uint32_t next_rank[kMaxClasses];  // previous rank + 1 (0 before the first)
+      for (unsigned j = 0; j < kMaxClasses; ++j) {
+        fill[j] = start[j];
+        next_rank[j] = 0;
+      }
+      uint32_t* gaps_out = rank_gaps.data();
+      uint32_t* order_out = class_order.data();
       for (size_t i = 0; i < c; ++i) {
         const uint8_t j = cls[i];
-        rank_gaps[fill[j]] = static_cast<uint32_t>(static_cast<int64_t>(rank[i]) - prev[j] - 1);
-        prev[j] = rank[i];
-        class_order[fill[j]++] = static_cast<uint32_t>(i);
+        const uint64_t at = fill[j]++;
+        gaps_out[at] = rank[i] - next_rank[j];
+        next_rank[j] = rank[i] + 1;
+        order_out[at] = static_cast<uint32_t>(i);
       }
     }
     uint64_t bits = 0;
