@@ -23,10 +23,14 @@ class BitWriter {
   // between calls fewer than 32 bits are pending, so a put of <= 32 bits never overflows acc_.
   [[gnu::always_inline]] void put(uint64_t bits, unsigned count) {
     if (count > 32) [[unlikely]] {
-      put(bits & 0xFFFFFFFFu, 32);
-      put(bits >> 32, count - 32);
+      put_word(bits & 0xFFFFFFFFu, 32);
+      put_word(bits >> 32, count - 32);
       return;
     }
+    put_word(bits, count);
+  }
+  // put() of at most 32 bits.
+  [[gnu::always_inline]] void put_word(uint64_t bits, unsigned count) {
     acc_ |= (bits & ((uint64_t{1} << count) - 1)) << n_;
     n_ += count;
     if (n_ >= 32) {

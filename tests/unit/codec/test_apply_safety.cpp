@@ -195,11 +195,17 @@ TEST_F(Fixture, UnknownTensorIndexIsRefused) {
   EXPECT_TRUE(target == base);
 }
 
-}  // namespace
-}  // namespace deltacast::codec
-
-namespace deltacast::codec {
-namespace {
+// Calls f(i) for every i in [0, total) from `threads` threads, each taking the next index.
+template <class F>
+void on_threads(unsigned threads, size_t total, F f) {
+  std::atomic<size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&] {
+      for (size_t i; (i = next.fetch_add(1)) < total;) f(i);
+    });
+  for (auto& th : pool) th.join();
+}
 
 // Several threads apply the chunks of one version at once, each chunk delivered twice (by two
 // different threads): every chunk is applied exactly once, the rest refused as replays, and the
@@ -208,22 +214,15 @@ TEST_F(Fixture, ConcurrentApplyOfChunksIsExactlyOnceAndBitExact) {
   for (bool roll_back : {false, true}) {
     OwnedWeights target = base;
     auto applier = make_applier(target);
-    std::atomic<size_t> next_frame{0};
     std::atomic<int> applied{0}, replays{0}, other{0};
-    const size_t total = delta.frames.size() * 2;  // every frame twice
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 4; ++t)
-      threads.emplace_back([&] {
-        for (size_t i; (i = next_frame.fetch_add(1)) < total;) {
-          try {
-            applier.apply(delta.frames[(i / 2 + (i % 2) * 3) % delta.frames.size()]);
-            ++applied;
-          } catch (const Error& e) {
-            (e.code() == Errc::replayed ? replays : other)++;
-          }
-        }
-      });
-    for (auto& th : threads) th.join();
+    on_threads(4, delta.frames.size() * 2, [&](size_t i) {  // every frame twice
+      try {
+        applier.apply(delta.frames[(i / 2 + (i % 2) * 3) % delta.frames.size()]);
+        ++applied;
+      } catch (const Error& e) {
+        (e.code() == Errc::replayed ? replays : other)++;
+      }
+    });
     EXPECT_EQ(applied.load(), static_cast<int>(delta.frames.size()));
     EXPECT_EQ(replays.load(), static_cast<int>(delta.frames.size()));
     EXPECT_EQ(other.load(), 0);
@@ -239,33 +238,24 @@ TEST_F(Fixture, ConcurrentApplyOfChunksIsExactlyOnceAndBitExact) {
   }
 }
 
-}  // namespace
-}  // namespace deltacast::codec
-
-namespace deltacast::codec {
-namespace {
-
 // rollback() racing with threads that apply chunks: it waits for writes in flight, and a final
 // rollback always restores the base bit-exactly, whatever interleaving happened.
 TEST_F(Fixture, RollbackDuringConcurrentApplyRestoresTheBase) {
   for (int round = 0; round < 20; ++round) {
     OwnedWeights target = base;
     auto applier = make_applier(target);
-    std::atomic<size_t> next_frame{0};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < 3; ++t)
-      threads.emplace_back([&] {
-        for (size_t i; (i = next_frame.fetch_add(1)) < delta.frames.size();) {
-          try {
-            applier.apply(delta.frames[i]);
-          } catch (const Error& e) {
-            ADD_FAILURE() << e.what();
-          }
+    std::thread appliers([&] {
+      on_threads(3, delta.frames.size(), [&](size_t i) {
+        try {
+          applier.apply(delta.frames[i]);
+        } catch (const Error& e) {
+          ADD_FAILURE() << e.what();
         }
       });
+    });
     std::this_thread::sleep_for(std::chrono::microseconds(50 * round));
     applier.rollback();
-    for (auto& th : threads) th.join();
+    appliers.join();
     applier.rollback();
     EXPECT_TRUE(target == base) << "round " << round;
     EXPECT_FALSE(applier.pending_version().has_value());
