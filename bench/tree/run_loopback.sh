@@ -10,7 +10,7 @@ REPEATS="${2:-3}"
 BYTES="${3:-256MiB}"
 OUT="$ROOT/bench/tree/results"
 mkdir -p "$OUT"
-RESULT="$OUT/loopback.jsonl"
+RESULT="${RESULT:-$OUT/loopback.jsonl}"
 for ((i = 1; i <= REPEATS; i++)); do
   timeout 300 "$ROOT/scripts/mpirun-local.sh" -np 9 "$BUILD/bench/tree/dc_bench_mpi_bcast" "$BYTES" 1 \
     | grep '^{' | sed 's/}$/,"label":"loopback"}/' | tee -a "$RESULT"

@@ -179,6 +179,7 @@ def main():
     results = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results")
     loopback(load(results / "loopback.jsonl"))
     loopback(load(results / "loopback-run1.jsonl"), ", first run, machine loaded (load 8-19)")
+    loopback(load(results / "loopback-session2.jsonl"), ", session 2 (format v2 digest, faster apply)")
     netns(load(results / "netns.jsonl"), results / "netns-scaling.svg")
     netns(load(results / "netns-100mbit.jsonl"), results / "netns-scaling-100mbit.svg")
     refit(load(results / "refit.jsonl") + load(results / "refit-1rx.jsonl"))
