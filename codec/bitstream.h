@@ -124,6 +124,50 @@ class BitReader {
     }
     return get(len);
   }
+  // Decodes `count` Rice(k) gaps as strictly ascending positions below `limit` into out[0..count)
+  // (position = previous position + 1 + gap, the first = gap). The reader's state lives in locals
+  // for the loop (the output stores would otherwise force it back to memory on every code).
+  // Throws Error(corrupt_frame) with `past_end` when a position reaches `limit`.
+  void get_rice_positions(unsigned k, uint64_t count, uint64_t limit, uint32_t* out, const char* past_end) {
+    uint64_t acc = acc_;
+    unsigned n = n_;
+    const std::byte* p = p_;
+    uint64_t next = 0;
+    const uint64_t low_mask = (uint64_t{1} << k) - 1;
+    for (uint64_t i = 0; i < count; ++i) {
+      if constexpr (std::endian::native == std::endian::little) {
+        if (n <= 56 && end_ - p >= 8) {
+          uint64_t word;
+          std::memcpy(&word, p, 8);
+          acc |= word << n;
+          p += (63 - n) >> 3;
+          n |= 56;
+        }
+      }
+      const unsigned ones = static_cast<unsigned>(std::countr_one(acc));
+      uint64_t g;
+      if (ones < kRiceEscape && ones + 1 + k <= n) [[likely]] {
+        g = (uint64_t{ones} << k) | ((acc >> (ones + 1)) & low_mask);
+        const unsigned used = ones + 1 + k;
+        acc = used == 64 ? 0 : acc >> used;
+        n -= used;
+      } else {  // escape codes, or near the end of the input: the general path
+        acc_ = acc;
+        n_ = n;
+        p_ = p;
+        g = get_rice(k);
+        acc = acc_;
+        n = n_;
+        p = p_;
+      }
+      if (g >= limit || next + g >= limit) throw Error(Errc::corrupt_frame, past_end);
+      out[i] = static_cast<uint32_t>(next + g);
+      next += g + 1;
+    }
+    acc_ = acc;
+    n_ = n;
+    p_ = p;
+  }
   // Bytes consumed so far (including a partially read byte).
   size_t bytes_consumed(const std::byte* start) const {
     return (static_cast<size_t>(p_ - start) * 8 - n_ + 7) / 8;

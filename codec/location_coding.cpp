@@ -197,14 +197,10 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       if (k > kMaxRiceK) throw Error(Errc::corrupt_frame, "locations: Rice parameter out of range");
       const auto rest = in.subspan(1);
       BitReader br(rest);
-      positions.reserve(change_count);
-      uint64_t next = 0;
-      for (uint64_t i = 0; i < change_count; ++i) {
-        const uint64_t g = br.get_rice(k);
-        if (g >= n || next + g >= n) throw Error(Errc::corrupt_frame, "locations: position past the segment end");
-        positions.push_back(static_cast<uint32_t>(next + g));
-        next += g + 1;
-      }
+      if (change_count > 8 * rest.size())  // every Rice code takes at least one bit
+        throw Error(Errc::corrupt_frame, "locations: more gaps announced than the stream can hold");
+      positions.resize(change_count);
+      br.get_rice_positions(k, change_count, n, positions.data(), "locations: position past the segment end");
       in = rest.subspan(br.bytes_consumed(rest.data()));
       return;
     }
@@ -255,19 +251,13 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       }
       const auto rest = in.subspan(wr.position());
       BitReader br(rest);
+      if (change_count > 8 * rest.size())  // every Rice code takes at least one bit
+        throw Error(Errc::corrupt_frame, "locations: more ranks announced than the stream can hold");
       thread_local std::vector<std::vector<uint32_t>> ranks;  // capacity reused across segments
       ranks.resize(k);
       for (unsigned j = 0; j < k; ++j) {
         ranks[j].resize(counts[j]);
-        uint32_t* out = ranks[j].data();
-        const unsigned rice_k = ks[j];
-        uint64_t next = 0;
-        for (uint64_t i = 0; i < counts[j]; ++i) {
-          const uint64_t g = br.get_rice(rice_k);
-          if (g >= n || next + g >= n) throw Error(Errc::corrupt_frame, "locations: class rank past the segment end");
-          out[i] = static_cast<uint32_t>(next + g);
-          next += g + 1;
-        }
+        br.get_rice_positions(ks[j], counts[j], n, ranks[j].data(), "locations: class rank past the segment end");
       }
       in = rest.subspan(br.bytes_consumed(rest.data()));
       select_positions(width, abs_mask, old_bits, n, spec, ranks, positions, coding_index, old_values);
