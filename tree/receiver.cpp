@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
 #include <set>
 #include <thread>
 #include <tuple>
@@ -42,7 +43,10 @@ struct Receiver::Impl {
 
   codec::MutableWeights weights;
   std::unique_ptr<codec::DeltaApplier> applier;
-  std::mutex applier_mutex;  // applier, acked, nacked, pending_changes (taken before state_mutex)
+  // applier (the pointer), acked, nacked, pending_changes; taken before state_mutex. Chunk frames
+  // are applied under a shared lock (DeltaApplier::apply is concurrent: the two parents of a
+  // double binary tree apply at once); everything else takes it exclusively.
+  std::shared_mutex applier_mutex;
 
   std::vector<std::unique_ptr<transport::Connection>> parents;          // [tree]
   std::vector<std::vector<std::unique_ptr<OutboundLink>>> children;    // [tree][i]
@@ -319,11 +323,21 @@ void Receiver::Impl::reset_raw() {
 void Receiver::Impl::apply_frame(const codec::FrameView& view, std::span<const std::byte> frame) {
   const uint64_t version = view.header.new_version;
   std::optional<Message> reply;
+  std::optional<codec::ApplyResult> applied;
+  std::optional<Error> failure;
+  {
+    std::shared_lock lock(applier_mutex);
+    try {
+      applied = applier->apply(frame);
+    } catch (const Error& e) {
+      failure = e;
+    }
+  }
   {
     std::lock_guard lock(applier_mutex);
     try {
-      auto result = applier->apply(frame);
-      pending_changes += result.changes;
+      if (failure) throw *failure;
+      pending_changes += applied->changes;
       if (applier->complete() && !acked.count(version) && !nacked.count(version)) {
         try {
           applier->verify();
