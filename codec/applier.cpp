@@ -58,12 +58,6 @@ class UndoLog {
   size_t used_ = 0;
 };
 
-struct PlannedWrite {
-  uint64_t position;
-  uint32_t tensor;
-  uint32_t old_bits;  // read while decoding (the element's current bits)
-  uint32_t new_bits;
-};
 
 // Section bytes of one chunk frame, decompressed (into reused buffers) and size-checked.
 class Sections {
@@ -98,10 +92,22 @@ class Sections {
 
 // Per-thread decode state: apply() decodes outside the applier's lock, so several threads can
 // decode chunks of the same version at once; each keeps its buffers across frames.
+// One segment of a chunk, decoded and validated, ready to write: positions (relative to the
+// segment start), their coding-order index (classed locations only), the old bits the decoder
+// read (classed locations only) and the value tokens in coding order.
+struct SegmentDecode {
+  uint32_t tensor = 0;
+  uint64_t element_begin = 0;
+  ValueMode mode = ValueMode::ulp_delta;
+  std::vector<uint32_t> positions, coding_index, old_values, tokens;
+};
+
 struct DecodeScratch {
   ScratchBuffer section_buffers[16];
-  std::vector<PlannedWrite> writes;
-  std::vector<uint32_t> positions, tokens, coding_index, old_values;
+  std::vector<SegmentDecode> segments;  // the chunk's segments (capacity kept across frames)
+  size_t segment_count = 0;
+  size_t changes = 0;
+  size_t first_slot = 0;                                   // the chunk's first reserved undo slot
   std::vector<UndoEntry*> blocks;                          // undo blocks of the reserved slots
   std::vector<std::pair<uint32_t, uint64_t>> digest_delta;  // (tensor, digest change)
   static DecodeScratch& local() {
@@ -160,7 +166,7 @@ struct DeltaApplier::Impl {
     verified = false;
   }
 
-  // Decodes every change of a chunk into sc.writes without touching the weights. Throws on
+  // Decodes every change of a chunk into sc.segments without touching the weights. Throws on
   // anything wrong. Needs no lock: it reads only the manifest and the weights of the chunk's own
   // segments, which no other chunk of a well-formed version writes (a malformed version that
   // overlaps chunks fails verify, whose digest covers every write, and is rolled back).
@@ -190,73 +196,75 @@ struct DeltaApplier::Impl {
     ValueDecoder values(sec.get(StreamId::sign_bits), sec.get(StreamId::mag_flags), sec.get(StreamId::mag_bytes),
                         sec.get(StreamId::mag_wide), planes);
     auto locs = sec.get(StreamId::locations);
-    auto& writes = sc.writes;
-    auto& positions = sc.positions;
-    auto& tokens = sc.tokens;
-    writes.clear();
-    for (const auto& s : view.segments) {
+    if (sc.segments.size() < view.segments.size()) sc.segments.resize(view.segments.size());
+    sc.segment_count = view.segments.size();
+    sc.changes = 0;
+    for (size_t i = 0; i < view.segments.size(); ++i) {
+      const auto& s = view.segments[i];
       const auto& info = manifest->at(s.tensor_index);
       const unsigned w = static_cast<unsigned>(dtype_size(info.dtype));
-      const bool is_float = dtype_is_float(info.dtype);
       const std::byte* old = weights.tensors[s.tensor_index].data() + s.element_begin * w;
+      SegmentDecode& d = sc.segments[i];
+      d.tensor = s.tensor_index;
+      d.element_begin = s.element_begin;
+      d.mode = s.value_mode;
       decode_locations(s.location_coding, s.element_count, s.change_count, w, abs_mask_of(info.dtype), old, locs,
-                       positions, sc.coding_index, sc.old_values);
-      const size_t n = positions.size();
-      tokens.resize(n);
-      values.next_tokens(s.value_mode, w, tokens.data(), n);
-      const size_t at = writes.size();
-      writes.resize(at + n);
-      PlannedWrite* out = writes.data() + at;
-      const auto& old_values = sc.old_values;
-      const auto& coding_index = sc.coding_index;
-      const bool have_old = !old_values.empty();
-      const bool reordered = !coding_index.empty();
-      for (size_t k = 0; k < n; ++k) {
-        const uint32_t p = positions[k];
-        const uint32_t token = tokens[reordered ? coding_index[k] : k];
-        const uint32_t ob = have_old ? old_values[k] : load_bits(old, w, p);
-        out[k] = PlannedWrite{s.element_begin + p, s.tensor_index, ob,
-                              ValueDecoder::apply_token(s.value_mode, w, is_float, ob, token)};
-      }
+                       d.positions, d.coding_index, d.old_values);
+      const size_t n = d.positions.size();
+      d.tokens.resize(n);
+      values.next_tokens(s.value_mode, w, d.tokens.data(), n);
+      sc.changes += n;
     }
     if (!locs.empty()) throw Error(Errc::corrupt_frame, "locations stream holds bytes past the last segment");
     values.expect_consumed();
   }
 
-  // Applies `writes` into the weights, recording each element's old bits in the undo slots
-  // starting at `first_slot` (reserved under mu, block pointers in `blocks`) and summing each
-  // tensor's digest change into `digest_delta` (one entry per run of writes to one tensor).
-  // Runs outside mu: chunks of a version write disjoint elements.
-  void write(const std::vector<PlannedWrite>& writes, size_t first_slot, const std::vector<UndoEntry*>& blocks,
-             std::vector<std::pair<uint32_t, uint64_t>>& digest_delta) const {
-    uint32_t tensor = UINT32_MAX;
-    unsigned w = 0;
-    std::byte* base = nullptr;
-    uint64_t seed = 0;
-    uint64_t delta = 0;
-    // The decode pass streamed through the old bits long before these stores: prefetch the
-    // target lines for writing a few writes ahead so their misses overlap.
-    constexpr size_t kAhead = 16;
-    const size_t count = writes.size();
-    for (size_t i = 0; i < count; ++i) {
-      const PlannedWrite& wr = writes[i];
-      if (wr.tensor != tensor) {  // writes come grouped by segment: hoist per-tensor lookups
-        if (tensor != UINT32_MAX) digest_delta.emplace_back(tensor, delta);
-        tensor = wr.tensor;
-        w = static_cast<unsigned>(dtype_size(manifest->at(tensor).dtype));
-        base = weights.tensors[tensor].data();
-        seed = tensor_hash_seed(tensor);
-        delta = 0;
+  // Writes the decoded segments of sc into the weights, recording each element's old bits in the
+  // undo slots starting at `first_slot` (reserved under mu, block pointers in sc.blocks) and each
+  // segment's digest change in sc.digest_delta. Runs outside mu: chunks of a version write
+  // disjoint elements. Cannot fail: everything was validated by decode_chunk.
+  void write(DecodeScratch& sc, size_t first_slot) const {
+    size_t slot = first_slot;
+    for (size_t i = 0; i < sc.segment_count; ++i) {
+      const SegmentDecode& d = sc.segments[i];
+      switch (d.mode) {
+        case ValueMode::ulp_delta: write_segment<ValueMode::ulp_delta>(d, sc, slot); break;
+        case ValueMode::xor_bits: write_segment<ValueMode::xor_bits>(d, sc, slot); break;
+        case ValueMode::overwrite: write_segment<ValueMode::overwrite>(d, sc, slot); break;
       }
-      if (i + kAhead < count && writes[i + kAhead].tensor == tensor)
-        __builtin_prefetch(base + writes[i + kAhead].position * w, 1);
-      const size_t slot = first_slot + i;
-      blocks[slot / UndoLog::kBlock - first_slot / UndoLog::kBlock][slot % UndoLog::kBlock] =
-          UndoEntry{wr.position, wr.tensor, wr.old_bits};
-      store_bits(base, w, wr.position, wr.new_bits);
-      delta += element_hash_seeded(seed, wr.position, wr.new_bits) - element_hash_seeded(seed, wr.position, wr.old_bits);
+      slot += d.positions.size();
     }
-    if (tensor != UINT32_MAX) digest_delta.emplace_back(tensor, delta);
+  }
+  template <ValueMode M>
+  void write_segment(const SegmentDecode& d, DecodeScratch& sc, size_t first_slot) const {
+    const auto dtype = manifest->at(d.tensor).dtype;
+    const unsigned w = static_cast<unsigned>(dtype_size(dtype));
+    const bool is_float = dtype_is_float(dtype);
+    std::byte* base = weights.tensors[d.tensor].data() + d.element_begin * w;
+    const uint64_t seed = tensor_hash_seed(d.tensor);
+    const size_t n = d.positions.size();
+    const uint32_t* pos = d.positions.data();
+    const uint32_t* tokens = d.tokens.data();
+    const uint32_t* order = d.coding_index.empty() ? nullptr : d.coding_index.data();
+    const uint32_t* olds = d.old_values.empty() ? nullptr : d.old_values.data();
+    const size_t first_block = sc.first_slot / UndoLog::kBlock;
+    uint64_t delta = 0;
+    // Stores are prefetched a few writes ahead: the decode pass streamed through these lines
+    // long before, so their misses are made to overlap.
+    constexpr size_t kAhead = 16;
+    for (size_t k = 0; k < n; ++k) {
+      if (k + kAhead < n) __builtin_prefetch(base + uint64_t{pos[k + kAhead]} * w, 1);
+      const uint32_t p = pos[k];
+      const uint32_t token = tokens[order ? order[k] : k];
+      const uint32_t ob = olds ? olds[k] : load_bits(base, w, p);
+      const uint32_t nb = ValueDecoder::apply_token(M, w, is_float, ob, token);
+      const size_t slot = first_slot + k;
+      sc.blocks[slot / UndoLog::kBlock - first_block][slot % UndoLog::kBlock] =
+          UndoEntry{d.element_begin + p, d.tensor, ob};
+      store_bits(base, w, p, nb);
+      delta += element_hash_seeded(seed, d.element_begin + p, nb) - element_hash_seeded(seed, d.element_begin + p, ob);
+    }
+    sc.digest_delta.emplace_back(d.tensor, delta);
   }
 };
 
@@ -320,8 +328,9 @@ ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
   im.begin(h);
   // Reserve undo slots and count this chunk as applied (no other copy may start), then write
   // outside the lock; rollback/commit/verify wait for the writers.
-  const size_t n = sc.writes.size();
+  const size_t n = sc.changes;
   const size_t first_slot = im.undo.reserve_slots(n);
+  sc.first_slot = first_slot;
   sc.blocks.clear();
   for (size_t b = first_slot / UndoLog::kBlock; n > 0 && b <= (first_slot + n - 1) / UndoLog::kBlock; ++b)
     sc.blocks.push_back(im.undo.block_of(b * UndoLog::kBlock));
@@ -329,7 +338,7 @@ ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
   ++im.writers;
   lock.unlock();
   sc.digest_delta.clear();
-  im.write(sc.writes, first_slot, sc.blocks, sc.digest_delta);
+  im.write(sc, first_slot);
   lock.lock();
   auto& per = im.digest.per_tensor();
   for (const auto& [t, d] : sc.digest_delta) per[t] += d;
