@@ -183,6 +183,23 @@ TEST(Digest, IncrementalDigestMatchesFullScanAfterApply) {
 
 namespace deltacast::codec {
 namespace {
+// Slice digests across a 2^32 index boundary (where the format v2 index word changes its high
+// part) add up and equal the per-element terms.
+TEST(Digest, SliceAcrossA2To32IndexBoundary) {
+  std::mt19937_64 rng(77);
+  // A slice across the 2^32 index boundary digests like its two halves.
+  std::vector<std::byte> bytes(2 * 3000);
+  for (auto& b : bytes) b = static_cast<std::byte>(rng());
+  const uint64_t start = (uint64_t{1} << 32) - 1000;
+  const std::span<const std::byte> all(bytes);
+  EXPECT_EQ(slice_digest(2, DType::bf16, start, all),
+            slice_digest(2, DType::bf16, start, all.first(2000)) + slice_digest(2, DType::bf16, start + 1000, all.subspan(2000)));
+  uint64_t scalar = 0;
+  for (size_t k = 0; k < 3000; ++k)
+    scalar += element_hash(2, start + k, static_cast<uint32_t>(load_bits(bytes.data(), 2, k)));
+  EXPECT_EQ(slice_digest(2, DType::bf16, start, all), scalar);
+}
+
 TEST(Digest, SliceDigestsAddUpToTheTensorDigest) {
   std::vector<uint16_t> v(10007);
   std::mt19937_64 rng(4);
