@@ -22,29 +22,36 @@ DC_INLINE uint64_t mix64(uint64_t x) {
 }
 DC_INLINE uint64_t tensor_seed(uint32_t tensor_index) { return mix64(uint64_t{tensor_index} + 0x51ED2701F3A5C0B1ULL); }
 
-// Sum of element_hash_seeded over n elements: the high and low halves are summed apart (as
-// 64-bit sums of 32-bit values) and combined at the end, the same value mod 2^64. The index word
-// steps by a constant inside each 2^32 block of indexes, so the loop vectorises.
+// Sum of element_hash_seeded over n elements, with the same value mod 2^64 as the scalar sum, in
+// 32-bit lanes so that the loop vectorises: only the high halves' sum mod 2^32 matters (it is
+// shifted up by 32), and the low halves are summed as 16-bit pieces, which 32-bit lanes hold
+// for up to 2^16 elements before they are folded into 64 bits. The index word steps by a
+// constant inside each 2^32 block of indexes.
 template <typename T>
 DC_INLINE uint64_t sum_terms(const T* p, uint64_t n, uint64_t first_index, uint64_t seed) {
   using namespace detail;
-  uint64_t sum_hi = 0, sum_lo = 0;
+  uint32_t sum_hi = 0;
+  uint64_t sum_lo = 0;
   const uint32_t seed_hi = static_cast<uint32_t>(seed >> 32);
   while (n > 0) {
     const uint64_t to_block_end = (uint64_t{1} << 32) - (first_index & 0xFFFFFFFFu);
-    const uint64_t m = std::min(n, to_block_end);
+    const uint64_t m = std::min({n, to_block_end, uint64_t{1} << 16});
     uint32_t u = digest_index_word(seed, first_index);
+    uint32_t lo_low = 0, lo_high = 0;  // sums of the low and high 16 bits of the low halves
     for (uint64_t i = 0; i < m; ++i) {
       const uint32_t hi = digest_term_hi(u, p[i]);
+      const uint32_t lo = digest_term_lo(hi, seed_hi);
       sum_hi += hi;
-      sum_lo += digest_term_lo(hi, seed_hi);
+      lo_low += lo & 0xFFFFu;
+      lo_high += lo >> 16;
       u += kDigestIndexMul;
     }
+    sum_lo += uint64_t{lo_low} + (uint64_t{lo_high} << 16);
     p += m;
     n -= m;
     first_index += m;
   }
-  return (sum_hi << 32) + sum_lo;
+  return (uint64_t{sum_hi} << 32) + sum_lo;
 }
 DC_HOT_CLONES uint64_t sum_terms_u8(const uint8_t* p, uint64_t n, uint64_t first, uint64_t seed) {
   return sum_terms(p, n, first, seed);
