@@ -53,7 +53,7 @@ struct Receiver::Impl {
 
   std::mutex state_mutex;  // seen, retained, stats
   std::set<FrameKey> seen;
-  std::vector<SharedBytes> retained;  // receive buffers holding frames kept for RESUME
+  std::vector<SharedBytes> retained;
   size_t retained_bytes = 0;
   ReceiverStats stats;
   std::set<uint64_t> acked, nacked;
@@ -75,13 +75,13 @@ struct Receiver::Impl {
   void connect_producer();
   void build_edges();
   void read_parent(int tree);
-  void handle_frame(int tree, const SharedBytes& buffer, std::span<const std::byte> message);
+  void handle_frame(int tree, std::span<const std::byte> message);
   void apply_frame(const codec::FrameView& view, std::span<const std::byte> frame);
-  void handle_raw(int tree, const SharedBytes& buffer, std::span<const std::byte> message);
+  void handle_raw(int tree, std::span<const std::byte> message);
   std::optional<Message> apply_raw(const RawChunkHeader& h, std::span<const std::byte> payload,
                                    std::optional<uint64_t> piece_digest);
   bool first_sight(const FrameKey& key, size_t bytes);
-  void forward(int tree, const SharedBytes& buffer, std::span<const std::byte> message);
+  void forward(int tree, std::span<const std::byte> message);
   void reset_raw();
   void forget_version();
   bool handle_control(const Message& message, uint64_t& active_version);
@@ -165,22 +165,13 @@ void Receiver::Impl::build_edges() {
 }
 
 void Receiver::Impl::read_parent(int tree) {
-  // Receive buffers are recycled once nothing else holds them (children's sends, retention), so
-  // forwarding needs no copy and a steady relay allocates (and page-faults) nothing.
-  std::vector<std::shared_ptr<std::vector<std::byte>>> pool;
-  auto free_buffer = [&]() -> std::shared_ptr<std::vector<std::byte>> {
-    for (auto& b : pool)
-      if (b.use_count() == 1) return b;
-    pool.push_back(std::make_shared<std::vector<std::byte>>(welcome.max_message_bytes));
-    return pool.back();
-  };
+  std::vector<std::byte> buffer(welcome.max_message_bytes);
   auto& parent = *parents[tree];
   try {
     for (;;) {
       for (auto& child : children[tree])
         child->wait_below(options.max_inflight_bytes_per_child, kChildStallTimeout);
-      const auto buffer = free_buffer();
-      auto request = parent.post_recv(*buffer);
+      auto request = parent.post_recv(buffer);
       Status status;
       while ((status = request->wait(500ms)).code == Errc::timeout) {
         if (stopping) {
@@ -194,9 +185,9 @@ void Receiver::Impl::read_parent(int tree) {
                      status.message);
         return;
       }
-      std::span<const std::byte> message(buffer->data(), request->bytes());
+      std::span<const std::byte> message(buffer.data(), request->bytes());
       try {
-        handle_frame(tree, buffer, message);
+        handle_frame(tree, message);
       } catch (const Error& e) {
         std::lock_guard lock(state_mutex);
         ++stats.frames_refused;
@@ -216,23 +207,23 @@ bool Receiver::Impl::first_sight(const FrameKey& key, size_t bytes) {
   return seen.insert(key).second;
 }
 
-// Cut-through: posts the message to every child of `tree` straight from the receive buffer that
-// holds it (no copy; the buffer is not reused while a send or the retention holds it), and
-// retains it for RESUME while the retention budget lasts.
-void Receiver::Impl::forward(int tree, const SharedBytes& buffer, std::span<const std::byte> message) {
+// Cut-through: posts the message to every child of `tree` (one shared copy, kept until sent, and
+// retained for RESUME while the retention budget lasts).
+void Receiver::Impl::forward(int tree, std::span<const std::byte> message) {
   if (children[tree].empty()) return;
-  for (auto& child : children[tree]) child->post(buffer, message);
+  auto shared = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
+  for (auto& child : children[tree]) child->post(shared);
   std::lock_guard lock(state_mutex);
   stats.frames_forwarded += children[tree].size();
-  if (retained_bytes + message.size() <= options.retain_bytes) {
-    retained.push_back(buffer);
-    retained_bytes += message.size();
+  if (retained_bytes + shared->size() <= options.retain_bytes) {
+    retained.push_back(shared);
+    retained_bytes += shared->size();
   }
 }
 
-void Receiver::Impl::handle_frame(int tree, const SharedBytes& buffer, std::span<const std::byte> message) {
+void Receiver::Impl::handle_frame(int tree, std::span<const std::byte> message) {
   if (message_type(message) == MessageType::raw) {
-    handle_raw(tree, buffer, message);
+    handle_raw(tree, message);
     return;
   }
   auto frame = frame_payload(message);
@@ -241,12 +232,12 @@ void Receiver::Impl::handle_frame(int tree, const SharedBytes& buffer, std::span
   // Only the first copy of a frame is forwarded; a duplicate still goes to the applier, which
   // refuses it (replayed), so the refusal is the applier's exactly-once rule, not ours.
   if (first_sight({h.new_version, static_cast<uint8_t>(h.kind), h.chunk_index}, frame.size()))
-    forward(tree, buffer, message);
+    forward(tree, message);
   // The receive buffer stays untouched until the next receive, which waits for this apply.
   apply_frame(view, frame);
 }
 
-void Receiver::Impl::handle_raw(int tree, const SharedBytes& buffer, std::span<const std::byte> message) {
+void Receiver::Impl::handle_raw(int tree, std::span<const std::byte> message) {
   std::span<const std::byte> payload;
   RawChunkHeader h = decode_raw_message(message, payload);
   if (!first_sight({h.version, 0xff, h.chunk_index}, payload.size())) {
@@ -256,7 +247,7 @@ void Receiver::Impl::handle_raw(int tree, const SharedBytes& buffer, std::span<c
               h.version);
     return;
   }
-  forward(tree, buffer, message);
+  forward(tree, message);
   // Digest the piece as it lands, before taking the lock (pieces of two trees hash in parallel):
   // the digest is a sum over elements, so the pieces' partial sums add up to the full-scan
   // digest and no scan trails the last byte. Bounds are checked again under the lock.

@@ -62,17 +62,17 @@ OutboundLink::~OutboundLink() {
   for (auto& pending : pending_) cancel_and_wait(*pending.request);
 }
 
-void OutboundLink::post(const SharedBytes& owner, std::span<const std::byte> bytes) {
+void OutboundLink::post(const SharedBytes& message) {
   if (dead_) return;
-  auto request = connection_->post_send(bytes);
-  pending_.push_back({std::move(request), owner, bytes.size()});
-  inflight_bytes_ += bytes.size();
+  auto request = connection_->post_send(*message);
+  pending_.push_back({std::move(request), message});
+  inflight_bytes_ += message->size();
 }
 
 void OutboundLink::drain_finished() {
   while (!pending_.empty() && pending_.front().request->test()) {
     Status status = pending_.front().request->status();
-    inflight_bytes_ -= pending_.front().bytes;
+    inflight_bytes_ -= pending_.front().bytes->size();
     pending_.pop_front();
     if (!status.ok()) mark_dead(status);
   }

@@ -44,10 +44,7 @@ class OutboundLink {
   ~OutboundLink();
 
   // Posts the bytes. A link that failed before ignores posts (dead() tells).
-  void post(const SharedBytes& message) { post(message, *message); }
-  // Posts `bytes`, which lie inside `owner`; the owner is kept alive until the send finished
-  // (a relay forwards a message straight from its receive buffer).
-  void post(const SharedBytes& owner, std::span<const std::byte> bytes);
+  void post(const SharedBytes& message);
   // Drops finished sends; waits while more than cap_bytes are still in flight. A failed send
   // marks the link dead (logged) instead of throwing: losing a child must not stop its parent.
   // Throws Error(timeout) when the peer made no progress for `timeout`.
@@ -63,8 +60,7 @@ class OutboundLink {
  private:
   struct Pending {
     std::shared_ptr<transport::Request> request;
-    SharedBytes owner;
-    size_t bytes;
+    SharedBytes bytes;
   };
   void drain_finished();
   void mark_dead(const Status& status);
