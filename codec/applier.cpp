@@ -220,11 +220,11 @@ struct DeltaApplier::Impl {
   }
 
   // Writes the decoded segments of sc into the weights, recording each element's old bits in the
-  // undo slots starting at `first_slot` (reserved under mu, block pointers in sc.blocks) and each
+  // undo slots from sc.first_slot on (reserved under mu, block pointers in sc.blocks) and each
   // segment's digest change in sc.digest_delta. Runs outside mu: chunks of a version write
   // disjoint elements. Cannot fail: everything was validated by decode_chunk.
-  void write(DecodeScratch& sc, size_t first_slot) const {
-    size_t slot = first_slot;
+  void write(DecodeScratch& sc) const {
+    size_t slot = sc.first_slot;
     for (size_t i = 0; i < sc.segment_count; ++i) {
       const SegmentDecode& d = sc.segments[i];
       switch (d.mode) {
@@ -301,15 +301,14 @@ ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
     im.seal_digests = view.tensor_digests;
     return ApplyResult{FrameKind::seal, 0, 0};
   }
+  const auto key = std::make_pair(h.new_version, h.chunk_index);
   auto refuse_replay = [&] {
-    const auto key = std::make_pair(h.new_version, h.chunk_index);
     if ((im.pending && im.applied[h.chunk_index]) ||
         std::find(im.decoding.begin(), im.decoding.end(), key) != im.decoding.end())
       throw Error(Errc::replayed, "chunk " + std::to_string(h.chunk_index) + " of version " +
                                       std::to_string(h.new_version) + " was already applied");
   };
   refuse_replay();
-  const auto key = std::make_pair(h.new_version, h.chunk_index);
   im.decoding.push_back(key);
   auto done_decoding = [&] { im.decoding.erase(std::find(im.decoding.begin(), im.decoding.end(), key)); };
   lock.unlock();
@@ -329,8 +328,7 @@ ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
   // Reserve undo slots and count this chunk as applied (no other copy may start), then write
   // outside the lock; rollback/commit/verify wait for the writers.
   const size_t n = sc.changes;
-  const size_t first_slot = im.undo.reserve_slots(n);
-  sc.first_slot = first_slot;
+  const size_t first_slot = sc.first_slot = im.undo.reserve_slots(n);
   sc.blocks.clear();
   for (size_t b = first_slot / UndoLog::kBlock; n > 0 && b <= (first_slot + n - 1) / UndoLog::kBlock; ++b)
     sc.blocks.push_back(im.undo.block_of(b * UndoLog::kBlock));
@@ -338,7 +336,7 @@ ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
   ++im.writers;
   lock.unlock();
   sc.digest_delta.clear();
-  im.write(sc, first_slot);
+  im.write(sc);
   lock.lock();
   auto& per = im.digest.per_tensor();
   for (const auto& [t, d] : sc.digest_delta) per[t] += d;

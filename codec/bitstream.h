@@ -135,15 +135,7 @@ class BitReader {
     uint64_t next = 0;
     const uint64_t low_mask = (uint64_t{1} << k) - 1;
     for (uint64_t i = 0; i < count; ++i) {
-      if constexpr (std::endian::native == std::endian::little) {
-        if (n <= 56 && end_ - p >= 8) {
-          uint64_t word;
-          std::memcpy(&word, p, 8);
-          acc |= word << n;
-          p += (63 - n) >> 3;
-          n |= 56;
-        }
-      }
+      if (n <= 56) refill_word(acc, n, p, end_);
       const unsigned ones = static_cast<unsigned>(std::countr_one(acc));
       uint64_t g;
       if (ones < kRiceEscape && ones + 1 + k <= n) [[likely]] {
@@ -174,20 +166,24 @@ class BitReader {
   }
 
  private:
-  // Tops the accumulator up to >= 57 bits (fewer at the end of the input). With 8 readable bytes
-  // left this is one unaligned load and no loop (little-endian hosts).
-  void refill() {
-    if (n_ > 56) return;
+  // With n <= 56 and 8 readable bytes left, tops (acc, n, p) up to >= 57 bits with one unaligned
+  // load and returns true; false (nothing read) otherwise or on big-endian hosts.
+  static bool refill_word(uint64_t& acc, unsigned& n, const std::byte*& p, const std::byte* end) {
     if constexpr (std::endian::native == std::endian::little) {
-      if (end_ - p_ >= 8) {
+      if (end - p >= 8) {
         uint64_t word;
-        std::memcpy(&word, p_, 8);
-        acc_ |= word << n_;
-        p_ += (63 - n_) >> 3;
-        n_ |= 56;
-        return;
+        std::memcpy(&word, p, 8);
+        acc |= word << n;
+        p += (63 - n) >> 3;
+        n |= 56;
+        return true;
       }
     }
+    return false;
+  }
+  // Tops the accumulator up to >= 57 bits (fewer at the end of the input).
+  void refill() {
+    if (n_ > 56 || refill_word(acc_, n_, p_, end_)) return;
     while (n_ <= 56 && p_ < end_) {
       acc_ |= uint64_t{static_cast<uint8_t>(*p_++)} << n_;
       n_ += 8;

@@ -55,16 +55,7 @@ inline uint64_t ge_mask<uint8_t>(const uint8_t* a, uint8_t abs_mask, uint8_t thr
   const uint64_t hi = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_cmpgt_epi8(_mm256_and_si256(load(a + 32), m), t)));
   return lo | (hi << 32);
 }
-template <>
-inline uint64_t ge_mask<uint16_t>(const uint16_t* a, uint16_t abs_mask, uint16_t threshold) {
-  if (threshold == 0) return ~uint64_t{0};
-  const __m256i m = _mm256_set1_epi16(static_cast<short>(abs_mask));
-  const __m256i t = _mm256_set1_epi16(static_cast<short>(threshold - 1));
-  auto gt = [&](const uint16_t* p) { return _mm256_cmpgt_epi16(_mm256_and_si256(load(p), m), t); };
-  const uint64_t lo = movemask16(gt(a), gt(a + 16));
-  const uint64_t hi = movemask16(gt(a + 32), gt(a + 48));
-  return lo | (hi << 32);
-}
+// 16-bit elements: see ClassMasker<uint16_t> below (all thresholds from one pass).
 template <>
 inline uint64_t ge_mask<uint32_t>(const uint32_t* a, uint32_t abs_mask, uint32_t threshold) {
   if (threshold == 0) return ~uint64_t{0};
@@ -83,16 +74,7 @@ inline uint64_t ge_mask<uint32_t>(const uint32_t* a, uint32_t abs_mask, uint32_t
 // halves) so that packs_epi16 yields element order without a per-threshold permute. Masked values
 // are non-negative as signed 16-bit integers, so threshold 0 (t - 1 = -1) needs no special case.
 template <class T>
-struct ClassMasker {
-  ClassMasker(T abs_mask, const uint32_t* thresholds, unsigned count)
-      : abs_mask_(abs_mask), thresholds_(thresholds), count_(count) {}
-  void operator()(const T* a, uint64_t* ge) const {
-    for (unsigned j = 0; j < count_; ++j) ge[j] = ge_mask<T>(a, abs_mask_, static_cast<T>(thresholds_[j]));
-  }
-  T abs_mask_;
-  const uint32_t* thresholds_;
-  unsigned count_;
-};
+struct ClassMasker;  // the portable version (scan_kernels.inc) for the other element widths
 template <>
 struct ClassMasker<uint16_t> {
   ClassMasker(uint16_t abs_mask, const uint32_t* thresholds, unsigned count)
@@ -123,7 +105,6 @@ struct ClassMasker<uint16_t> {
 
 }  // namespace
 
-#define DC_SCAN_HAVE_CLASS_MASKER
 #ifdef DC_SCAN_AVX2_PDEP
 namespace {
 inline uint64_t select_bit(uint64_t mask, unsigned r) {

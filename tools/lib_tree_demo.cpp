@@ -5,14 +5,10 @@
 // summary, checks every receiver's SHA-256 against the producer's weights, and prints the table.
 #include "tools/lib_tree_demo.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <spawn.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -25,8 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
-
-extern char** environ;
+#include "util/process.h"
 
 namespace deltacast::tools {
 namespace {
@@ -106,32 +101,6 @@ std::string write_config(const DemoOptions& o, const fs::path& dir, int base_por
   return path.string();
 }
 
-// Starts `argv` with stdout/stderr redirected to `log` (stdout inherited when log is empty).
-pid_t spawn(const std::vector<std::string>& argv, const fs::path& out, const fs::path& err) {
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (!out.empty())
-    posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) throw Error(Errc::io, "cannot start " + argv[0] + ": " + std::strerror(rc));
-  return pid;
-}
-
-std::string tail_of(const fs::path& path, size_t lines) {
-  std::ifstream in(path);
-  std::vector<std::string> all;
-  for (std::string line; std::getline(in, line);) all.push_back(line);
-  std::string out;
-  for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i)
-    out += "    " + all[i] + "\n";
-  return out;
-}
 
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
@@ -143,7 +112,7 @@ nlohmann::json read_json(const fs::path& path) {
 
 void run_tree_demo(const DemoOptions& o) {
   if (o.receivers == 0) throw Error(Errc::invalid_argument, "the demo needs at least one receiver");
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
+  const std::string self = self_executable();
   const fs::path dir = make_work_dir();
   const int base_port = pick_base_port(o.receivers + 1);
   const std::string config = write_config(o, dir, base_port);
@@ -157,24 +126,20 @@ void run_tree_demo(const DemoOptions& o) {
   std::vector<pid_t> pids;
   for (unsigned r = 1; r <= o.receivers; ++r) {
     std::string rank = std::to_string(r);
-    pids.push_back(spawn({self, "run", "--config", config, "--rank", rank, "--size", size,
+    pids.push_back(spawn_process({self, "run", "--config", config, "--rank", rank, "--size", size,
                           "--summary", (dir / ("rank-" + rank + ".json")).string()},
                          dir / ("rank-" + rank + ".out"), dir / ("rank-" + rank + ".log")));
   }
-  pids.insert(pids.begin(), spawn({self, "run", "--config", config, "--rank", "0", "--size", size},
+  pids.insert(pids.begin(), spawn_process({self, "run", "--config", config, "--rank", "0", "--size", size},
                                   {}, dir / "rank-0.log"));
   std::vector<int> failed;
-  for (size_t r = 0; r < pids.size(); ++r) {
-    int status = 0;
-    while (::waitpid(pids[r], &status, 0) < 0 && errno == EINTR) {
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) failed.push_back(static_cast<int>(r));
-  }
+  for (size_t r = 0; r < pids.size(); ++r)
+    if (wait_process(pids[r]) != 0) failed.push_back(static_cast<int>(r));
   if (!failed.empty()) {
     std::string what;
     for (int r : failed)
       what += "  rank " + std::to_string(r) + " failed; last lines of its log:\n" +
-              tail_of(dir / ("rank-" + std::to_string(r) + ".log"), 5);
+              tail_of_file(dir / ("rank-" + std::to_string(r) + ".log"), 5);
     std::fprintf(stderr, "%s", what.c_str());
     throw Error(Errc::verify_failed, std::to_string(failed.size()) + " of " +
                                          std::to_string(pids.size()) + " processes failed (logs in " +

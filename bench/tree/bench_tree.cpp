@@ -34,7 +34,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bench/tree/bench_processes.h"
+#include "util/process.h"
 #include "codec/digest.h"
 #include "codec/encoder.h"
 #include "codec/manifest.h"

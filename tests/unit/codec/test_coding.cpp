@@ -42,6 +42,34 @@ TEST(Rice, RoundTripsSmallLargeAndEscapedGaps) {
   }
 }
 
+// get_rice_positions (the applier's batch decoder, with its own fast path) yields the same
+// positions as get_rice one code at a time, escapes and the last bytes of the stream included,
+// and refuses a position at or past the limit.
+TEST(Rice, BatchPositionDecodingMatchesSingleCodes) {
+  std::mt19937_64 rng(2);
+  std::vector<uint64_t> gaps;
+  for (int i = 0; i < 3000; ++i) gaps.push_back(i % 97 == 0 ? 5000 + rng() % 200000 : rng() % 40);
+  uint64_t limit = 0;
+  for (uint64_t g : gaps) limit += g + 1;
+  for (unsigned k : {0u, 3u, 6u}) {
+    std::vector<std::byte> buf;
+    BitWriter w(buf);
+    for (uint64_t g : gaps) w.put_rice(g, k);
+    w.flush();
+    std::vector<uint32_t> got(gaps.size());
+    BitReader batch(buf);
+    batch.get_rice_positions(k, gaps.size(), limit, got.data(), "past the end");
+    EXPECT_EQ(batch.bytes_consumed(buf.data()), buf.size());
+    uint64_t next = 0;
+    for (size_t i = 0; i < gaps.size(); ++i) {
+      ASSERT_EQ(got[i], next + gaps[i]) << "k=" << k << " i=" << i;
+      next += gaps[i] + 1;
+    }
+    BitReader short_limit(buf);
+    EXPECT_THROW(short_limit.get_rice_positions(k, gaps.size(), limit - 1, got.data(), "past the end"), Error);
+  }
+}
+
 TEST(Rice, TruncatedStreamThrows) {
   std::vector<std::byte> buf;
   BitWriter w(buf);

@@ -1,18 +1,19 @@
 #pragma once
-// Child processes for the relay-tree benchmark: receivers run as separate processes (optionally
-// inside a network namespace made by scripts/netns.sh), started with posix_spawn and reaped with
-// waitpid. Kept apart from the benchmark logic so the timing code reads straight.
+// Child processes for the tools that run a fleet of local processes (`deltacast demo`, the
+// relay-tree benchmark): started with posix_spawn, reaped with waitpid.
 #include <sys/types.h>
 
 #include <filesystem>
 #include <string>
 #include <vector>
 
-namespace deltacast::bench {
+namespace deltacast {
 
-// Starts argv (argv[0] a path) with stdout and stderr appended to `log`. Throws Error(io) when the
+// Starts argv (argv[0] a path, or a name looked up in PATH) with stdout written to `out` (inherited
+// when empty) and stderr to `err` (the same file as stdout when empty). Throws Error(io) when the
 // process cannot be started. Thread-safe (posix_spawn).
-pid_t spawn_process(const std::vector<std::string>& argv, const std::filesystem::path& log);
+pid_t spawn_process(const std::vector<std::string>& argv, const std::filesystem::path& out,
+                    const std::filesystem::path& err = {});
 
 // Waits for `pid`; returns its exit code, or 128 + signal when it was killed.
 int wait_process(pid_t pid);
@@ -27,4 +28,4 @@ std::string self_executable();
 // The last `lines` lines of a text file, indented, for error messages.
 std::string tail_of_file(const std::filesystem::path& path, size_t lines);
 
-}  // namespace deltacast::bench
+}  // namespace deltacast

@@ -1,4 +1,4 @@
-#include "bench/tree/bench_processes.h"
+#include "util/process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,13 +14,17 @@
 
 extern char** environ;
 
-namespace deltacast::bench {
+namespace deltacast {
 
-pid_t spawn_process(const std::vector<std::string>& argv, const std::filesystem::path& log) {
+pid_t spawn_process(const std::vector<std::string>& argv, const std::filesystem::path& out,
+                    const std::filesystem::path& err) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  if (!out.empty()) posix_spawn_file_actions_addopen(&actions, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (!err.empty())
+    posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  else if (!out.empty())
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -63,4 +67,4 @@ std::string tail_of_file(const std::filesystem::path& path, size_t lines) {
   return out;
 }
 
-}  // namespace deltacast::bench
+}  // namespace deltacast
