@@ -4,8 +4,10 @@
 
 namespace deltacast::transport::side {
 
-AcceptingListener::AcceptingListener(const Url& url, Establish establish)
-    : socket_(url.host, url.port), url_(url), establish_(std::move(establish)) {
+AcceptingListener::AcceptingListener(const Url& url, std::string secret, std::chrono::milliseconds setup_timeout,
+                                     Establish establish)
+    : socket_(url.host, url.port), url_(url), secret_(std::move(secret)), setup_timeout_(setup_timeout),
+      establish_(std::move(establish)) {
   url_.port = socket_.port();
   thread_ = std::thread([this] { accept_loop(); });
 }
@@ -26,7 +28,9 @@ void AcceptingListener::accept_loop() {
     Fd fd = socket_.accept_until(Clock::now() + 50ms);  // short slices so close() is prompt
     if (!fd) continue;
     try {
-      auto connection = establish_(std::move(fd));
+      const auto deadline = Clock::now() + setup_timeout_;
+      server_handshake(fd.get(), secret_, deadline);
+      auto connection = establish_(std::move(fd), deadline);
       std::lock_guard lock(mutex_);
       if (closed_) return;
       queue_.push_back(std::move(connection));

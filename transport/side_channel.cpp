@@ -172,6 +172,13 @@ void read_exact(int fd, std::span<std::byte> bytes, Clock::time_point deadline) 
   }
 }
 
+Fd connect_authenticated(const std::string& host, uint16_t port, const std::string& secret,
+                         Clock::time_point deadline) {
+  Fd fd = connect_until(host, port, deadline);
+  client_handshake(fd.get(), secret, deadline);
+  return fd;
+}
+
 void client_handshake(int fd, const std::string& secret, Clock::time_point deadline) {
   auth::ClientHandshake handshake(secret);
   auto hello = handshake.hello();

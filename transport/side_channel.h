@@ -62,6 +62,9 @@ Fd connect_until(const std::string& host, uint16_t port, Clock::time_point deadl
 // Runs the client / server side of the auth handshake. Throws Errc::auth on a secret mismatch,
 // Errc::connection when the peer hangs up, Errc::timeout at the deadline.
 void client_handshake(int fd, const std::string& secret, Clock::time_point deadline);
+// connect_until, then client_handshake: a side channel to host:port whose peer proved the secret.
+Fd connect_authenticated(const std::string& host, uint16_t port, const std::string& secret,
+                         Clock::time_point deadline);
 void server_handshake(int fd, const std::string& secret, Clock::time_point deadline);
 
 // Length-prefixed blob exchange (u32 little-endian length). recv_blob refuses lengths above

@@ -720,20 +720,18 @@ void check_scheme(const Url& url, const std::string& provider) {
 std::unique_ptr<Listener> OfiTransport::listen(const Url& url) {
   check_scheme(url, provider_);
   auto self = shared_from_this();
-  return std::make_unique<side::AcceptingListener>(url, [self](side::Fd fd) -> std::unique_ptr<Connection> {
-    auto deadline = Clock::now() + self->options().connect_timeout;
-    side::server_handshake(fd.get(), self->options().secret, deadline);
-    return std::make_unique<OfiConnection>(self, self->establish(std::move(fd), true, deadline));
-  });
+  return std::make_unique<side::AcceptingListener>(
+      url, options().secret, options().connect_timeout,
+      [self](side::Fd fd, Clock::time_point deadline) -> std::unique_ptr<Connection> {
+        return std::make_unique<OfiConnection>(self, self->establish(std::move(fd), true, deadline));
+      });
 }
 
 std::unique_ptr<Connection> OfiTransport::connect(const Url& url, std::chrono::milliseconds timeout) {
   check_scheme(url, provider_);
-  auto deadline = Clock::now() + timeout;
-  side::Fd fd = side::connect_until(url.host, url.port, deadline);
-  side::client_handshake(fd.get(), options_.secret, deadline);
-  auto conn = establish(std::move(fd), false, deadline);
-  return std::make_unique<OfiConnection>(shared_from_this(), std::move(conn));
+  const auto deadline = Clock::now() + timeout;
+  side::Fd fd = side::connect_authenticated(url.host, url.port, options_.secret, deadline);
+  return std::make_unique<OfiConnection>(shared_from_this(), establish(std::move(fd), false, deadline));
 }
 
 }  // namespace

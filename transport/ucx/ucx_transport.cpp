@@ -190,6 +190,32 @@ void recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t
   op->transport->callback(op, status, info != nullptr ? info->length : 0);
 }
 
+// A new operation of `kind` on `conn`, finishing `request` (bytes: reported on success).
+std::unique_ptr<Op> new_op(UcxTransport* transport, const std::shared_ptr<ConnState>& conn, OpKind kind,
+                           std::shared_ptr<BasicRequest> request, size_t bytes) {
+  auto op = std::make_unique<Op>();
+  op->transport = transport;
+  op->conn = conn;
+  op->kind = kind;
+  op->request = std::move(request);
+  op->bytes = bytes;
+  return op;
+}
+
+// Parameters that route UCX's completion of a send, put or flush to `op`, with `mr`'s memory
+// handle when it is a UCX region.
+ucp_request_param_t op_params(Op* op, MemoryRegion* mr) {
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  params.cb.send = send_callback;
+  params.user_data = op;
+  if (auto* ucx_mr = dynamic_cast<UcxMemoryRegion*>(mr)) {
+    params.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    params.memh = ucx_mr->memh();
+  }
+  return params;
+}
+
 void ep_error_callback(void* arg, ucp_ep_h, ucs_status_t status) {
   // The ConnState is kept alive by the transport's list until its endpoint is closed.
   auto* conn = static_cast<ConnState*>(arg);
@@ -498,20 +524,8 @@ void UcxTransport::start_send(const std::shared_ptr<ConnState>& conn, const std:
     request->complete(conn->broken_status, 0);
     return;
   }
-  auto op = std::make_unique<Op>();
-  op->transport = this;
-  op->conn = conn;
-  op->kind = OpKind::send;
-  op->request = request;
-  op->bytes = message.size();
-  ucp_request_param_t params{};
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  params.cb.send = send_callback;
-  params.user_data = op.get();
-  if (auto* ucx_mr = dynamic_cast<UcxMemoryRegion*>(mr)) {
-    params.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    params.memh = ucx_mr->memh();
-  }
+  auto op = new_op(this, conn, OpKind::send, request, message.size());
+  ucp_request_param_t params = op_params(op.get(), mr);
   Op* raw = begin(std::move(op));
   track(raw, ucp_tag_send_nbx(conn->ep, message.data(), message.size(), conn->send_tag, &params));
 }
@@ -541,23 +555,13 @@ std::shared_ptr<Request> UcxTransport::post_recv(const std::shared_ptr<ConnState
                                                  MemoryRegion* mr) {
   std::lock_guard lock(mutex_);
   if (conn->broken) return finished_request(conn->broken_status);
-  auto op = std::make_unique<Op>();
-  op->transport = this;
-  op->conn = conn;
-  op->kind = OpKind::recv;
-  op->request = std::make_shared<BasicRequest>();
+  auto op = new_op(this, conn, OpKind::recv, std::make_shared<BasicRequest>(), 0);
   op->capacity = buffer.size();
   auto request = op->request;
-  ucp_request_param_t params{};
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  ucp_request_param_t params = op_params(op.get(), mr);
   params.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // the callback reports the length
   params.cb.recv = recv_callback;
-  params.user_data = op.get();
   params.recv_info.tag_info = &op->recv_info;
-  if (auto* ucx_mr = dynamic_cast<UcxMemoryRegion*>(mr)) {
-    params.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    params.memh = ucx_mr->memh();
-  }
   Op* raw = begin(std::move(op));
   ucs_status_ptr_t result = ucp_tag_recv_nbx(worker_, buffer.data(), buffer.size(), uint64_t{conn->recv_id} << 32, kFullMask, &params);
   bool pending = UCS_PTR_IS_PTR(result) && !raw->done_in_post;
@@ -591,34 +595,16 @@ std::shared_ptr<Request> UcxTransport::post_write(const std::shared_ptr<ConnStat
   ucs_status_t status = ucp_ep_rkey_unpack(conn->ep, remote.key.data() + 16, &rkey);
   if (status != UCS_OK) throw Error(Errc::invalid_argument, "ucp_ep_rkey_unpack: " + ucs_text(status));
   auto request = std::make_shared<BasicRequest>();
-  auto put = std::make_unique<Op>();
-  put->transport = this;
-  put->conn = conn;
-  put->kind = OpKind::put;
+  auto put = new_op(this, conn, OpKind::put, nullptr, 0);
   put->rkey = rkey;
-  ucp_request_param_t params{};
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  params.cb.send = send_callback;
-  params.user_data = put.get();
-  if (auto* ucx_mr = dynamic_cast<UcxMemoryRegion*>(local_mr)) {
-    params.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    params.memh = ucx_mr->memh();
-  }
+  ucp_request_param_t params = op_params(put.get(), local_mr);
   ++conn->writes_unflushed;
   Op* put_raw = begin(std::move(put));
   track(put_raw, ucp_put_nbx(conn->ep, local.data(), local.size(), words[0] + remote.offset, rkey, &params));
   if (conn->broken) return request->complete(conn->broken_status, 0), request;
   // Flush: the write request finishes when the data is in the peer's memory.
-  auto flush = std::make_unique<Op>();
-  flush->transport = this;
-  flush->conn = conn;
-  flush->kind = OpKind::flush;
-  flush->request = request;
-  flush->bytes = local.size();
-  ucp_request_param_t flush_params{};
-  flush_params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  flush_params.cb.send = send_callback;
-  flush_params.user_data = flush.get();
+  auto flush = new_op(this, conn, OpKind::flush, request, local.size());
+  ucp_request_param_t flush_params = op_params(flush.get(), nullptr);
   Op* flush_raw = begin(std::move(flush));
   track(flush_raw, conn->broken ? UCS_STATUS_PTR(UCS_ERR_CANCELED) : ucp_ep_flush_nbx(conn->ep, &flush_params));
   wake();
@@ -727,20 +713,18 @@ void check_scheme(const Url& url) {
 std::unique_ptr<Listener> UcxTransport::listen(const Url& url) {
   check_scheme(url);
   auto self = shared_from_this();
-  return std::make_unique<side::AcceptingListener>(url, [self](side::Fd fd) -> std::unique_ptr<Connection> {
-    auto deadline = Clock::now() + self->options().connect_timeout;
-    side::server_handshake(fd.get(), self->options().secret, deadline);
-    return std::make_unique<UcxConnection>(self, self->establish(std::move(fd), true, deadline));
-  });
+  return std::make_unique<side::AcceptingListener>(
+      url, options().secret, options().connect_timeout,
+      [self](side::Fd fd, Clock::time_point deadline) -> std::unique_ptr<Connection> {
+        return std::make_unique<UcxConnection>(self, self->establish(std::move(fd), true, deadline));
+      });
 }
 
 std::unique_ptr<Connection> UcxTransport::connect(const Url& url, std::chrono::milliseconds timeout) {
   check_scheme(url);
-  auto deadline = Clock::now() + timeout;
-  side::Fd fd = side::connect_until(url.host, url.port, deadline);
-  side::client_handshake(fd.get(), options_.secret, deadline);
-  auto conn = establish(std::move(fd), false, deadline);
-  return std::make_unique<UcxConnection>(shared_from_this(), std::move(conn));
+  const auto deadline = Clock::now() + timeout;
+  side::Fd fd = side::connect_authenticated(url.host, url.port, options_.secret, deadline);
+  return std::make_unique<UcxConnection>(shared_from_this(), establish(std::move(fd), false, deadline));
 }
 
 }  // namespace
