@@ -68,11 +68,8 @@ void TcpConnection::start() {
   asio::co_spawn(socket_.get_executor(), [self] { return self->heartbeat_loop(); }, asio::detached);
 }
 
-std::shared_ptr<Request> TcpConnection::post_send(std::span<const std::byte> message) {
-  if (message.size() > options_.max_message_bytes) {
-    throw Error(Errc::invalid_argument, "tcp: message of " + std::to_string(message.size()) +
-                                            " bytes exceeds max_message_bytes " + std::to_string(options_.max_message_bytes));
-  }
+// A request whose cancel() withdraws it on the io thread if it is still queued.
+std::shared_ptr<BasicRequest> TcpConnection::cancellable_request() {
   auto request = std::make_shared<BasicRequest>();
   std::weak_ptr<TcpConnection> weak_self = weak_from_this();
   std::weak_ptr<BasicRequest> weak_request = request;
@@ -83,6 +80,15 @@ std::shared_ptr<Request> TcpConnection::post_send(std::span<const std::byte> mes
       });
     }
   });
+  return request;
+}
+
+std::shared_ptr<Request> TcpConnection::post_send(std::span<const std::byte> message) {
+  if (message.size() > options_.max_message_bytes) {
+    throw Error(Errc::invalid_argument, "tcp: message of " + std::to_string(message.size()) +
+                                            " bytes exceeds max_message_bytes " + std::to_string(options_.max_message_bytes));
+  }
+  auto request = cancellable_request();
   SendOp op{request, message, {}};
   put_u32(op.header.data(), kFrameMagic);
   put_u32(op.header.data() + 4, static_cast<uint32_t>(FrameKind::data));
@@ -103,16 +109,7 @@ void TcpConnection::enqueue_send(SendOp op) {
 }
 
 std::shared_ptr<Request> TcpConnection::post_recv(std::span<std::byte> buffer) {
-  auto request = std::make_shared<BasicRequest>();
-  std::weak_ptr<TcpConnection> weak_self = weak_from_this();
-  std::weak_ptr<BasicRequest> weak_request = request;
-  request->set_cancel_hook([weak_self, weak_request] {
-    if (auto self = weak_self.lock()) {
-      asio::post(self->socket_.get_executor(), [self, weak_request] {
-        if (auto r = weak_request.lock()) self->cancel_queued(r);
-      });
-    }
-  });
+  auto request = cancellable_request();
   asio::post(socket_.get_executor(), [self = shared_from_this(), request, buffer] {
     if (self->failed_) {
       request->complete(self->failure_, 0);

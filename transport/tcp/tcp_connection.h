@@ -63,6 +63,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   void enqueue_send(SendOp op);
   void fail(const Status& status);
   void cancel_queued(const std::shared_ptr<BasicRequest>& request);
+  std::shared_ptr<BasicRequest> cancellable_request();
 
   asio::io_context& context_;
   asio::ip::tcp::socket socket_;
