@@ -288,8 +288,11 @@ DeltaApplier::DeltaApplier(const Manifest& manifest, MutableWeights weights, uin
 DeltaApplier::~DeltaApplier() = default;
 
 ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
+  return apply(parse_frame(frame));  // checksum and structure: no shared state
+}
+
+ApplyResult DeltaApplier::apply(const FrameView& view) {
   auto& im = *impl_;
-  const FrameView view = parse_frame(frame);  // checksum and structure: no shared state
   const auto& h = view.header;
   std::unique_lock lock(im.mu);
   im.check_base(h);

@@ -45,6 +45,10 @@ class DeltaApplier {
   // decoding and the writes themselves run outside the applier's lock; chunks of a version cover
   // disjoint elements). rollback() and commit() wait for writes in flight.
   ApplyResult apply(std::span<const std::byte> frame);
+  // The same for a frame the caller already parsed (parse_frame checked its checksum), so a
+  // relay that parsed it to route it does not checksum it twice. The frame's bytes must outlive
+  // the call.
+  ApplyResult apply(const FrameView& view);
 
   // True once the seal and every chunk it announces have been applied.
   bool complete() const noexcept;

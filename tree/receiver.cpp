@@ -76,7 +76,7 @@ struct Receiver::Impl {
   void build_edges();
   void read_parent(int tree);
   void handle_frame(int tree, std::span<const std::byte> message);
-  void apply_frame(const codec::FrameView& view, std::span<const std::byte> frame);
+  void apply_frame(const codec::FrameView& view);
   void handle_raw(int tree, std::span<const std::byte> message);
   std::optional<Message> apply_raw(const RawChunkHeader& h, std::span<const std::byte> payload,
                                    std::optional<uint64_t> piece_digest);
@@ -234,7 +234,7 @@ void Receiver::Impl::handle_frame(int tree, std::span<const std::byte> message) 
   if (first_sight({h.new_version, static_cast<uint8_t>(h.kind), h.chunk_index}, frame.size()))
     forward(tree, message);
   // The receive buffer stays untouched until the next receive, which waits for this apply.
-  apply_frame(view, frame);
+  apply_frame(view);
 }
 
 void Receiver::Impl::handle_raw(int tree, std::span<const std::byte> message) {
@@ -311,7 +311,7 @@ void Receiver::Impl::reset_raw() {
   raw_received = 0;
 }
 
-void Receiver::Impl::apply_frame(const codec::FrameView& view, std::span<const std::byte> frame) {
+void Receiver::Impl::apply_frame(const codec::FrameView& view) {
   const uint64_t version = view.header.new_version;
   std::optional<Message> reply;
   std::optional<codec::ApplyResult> applied;
@@ -319,7 +319,7 @@ void Receiver::Impl::apply_frame(const codec::FrameView& view, std::span<const s
   {
     std::shared_lock lock(applier_mutex);
     try {
-      applied = applier->apply(frame);
+      applied = applier->apply(view);
     } catch (const Error& e) {
       failure = e;
     }
