@@ -1,11 +1,11 @@
 #include "codec/frame.h"
 
-#include <xxhash.h>
 #include <zstd.h>
 
 #include "codec/frame_writer.h"
 #include "codec/scratch.h"
 #include "codec/wire.h"
+#include "codec/xxh3.h"
 #include "util/error.h"
 
 namespace deltacast::codec {

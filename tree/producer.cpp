@@ -130,6 +130,27 @@ struct Producer::Impl {
       throw Error(Errc::connection, "the link to the root of tree " + std::to_string(tree) + " failed");
     root.post(message);
   }
+  // Sends one bootstrap piece: its RAW header, then the body from the caller's memory.
+  void send_raw(int tree, const RawChunkHeader& header, std::span<const std::byte> body) {
+    auto& root = *roots.at(tree);
+    root.wait_below(options.max_inflight_bytes_per_root, kRootStallTimeout);
+    if (root.dead())
+      throw Error(Errc::connection, "the link to the root of tree " + std::to_string(tree) + " failed");
+    root.post(std::make_shared<const std::vector<std::byte>>(encode_raw_message(header)));
+    root.post_view(body);
+  }
+  // Waits until no root link still reads from caller memory (post_view). Never throws: a link
+  // that stalls is cancelled.
+  void settle_roots() noexcept {
+    for (auto& root : roots) {
+      if (!root) continue;
+      try {
+        root->flush(kRootStallTimeout);
+      } catch (...) {
+        root->cancel_all();
+      }
+    }
+  }
   void broadcast(const Message& message) {
     auto bytes = encode_message(message);
     for (size_t i = 0; i < control.size(); ++i) {
@@ -143,12 +164,12 @@ struct Producer::Impl {
     }
   }
   void accept_phase(bool want_hellos, std::vector<Hello>& hellos, Clock::time_point deadline);
-  // Collects every live receiver's answer for report.version, sends COMMIT or ABORT and waits
-  // until every live receiver is active again. `on_commit` (optional) runs after COMMIT went out
-  // and before waiting for ACTIVE, so the producer's own bookkeeping (the baseline copy) overlaps
-  // the receivers' commit round trip instead of adding to it.
+  // Collects every live receiver's answer for report.version, then sends COMMIT (all verified)
+  // or ABORT and waits until every live receiver is active again. Sets report.refit_seconds
+  // (from `start`) at that point; on_commit (adopting the baseline) runs after it, off the
+  // refit's critical path, and also when waiting for ACTIVE fails once COMMIT is out.
   void joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
-                    const std::function<void()>& on_commit = {});
+                    Clock::time_point start, const std::function<void()>& on_commit = {});
   // Copies `next` into the baseline (the new committed bits).
   void adopt_baseline(const codec::ConstWeights& next) {
     for (size_t t = 0; t < baseline.size(); ++t)
@@ -200,7 +221,7 @@ void Producer::Impl::accept_phase(bool want_hellos, std::vector<Hello>& hellos,
 }
 
 void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
-                                  const std::function<void()>& on_commit) {
+                                  Clock::time_point start, const std::function<void()>& on_commit) {
   const uint64_t v = report.version;
   const size_t n = control.size();
   enum class Answer { none, verified, refused };
@@ -245,12 +266,19 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
   report.committed = all_verified && !dry_run;
   if (all_verified && dry_run) report.abort_reason = "dry run";
 
+  log->debug("version {}: every answer in at {:.1f} ms", v, 1e3 * seconds_since(start));
   if (report.committed) {
     broadcast(Commit{v, expected_digest});
-    if (on_commit) on_commit();
   } else {
     broadcast(Abort{v, report.abort_reason});
   }
+  // Once COMMIT is out the version is committed: on_commit runs whatever happens below.
+  struct OnExit {
+    const std::function<void()>* f;
+    ~OnExit() {
+      if (f && *f) (*f)();
+    }
+  } adopt{report.committed ? &on_commit : nullptr};
   // Wait for every live receiver to be active again before anything else goes down the tree.
   const uint64_t want = report.committed ? v : version;
   std::vector<bool> active(n, false);
@@ -276,6 +304,7 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
                                    std::to_string(v) + ": " + nack->message);
     }
   }
+  report.refit_seconds = seconds_since(start);
 }
 
 Producer::Producer(transport::Transport& transport, const codec::Manifest& manifest,
@@ -407,6 +436,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
         throw Error(Errc::internal, "chunk frame of " + std::to_string(message->size()) +
                                         " bytes exceeds the announced message limit");
       d.send_frame(d.topology->tree_for_chunk(i), message);
+      if (i == 0) d.log->debug("version {}: first chunk posted at {:.1f} ms", report.version, 1e3 * seconds_since(start));
       report.frames_bytes += message->size() - kMessageHeaderSize;
       if (d.options.on_progress) d.options.on_progress(i + 1, count);
     }
@@ -418,6 +448,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
   join_workers();
   auto seal = std::make_shared<const std::vector<std::byte>>(encode_frame_message(encoder.seal()));
   d.send_frame(0, seal);
+  d.log->debug("version {}: seal posted at {:.1f} ms", report.version, 1e3 * seconds_since(start));
   report.frames_bytes += seal->size() - kMessageHeaderSize;
   report.changes = total.changes;
   report.elements = total.elements;
@@ -427,12 +458,11 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
   const codec::StateDigest new_digest = encoder.new_digest();
   // Once COMMIT is out the version is committed: the baseline, its digest and the version move
   // together (even if waiting for ACTIVE then fails).
-  d.joint_commit(report, new_digest.combined(), refit_options.dry_run, [&] {
+  d.joint_commit(report, new_digest.combined(), refit_options.dry_run, start, [&] {
     d.adopt_baseline(checked);
     d.baseline_digest = new_digest;
     d.version = report.version;
   });
-  report.refit_seconds = seconds_since(start);
   d.log->info("version {} {} in {:.3f} s ({} chunks, {} payload bytes, {} changes)",
               report.version, report.committed ? "committed" : "aborted", report.refit_seconds,
               report.chunks, report.frames_bytes, report.changes);
@@ -447,24 +477,6 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   checked.manifest = &d.manifest;
   codec::check_weights(checked);
   auto start = Clock::now();
-  // The expected digest is needed only at the joint commit: compute it on a helper thread while
-  // the pieces go out, instead of scanning the whole checkpoint before the first byte.
-  std::optional<codec::StateDigest> expected_digest;
-  Status digest_status;
-  std::thread digester([&] {
-    try {
-      expected_digest = codec::StateDigest::full_scan(checked, d.options.encode.threads);
-    } catch (const Error& e) {
-      digest_status = e.status();
-    }
-  });
-  struct JoinOnExit {
-    std::thread& thread;
-    ~JoinOnExit() {
-      if (thread.joinable()) thread.join();
-    }
-  } join_digester{digester};
-
   struct Piece {
     uint32_t tensor;
     uint64_t offset, size;
@@ -485,24 +497,29 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   report.elements = d.manifest.total_elements();
   report.changes = report.elements;
   report.checkpoint_bytes = d.manifest.total_bytes();
+  // Each piece goes out as a RAW header and a bare body sent straight from `full` (no copy):
+  // every send must have finished before this returns, errors included.
+  struct SettleRoots {
+    Impl& d;
+    ~SettleRoots() { d.settle_roots(); }
+  } settle{d};
+  uint64_t expected = 0;  // the sum of the pieces' hashes (raw_piece_hash) the receivers ack
   for (uint32_t i = 0; i < pieces.size(); ++i) {
     const auto& p = pieces[i];
-    RawChunkHeader header{1, i, report.chunks, p.tensor, p.offset};
-    auto message = std::make_shared<const std::vector<std::byte>>(
-        encode_raw_message(header, checked.tensors[p.tensor].subspan(p.offset, p.size)));
-    d.send_frame(d.topology->tree_for_chunk(i), message);
+    const RawChunkHeader header{1, i, report.chunks, p.tensor, p.offset, p.size};
+    const auto body = checked.tensors[p.tensor].subspan(p.offset, p.size);
+    expected += raw_piece_hash(header, body);
+    d.send_raw(d.topology->tree_for_chunk(i), header, body);
     report.frames_bytes += p.size;
     if (d.options.on_progress) d.options.on_progress(i + 1, report.chunks);
   }
-  digester.join();
-  if (!digest_status.ok()) throw Error(digest_status);
-  const codec::StateDigest expected = std::move(*expected_digest);
-  d.joint_commit(report, expected.combined(), false, [&] {
+  // The baseline's StateDigest (the next delta's base digest) is computed once the receivers
+  // are active, off the bootstrap's critical path; receivers compute theirs the same way.
+  d.joint_commit(report, expected, false, start, [&] {
     d.adopt_baseline(checked);
-    d.baseline_digest = expected;
+    d.baseline_digest = codec::StateDigest::full_scan(d.baseline_weights(), d.options.encode.threads);
     d.version = 1;
   });
-  report.refit_seconds = seconds_since(start);
   d.log->info("full checkpoint (version 1) {} in {:.3f} s ({} raw chunks, {} bytes)",
               report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks,
               report.frames_bytes);
@@ -524,9 +541,8 @@ RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames,
     report.frames_bytes += frame.size();
     if (header.kind == codec::FrameKind::chunk) ++report.chunks;
   }
-  d.joint_commit(report, expected_digest, refit_options.dry_run);
+  d.joint_commit(report, expected_digest, refit_options.dry_run, start);
   if (report.committed) d.version = new_version;
-  report.refit_seconds = seconds_since(start);
   return report;
 }
 

@@ -57,7 +57,8 @@ struct RefitReport {
   uint32_t receivers = 0;          // receivers asked
   uint32_t verified_receivers = 0; // receivers that acked with the expected digest
   double encode_seconds = 0;       // summed encode time of all chunks (may overlap sending)
-  double refit_seconds = 0;        // first encode to every receiver active
+  double refit_seconds = 0;        // first encode to every receiver active (the producer adopts
+                                   // its new baseline after that, before refit() returns)
 };
 
 class Producer {

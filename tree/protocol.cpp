@@ -4,6 +4,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "codec/xxh3.h"
 #include "util/error.h"
 
 namespace deltacast::tree {
@@ -243,34 +244,41 @@ std::vector<std::byte> encode_frame_message(std::span<const std::byte> frame) {
   return w.finish();
 }
 
-std::vector<std::byte> encode_raw_message(const RawChunkHeader& header, std::span<const std::byte> bytes) {
+std::vector<std::byte> encode_raw_message(const RawChunkHeader& header) {
   Writer w(MessageType::raw);
   w.put(header.version);
   w.put(header.chunk_index);
   w.put(header.chunk_count);
   w.put(header.tensor);
   w.put(header.byte_offset);
-  w.append(bytes.data(), bytes.size());
+  w.put(header.byte_count);
   return w.finish();
 }
 
-RawChunkHeader decode_raw_message(std::span<const std::byte> message, std::span<const std::byte>& payload) {
+RawChunkHeader decode_raw_message(std::span<const std::byte> message) {
   if (message_type(message) != MessageType::raw)
     throw Error(Errc::corrupt_frame, "protocol message is not RAW");
   auto body = message.subspan(kMessageHeaderSize);
-  if (body.size() < kRawPrefixSize) throw Error(Errc::corrupt_frame, "RAW message shorter than its prefix");
-  Reader r(body.first(kRawPrefixSize), "raw");
+  if (body.size() != kRawPrefixSize)
+    throw Error(Errc::corrupt_frame, "RAW message of " + std::to_string(body.size()) +
+                                         " body bytes, expected " + std::to_string(kRawPrefixSize));
+  Reader r(body, "raw");
   RawChunkHeader h;
   h.version = r.get<uint64_t>();
   h.chunk_index = r.get<uint32_t>();
   h.chunk_count = r.get<uint32_t>();
   h.tensor = r.get<uint32_t>();
   h.byte_offset = r.get<uint64_t>();
+  h.byte_count = r.get<uint64_t>();
   if (h.chunk_index >= h.chunk_count)
     throw Error(Errc::corrupt_frame, "RAW chunk index " + std::to_string(h.chunk_index) +
                                          " out of " + std::to_string(h.chunk_count));
-  payload = body.subspan(kRawPrefixSize);
   return h;
+}
+
+uint64_t raw_piece_hash(const RawChunkHeader& header, std::span<const std::byte> bytes) noexcept {
+  const uint64_t where[2] = {header.tensor, header.byte_offset};
+  return XXH3_64bits_withSeed(bytes.data(), bytes.size(), XXH3_64bits(where, sizeof where));
 }
 
 MessageType message_type(std::span<const std::byte> message) {

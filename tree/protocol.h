@@ -106,21 +106,28 @@ struct Bye {};
 using Message = std::variant<Hello, Welcome, Join, Ready, Ack, Nack, Commit, Abort, Active,
                              HaveRequest, Have, Resume, Bye>;
 
-// A RAW message: a piece of the full checkpoint for the bootstrap version (base = all zeros).
-// Fixed 40-byte prefix, then the bytes, which go to tensor `tensor` at byte `byte_offset`.
+// A RAW message announces one piece of the full checkpoint for the bootstrap version (base = all
+// zeros): a fixed 36-byte prefix and nothing else. The piece's bytes follow on the same data edge
+// as the very next message, bare (no message header), so that a receiver can receive them straight
+// into tensor `tensor` at byte `byte_offset` and forward them from there (no copy at any relay).
 struct RawChunkHeader {
   uint64_t version = 0;     // the version these bytes create (the receiver holds version - 1 = 0)
   uint32_t chunk_index = 0;
   uint32_t chunk_count = 0;
   uint32_t tensor = 0;
   uint64_t byte_offset = 0;
+  uint64_t byte_count = 0;  // size of the bare body message that follows
 };
-inline constexpr size_t kRawPrefixSize = 8 + 4 + 4 + 4 + 8;
+inline constexpr size_t kRawPrefixSize = 8 + 4 + 4 + 4 + 8 + 8;
 
-// Builds a RAW message (header + prefix + bytes).
-std::vector<std::byte> encode_raw_message(const RawChunkHeader& header, std::span<const std::byte> bytes);
-// Parses a RAW message; `payload` receives the bytes. Throws Error(corrupt_frame).
-RawChunkHeader decode_raw_message(std::span<const std::byte> message, std::span<const std::byte>& payload);
+// Builds a RAW message (header + prefix; the body is sent separately).
+std::vector<std::byte> encode_raw_message(const RawChunkHeader& header);
+// Parses a RAW message. Throws Error(corrupt_frame).
+RawChunkHeader decode_raw_message(std::span<const std::byte> message);
+// The verification hash of one piece as it lies in the receiver's buffers: XXH3-64 of the bytes,
+// seeded with where they lie. A bootstrap is verified by the sum (mod 2^64) of its pieces' hashes,
+// which does not depend on the order in which pieces arrive (double binary trees interleave them).
+uint64_t raw_piece_hash(const RawChunkHeader& header, std::span<const std::byte> bytes) noexcept;
 
 // Serialises a control message (header + body).
 std::vector<std::byte> encode_message(const Message& message);

@@ -1,5 +1,6 @@
 #include "tree/receiver.h"
 
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <shared_mutex>
@@ -58,11 +59,15 @@ struct Receiver::Impl {
   ReceiverStats stats;
   std::set<uint64_t> acked, nacked;
   uint64_t pending_changes = 0;
-  // Raw bootstrap of `raw_version` from the all-zero version 0 (guarded by applier_mutex).
+  // Raw bootstrap of `raw_version` from the all-zero version 0 (guarded by applier_mutex). A
+  // piece is claimed when its body starts landing in the weights and held once it landed;
+  // raw_landing counts bodies still landing (ABORT waits for them before zeroing the weights).
   std::optional<uint64_t> raw_version;
-  std::vector<bool> raw_have;
+  std::vector<bool> raw_claimed, raw_have;
   uint32_t raw_received = 0;
-  codec::StateDigest raw_digest;
+  uint64_t raw_hash = 0;  // sum of raw_piece_hash over the held pieces
+  uint32_t raw_landing = 0;
+  std::condition_variable_any raw_landed;
 
   std::atomic<bool> stopping{false};
 
@@ -77,13 +82,16 @@ struct Receiver::Impl {
   void read_parent(int tree);
   void handle_frame(int tree, std::span<const std::byte> message);
   void apply_frame(const codec::FrameView& view);
-  void handle_raw(int tree, std::span<const std::byte> message);
-  std::optional<Message> apply_raw(const RawChunkHeader& h, std::span<const std::byte> payload,
-                                   std::optional<uint64_t> piece_digest);
+  std::optional<size_t> receive(int tree, std::span<std::byte> into);
+  bool relay_raw(int tree, std::span<const std::byte> message, std::span<std::byte> scratch);
+  std::optional<std::string> claim_raw(const RawChunkHeader& h);
+  std::optional<Message> land_raw(const RawChunkHeader& h, std::optional<uint64_t> hash);
+  std::optional<Message> refuse_raw(uint64_t version, Errc code, const std::string& why);
   bool first_sight(const FrameKey& key, size_t bytes);
   void forward(int tree, std::span<const std::byte> message);
   void reset_raw();
   void forget_version();
+  void forget_version_locked();
   bool handle_control(const Message& message, uint64_t& active_version);
 };
 
@@ -164,30 +172,40 @@ void Receiver::Impl::build_edges() {
   }
 }
 
+// Receives the next message from the parent in `tree` into `into`. Returns its length, or
+// nullopt when the receiver is stopping or the link failed (logged).
+std::optional<size_t> Receiver::Impl::receive(int tree, std::span<std::byte> into) {
+  auto request = parents[tree]->post_recv(into);
+  Status status;
+  while ((status = request->wait(500ms)).code == Errc::timeout) {
+    if (stopping) {
+      cancel_and_wait(*request);
+      return std::nullopt;
+    }
+  }
+  if (!status.ok()) {
+    if (!stopping)
+      log->error("rank {}: link to parent in tree {} failed: {}", options.rank, tree, status.message);
+    return std::nullopt;
+  }
+  return request->bytes();
+}
+
 void Receiver::Impl::read_parent(int tree) {
   std::vector<std::byte> buffer(welcome.max_message_bytes);
-  auto& parent = *parents[tree];
   try {
     for (;;) {
       for (auto& child : children[tree])
         child->wait_below(options.max_inflight_bytes_per_child, kChildStallTimeout);
-      auto request = parent.post_recv(buffer);
-      Status status;
-      while ((status = request->wait(500ms)).code == Errc::timeout) {
-        if (stopping) {
-          cancel_and_wait(*request);
-          return;
-        }
-      }
-      if (!status.ok()) {
-        if (!stopping)
-          log->error("rank {}: link to parent in tree {} failed: {}", options.rank, tree,
-                     status.message);
-        return;
-      }
-      std::span<const std::byte> message(buffer.data(), request->bytes());
+      auto bytes = receive(tree, buffer);
+      if (!bytes) return;
+      std::span<const std::byte> message(buffer.data(), *bytes);
       try {
-        handle_frame(tree, message);
+        if (message_type(message) == MessageType::raw) {
+          if (!relay_raw(tree, message, buffer)) return;
+        } else {
+          handle_frame(tree, message);
+        }
       } catch (const Error& e) {
         std::lock_guard lock(state_mutex);
         ++stats.frames_refused;
@@ -222,10 +240,6 @@ void Receiver::Impl::forward(int tree, std::span<const std::byte> message) {
 }
 
 void Receiver::Impl::handle_frame(int tree, std::span<const std::byte> message) {
-  if (message_type(message) == MessageType::raw) {
-    handle_raw(tree, message);
-    return;
-  }
   auto frame = frame_payload(message);
   codec::FrameView view = codec::parse_frame(frame);
   const auto& h = view.header;
@@ -237,78 +251,130 @@ void Receiver::Impl::handle_frame(int tree, std::span<const std::byte> message) 
   apply_frame(view);
 }
 
-void Receiver::Impl::handle_raw(int tree, std::span<const std::byte> message) {
-  std::span<const std::byte> payload;
-  RawChunkHeader h = decode_raw_message(message, payload);
-  if (!first_sight({h.version, 0xff, h.chunk_index}, payload.size())) {
+// One bootstrap piece: the RAW header (`message`, in `scratch`) is followed by its bare body,
+// received straight into the weights when the piece is valid and new (into `scratch` otherwise,
+// and dropped), forwarded to the children from there, hashed where it landed. Returns false
+// when the link can not go on (stopping, link failure, or a body that can not be skipped).
+bool Receiver::Impl::relay_raw(int tree, std::span<const std::byte> message, std::span<std::byte> scratch) {
+  RawChunkHeader h;
+  try {
+    h = decode_raw_message(message);
+  } catch (const Error& e) {
+    // Without a header the body's length is unknown: the stream can not be resynchronised.
+    log->error("rank {}: unreadable RAW header from the parent in tree {}: {}", options.rank, tree, e.what());
+    return false;
+  }
+  const bool first = first_sight({h.version, 0xff, h.chunk_index}, h.byte_count);
+  std::span<std::byte> body;
+  std::optional<Message> reply;
+  bool landing = false;  // the body goes into the weights
+  if (first) {
+    std::lock_guard lock(applier_mutex);
+    if (auto why = claim_raw(h)) {
+      reply = refuse_raw(h.version, Errc::version_mismatch, *why);
+    } else {
+      body = weights.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
+      landing = true;
+      ++raw_landing;
+    }
+  } else {
     std::lock_guard lock(state_mutex);
     ++stats.frames_replayed;
-    log->warn("rank {}: refused a replayed raw chunk {} of version {}", options.rank, h.chunk_index,
-              h.version);
-    return;
-  }
-  forward(tree, message);
-  // Digest the piece as it lands, before taking the lock (pieces of two trees hash in parallel):
-  // the digest is a sum over elements, so the pieces' partial sums add up to the full-scan
-  // digest and no scan trails the last byte. Bounds are checked again under the lock.
-  std::optional<uint64_t> piece_digest;
-  if (h.tensor < manifest->size()) {
-    const auto& info = manifest->at(h.tensor);
-    const uint64_t w = codec::dtype_size(info.dtype);
-    if (h.byte_offset % w == 0 && payload.size() % w == 0 && h.byte_offset <= info.nbytes() &&
-        payload.size() <= info.nbytes() - h.byte_offset)
-      piece_digest = codec::slice_digest(h.tensor, info.dtype, h.byte_offset / w, payload);
-  }
-  std::optional<Message> reply;
-  {
-    std::lock_guard lock(applier_mutex);
-    reply = apply_raw(h, payload, piece_digest);
+    log->warn("rank {}: refused a replayed raw chunk {} of version {}", options.rank, h.chunk_index, h.version);
   }
   if (reply) send_to_producer(*reply);
+  if (!landing) {
+    if (h.byte_count > scratch.size()) {
+      log->error("rank {}: RAW body of {} bytes exceeds the {}-byte receive buffer", options.rank,
+                 h.byte_count, scratch.size());
+      return false;
+    }
+    body = scratch.first(h.byte_count);
+  }
+  const auto received = receive(tree, body);
+  std::optional<uint64_t> hash;
+  if (received && *received == h.byte_count) {
+    if (first) {  // forward verbatim; a refused piece goes on too (copied: scratch is reused)
+      forward(tree, message);
+      for (auto& child : children[tree]) {
+        if (landing) child->post_view(body);
+        else child->post(std::make_shared<const std::vector<std::byte>>(body.begin(), body.end()));
+      }
+    }
+    if (landing) hash = raw_piece_hash(h, body);
+  }
+  if (landing) {
+    std::lock_guard lock(applier_mutex);
+    --raw_landing;
+    raw_landed.notify_all();
+    reply = received ? land_raw(h, hash) : std::nullopt;
+  } else {
+    reply.reset();
+  }
+  if (reply) send_to_producer(*reply);
+  return received.has_value();
 }
 
-std::optional<Message> Receiver::Impl::apply_raw(const RawChunkHeader& h,
-                                                  std::span<const std::byte> payload,
-                                                  std::optional<uint64_t> piece_digest) {
-  auto refuse = [&](Errc code, const std::string& why) -> std::optional<Message> {
-    std::lock_guard lock(state_mutex);
-    ++stats.frames_refused;
-    if (!nacked.insert(h.version).second) return std::nullopt;
-    log->warn("rank {}: refused raw version {}: {}", options.rank, h.version, why);
-    return Nack{options.rank, h.version, static_cast<uint32_t>(code), why};
-  };
+std::optional<Message> Receiver::Impl::refuse_raw(uint64_t version, Errc code, const std::string& why) {
+  std::lock_guard lock(state_mutex);
+  ++stats.frames_refused;
+  if (!nacked.insert(version).second) return std::nullopt;
+  log->warn("rank {}: refused raw version {}: {}", options.rank, version, why);
+  return Nack{options.rank, version, static_cast<uint32_t>(code), why};
+}
+
+// Checks a piece against the state (version 0, bounds, chunk count) and claims it; returns why
+// not. Requires applier_mutex.
+std::optional<std::string> Receiver::Impl::claim_raw(const RawChunkHeader& h) {
   if (applier->version() != 0 || applier->pending_version() || h.version != 1)
-    return refuse(Errc::version_mismatch, "raw bootstrap of version " + std::to_string(h.version) +
-                                              " needs the all-zero version 0; this receiver holds " +
-                                              std::to_string(applier->version()));
-  if (!piece_digest)  // set exactly when the piece is whole elements inside its tensor
-    return refuse(Errc::corrupt_frame, "raw chunk " + std::to_string(h.chunk_index) +
-                                           " lies outside its tensor or splits an element");
+    return "raw bootstrap of version " + std::to_string(h.version) +
+           " needs the all-zero version 0; this receiver holds " + std::to_string(applier->version());
+  bool inside = h.tensor < manifest->size();
+  if (inside) {
+    const auto& info = manifest->at(h.tensor);
+    const uint64_t w = codec::dtype_size(info.dtype);
+    inside = h.byte_offset % w == 0 && h.byte_count % w == 0 && h.byte_offset <= info.nbytes() &&
+             h.byte_count <= info.nbytes() - h.byte_offset;
+  }
+  if (!inside)
+    return "raw chunk " + std::to_string(h.chunk_index) + " lies outside its tensor or splits an element";
   if (!raw_version) {
     raw_version = h.version;
+    raw_claimed.assign(h.chunk_count, false);
     raw_have.assign(h.chunk_count, false);
     raw_received = 0;
-    raw_digest = codec::StateDigest(std::vector<uint64_t>(manifest->size(), 0));
+    raw_hash = 0;
   }
-  if (h.chunk_count != raw_have.size() || h.chunk_index >= raw_have.size())
-    return refuse(Errc::corrupt_frame, "raw chunks disagree on the chunk count");
-  if (raw_have[h.chunk_index]) return std::nullopt;
-  std::memcpy(weights.tensors[h.tensor].data() + h.byte_offset, payload.data(), payload.size());
-  raw_digest.per_tensor()[h.tensor] += *piece_digest;
+  if (h.chunk_count != raw_have.size()) return std::string("raw chunks disagree on the chunk count");
+  if (raw_claimed[h.chunk_index])
+    return "raw chunk " + std::to_string(h.chunk_index) + " arrived twice";
+  raw_claimed[h.chunk_index] = true;
+  return std::nullopt;
+}
+
+// A claimed piece landed (hash set) or its body was cut short (hash empty): records it and
+// returns the ACK once every piece is held, or the NACK. Requires applier_mutex.
+std::optional<Message> Receiver::Impl::land_raw(const RawChunkHeader& h, std::optional<uint64_t> hash) {
+  if (raw_version != h.version || h.chunk_index >= raw_have.size()) return std::nullopt;  // aborted meanwhile
+  if (!hash)
+    return refuse_raw(h.version, Errc::corrupt_frame,
+                      "raw chunk " + std::to_string(h.chunk_index) + " body is shorter than announced");
+  raw_hash += *hash;
   raw_have[h.chunk_index] = true;
   if (++raw_received < raw_have.size() || acked.count(h.version) || nacked.count(h.version))
     return std::nullopt;
-  // Complete: the sum of the pieces' digests is the digest of what the buffers now hold (each
-  // piece was hashed from the bytes copied in, and the pieces tile every tensor exactly once
-  // only if the producer's pieces do; a gap or overlap shows up as a digest mismatch).
+  // Complete: every piece was hashed where it lies in the buffers; the producer hashed the same
+  // pieces of its checkpoint, so equal sums mean equal bits (a misplaced piece hashes differently).
   acked.insert(h.version);
-  return Ack{options.rank, h.version, raw_digest.combined(), 0};
+  return Ack{options.rank, h.version, raw_hash, 0};
 }
 
 void Receiver::Impl::reset_raw() {
   raw_version.reset();
+  raw_claimed.clear();
   raw_have.clear();
   raw_received = 0;
+  raw_hash = 0;
 }
 
 void Receiver::Impl::apply_frame(const codec::FrameView& view) {
@@ -358,6 +424,10 @@ void Receiver::Impl::apply_frame(const codec::FrameView& view) {
 
 void Receiver::Impl::forget_version() {
   std::lock_guard applier_lock(applier_mutex);
+  forget_version_locked();
+}
+
+void Receiver::Impl::forget_version_locked() {
   std::lock_guard lock(state_mutex);
   seen.clear();
   retained.clear();
@@ -373,16 +443,28 @@ bool Receiver::Impl::handle_control(const Message& message, uint64_t& active_ver
   if (auto* commit = std::get_if<Commit>(&message)) {
     Message reply;
     {
-      std::lock_guard lock(applier_mutex);
+      std::unique_lock lock(applier_mutex);
       if (raw_version == commit->version && acked.count(commit->version)) {
-        // The bootstrap bits are in the buffers: a fresh applier starts from them.
-        applier = std::make_unique<codec::DeltaApplier>(*manifest, weights, commit->version, raw_digest);
+        // The bootstrap bits are in the buffers. ACTIVE goes out first; the fresh applier's
+        // StateDigest (a full scan) is built right after, still holding the lock, so frames of
+        // the next version wait for it instead of meeting the version-0 applier.
+        const uint64_t held = raw_hash;
         reset_raw();
         active_version = commit->version;
-        reply = Active{options.rank, active_version, applier->digest().combined()};
-        std::lock_guard state_lock(state_mutex);
-        ++stats.versions_committed;
-      } else if (applier->pending_version() == commit->version && acked.count(commit->version)) {
+        {
+          std::lock_guard state_lock(state_mutex);
+          ++stats.versions_committed;
+        }
+        forget_version_locked();
+        send_to_producer(Active{options.rank, active_version, held});
+        applier = std::make_unique<codec::DeltaApplier>(
+            *manifest, weights, active_version, codec::StateDigest::full_scan(weights.as_const(), 1));
+        applier->reserve(manifest->total_elements() / 64);
+        lock.unlock();
+        if (options.on_active) options.on_active(active_version);
+        return true;
+      }
+      if (applier->pending_version() == commit->version && acked.count(commit->version)) {
         applier->commit();
         active_version = commit->version;
         reply = Active{options.rank, active_version, applier->digest().combined()};
@@ -407,8 +489,10 @@ bool Receiver::Impl::handle_control(const Message& message, uint64_t& active_ver
   if (auto* abort = std::get_if<Abort>(&message)) {
     Message reply;
     {
-      std::lock_guard lock(applier_mutex);
+      std::unique_lock lock(applier_mutex);
       if (applier->pending_version()) applier->rollback();
+      // Bodies still landing in the weights would write over the zeros: wait for them.
+      raw_landed.wait(lock, [&] { return raw_landing == 0; });
       if (raw_version) {  // back to the all-zero version 0
         for (auto& t : weights.tensors) std::memset(t.data(), 0, t.size());
         reset_raw();

@@ -57,22 +57,36 @@ OutboundLink::OutboundLink(std::unique_ptr<transport::Connection> connection, in
                            int tree)
     : connection_(std::move(connection)), peer_rank_(peer_rank), tree_(tree) {}
 
-OutboundLink::~OutboundLink() {
+OutboundLink::~OutboundLink() { cancel_all(); }
+
+void OutboundLink::cancel_all() noexcept {
   // The transport may still read from the buffers: cancel and wait before they are freed.
+  drain_finished();
+  if (pending_.empty()) return;
   for (auto& pending : pending_) cancel_and_wait(*pending.request);
+  pending_.clear();
+  inflight_bytes_ = 0;
+  dead_ = true;
 }
 
 void OutboundLink::post(const SharedBytes& message) {
   if (dead_) return;
   auto request = connection_->post_send(*message);
-  pending_.push_back({std::move(request), message});
+  pending_.push_back({std::move(request), message, message->size()});
   inflight_bytes_ += message->size();
+}
+
+void OutboundLink::post_view(std::span<const std::byte> bytes) {
+  if (dead_) return;
+  auto request = connection_->post_send(bytes);
+  pending_.push_back({std::move(request), nullptr, bytes.size()});
+  inflight_bytes_ += bytes.size();
 }
 
 void OutboundLink::drain_finished() {
   while (!pending_.empty() && pending_.front().request->test()) {
     Status status = pending_.front().request->status();
-    inflight_bytes_ -= pending_.front().bytes->size();
+    inflight_bytes_ -= pending_.front().size;
     pending_.pop_front();
     if (!status.ok()) mark_dead(status);
   }

@@ -45,12 +45,19 @@ class OutboundLink {
 
   // Posts the bytes. A link that failed before ignores posts (dead() tells).
   void post(const SharedBytes& message);
+  // Posts bytes the caller owns (a RAW body sent from the weights): they must stay alive and
+  // unchanged until this send finished (wait_below, flush or the destructor tell).
+  void post_view(std::span<const std::byte> bytes);
   // Drops finished sends; waits while more than cap_bytes are still in flight. A failed send
   // marks the link dead (logged) instead of throwing: losing a child must not stop its parent.
   // Throws Error(timeout) when the peer made no progress for `timeout`.
   void wait_below(size_t cap_bytes, std::chrono::milliseconds timeout);
   // Waits for every posted send (wait_below(0, ...)).
   void flush(std::chrono::milliseconds timeout) { wait_below(0, timeout); }
+  // Cancels every posted send and waits until the transport no longer reads their buffers.
+  // A cancelled send may have left half a message on the wire: the link is dead afterwards
+  // when anything was still pending.
+  void cancel_all() noexcept;
   bool dead() const noexcept { return dead_; }
   size_t inflight_bytes() const noexcept { return inflight_bytes_; }
   int peer_rank() const noexcept { return peer_rank_; }
@@ -60,7 +67,8 @@ class OutboundLink {
  private:
   struct Pending {
     std::shared_ptr<transport::Request> request;
-    SharedBytes bytes;
+    SharedBytes owned;  // null for post_view
+    size_t size = 0;
   };
   void drain_finished();
   void mark_dead(const Status& status);

@@ -3,7 +3,7 @@
 # producer (dc0) has a 1 Gbit/s tbf uplink; the receivers (dc1..dcN, cluster "rollout") have
 # 10 Gbit/s egress among themselves. Synthetic model (trainer simulator), lr 2e-6 (~1% change)
 # and 6e-6 (~3%). speedup = full_seconds / refit_seconds, and refit time over payload/B.
-#   [UPLINK_GBIT=1] [RESULT=file.jsonl] bench/tree/run_refit.sh [BUILD_DIR] [REPEATS] [PARAMS] [RECEIVERS] [TOPOLOGY]
+#   [UPLINK_GBIT=1] [LRS="2e-6 6e-6"] [RESULT=file.jsonl] bench/tree/run_refit.sh [BUILD_DIR] [REPEATS] [PARAMS] [RECEIVERS] [TOPOLOGY]
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 BUILD="${1:-$ROOT/build-f}"
@@ -20,7 +20,7 @@ UPLINK_RATE="$(awk -v g="$UPLINK_GBIT" 'BEGIN { printf "%dmbit", g * 1000 + 0.5 
 trap '"$NETNS" destroy' EXIT
 DELTACAST_NETNS_RATE=10gbit DELTACAST_NETNS_RATE_0="$UPLINK_RATE" "$NETNS" create "$RECEIVERS"
 for ((i = 1; i <= REPEATS; i++)); do
-  for lr in 2e-6 6e-6; do
+  for lr in ${LRS:-2e-6 6e-6}; do
     timeout 600 "$NETNS" exec 0 "$BUILD/bench/tree/dc_bench_tree" refit --netns --receivers "$RECEIVERS" \
       --params "$PARAMS" --lr "$lr" --steps 3 --topology "$TOPOLOGY" --link-gbit "$UPLINK_GBIT" --label "cross-cluster-${UPLINK_GBIT}gbit" \
       --json "$RESULT" >/dev/null

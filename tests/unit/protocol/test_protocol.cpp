@@ -86,6 +86,49 @@ TEST(Protocol, FrameMessageCarriesTheFrameVerbatim) {
   }
 }
 
+TEST(Protocol, RawHeaderRoundTripsAndRefusesBadPrefixes) {
+  const RawChunkHeader h{1, 6, 9, 3, 4096, 1234};
+  auto message = encode_raw_message(h);
+  EXPECT_EQ(message_type(message), MessageType::raw);
+  EXPECT_EQ(message.size(), kMessageHeaderSize + kRawPrefixSize);
+  const RawChunkHeader d = decode_raw_message(message);
+  EXPECT_EQ(d.version, h.version);
+  EXPECT_EQ(d.chunk_index, h.chunk_index);
+  EXPECT_EQ(d.chunk_count, h.chunk_count);
+  EXPECT_EQ(d.tensor, h.tensor);
+  EXPECT_EQ(d.byte_offset, h.byte_offset);
+  EXPECT_EQ(d.byte_count, h.byte_count);
+  auto expect_refused = [](std::span<const std::byte> bytes, const char* what) {
+    try {
+      decode_raw_message(bytes);
+      FAIL() << what << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::corrupt_frame) << what;
+    }
+  };
+  // A chunk index outside the count.
+  expect_refused(encode_raw_message({1, 9, 9, 0, 0, 2}), "chunk index == chunk count");
+  // A prefix with bytes after it (the old layout carried the body inline).
+  auto longer = message;
+  longer.push_back(std::byte{7});
+  longer[8] = static_cast<std::byte>(kRawPrefixSize + 1);
+  expect_refused(longer, "a RAW prefix with trailing bytes");
+  expect_refused(encode_message(Ready{2}), "a READY read as RAW");
+}
+
+TEST(Protocol, RawPieceHashDependsOnBytesAndPlace) {
+  std::vector<std::byte> bytes(4096);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::byte>(i * 31 + 7);
+  const RawChunkHeader h{1, 0, 4, 2, 8192, bytes.size()};
+  const uint64_t base = raw_piece_hash(h, bytes);
+  EXPECT_EQ(base, raw_piece_hash(h, bytes));  // deterministic; chunk index and count do not matter
+  EXPECT_EQ(base, raw_piece_hash({1, 3, 7, 2, 8192, bytes.size()}, bytes));
+  EXPECT_NE(base, raw_piece_hash({1, 0, 4, 3, 8192, bytes.size()}, bytes)) << "other tensor";
+  EXPECT_NE(base, raw_piece_hash({1, 0, 4, 2, 8194, bytes.size()}, bytes)) << "other offset";
+  bytes[4095] ^= std::byte{0x80};
+  EXPECT_NE(base, raw_piece_hash(h, bytes)) << "one flipped bit";
+}
+
 void expect_corrupt(std::span<const std::byte> bytes, const char* what) {
   try {
     decode_message(bytes);
