@@ -89,6 +89,7 @@ struct Receiver::Impl {
   std::optional<Message> refuse_raw(uint64_t version, Errc code, const std::string& why);
   bool first_sight(const FrameKey& key, size_t bytes);
   void forward(int tree, std::span<const std::byte> message);
+  void forward(int tree, const SharedBytes& shared);
   void reset_raw();
   void forget_version();
   void forget_version_locked();
@@ -229,7 +230,11 @@ bool Receiver::Impl::first_sight(const FrameKey& key, size_t bytes) {
 // retained for RESUME while the retention budget lasts).
 void Receiver::Impl::forward(int tree, std::span<const std::byte> message) {
   if (children[tree].empty()) return;
-  auto shared = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
+  forward(tree, std::make_shared<const std::vector<std::byte>>(message.begin(), message.end()));
+}
+
+void Receiver::Impl::forward(int tree, const SharedBytes& shared) {
+  if (children[tree].empty()) return;
   for (auto& child : children[tree]) child->post(shared);
   std::lock_guard lock(state_mutex);
   stats.frames_forwarded += children[tree].size();
@@ -264,6 +269,8 @@ bool Receiver::Impl::relay_raw(int tree, std::span<const std::byte> message, std
     log->error("rank {}: unreadable RAW header from the parent in tree {}: {}", options.rank, tree, e.what());
     return false;
   }
+  // The header lies in `scratch`, which a refused piece's body overwrites: keep a copy.
+  const SharedBytes header = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
   const bool first = first_sight({h.version, 0xff, h.chunk_index}, h.byte_count);
   std::span<std::byte> body;
   std::optional<Message> reply;
@@ -295,7 +302,7 @@ bool Receiver::Impl::relay_raw(int tree, std::span<const std::byte> message, std
   std::optional<uint64_t> hash;
   if (received && *received == h.byte_count) {
     if (first) {  // forward verbatim; a refused piece goes on too (copied: scratch is reused)
-      forward(tree, message);
+      forward(tree, header);
       for (auto& child : children[tree]) {
         if (landing) child->post_view(body);
         else child->post(std::make_shared<const std::vector<std::byte>>(body.begin(), body.end()));

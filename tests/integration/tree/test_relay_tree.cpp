@@ -61,9 +61,14 @@ struct Params {
 // A producer and `n` receiver threads; each receiver's buffers are kept for memcmp after run().
 class Cluster {
  public:
+  // first_start_version: receiver 1 attaches at that version with its buffers filled with 0x5A
+  // (every other receiver starts at the all-zero version 0).
   Cluster(const Params& params, const codec::Manifest& manifest, uint32_t n, const std::string& name,
-          uint64_t chunk_bytes = 64 << 10)
-      : transport_(transport::make_transport(params.scheme, {})), buffers_(n), summaries_(n) {
+          uint64_t chunk_bytes = 64 << 10, uint64_t first_start_version = 0)
+      : transport_(transport::make_transport(params.scheme, {})),
+        buffers_(n),
+        summaries_(n),
+        first_start_version_(first_start_version) {
     ProducerOptions options;
     options.listen_url = url(params.scheme, name + "-producer");
     options.receivers = n;
@@ -95,6 +100,7 @@ class Cluster {
   Receiver& receiver(size_t i) { return *receivers_[i]; }
   size_t size() const { return receivers_.size(); }
   const std::string& failure(size_t i) const { return failures_[i]; }
+  const std::vector<Bytes>& buffers(size_t i) const { return buffers_[i]; }
 
   // True when receiver i's buffers equal `expected` byte for byte.
   bool holds(size_t i, const codec::ConstWeights& expected) const {
@@ -116,9 +122,11 @@ class Cluster {
       auto& receiver = *receivers_[i];
       const auto& manifest = receiver.join();
       codec::MutableWeights weights{&manifest, {}};
-      for (const auto& t : manifest.tensors()) buffers_[i].emplace_back(t.nbytes());
+      const uint64_t version = i == 0 ? first_start_version_ : 0;
+      for (const auto& t : manifest.tensors())
+        buffers_[i].emplace_back(t.nbytes(), version ? std::byte{0x5A} : std::byte{0});
       for (auto& b : buffers_[i]) weights.tensors.emplace_back(b.data(), b.size());
-      receiver.attach(weights, 0);
+      receiver.attach(weights, version);
       summaries_[i] = receiver.run();
     } catch (const std::exception& e) {
       failures_[i] = e.what();
@@ -132,8 +140,16 @@ class Cluster {
   std::vector<RunSummary> summaries_;
   std::vector<std::string> failures_ = std::vector<std::string>(16);
   std::vector<std::thread> threads_;
+  uint64_t first_start_version_ = 0;
   bool finished_ = false;
 };
+
+bool all_bytes_are(const std::vector<Bytes>& tensors, std::byte value) {
+  for (const auto& t : tensors)
+    for (auto b : t)
+      if (b != value) return false;
+  return true;
+}
 
 class RelayTree : public ::testing::TestWithParam<Params> {
  protected:
@@ -215,6 +231,36 @@ TEST_P(RelayTree, RawBootstrapWithOddChunkBytesIsBitExact) {
     EXPECT_EQ(cluster.failure(i), "");
     EXPECT_EQ(cluster.receiver(i).version(), 2u);
     EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
+  }
+}
+
+// Receiver 1 (a root, or the head of the chain) holds version 5, so it refuses the bootstrap:
+// it still forwards the pieces (copied, since they did not land in its buffers), the others
+// land them and ack, the producer aborts, and every other receiver zeroes its buffers again
+// (after any body still landing) while receiver 1's bits stay untouched.
+TEST_P(RelayTree, RefusedBootstrapLeavesEveryReceiverAtItsOwnVersion) {
+  Model model = Model::make(8);
+  const uint32_t n = 5;
+  Cluster cluster(GetParam(), model.manifest, n, sanitize(name()), 64 << 10, 5);
+  try {
+    RefitReport full = cluster.producer().bootstrap(model.weights());
+    EXPECT_FALSE(full.committed);
+  } catch (const Error& e) {
+    // Receiver 1 answers ABORT with ACTIVE(5), not the version 0 the producer expected.
+    EXPECT_EQ(e.code(), Errc::state) << e.what();
+  }
+  EXPECT_EQ(cluster.producer().version(), 0u);
+  cluster.finish();
+  EXPECT_EQ(cluster.receiver(0).version(), 5u);
+  EXPECT_GE(cluster.receiver(0).stats().frames_refused, 1u);
+  EXPECT_TRUE(all_bytes_are(cluster.buffers(0), std::byte{0x5A})) << "receiver 1 was written";
+  for (size_t i = 1; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "");
+    EXPECT_EQ(cluster.receiver(i).version(), 0u);
+    EXPECT_EQ(cluster.receiver(i).stats().versions_aborted, 1u) << "receiver " << i + 1;
+    // The pieces reached them intact through receiver 1 (only the abort undid them).
+    EXPECT_EQ(cluster.receiver(i).stats().frames_refused, 0u) << "receiver " << i + 1;
+    EXPECT_TRUE(all_bytes_are(cluster.buffers(i), std::byte{0})) << "receiver " << i + 1 << " not back at zeros";
   }
 }
 
