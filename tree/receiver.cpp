@@ -273,12 +273,13 @@ bool Receiver::Impl::relay_raw(int tree, std::span<const std::byte> message, std
   const SharedBytes header = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
   const bool first = first_sight({h.version, 0xff, h.chunk_index}, h.byte_count);
   std::span<std::byte> body;
-  std::optional<Message> reply;
   bool landing = false;  // the body goes into the weights
   if (first) {
-    std::lock_guard lock(applier_mutex);
+    std::unique_lock lock(applier_mutex);
     if (auto why = claim_raw(h)) {
-      reply = refuse_raw(h.version, Errc::version_mismatch, *why);
+      auto refusal = refuse_raw(h.version, Errc::version_mismatch, *why);
+      lock.unlock();
+      if (refusal) send_to_producer(*refusal);
     } else {
       body = weights.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
       landing = true;
@@ -289,7 +290,6 @@ bool Receiver::Impl::relay_raw(int tree, std::span<const std::byte> message, std
     ++stats.frames_replayed;
     log->warn("rank {}: refused a replayed raw chunk {} of version {}", options.rank, h.chunk_index, h.version);
   }
-  if (reply) send_to_producer(*reply);
   if (!landing) {
     if (h.byte_count > scratch.size()) {
       log->error("rank {}: RAW body of {} bytes exceeds the {}-byte receive buffer", options.rank,
@@ -301,24 +301,28 @@ bool Receiver::Impl::relay_raw(int tree, std::span<const std::byte> message, std
   const auto received = receive(tree, body);
   std::optional<uint64_t> hash;
   if (received && *received == h.byte_count) {
-    if (first) {  // forward verbatim; a refused piece goes on too (copied: scratch is reused)
+    if (first && !children[tree].empty()) {
+      // Forward verbatim; a refused piece goes on too, copied (scratch is reused).
       forward(tree, header);
+      SharedBytes copy;
+      if (!landing) copy = std::make_shared<const std::vector<std::byte>>(body.begin(), body.end());
       for (auto& child : children[tree]) {
         if (landing) child->post_view(body);
-        else child->post(std::make_shared<const std::vector<std::byte>>(body.begin(), body.end()));
+        else child->post(copy);
       }
     }
     if (landing) hash = raw_piece_hash(h, body);
   }
   if (landing) {
-    std::lock_guard lock(applier_mutex);
-    --raw_landing;
-    raw_landed.notify_all();
-    reply = received ? land_raw(h, hash) : std::nullopt;
-  } else {
-    reply.reset();
+    std::optional<Message> reply;
+    {
+      std::lock_guard lock(applier_mutex);
+      --raw_landing;
+      raw_landed.notify_all();
+      if (received) reply = land_raw(h, hash);
+    }
+    if (reply) send_to_producer(*reply);
   }
-  if (reply) send_to_producer(*reply);
   return received.has_value();
 }
 
