@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Medians of the relay-tree benchmark runs (bench/tree/results/*.jsonl) as Markdown tables for
-bench/RESULTS.md (section 3), plus bench/tree/results/netns-scaling.svg (time / (S/B) vs receivers).
+bench/RESULTS.md (section 3), plus SVG plots in bench/tree/results/: netns-scaling*.svg (time / (S/B)
+vs receivers) and refit-by-uplink.svg (refit speedup over a full checkpoint vs uplink rate).
 Only the standard library: this machine's python has no numpy or matplotlib.
    python3 bench/tree/summarize.py [RESULTS_DIR]"""
 import json
@@ -93,10 +94,10 @@ def netns(rows, svg_path):
             cells.append(f"{ratio:.2f}x ({secs:.2f} s, {len(rs)} runs, {exact}/{n} exact)")
         print(f"| {n} | " + " | ".join(cells) + " |")
     print()
-    write_svg(svg_path, series, counts)
+    write_svg(svg_path, series, counts, rate_text)
 
 
-def write_svg(path, series, counts):
+def write_svg(path, series, counts, rate_text):
     width, height, left, bottom, top, right = 560, 360, 60, 50, 30, 150
     ymax = max([2.5] + [r for pts in series.values() for _, r in pts]) * 1.1
     xmin, xmax = min(counts), max(counts)
@@ -111,7 +112,7 @@ def write_svg(path, series, counts):
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'font-family="sans-serif" font-size="12">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{left}" y="18">Relay-tree broadcast time / (S/B), 1 Gbit/s per node</text>',
+           f'<text x="{left}" y="18">Relay-tree broadcast time / (S/B), {rate_text} per node</text>',
            f'<line x1="{left}" y1="{y(0)}" x2="{width - right}" y2="{y(0)}" stroke="black"/>',
            f'<line x1="{left}" y1="{y(0)}" x2="{left}" y2="{top}" stroke="black"/>']
     for n in counts:
@@ -175,6 +176,73 @@ def refit(rows):
     print()
 
 
+def uplink_mbit(label):
+    text = label.rpartition("-")[2]
+    return round(float(text.replace("gbit", "")) * 1000)
+
+
+def refit_by_uplink(rows, svg_path):
+    """Speedup and refit/(payload/B) by uplink rate, every step a sample (the session-3 sweep)."""
+    runs = [r for r in rows if r["bench"] == "refit" and r.get("label", "").startswith("cross-cluster-")]
+    if not runs:
+        return
+    groups = defaultdict(list)
+    for r in runs:
+        groups[(uplink_mbit(r["label"]), r["lr"])].extend(r["steps"])
+    print("### Refit vs full checkpoint by uplink rate (every step of every run)\n")
+    print("| uplink Mbit/s | lr | steps | changed | speedup min / median / max | refit/(payload/B) median |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    series = defaultdict(list)
+    for (rate, lr), steps in sorted(groups.items()):
+        speedups = [s["speedup"] for s in steps]
+        print(f"| {rate} | {lr:g} | {len(steps)} | {100 * median([s['changed_fraction'] for s in steps]):.2f}% | "
+              f"{min(speedups):.0f} / {median(speedups):.0f} / {max(speedups):.0f} | "
+              f"{median([s['over_lower_bound'] for s in steps]):.2f} |")
+        series[lr].append((rate, median(speedups)))
+    print()
+    width, height, left, bottom, top, right = 560, 360, 60, 50, 30, 170
+    rates = sorted({rate for pts in series.values() for rate, _ in pts})
+    ymax = max([100.0] + [v for pts in series.values() for _, v in pts]) * 1.1
+
+    def x(rate):
+        return left + rates.index(rate) / max(1, len(rates) - 1) * (width - left - right)
+
+    def y(v):
+        return height - bottom - v / ymax * (height - bottom - top)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{left}" y="18">Refit speedup over a full checkpoint vs producer uplink (median)</text>',
+           f'<line x1="{left}" y1="{y(0)}" x2="{width - right}" y2="{y(0)}" stroke="black"/>',
+           f'<line x1="{left}" y1="{y(0)}" x2="{left}" y2="{top}" stroke="black"/>',
+           f'<text x="{(left + width - right) / 2}" y="{height - 10}" text-anchor="middle">uplink Mbit/s</text>']
+    for rate in rates:
+        out.append(f'<text x="{x(rate):.1f}" y="{height - bottom + 18}" text-anchor="middle">{rate}</text>')
+    tick = 0
+    while tick <= ymax:
+        out.append(f'<line x1="{left - 4}" y1="{y(tick):.1f}" x2="{width - right}" y2="{y(tick):.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick}</text>')
+        tick += 50
+    colours = ["#2ca02c", "#1f77b4", "#d62728", "#9467bd"]
+    for i, (lr, pts) in enumerate(sorted(series.items())):
+        colour = colours[i % len(colours)]
+        target = 80 if i == 0 else 40
+        out.append(f'<line x1="{left}" y1="{y(target):.1f}" x2="{width - right}" y2="{y(target):.1f}" '
+                   f'stroke="{colour}" stroke-dasharray="4 3"/>')
+        out.append(f'<text x="{width - right + 6}" y="{y(target) + 4:.1f}" fill="{colour}">target {target}x</text>')
+        pts = sorted(pts)
+        path_d = " ".join(f"{'M' if j == 0 else 'L'}{x(r):.1f},{y(v):.1f}" for j, (r, v) in enumerate(pts))
+        out.append(f'<path d="{path_d}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for r, v in pts:
+            out.append(f'<circle cx="{x(r):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}"/>')
+        ly = top + 20 + 18 * i
+        out.append(f'<text x="{width - right + 6}" y="{ly}" fill="{colour}">lr {lr:g}</text>')
+    out.append("</svg>")
+    Path(svg_path).write_text("\n".join(out) + "\n")
+    print(f"Plot: {svg_path}\n")
+
+
 def main():
     results = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "results")
     loopback(load(results / "loopback.jsonl"))
@@ -184,6 +252,9 @@ def main():
     netns(load(results / "netns-100mbit.jsonl"), results / "netns-scaling-100mbit.svg")
     refit(load(results / "refit.jsonl") + load(results / "refit-1rx.jsonl"))
     refit(load(results / "refit-0.1gbit.jsonl"))
+    loopback(load(results / "loopback-session3.jsonl"), ", session 3 (RAW pieces land in place)")
+    netns(load(results / "netns-1gbit-session3.jsonl"), results / "netns-scaling-1gbit-session3.svg")
+    refit_by_uplink(load(results / "refit-session3.jsonl"), results / "refit-by-uplink.svg")
 
 
 if __name__ == "__main__":
