@@ -170,6 +170,7 @@ struct Producer::Impl {
   // refit's critical path, and also when waiting for ACTIVE fails once COMMIT is out.
   void joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
                     Clock::time_point start, const std::function<void()>& on_commit = {});
+  void wait_active(uint64_t want, bool committed, Clock::time_point deadline);
   // Copies `next` into the baseline (the new committed bits).
   void adopt_baseline(const codec::ConstWeights& next) {
     for (size_t t = 0; t < baseline.size(); ++t)
@@ -272,15 +273,21 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
   } else {
     broadcast(Abort{v, report.abort_reason});
   }
-  // Once COMMIT is out the version is committed: on_commit runs whatever happens below.
-  struct OnExit {
-    const std::function<void()>* f;
-    ~OnExit() {
-      if (f && *f) (*f)();
-    }
-  } adopt{report.committed ? &on_commit : nullptr};
-  // Wait for every live receiver to be active again before anything else goes down the tree.
-  const uint64_t want = report.committed ? v : version;
+  // Once COMMIT is out the version is committed: on_commit runs even when the wait below fails.
+  try {
+    wait_active(report.committed ? v : version, report.committed, deadline);
+  } catch (...) {
+    if (report.committed && on_commit) on_commit();
+    throw;
+  }
+  report.refit_seconds = seconds_since(start);
+  if (report.committed && on_commit) on_commit();
+}
+
+// Waits until every live receiver is active at `want` (a dead control link counts as done)
+// before anything else goes down the tree. Throws Error(timeout | state).
+void Producer::Impl::wait_active(uint64_t want, bool committed, Clock::time_point deadline) {
+  const size_t n = control.size();
   std::vector<bool> active(n, false);
   for (size_t i = 0; i < n; ++i) active[i] = !live[i];
   while (std::count(active.begin(), active.end(), false) > 0) {
@@ -299,12 +306,11 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
                                      std::to_string(a->version) + ", expected " +
                                      std::to_string(want));
       active[i] = true;
-    } else if (auto* nack = std::get_if<Nack>(&*item->message); nack && report.committed) {
+    } else if (auto* nack = std::get_if<Nack>(&*item->message); nack && committed) {
       throw Error(Errc::state, "rank " + std::to_string(i + 1) + " could not commit version " +
-                                   std::to_string(v) + ": " + nack->message);
+                                   std::to_string(want) + ": " + nack->message);
     }
   }
-  report.refit_seconds = seconds_since(start);
 }
 
 Producer::Producer(transport::Transport& transport, const codec::Manifest& manifest,
