@@ -109,11 +109,8 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     // values follow the coding order (class by class for classed locations).
     const uint64_t digest_delta = changes_digest_delta(s.tensor, s.begin, scan.positions.data(), scan.old_bits.data(),
                                                        scan.new_bits.data(), c);
-    if (plan.order.empty()) {
-      for (size_t k = 0; k < c; ++k) values.add(mode, w, is_float, scan.old_bits[k], scan.new_bits[k]);
-    } else {
-      for (const uint32_t idx : plan.order) values.add(mode, w, is_float, scan.old_bits[idx], scan.new_bits[idx]);
-    }
+    values.add(mode, w, is_float, scan.old_bits.data(), scan.new_bits.data(),
+               plan.order.empty() ? nullptr : plan.order.data(), c);
     if (c) deltas.emplace_back(s.tensor, digest_delta);
     segments.push_back(SegmentInfo{s.tensor, info.dtype, mode, plan.coding, s.begin, s.count, c});
     local.elements += s.count;

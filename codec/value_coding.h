@@ -60,28 +60,16 @@ inline void store_bits(std::byte* base, unsigned width, uint64_t index, uint32_t
 class ValueEncoder {
  public:
   ValueEncoder() : signs_(sign_bytes_), flags_(flag_bytes_) {}
-  [[gnu::always_inline]] void add(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits, uint32_t new_bits) {
-    if (mode == ValueMode::ulp_delta) {
-      const uint32_t mask = width_mask(width);
-      const uint32_t d = (order_key(new_bits, width, is_float) - order_key(old_bits, width, is_float)) & mask;
-      // Branch-free: the sign and the "more than one ulp" flag of a change are coin tosses.
-      const uint32_t negative = (d >> (8 * width - 1)) & 1;
-      const uint32_t magnitude = ((d ^ (0u - negative)) + negative) & mask;  // |d|: 1 .. 2^(w-1)
-      const uint32_t flagged = magnitude > 1 ? 1 : 0;
-      signs_.put(negative, 1);
-      flags_.put(flagged, 1);
-      // The magnitude byte is stored unconditionally in spare room and kept only when flagged.
-      if (mag_used_ == mag_bytes_.size()) [[unlikely]]
-        mag_bytes_.resize(2 * mag_bytes_.size() + 256);
-      const uint32_t escaped = magnitude - 2 >= 255 ? 1 : 0;
-      mag_bytes_[mag_used_] = static_cast<std::byte>(escaped ? 255 : magnitude - 2);
-      mag_used_ += flagged;
-      if (flagged & escaped) [[unlikely]]
-        put_u32(mag_wide_, magnitude);
-      return;
+  // Adds the values of `count` changes in coding order: the k-th goes from old_bits[i] to
+  // new_bits[i], i = order ? order[k] : k.
+  void add(ValueMode mode, unsigned width, bool is_float, const uint32_t* old_bits, const uint32_t* new_bits,
+           const uint32_t* order, size_t count) {
+    if (mode != ValueMode::ulp_delta) return add_planes(mode, width, old_bits, new_bits, order, count);
+    switch (width) {
+      case 1: return add_ulp<1>(is_float, old_bits, new_bits, order, count);
+      case 2: return add_ulp<2>(is_float, old_bits, new_bits, order, count);
+      default: return add_ulp<4>(is_float, old_bits, new_bits, order, count);
     }
-    const uint32_t v = mode == ValueMode::xor_bits ? (old_bits ^ new_bits) : new_bits;
-    for (unsigned j = 0; j < width; ++j) planes_[j].push_back(static_cast<std::byte>(v >> (8 * j)));
   }
   // Flushes bit planes and returns (stream, bytes) pairs for the non-empty streams.
   std::vector<std::pair<StreamId, std::vector<std::byte>>> finish() {
@@ -101,6 +89,51 @@ class ValueEncoder {
   }
 
  private:
+  // ulp_delta: sign and "more than one ulp" bits are gathered 32 changes at a time and written with
+  // one put each; every change's magnitude byte is stored (branch-free) in spare room and kept only
+  // when flagged.
+  template <unsigned W>
+  void add_ulp(bool is_float, const uint32_t* old_bits, const uint32_t* new_bits, const uint32_t* order, size_t count) {
+    const uint32_t mask = width_mask(W);
+    if (mag_bytes_.size() - mag_used_ < count) mag_bytes_.resize(2 * mag_bytes_.size() + count);
+    std::byte* mag = mag_bytes_.data();
+    size_t used = mag_used_;
+    for (size_t k = 0; k < count;) {
+      const unsigned m = static_cast<unsigned>(std::min<size_t>(32, count - k));
+      uint32_t sign_word = 0, flag_word = 0;
+      for (unsigned b = 0; b < m; ++b, ++k) {
+        const size_t i = order ? order[k] : k;
+        const uint32_t d = (order_key(new_bits[i], W, is_float) - order_key(old_bits[i], W, is_float)) & mask;
+        const uint32_t negative = (d >> (8 * W - 1)) & 1;
+        const uint32_t magnitude = ((d ^ (0u - negative)) + negative) & mask;  // |d|: 1 .. 2^(w-1)
+        const uint32_t flagged = magnitude > 1 ? 1 : 0;
+        const uint32_t escaped = magnitude - 2 >= 255 ? 1 : 0;
+        sign_word |= negative << b;
+        flag_word |= flagged << b;
+        mag[used] = static_cast<std::byte>(escaped ? 255 : magnitude - 2);
+        used += flagged;
+        if (flagged & escaped) [[unlikely]]
+          put_u32(mag_wide_, magnitude);
+      }
+      signs_.put(sign_word, m);
+      flags_.put(flag_word, m);
+    }
+    mag_used_ = used;
+  }
+  void add_planes(ValueMode mode, unsigned width, const uint32_t* old_bits, const uint32_t* new_bits,
+                  const uint32_t* order, size_t count) {
+    std::byte* plane[4] = {};
+    for (unsigned j = 0; j < width; ++j) {
+      planes_[j].resize(planes_[j].size() + count);
+      plane[j] = planes_[j].data() + planes_[j].size() - count;
+    }
+    for (size_t k = 0; k < count; ++k) {
+      const size_t i = order ? order[k] : k;
+      const uint32_t v = mode == ValueMode::xor_bits ? (old_bits[i] ^ new_bits[i]) : new_bits[i];
+      for (unsigned j = 0; j < width; ++j) plane[j][k] = static_cast<std::byte>(v >> (8 * j));
+    }
+  }
+
   std::vector<std::byte> sign_bytes_, flag_bytes_, mag_bytes_, mag_wide_;
   size_t mag_used_ = 0;  // bytes of mag_bytes_ in use (the rest is spare room)
   std::vector<std::byte> planes_[4];
