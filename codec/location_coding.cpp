@@ -78,14 +78,20 @@ std::pair<unsigned, uint64_t> best_rice(const uint32_t* gaps, size_t count, uint
   const unsigned kc[3] = {static_cast<unsigned>(std::max(0, k0 - 1)), static_cast<unsigned>(std::min<int>(k0, kMaxRiceK)),
                           static_cast<unsigned>(std::min<int>(k0 + 1, kMaxRiceK))};
   const RiceSums sums = rice_sums(gaps, count, kc[0], kc[1], kc[2]);
+  // Escaped codes (rare: long gaps) are costed exactly in one pass for the three parameters; the
+  // escapes of a larger parameter are a subset of those of a smaller one.
+  uint64_t escaped_bits[3] = {0, 0, 0};
+  if (sums.escaped[0]) {
+    const uint64_t lowest = uint64_t{kRiceEscape} << kc[0];
+    for (size_t i = 0; i < count; ++i)
+      if (gaps[i] >= lowest) [[unlikely]]
+        for (int j = 0; j < 3; ++j)
+          if ((uint64_t{gaps[i]} >> kc[j]) >= kRiceEscape) escaped_bits[j] += rice_cost_bits(gaps[i], kc[j]);
+  }
   unsigned best_k = kc[0];
   uint64_t best_bits = UINT64_MAX;
   for (int j = 0; j < 3; ++j) {
-    uint64_t total = sums.quotients[j] + (count - sums.escaped[j]) * (1 + kc[j]);
-    if (sums.escaped[j]) {  // rare: cost the escaped gaps exactly
-      total = 0;
-      for (size_t i = 0; i < count; ++i) total += rice_cost_bits(gaps[i], kc[j]);
-    }
+    const uint64_t total = sums.quotients[j] + (count - sums.escaped[j]) * (1 + kc[j]) + escaped_bits[j];
     if (total < best_bits) {
       best_bits = total;
       best_k = kc[j];
@@ -94,48 +100,19 @@ std::pair<unsigned, uint64_t> best_rice(const uint32_t* gaps, size_t count, uint
   return {best_k, best_bits};
 }
 
-// Distributes the changes to their classes: slot start[j] + (index within class j) of the
-// outputs gets the change's rank gap within its class (rank - previous rank - 1; the first: rank)
-// and its index i. Returns in next_rank[j] the last rank of class j plus one (0 when empty), so
-// the class's gaps sum to next_rank[j] - its change count. K: the class count when it is a
-// compile-time constant (the per-class cursors then live in registers, selected without
-// branches), 0 for a run-time count k.
-template <unsigned K>
-void distribute_to_classes(const uint8_t* cls, const uint32_t* rank, size_t c, unsigned k, const uint64_t* start,
-                           uint32_t* gaps_out, uint32_t* order_out, uint32_t* next_rank_out) {
-  constexpr unsigned kSlots = K != 0 ? K : kMaxClasses;
-  if constexpr (K != 0) k = K;
-  uint64_t fill[kSlots];
-  uint32_t next_rank[kSlots];
-  for (unsigned j = 0; j < kSlots; ++j) {
-    fill[j] = j < k ? start[j] : 0;
-    next_rank[j] = 0;
-  }
+// Appends the changes of class j, in position order, at order_out (their indexes) and rank_out
+// (their ranks); returns how many there are. Branch-free: every change is written at the next
+// slot, which only advances for class j, so one slot past the class's changes is overwritten
+// (the caller provides it; it belongs to the next class or is spare).
+DC_HOT_CLONES size_t gather_class(const uint8_t* cls, const uint32_t* rank, size_t c, unsigned j, uint32_t* order_out,
+                                  uint32_t* rank_out) {
+  size_t n = 0;
   for (size_t i = 0; i < c; ++i) {
-    const unsigned j = cls[i];
-    const uint32_t r = rank[i];
-    uint64_t at;
-    uint32_t prev_next;
-    if constexpr (K != 0) {
-      at = fill[0];
-      prev_next = next_rank[0];
-      for (unsigned m = 1; m < K; ++m) {
-        at = j == m ? fill[m] : at;
-        prev_next = j == m ? next_rank[m] : prev_next;
-      }
-      for (unsigned m = 0; m < K; ++m) {
-        fill[m] += j == m ? 1 : 0;
-        next_rank[m] = j == m ? r + 1 : next_rank[m];
-      }
-    } else {
-      at = fill[j]++;
-      prev_next = next_rank[j];
-      next_rank[j] = r + 1;
-    }
-    gaps_out[at] = r - prev_next;
-    order_out[at] = static_cast<uint32_t>(i);
+    order_out[n] = static_cast<uint32_t>(i);
+    rank_out[n] = rank[i];
+    n += cls[i] == j ? 1 : 0;
   }
-  for (unsigned j = 0; j < k; ++j) next_rank_out[j] = next_rank[j];
+  return n;
 }
 
 double group_cost_bits(double n, double c) {
@@ -155,7 +132,7 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     plan.coding = LocationCoding::range;
     return plan;
   }
-  thread_local ScanVector<uint32_t> gaps, rank_gaps;
+  thread_local ScanVector<uint32_t> gaps, rank_gaps, class_ranks;
   gaps.resize(c);
   position_gaps(pos.data(), c, gaps.data());
   const auto [gap_k, gap_bits] = best_rice(gaps.data(), c, uint64_t{pos[c - 1]} + 1 - c);
@@ -172,23 +149,24 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
   if (k_classes > 1) {
     const uint8_t* cls = changes.scan->change_class.data();
     const uint32_t* rank = changes.scan->change_rank.data();
-    for (size_t i = 0; i < c; ++i) ++class_counts[cls[i]];
-    uint64_t start[kMaxClasses] = {};
-    for (unsigned j = 1; j < k_classes; ++j) start[j] = start[j - 1] + class_counts[j - 1];
-    class_order.resize(c);
+    // Class by class (one pass each, classes in order): indexes, ranks, then the rank gaps.
+    class_order.resize(c + 1);
+    class_ranks.resize(c + 1);
     rank_gaps.resize(c);
-    uint32_t next_rank[kMaxClasses] = {};
-    switch (k_classes) {
-      case 2: distribute_to_classes<2>(cls, rank, c, k_classes, start, rank_gaps.data(), class_order.data(), next_rank); break;
-      case 3: distribute_to_classes<3>(cls, rank, c, k_classes, start, rank_gaps.data(), class_order.data(), next_rank); break;
-      case 4: distribute_to_classes<4>(cls, rank, c, k_classes, start, rank_gaps.data(), class_order.data(), next_rank); break;
-      default: distribute_to_classes<0>(cls, rank, c, k_classes, start, rank_gaps.data(), class_order.data(), next_rank); break;
-    }
+    uint64_t start = 0;
     for (unsigned j = 0; j < k_classes; ++j) {
-      const auto [kj, bj] = best_rice(rank_gaps.data() + start[j], class_counts[j], next_rank[j] - class_counts[j]);
-      class_k[j] = kj;
-      classed_bits += bj;
+      const size_t m = gather_class(cls, rank, c, j, class_order.data() + start, class_ranks.data() + start);
+      class_counts[j] = m;
+      if (m > 0) {
+        const uint32_t* r = class_ranks.data() + start;
+        position_gaps(r, m, rank_gaps.data() + start);
+        const auto [kj, bj] = best_rice(rank_gaps.data() + start, m, uint64_t{r[m - 1]} + 1 - m);
+        class_k[j] = kj;
+        classed_bits += bj;
+      }
+      start += m;
     }
+    class_order.resize(c);
     classed_bytes = 1 + 4 * (k_classes - 1) + 9 * k_classes + (classed_bits + 7) / 8;
   }
   // Varints take at least a byte per change: when another coding is already that small, they
