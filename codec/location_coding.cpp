@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+#ifdef DELTACAST_HAVE_X86_KERNELS
+#include <immintrin.h>
+#endif
 
 #include "codec/bitstream.h"
 #include "codec/simd.h"
@@ -102,17 +106,64 @@ std::pair<unsigned, uint64_t> best_rice(const uint32_t* gaps, size_t count, uint
 
 // Appends the changes of class j, in position order, at order_out (their indexes) and rank_out
 // (their ranks); returns how many there are. Branch-free: every change is written at the next
-// slot, which only advances for class j, so one slot past the class's changes is overwritten
-// (the caller provides it; it belongs to the next class or is spare).
-DC_HOT_CLONES size_t gather_class(const uint8_t* cls, const uint32_t* rank, size_t c, unsigned j, uint32_t* order_out,
-                                  uint32_t* rank_out) {
+// slot, which only advances for class j, so up to kGatherSlack slots past the class's changes are
+// overwritten (the caller provides them; they belong to the next class or are spare).
+constexpr size_t kGatherSlack = 8;
+DC_HOT_CLONES size_t gather_class_portable(const uint8_t* cls, const uint32_t* rank, size_t from, size_t c, unsigned j,
+                                           uint32_t* order_out, uint32_t* rank_out) {
   size_t n = 0;
-  for (size_t i = 0; i < c; ++i) {
+  for (size_t i = from; i < c; ++i) {
     order_out[n] = static_cast<uint32_t>(i);
     rank_out[n] = rank[i];
     n += cls[i] == j ? 1 : 0;
   }
   return n;
+}
+
+#ifdef DELTACAST_HAVE_X86_KERNELS
+// Lane indexes that move the selected lanes of an 8-lane vector to its front, per 8-bit mask.
+struct CompactTable {
+  uint64_t lanes[256];
+  constexpr CompactTable() : lanes{} {
+    for (unsigned m = 0; m < 256; ++m) {
+      unsigned at = 0;
+      for (unsigned l = 0; l < 8; ++l)
+        if ((m >> l) & 1) lanes[m] |= uint64_t{l} << (8 * at++);
+    }
+  }
+};
+constexpr CompactTable kCompact{};
+
+// gather_class_portable, 8 changes per step with AVX2 (only called when the CPU has it).
+__attribute__((target("avx2,popcnt"))) size_t gather_class_avx2(const uint8_t* cls, const uint32_t* rank, size_t c,
+                                                                 unsigned j, uint32_t* order_out, uint32_t* rank_out) {
+  const __m256i want = _mm256_set1_epi32(static_cast<int>(j));
+  const __m256i step = _mm256_set1_epi32(8);
+  __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  size_t n = 0, i = 0;
+  for (; i + 8 <= c; i += 8) {
+    uint64_t bytes;
+    std::memcpy(&bytes, cls + i, 8);
+    const __m256i classes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes)));
+    const unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(classes, want))));
+    const __m256i perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(kCompact.lanes[mask])));
+    const __m256i ranks = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rank + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(order_out + n), _mm256_permutevar8x32_epi32(index, perm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(rank_out + n), _mm256_permutevar8x32_epi32(ranks, perm));
+    n += static_cast<size_t>(__builtin_popcount(mask));
+    index = _mm256_add_epi32(index, step);
+  }
+  return n + gather_class_portable(cls, rank, i, c, j, order_out + n, rank_out + n);
+}
+#endif
+
+size_t gather_class(const uint8_t* cls, const uint32_t* rank, size_t c, unsigned j, uint32_t* order_out,
+                    uint32_t* rank_out) {
+#ifdef DELTACAST_HAVE_X86_KERNELS
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+  if (avx2) return gather_class_avx2(cls, rank, c, j, order_out, rank_out);
+#endif
+  return gather_class_portable(cls, rank, 0, c, j, order_out, rank_out);
 }
 
 double group_cost_bits(double n, double c) {
@@ -150,8 +201,8 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     const uint8_t* cls = changes.scan->change_class.data();
     const uint32_t* rank = changes.scan->change_rank.data();
     // Class by class (one pass each, classes in order): indexes, ranks, then the rank gaps.
-    class_order.resize(c + 1);
-    class_ranks.resize(c + 1);
+    class_order.resize(c + kGatherSlack);
+    class_ranks.resize(c + kGatherSlack);
     rank_gaps.resize(c);
     uint64_t start = 0;
     for (unsigned j = 0; j < k_classes; ++j) {
