@@ -228,18 +228,26 @@ struct DeltaApplier::Impl {
     size_t slot = sc.first_slot;
     for (size_t i = 0; i < sc.segment_count; ++i) {
       const SegmentDecode& d = sc.segments[i];
-      switch (d.mode) {
-        case ValueMode::ulp_delta: write_segment<ValueMode::ulp_delta>(d, sc, slot); break;
-        case ValueMode::xor_bits: write_segment<ValueMode::xor_bits>(d, sc, slot); break;
-        case ValueMode::overwrite: write_segment<ValueMode::overwrite>(d, sc, slot); break;
+      switch (dtype_size(manifest->at(d.tensor).dtype)) {
+        case 1: write_segment_of_width<1>(d, sc, slot); break;
+        case 2: write_segment_of_width<2>(d, sc, slot); break;
+        default: write_segment_of_width<4>(d, sc, slot); break;
       }
       slot += d.positions.size();
     }
   }
-  template <ValueMode M>
+  // Element width and value mode as compile-time constants: no per-change switch on either.
+  template <unsigned W>
+  void write_segment_of_width(const SegmentDecode& d, DecodeScratch& sc, size_t first_slot) const {
+    switch (d.mode) {
+      case ValueMode::ulp_delta: return write_segment<ValueMode::ulp_delta, W>(d, sc, first_slot);
+      case ValueMode::xor_bits: return write_segment<ValueMode::xor_bits, W>(d, sc, first_slot);
+      case ValueMode::overwrite: return write_segment<ValueMode::overwrite, W>(d, sc, first_slot);
+    }
+  }
+  template <ValueMode M, unsigned w>
   void write_segment(const SegmentDecode& d, DecodeScratch& sc, size_t first_slot) const {
     const auto dtype = manifest->at(d.tensor).dtype;
-    const unsigned w = static_cast<unsigned>(dtype_size(dtype));
     const bool is_float = dtype_is_float(dtype);
     std::byte* base = weights.tensors[d.tensor].data() + d.element_begin * w;
     const size_t n = d.positions.size();
