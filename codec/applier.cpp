@@ -110,6 +110,7 @@ struct DecodeScratch {
   size_t first_slot = 0;                                   // the chunk's first reserved undo slot
   std::vector<UndoEntry*> blocks;                          // undo blocks of the reserved slots
   std::vector<std::pair<uint32_t, uint64_t>> digest_delta;  // (tensor, digest change)
+  ScanVector<uint32_t> old_bits, new_bits;                  // per change of the segment being written
   static DecodeScratch& local() {
     thread_local DecodeScratch scratch;
     return scratch;
@@ -227,28 +228,39 @@ struct DeltaApplier::Impl {
     size_t slot = sc.first_slot;
     for (size_t i = 0; i < sc.segment_count; ++i) {
       const SegmentDecode& d = sc.segments[i];
-      switch (d.mode) {
-        case ValueMode::ulp_delta: write_segment<ValueMode::ulp_delta>(d, sc, slot); break;
-        case ValueMode::xor_bits: write_segment<ValueMode::xor_bits>(d, sc, slot); break;
-        case ValueMode::overwrite: write_segment<ValueMode::overwrite>(d, sc, slot); break;
+      switch (dtype_size(manifest->at(d.tensor).dtype)) {
+        case 1: write_segment_of_width<1>(d, sc, slot); break;
+        case 2: write_segment_of_width<2>(d, sc, slot); break;
+        default: write_segment_of_width<4>(d, sc, slot); break;
       }
       slot += d.positions.size();
     }
   }
-  template <ValueMode M>
+  // Element width and value mode as compile-time constants: no per-change switch on either.
+  template <unsigned W>
+  void write_segment_of_width(const SegmentDecode& d, DecodeScratch& sc, size_t first_slot) const {
+    switch (d.mode) {
+      case ValueMode::ulp_delta: return write_segment<ValueMode::ulp_delta, W>(d, sc, first_slot);
+      case ValueMode::xor_bits: return write_segment<ValueMode::xor_bits, W>(d, sc, first_slot);
+      case ValueMode::overwrite: return write_segment<ValueMode::overwrite, W>(d, sc, first_slot);
+    }
+  }
+  template <ValueMode M, unsigned w>
   void write_segment(const SegmentDecode& d, DecodeScratch& sc, size_t first_slot) const {
     const auto dtype = manifest->at(d.tensor).dtype;
-    const unsigned w = static_cast<unsigned>(dtype_size(dtype));
     const bool is_float = dtype_is_float(dtype);
     std::byte* base = weights.tensors[d.tensor].data() + d.element_begin * w;
-    const uint64_t seed = tensor_hash_seed(d.tensor);
     const size_t n = d.positions.size();
     const uint32_t* pos = d.positions.data();
     const uint32_t* tokens = d.tokens.data();
     const uint32_t* order = d.coding_index.empty() ? nullptr : d.coding_index.data();
     const uint32_t* olds = d.old_values.empty() ? nullptr : d.old_values.data();
     const size_t first_block = sc.first_slot / UndoLog::kBlock;
-    uint64_t delta = 0;
+    // The old and new bits are kept for one vectorised digest pass after the writes.
+    sc.old_bits.resize(n);
+    sc.new_bits.resize(n);
+    uint32_t* old_out = sc.old_bits.data();
+    uint32_t* new_out = sc.new_bits.data();
     // Stores are prefetched a few writes ahead: the decode pass streamed through these lines
     // long before, so their misses are made to overlap.
     constexpr size_t kAhead = 16;
@@ -262,9 +274,10 @@ struct DeltaApplier::Impl {
       sc.blocks[slot / UndoLog::kBlock - first_block][slot % UndoLog::kBlock] =
           UndoEntry{d.element_begin + p, d.tensor, ob};
       store_bits(base, w, p, nb);
-      delta += element_hash_seeded(seed, d.element_begin + p, nb) - element_hash_seeded(seed, d.element_begin + p, ob);
+      old_out[k] = ob;
+      new_out[k] = nb;
     }
-    sc.digest_delta.emplace_back(d.tensor, delta);
+    sc.digest_delta.emplace_back(d.tensor, changes_digest_delta(d.tensor, d.element_begin, pos, old_out, new_out, n));
   }
 };
 

@@ -48,29 +48,7 @@ class BitWriter {
     }
     put((uint64_t{1} << count) - 1, count);
   }
-  [[gnu::always_inline]] void put_rice(uint64_t gap, unsigned k) {
-    const uint64_t q = gap >> k;
-    if (q + 1 + k <= 32) [[likely]] {  // the common case: unary part, stop bit and low bits in one put
-      const uint64_t low = gap & ((uint64_t{1} << k) - 1);
-      put(((uint64_t{1} << q) - 1) | (low << (q + 1)), static_cast<unsigned>(q + 1 + k));
-      return;
-    }
-    if (q < kRiceEscape) {
-      put_ones(static_cast<unsigned>(q));
-      put(0, 1);
-      if (k) put(gap, k);
-      return;
-    }
-    put_ones(kRiceEscape);
-    const unsigned len = 64 - static_cast<unsigned>(std::countl_zero(gap));  // gap > 0 here
-    put(len - 1, 6);
-    if (len > 32) {
-      put(gap & 0xFFFFFFFFu, 32);
-      put(gap >> 32, len - 32);
-    } else {
-      put(gap, len);
-    }
-  }
+  void put_rice(uint64_t gap, unsigned k);
   // Pads the last byte with zero bits.
   void flush() {
     while (n_ > 0) {
@@ -83,6 +61,79 @@ class BitWriter {
 
  private:
   std::vector<std::byte>& out_;
+  uint64_t acc_ = 0;
+  unsigned n_ = 0;
+};
+
+// Appends Rice(k) of `gap` to a writer with put(bits, count <= 64) and put_ones(count).
+template <class Writer>
+[[gnu::always_inline]] inline void put_rice_code(Writer& w, uint64_t gap, unsigned k) {
+  const uint64_t q = gap >> k;
+  if (q + 1 + k <= 32) [[likely]] {  // the common case: unary part, stop bit and low bits in one put
+    const uint64_t low = gap & ((uint64_t{1} << k) - 1);
+    w.put(((uint64_t{1} << q) - 1) | (low << (q + 1)), static_cast<unsigned>(q + 1 + k));
+    return;
+  }
+  if (q < kRiceEscape) {
+    w.put_ones(static_cast<unsigned>(q));
+    w.put(0, 1);
+    if (k) w.put(gap, k);
+    return;
+  }
+  w.put_ones(kRiceEscape);
+  const unsigned len = 64 - static_cast<unsigned>(std::countl_zero(gap));  // gap > 0 here
+  w.put(len - 1, 6);
+  if (len > 32) {
+    w.put(gap & 0xFFFFFFFFu, 32);
+    w.put(gap >> 32, len - 32);
+  } else {
+    w.put(gap, len);
+  }
+}
+
+[[gnu::always_inline]] inline void BitWriter::put_rice(uint64_t gap, unsigned k) { put_rice_code(*this, gap, k); }
+
+// BitWriter's bit stream written into memory sized ahead of time (no capacity checks): for codes
+// whose exact size is known (Rice codes costed by rice_cost_bits). The caller provides
+// ceil(bits / 8) bytes at `out`; nothing past them is written.
+class SpanBitWriter {
+ public:
+  explicit SpanBitWriter(std::byte* out) : p_(out) {}
+  [[gnu::always_inline]] void put(uint64_t bits, unsigned count) {  // count <= 64
+    if (count > 32) [[unlikely]] {
+      put_word(bits & 0xFFFFFFFFu, 32);
+      put_word(bits >> 32, count - 32);
+      return;
+    }
+    put_word(bits, count);
+  }
+  void put_ones(unsigned count) {
+    while (count > 32) {
+      put_word(0xFFFFFFFFu, 32);
+      count -= 32;
+    }
+    put_word((uint64_t{1} << count) - 1, count);
+  }
+  [[gnu::always_inline]] void put_rice(uint64_t gap, unsigned k) { put_rice_code(*this, gap, k); }
+  // Writes the pending bits, the last byte zero-padded; returns the end of the written bytes.
+  std::byte* flush() {
+    for (; n_ > 0; n_ = n_ > 8 ? n_ - 8 : 0, acc_ >>= 8) *p_++ = static_cast<std::byte>(acc_ & 0xFF);
+    acc_ = 0;
+    return p_;
+  }
+
+ private:
+  [[gnu::always_inline]] void put_word(uint64_t bits, unsigned count) {  // count <= 32
+    acc_ |= (bits & ((uint64_t{1} << count) - 1)) << n_;
+    n_ += count;
+    if (n_ >= 32) {
+      for (unsigned b = 0; b < 4; ++b) p_[b] = static_cast<std::byte>(acc_ >> (8 * b));  // LSB-first
+      p_ += 4;
+      acc_ >>= 32;
+      n_ -= 32;
+    }
+  }
+  std::byte* p_;
   uint64_t acc_ = 0;
   unsigned n_ = 0;
 };

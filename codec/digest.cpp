@@ -63,6 +63,30 @@ DC_HOT_CLONES uint64_t sum_terms_u32(const uint32_t* p, uint64_t n, uint64_t fir
   return sum_terms(p, n, first, seed);
 }
 
+// changes_digest_delta in 32-bit lanes: index first + p has the low word lo32(first) + p (mod 2^32)
+// and the high word hi32(first) plus the carry out of that sum. Only the high halves' difference
+// mod 2^32 matters (it is shifted up by 32); the low halves are summed in 64 bits.
+DC_HOT_CLONES uint64_t sum_change_terms(uint64_t seed, uint64_t first, const uint32_t* positions,
+                                        const uint32_t* old_bits, const uint32_t* new_bits, size_t count) {
+  using namespace detail;
+  const uint32_t first_lo = static_cast<uint32_t>(first);
+  const uint32_t first_hi = static_cast<uint32_t>(first >> 32);
+  const uint32_t seed_lo = static_cast<uint32_t>(seed);
+  const uint32_t seed_hi = static_cast<uint32_t>(seed >> 32);
+  uint32_t diff_hi = 0;
+  uint64_t diff_lo = 0;
+  for (size_t k = 0; k < count; ++k) {
+    const uint32_t lo = first_lo + positions[k];
+    const uint32_t carry = lo < first_lo ? 1u : 0u;
+    const uint32_t u = lo * kDigestIndexMul + (first_hi + carry) * kDigestIndexHiMul + seed_lo;
+    const uint32_t hi_new = digest_term_hi(u, new_bits[k]);
+    const uint32_t hi_old = digest_term_hi(u, old_bits[k]);
+    diff_hi += hi_new - hi_old;
+    diff_lo += uint64_t{digest_term_lo(hi_new, seed_hi)} - uint64_t{digest_term_lo(hi_old, seed_hi)};
+  }
+  return (uint64_t{diff_hi} << 32) + diff_lo;
+}
+
 // Sum of the terms of n elements stored at `data`, the first of which has index `first`.
 uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* data, uint64_t first, uint64_t n) {
   const uint64_t seed = tensor_seed(tensor_index);
@@ -80,6 +104,11 @@ uint64_t element_hash(uint32_t tensor_index, uint64_t element_index, uint32_t bi
   return element_hash_seeded(tensor_seed(tensor_index), element_index, bits);
 }
 uint64_t tensor_hash_seed(uint32_t tensor_index) noexcept { return tensor_seed(tensor_index); }
+
+uint64_t changes_digest_delta(uint32_t tensor_index, uint64_t first, const uint32_t* positions,
+                              const uint32_t* old_bits, const uint32_t* new_bits, size_t count) noexcept {
+  return sum_change_terms(tensor_seed(tensor_index), first, positions, old_bits, new_bits, count);
+}
 
 uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::byte> bytes) {
   const size_t w = dtype_size(dtype);

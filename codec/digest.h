@@ -6,6 +6,7 @@
 // maintains its own digests while applying proves bit equality per refit without a full scan, and
 // full_scan() recomputes everything from the bytes as an audit.
 // This detects corruption and coding bugs; it is not a cryptographic commitment.
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -57,6 +58,12 @@ inline uint64_t element_hash_seeded(uint64_t seed, uint64_t element_index, uint3
   const uint32_t hi = detail::digest_term_hi(detail::digest_index_word(seed, element_index), bits);
   return (uint64_t{hi} << 32) | detail::digest_term_lo(hi, static_cast<uint32_t>(seed >> 32));
 }
+
+// Digest change when the elements first + positions[k] of tensor `tensor_index` go from old_bits[k]
+// to new_bits[k] (k < count): the sum of element_hash(new) - element_hash(old), mod 2^64. Runs
+// vectorised (the same value as the scalar sum). Each element appears at most once.
+uint64_t changes_digest_delta(uint32_t tensor_index, uint64_t first, const uint32_t* positions,
+                              const uint32_t* old_bits, const uint32_t* new_bits, size_t count) noexcept;
 
 // Digest of one tensor's bytes (full scan).
 uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::byte> bytes);

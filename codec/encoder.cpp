@@ -105,19 +105,12 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     scan_changes(w, abs_mask_of(info.dtype), o, nw, s.count, classes.count > 1 ? &classes : nullptr, scan);
     const LocationPlan plan = encode_locations(SegmentChanges{s.count, &scan, classes}, locations);
     const size_t c = scan.positions.size();
-    uint64_t digest_delta = 0;
-    const uint64_t seed = tensor_hash_seed(s.tensor);
     // The digest delta does not depend on the order: one sequential pass in position order. The
     // values follow the coding order (class by class for classed locations).
-    for (size_t k = 0; k < c; ++k) {
-      const uint64_t p = s.begin + scan.positions[k];
-      digest_delta += element_hash_seeded(seed, p, scan.new_bits[k]) - element_hash_seeded(seed, p, scan.old_bits[k]);
-    }
-    if (plan.order.empty()) {
-      for (size_t k = 0; k < c; ++k) values.add(mode, w, is_float, scan.old_bits[k], scan.new_bits[k]);
-    } else {
-      for (const uint32_t idx : plan.order) values.add(mode, w, is_float, scan.old_bits[idx], scan.new_bits[idx]);
-    }
+    const uint64_t digest_delta = changes_digest_delta(s.tensor, s.begin, scan.positions.data(), scan.old_bits.data(),
+                                                       scan.new_bits.data(), c);
+    values.add(mode, w, is_float, scan.old_bits.data(), scan.new_bits.data(),
+               plan.order.empty() ? nullptr : plan.order.data(), c);
     if (c) deltas.emplace_back(s.tensor, digest_delta);
     segments.push_back(SegmentInfo{s.tensor, info.dtype, mode, plan.coding, s.begin, s.count, c});
     local.elements += s.count;

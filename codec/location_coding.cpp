@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstring>
+#ifdef DELTACAST_HAVE_X86_KERNELS
+#include <immintrin.h>
+#endif
 
 #include "codec/bitstream.h"
+#include "codec/simd.h"
 #include "codec/wire.h"
 #include "util/error.h"
 
@@ -14,40 +19,151 @@ namespace {
 
 constexpr unsigned kMaxRiceK = 40;
 
-// The best Rice parameter for a gap sequence and its exact cost in bits: the mean suggests k0
-// (Golomb's rule for geometric gaps); k0-1, k0 and k0+1 are costed exactly in one fused pass.
-std::pair<unsigned, uint64_t> best_rice(const uint32_t* gaps, size_t count) {
+// Position gaps (first position, then pos[i] - pos[i-1] - 1) of c >= 1 ascending positions.
+DC_HOT_CLONES void position_gaps(const uint32_t* pos, size_t c, uint32_t* gaps) {
+  gaps[0] = pos[0];
+  for (size_t i = 1; i < c; ++i) gaps[i] = pos[i] - pos[i - 1] - 1;
+}
+
+// Bytes of the LEB128 varints of the gaps.
+DC_HOT_CLONES uint64_t varint_cost_bytes(const uint32_t* gaps, size_t c) {
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < c; ++i) {
+    const uint32_t g = gaps[i];
+    bytes += 1u + (g >= (1u << 7)) + (g >= (1u << 14)) + (g >= (1u << 21)) + (g >= (1u << 28));
+  }
+  return bytes;
+}
+
+// Sums of g >> k (over codes below the escape) and counts of escaped codes, for three parameters
+// (a shift by 32 or more gives 0 for these 32-bit gaps).
+struct RiceSums {
+  uint64_t quotients[3] = {};
+  uint64_t escaped[3] = {};
+};
+DC_HOT_CLONES RiceSums rice_sums(const uint32_t* gaps, size_t count, unsigned k0, unsigned k1, unsigned k2) {
+  RiceSums r;
+  const uint32_t keep0 = k0 < 32 ? ~0u : 0u, keep1 = k1 < 32 ? ~0u : 0u, keep2 = k2 < 32 ? ~0u : 0u;
+  k0 &= 31;
+  k1 &= 31;
+  k2 &= 31;
+  // 32-bit lane sums: below 2^26 codes of quotient < 32 each cannot overflow.
+  constexpr size_t kBlock = size_t{1} << 26;
+  for (size_t at = 0; at < count; at += kBlock) {
+    const size_t end = std::min(count, at + kBlock);
+    uint32_t q0 = 0, q1 = 0, q2 = 0, e0 = 0, e1 = 0, e2 = 0;
+    for (size_t i = at; i < end; ++i) {
+      const uint32_t g = gaps[i];
+      const uint32_t a = (g >> k0) & keep0, b = (g >> k1) & keep1, c = (g >> k2) & keep2;
+      q0 += a < kRiceEscape ? a : 0;
+      q1 += b < kRiceEscape ? b : 0;
+      q2 += c < kRiceEscape ? c : 0;
+      e0 += a >= kRiceEscape;
+      e1 += b >= kRiceEscape;
+      e2 += c >= kRiceEscape;
+    }
+    r.quotients[0] += q0;
+    r.quotients[1] += q1;
+    r.quotients[2] += q2;
+    r.escaped[0] += e0;
+    r.escaped[1] += e1;
+    r.escaped[2] += e2;
+  }
+  return r;
+}
+
+// The best Rice parameter for a gap sequence whose gaps sum to `sum`, and its exact cost in bits:
+// the mean suggests k0 (Golomb's rule for geometric gaps); k0-1, k0 and k0+1 are costed exactly in
+// one fused pass.
+std::pair<unsigned, uint64_t> best_rice(const uint32_t* gaps, size_t count, uint64_t sum) {
   if (count == 0) return {0, 0};
-  uint64_t sum = 0;
-  for (size_t i = 0; i < count; ++i) sum += gaps[i];
   const double mean = static_cast<double>(sum) / static_cast<double>(count);
   const int k0 = mean * 0.69 >= 1 ? static_cast<int>(std::floor(std::log2(mean * 0.69))) : 0;
   const unsigned kc[3] = {static_cast<unsigned>(std::max(0, k0 - 1)), static_cast<unsigned>(std::min<int>(k0, kMaxRiceK)),
                           static_cast<unsigned>(std::min<int>(k0 + 1, kMaxRiceK))};
-  uint64_t bits[3] = {0, 0, 0};
-  uint64_t escaped[3] = {0, 0, 0};
-  for (size_t i = 0; i < count; ++i) {
-    const uint32_t g = gaps[i];
-    for (int j = 0; j < 3; ++j) {
-      const uint32_t q = g >> kc[j];
-      bits[j] += q < kRiceEscape ? q : 0;
-      escaped[j] += q < kRiceEscape ? 0 : 1;
-    }
+  const RiceSums sums = rice_sums(gaps, count, kc[0], kc[1], kc[2]);
+  // Escaped codes (rare: long gaps) are costed exactly in one pass for the three parameters; the
+  // escapes of a larger parameter are a subset of those of a smaller one.
+  uint64_t escaped_bits[3] = {0, 0, 0};
+  if (sums.escaped[0]) {
+    const uint64_t lowest = uint64_t{kRiceEscape} << kc[0];
+    for (size_t i = 0; i < count; ++i)
+      if (gaps[i] >= lowest) [[unlikely]]
+        for (int j = 0; j < 3; ++j)
+          if ((uint64_t{gaps[i]} >> kc[j]) >= kRiceEscape) escaped_bits[j] += rice_cost_bits(gaps[i], kc[j]);
   }
   unsigned best_k = kc[0];
   uint64_t best_bits = UINT64_MAX;
   for (int j = 0; j < 3; ++j) {
-    uint64_t total = bits[j] + (count - escaped[j]) * (1 + kc[j]);
-    if (escaped[j]) {  // rare: cost the escaped gaps exactly
-      total = 0;
-      for (size_t i = 0; i < count; ++i) total += rice_cost_bits(gaps[i], kc[j]);
-    }
+    const uint64_t total = sums.quotients[j] + (count - sums.escaped[j]) * (1 + kc[j]) + escaped_bits[j];
     if (total < best_bits) {
       best_bits = total;
       best_k = kc[j];
     }
   }
   return {best_k, best_bits};
+}
+
+// Appends the changes of class j, in position order, at order_out (their indexes) and rank_out
+// (their ranks); returns how many there are. Branch-free: every change is written at the next
+// slot, which only advances for class j, so up to kGatherSlack slots past the class's changes are
+// overwritten (the caller provides them; they belong to the next class or are spare).
+constexpr size_t kGatherSlack = 8;
+DC_HOT_CLONES size_t gather_class_portable(const uint8_t* cls, const uint32_t* rank, size_t from, size_t c, unsigned j,
+                                           uint32_t* order_out, uint32_t* rank_out) {
+  size_t n = 0;
+  for (size_t i = from; i < c; ++i) {
+    order_out[n] = static_cast<uint32_t>(i);
+    rank_out[n] = rank[i];
+    n += cls[i] == j ? 1 : 0;
+  }
+  return n;
+}
+
+#ifdef DELTACAST_HAVE_X86_KERNELS
+// Lane indexes that move the selected lanes of an 8-lane vector to its front, per 8-bit mask.
+struct CompactTable {
+  uint64_t lanes[256];
+  constexpr CompactTable() : lanes{} {
+    for (unsigned m = 0; m < 256; ++m) {
+      unsigned at = 0;
+      for (unsigned l = 0; l < 8; ++l)
+        if ((m >> l) & 1) lanes[m] |= uint64_t{l} << (8 * at++);
+    }
+  }
+};
+constexpr CompactTable kCompact{};
+
+// gather_class_portable, 8 changes per step with AVX2 (only called when the CPU has it).
+__attribute__((target("avx2,popcnt"))) size_t gather_class_avx2(const uint8_t* cls, const uint32_t* rank, size_t c,
+                                                                 unsigned j, uint32_t* order_out, uint32_t* rank_out) {
+  const __m256i want = _mm256_set1_epi32(static_cast<int>(j));
+  const __m256i step = _mm256_set1_epi32(8);
+  __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  size_t n = 0, i = 0;
+  for (; i + 8 <= c; i += 8) {
+    uint64_t bytes;
+    std::memcpy(&bytes, cls + i, 8);
+    const __m256i classes = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(bytes)));
+    const unsigned mask = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(classes, want))));
+    const __m256i perm = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(kCompact.lanes[mask])));
+    const __m256i ranks = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rank + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(order_out + n), _mm256_permutevar8x32_epi32(index, perm));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(rank_out + n), _mm256_permutevar8x32_epi32(ranks, perm));
+    n += static_cast<size_t>(__builtin_popcount(mask));
+    index = _mm256_add_epi32(index, step);
+  }
+  return n + gather_class_portable(cls, rank, i, c, j, order_out + n, rank_out + n);
+}
+#endif
+
+size_t gather_class(const uint8_t* cls, const uint32_t* rank, size_t c, unsigned j, uint32_t* order_out,
+                    uint32_t* rank_out) {
+#ifdef DELTACAST_HAVE_X86_KERNELS
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+  if (avx2) return gather_class_avx2(cls, rank, c, j, order_out, rank_out);
+#endif
+  return gather_class_portable(cls, rank, 0, c, j, order_out, rank_out);
 }
 
 double group_cost_bits(double n, double c) {
@@ -67,14 +183,11 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     plan.coding = LocationCoding::range;
     return plan;
   }
-  thread_local std::vector<uint32_t> gaps, rank_gaps;
+  thread_local ScanVector<uint32_t> gaps, rank_gaps, class_ranks;
   gaps.resize(c);
-  gaps[0] = pos[0];
-  for (size_t i = 1; i < c; ++i) gaps[i] = pos[i] - pos[i - 1] - 1;
-  const auto [gap_k, gap_bits] = best_rice(gaps.data(), c);
+  position_gaps(pos.data(), c, gaps.data());
+  const auto [gap_k, gap_bits] = best_rice(gaps.data(), c, uint64_t{pos[c - 1]} + 1 - c);
   const uint64_t gaps_bytes = 1 + (gap_bits + 7) / 8;
-  uint64_t varint_bytes = 0;
-  for (size_t i = 0; i < c; ++i) varint_bytes += 1 + (31 - static_cast<unsigned>(std::countl_zero(gaps[i] | 1u))) / 7;
   const uint64_t bitmap_bytes = (n + 7) / 8;
 
   // Classed: gaps between ranks inside each class, classes concatenated.
@@ -82,42 +195,36 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
   std::vector<uint32_t> class_order;
   uint64_t class_counts[kMaxClasses] = {};
   unsigned class_k[kMaxClasses] = {};
+  uint64_t classed_bits = 0;
   uint64_t classed_bytes = UINT64_MAX;
   if (k_classes > 1) {
     const uint8_t* cls = changes.scan->change_class.data();
     const uint32_t* rank = changes.scan->change_rank.data();
-    for (size_t i = 0; i < c; ++i) ++class_counts[cls[i]];
-    uint64_t start[kMaxClasses] = {};
-    for (unsigned j = 1; j < k_classes; ++j) start[j] = start[j - 1] + class_counts[j - 1];
-    class_order.resize(c);
+    // Class by class (one pass each, classes in order): indexes, ranks, then the rank gaps.
+    class_order.resize(c + kGatherSlack);
+    class_ranks.resize(c + kGatherSlack);
     rank_gaps.resize(c);
-    {
-      // Local copies of the per-class cursors (no aliasing with the outputs): one pass
-      // distributes the changes to their classes, in position order within each class.
-      uint64_t fill[kMaxClasses];
-      uint32_t next_rank[kMaxClasses];  // previous rank + 1 (0 before the first)
-      for (unsigned j = 0; j < kMaxClasses; ++j) {
-        fill[j] = start[j];
-        next_rank[j] = 0;
-      }
-      uint32_t* gaps_out = rank_gaps.data();
-      uint32_t* order_out = class_order.data();
-      for (size_t i = 0; i < c; ++i) {
-        const uint8_t j = cls[i];
-        const uint64_t at = fill[j]++;
-        gaps_out[at] = rank[i] - next_rank[j];
-        next_rank[j] = rank[i] + 1;
-        order_out[at] = static_cast<uint32_t>(i);
-      }
-    }
-    uint64_t bits = 0;
+    uint64_t start = 0;
     for (unsigned j = 0; j < k_classes; ++j) {
-      const auto [kj, bj] = best_rice(rank_gaps.data() + start[j], class_counts[j]);
-      class_k[j] = kj;
-      bits += bj;
+      const size_t m = gather_class(cls, rank, c, j, class_order.data() + start, class_ranks.data() + start);
+      class_counts[j] = m;
+      if (m > 0) {
+        const uint32_t* r = class_ranks.data() + start;
+        position_gaps(r, m, rank_gaps.data() + start);
+        const auto [kj, bj] = best_rice(rank_gaps.data() + start, m, uint64_t{r[m - 1]} + 1 - m);
+        class_k[j] = kj;
+        classed_bits += bj;
+      }
+      start += m;
     }
-    classed_bytes = 1 + 4 * (k_classes - 1) + 9 * k_classes + (bits + 7) / 8;
+    class_order.resize(c);
+    classed_bytes = 1 + 4 * (k_classes - 1) + 9 * k_classes + (classed_bits + 7) / 8;
   }
+  // Varints take at least a byte per change: when another coding is already that small, they
+  // cannot be chosen (they must be strictly smaller than gaps and classed_gaps, and no larger than
+  // the bitmap), so they are not costed.
+  const bool varint_may_win = std::min(gaps_bytes, classed_bytes) > c && bitmap_bytes >= c;
+  const uint64_t varint_bytes = varint_may_win ? varint_cost_bytes(gaps.data(), c) : UINT64_MAX;
 
   const uint64_t best = std::min({gaps_bytes, bitmap_bytes, classed_bytes, varint_bytes});
   if (best == classed_bytes) {
@@ -126,11 +233,13 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     for (unsigned j = 0; j + 1 < k_classes; ++j) put_u32(out, changes.classes.thresholds[j]);
     for (unsigned j = 0; j < k_classes; ++j) put_u64(out, class_counts[j]);
     for (unsigned j = 0; j < k_classes; ++j) put_u8(out, static_cast<uint8_t>(class_k[j]));
-    BitWriter bw(out);
-    size_t at = 0;
+    const size_t at = out.size();
+    out.resize(at + (classed_bits + 7) / 8);
+    SpanBitWriter bw(out.data() + at);
+    const uint32_t* g = rank_gaps.data();
     for (unsigned j = 0; j < k_classes; ++j)
-      for (uint64_t i = 0; i < class_counts[j]; ++i, ++at) bw.put_rice(rank_gaps[at], class_k[j]);
-    bw.flush();
+      for (uint64_t i = 0; i < class_counts[j]; ++i) bw.put_rice(*g++, class_k[j]);
+    DC_ASSERT(bw.flush() == out.data() + out.size());
     plan.order = std::move(class_order);
   } else if (best == varint_bytes && varint_bytes < gaps_bytes) {
     plan.coding = LocationCoding::gap_varint;
@@ -145,9 +254,11 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
   } else if (best == gaps_bytes) {
     plan.coding = LocationCoding::gaps;
     put_u8(out, static_cast<uint8_t>(gap_k));
-    BitWriter bw(out);
+    const size_t at = out.size();
+    out.resize(at + (gap_bits + 7) / 8);
+    SpanBitWriter bw(out.data() + at);
     for (size_t i = 0; i < c; ++i) bw.put_rice(gaps[i], gap_k);
-    bw.flush();
+    DC_ASSERT(bw.flush() == out.data() + out.size());
   } else {
     plan.coding = LocationCoding::bitmap;
     const size_t at = out.size();

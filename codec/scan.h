@@ -7,8 +7,11 @@
 //  - select_positions: the receiver's inverse: from per-class ranks back to positions, scanning old
 //    bits only as far as the last rank.
 // Dispatches at run time to an AVX-512 version when the CPU has AVX-512BW, else to portable code.
+#include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -25,12 +28,36 @@ struct ClassSpec {
   std::array<uint32_t, kMaxClasses - 1> thresholds{};
 };
 
+// std::allocator whose value-less construct() default-initialises: resize() of a vector of
+// integers leaves the new elements uninitialised, so the scan kernels can size their outputs ahead
+// of the writes (and truncate them after) without zero-filling memory they then overwrite.
+template <class T>
+struct UninitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <class U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <class T>
+using ScanVector = std::vector<T, UninitAllocator<T>>;
+
 struct ScanOutput {
-  std::vector<uint32_t> positions;    // ascending, relative to the segment start
-  std::vector<uint8_t> change_class;  // per change (classed scans only)
-  std::vector<uint32_t> change_rank;  // per change: rank among the segment's elements of its class
-  std::vector<uint32_t> old_bits;     // per change: the base bits (saves random reads later)
-  std::vector<uint32_t> new_bits;     // per change: the new bits
+  ScanVector<uint32_t> positions;    // ascending, relative to the segment start
+  ScanVector<uint8_t> change_class;  // per change (classed scans only)
+  ScanVector<uint32_t> change_rank;  // per change: rank among the segment's elements of its class
+  ScanVector<uint32_t> old_bits;     // per change: the base bits (saves random reads later)
+  ScanVector<uint32_t> new_bits;     // per change: the new bits
   std::array<uint64_t, kMaxClasses> class_sizes{};  // elements per class (classed scans only)
   void clear() {
     positions.clear();
@@ -42,7 +69,8 @@ struct ScanOutput {
   }
 };
 
-// Element width in bytes must be 1, 2 or 4; n < 2^32. `classes` may be null (no classes).
+// Element width in bytes must be 1, 2 or 4; n < 2^32. `classes` may be null (no classes). Replaces
+// out's per-change arrays (class_sizes is written by classed scans only).
 void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const void* new_bits, uint64_t n,
                   const ClassSpec* classes, ScanOutput& out);
 

@@ -56,32 +56,40 @@ inline void store_bits(std::byte* base, unsigned width, uint64_t index, uint32_t
   }
 }
 
+// The ulp distance of a change old -> new: the sign bit (1 = negative) and the magnitude |d| in
+// 1 .. 2^(w-1) of d = key(new) - key(old) mod 2^w, read as a signed w-bit integer.
+inline uint32_t ulp_difference(unsigned width, bool is_float, uint32_t old_bits, uint32_t new_bits) noexcept {
+  return (order_key(new_bits, width, is_float) - order_key(old_bits, width, is_float)) & width_mask(width);
+}
+inline uint32_t ulp_negative(unsigned width, uint32_t d) noexcept { return (d >> (8 * width - 1)) & 1; }
+inline uint32_t ulp_magnitude(unsigned width, bool is_float, uint32_t old_bits, uint32_t new_bits) noexcept {
+  const uint32_t d = ulp_difference(width, is_float, old_bits, new_bits);
+  const uint32_t negative = ulp_negative(width, d);
+  return ((d ^ (0u - negative)) + negative) & width_mask(width);
+}
+
+// A change's ulp_delta value token, as ValueEncoder lays out its streams: bits 0-7 the magnitude
+// byte (magnitude - 2, or 255 = escape when that is >= 255; meaningful only when flagged), then
+// the sign bit, the "magnitude > 1" flag, and whether the magnitude goes to the wide stream.
+inline constexpr unsigned kUlpNegativeBit = 8, kUlpFlaggedBit = 9, kUlpWideBit = 10;
+// tokens[i] for the change old_bits[i] -> new_bits[i], i < count (value_coding.cpp; vectorised).
+void ulp_tokens(unsigned width, bool is_float, const uint32_t* old_bits, const uint32_t* new_bits, size_t count,
+                uint32_t* tokens);
+
 // Collects the value streams of one chunk.
 class ValueEncoder {
  public:
   ValueEncoder() : signs_(sign_bytes_), flags_(flag_bytes_) {}
-  [[gnu::always_inline]] void add(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits, uint32_t new_bits) {
-    if (mode == ValueMode::ulp_delta) {
-      const uint32_t mask = width_mask(width);
-      const uint32_t d = (order_key(new_bits, width, is_float) - order_key(old_bits, width, is_float)) & mask;
-      // Branch-free: the sign and the "more than one ulp" flag of a change are coin tosses.
-      const uint32_t negative = (d >> (8 * width - 1)) & 1;
-      const uint32_t magnitude = ((d ^ (0u - negative)) + negative) & mask;  // |d|: 1 .. 2^(w-1)
-      const uint32_t flagged = magnitude > 1 ? 1 : 0;
-      signs_.put(negative, 1);
-      flags_.put(flagged, 1);
-      // The magnitude byte is stored unconditionally in spare room and kept only when flagged.
-      if (mag_used_ == mag_bytes_.size()) [[unlikely]]
-        mag_bytes_.resize(2 * mag_bytes_.size() + 256);
-      const uint32_t escaped = magnitude - 2 >= 255 ? 1 : 0;
-      mag_bytes_[mag_used_] = static_cast<std::byte>(escaped ? 255 : magnitude - 2);
-      mag_used_ += flagged;
-      if (flagged & escaped) [[unlikely]]
-        put_u32(mag_wide_, magnitude);
-      return;
+  // Adds the values of `count` changes in coding order: the k-th goes from old_bits[i] to
+  // new_bits[i], i = order ? order[k] : k.
+  void add(ValueMode mode, unsigned width, bool is_float, const uint32_t* old_bits, const uint32_t* new_bits,
+           const uint32_t* order, size_t count) {
+    if (mode != ValueMode::ulp_delta) return add_planes(mode, width, old_bits, new_bits, order, count);
+    switch (width) {
+      case 1: return add_ulp<1>(is_float, old_bits, new_bits, order, count);
+      case 2: return add_ulp<2>(is_float, old_bits, new_bits, order, count);
+      default: return add_ulp<4>(is_float, old_bits, new_bits, order, count);
     }
-    const uint32_t v = mode == ValueMode::xor_bits ? (old_bits ^ new_bits) : new_bits;
-    for (unsigned j = 0; j < width; ++j) planes_[j].push_back(static_cast<std::byte>(v >> (8 * j)));
   }
   // Flushes bit planes and returns (stream, bytes) pairs for the non-empty streams.
   std::vector<std::pair<StreamId, std::vector<std::byte>>> finish() {
@@ -101,6 +109,52 @@ class ValueEncoder {
   }
 
  private:
+  // ulp_delta: the changes' value tokens (ulp_tokens) are computed in one vectorised pass in
+  // position order; the coding-order pass gathers sign and "more than one ulp" bits 32 changes at
+  // a time (one put each) and stores every change's magnitude byte (branch-free) in spare room,
+  // kept only when flagged.
+  template <unsigned W>
+  void add_ulp(bool is_float, const uint32_t* old_bits, const uint32_t* new_bits, const uint32_t* order, size_t count) {
+    thread_local std::vector<uint32_t> tokens;
+    if (tokens.size() < count) tokens.resize(count);
+    ulp_tokens(W, is_float, old_bits, new_bits, count, tokens.data());
+    const uint32_t* tok = tokens.data();
+    if (mag_bytes_.size() - mag_used_ < count) mag_bytes_.resize(2 * mag_bytes_.size() + count);
+    std::byte* mag = mag_bytes_.data();
+    size_t used = mag_used_;
+    for (size_t k = 0; k < count;) {
+      const unsigned m = static_cast<unsigned>(std::min<size_t>(32, count - k));
+      uint32_t sign_word = 0, flag_word = 0;
+      for (unsigned b = 0; b < m; ++b, ++k) {
+        const size_t i = order ? order[k] : k;
+        const uint32_t t = tok[i];
+        const uint32_t flagged = (t >> kUlpFlaggedBit) & 1;
+        sign_word |= ((t >> kUlpNegativeBit) & 1) << b;
+        flag_word |= flagged << b;
+        mag[used] = static_cast<std::byte>(t);
+        used += flagged;
+        if (t & (1u << kUlpWideBit)) [[unlikely]]
+          put_u32(mag_wide_, ulp_magnitude(W, is_float, old_bits[i], new_bits[i]));
+      }
+      signs_.put(sign_word, m);
+      flags_.put(flag_word, m);
+    }
+    mag_used_ = used;
+  }
+  void add_planes(ValueMode mode, unsigned width, const uint32_t* old_bits, const uint32_t* new_bits,
+                  const uint32_t* order, size_t count) {
+    std::byte* plane[4] = {};
+    for (unsigned j = 0; j < width; ++j) {
+      planes_[j].resize(planes_[j].size() + count);
+      plane[j] = planes_[j].data() + planes_[j].size() - count;
+    }
+    for (size_t k = 0; k < count; ++k) {
+      const size_t i = order ? order[k] : k;
+      const uint32_t v = mode == ValueMode::xor_bits ? (old_bits[i] ^ new_bits[i]) : new_bits[i];
+      for (unsigned j = 0; j < width; ++j) plane[j][k] = static_cast<std::byte>(v >> (8 * j));
+    }
+  }
+
   std::vector<std::byte> sign_bytes_, flag_bytes_, mag_bytes_, mag_wide_;
   size_t mag_used_ = 0;  // bytes of mag_bytes_ in use (the rest is spare room)
   std::vector<std::byte> planes_[4];

@@ -4,7 +4,8 @@
 //        [--tools-slice-mib 32] [--no-tools]
 //        dc_bench_codec --profile encode|apply|digest [--reps 20] [--threads 1] [--params 50M] [--lr 1.3e-6]
 // Prints a markdown table; --json writes the figures. --profile only repeats one phase on one
-// step (lr of --lr) and prints each repetition's time: a loop to run under perf or callgrind.
+// step (lr of --lr) and prints each repetition's time: a loop to run under perf or callgrind. It
+// first prints a fingerprint of the encoded frames (identical output => identical fingerprint).
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -270,12 +271,26 @@ Row measure(const std::string& label, double lr, const Owned& a, const Owned& b,
   return r;
 }
 
+// Fingerprint of a delta's bytes: every frame ends with the XXH3-64 of all its other bytes, so
+// mixing the trailers (FNV-1a over them, in frame order) identifies the whole encoding. For
+// checking that a codec change keeps the output bit-identical.
+uint64_t frames_hash(const std::vector<std::vector<std::byte>>& frames) {
+  uint64_t h = 0xCBF29CE484222325ULL;
+  for (const auto& f : frames)
+    for (size_t i = f.size() >= 8 ? f.size() - 8 : 0; i < f.size(); ++i)
+      h = (h ^ static_cast<uint8_t>(f[i])) * 0x100000001B3ULL;
+  return h;
+}
+
 // --profile: repeats one phase on one step.
 int profile(const std::string& phase, int reps, unsigned profile_threads, const Owned& a, const Owned& b) {
   const auto da = codec::StateDigest::full_scan(a.view(), 2);
   codec::EncodeOptions opts;
   opts.threads = 1;
   auto delta = codec::encode_delta(a.view(), b.view(), da, {0, 1}, opts);
+  std::printf("frames: %zu, %llu bytes, hash %016llx\n", delta.frames.size(),
+              static_cast<unsigned long long>(delta.stats.frame_bytes),
+              static_cast<unsigned long long>(frames_hash(delta.frames)));
   Owned target(a.view());
   ApplyPool pool(profile_threads);
   for (int rep = 0; rep < reps; ++rep) {

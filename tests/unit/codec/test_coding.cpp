@@ -1,9 +1,11 @@
 // Bit streams, Rice codes, the scan kernels (AVX-512 vs portable) and the location coding choice.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "codec/bitstream.h"
+#include "codec/digest.h"
 #include "codec/location_coding.h"
 #include "codec/scan.h"
 #include "codec_test_util.h"
@@ -118,7 +120,7 @@ void check_scan_equivalence(unsigned seed) {
       std::vector<uint32_t> expect;
       for (uint64_t i = 0; i < n; ++i)
         if (a[i] != b[i]) expect.push_back(static_cast<uint32_t>(i));
-      ASSERT_EQ(fast.positions, expect);
+      ASSERT_TRUE(std::ranges::equal(fast.positions, expect));
       if (c) {
         for (size_t k = 0; k < expect.size(); ++k) {
           auto cls = [&](T x) {
@@ -302,3 +304,24 @@ TEST(Locations, GapVarintDecodesAndRejectsBadInput) {
 }
 }  // namespace
 }  // namespace deltacast::codec
+
+TEST(Digest, ChangesDeltaMatchesScalarSumAcrossIndexBlocks) {
+  using deltacast::codec::changes_digest_delta;
+  using deltacast::codec::element_hash;
+  std::mt19937_64 rng(7);
+  // Segment starts below, at and across a 2^32 block of element indexes.
+  for (const uint64_t first : {uint64_t{0}, uint64_t{123456}, (uint64_t{1} << 32) - 40, (uint64_t{3} << 32) + 5}) {
+    std::vector<uint32_t> pos, old_bits, new_bits;
+    for (uint32_t p = static_cast<uint32_t>(rng() % 3); p < 100000; p += 1 + static_cast<uint32_t>(rng() % 7)) {
+      pos.push_back(p);
+      old_bits.push_back(static_cast<uint32_t>(rng()));
+      new_bits.push_back(static_cast<uint32_t>(rng()));
+    }
+    for (const uint32_t tensor : {0u, 17u}) {
+      uint64_t expect = 0;
+      for (size_t k = 0; k < pos.size(); ++k)
+        expect += element_hash(tensor, first + pos[k], new_bits[k]) - element_hash(tensor, first + pos[k], old_bits[k]);
+      EXPECT_EQ(changes_digest_delta(tensor, first, pos.data(), old_bits.data(), new_bits.data(), pos.size()), expect);
+    }
+  }
+}
