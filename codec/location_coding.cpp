@@ -192,7 +192,7 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
 
   // Classed: gaps between ranks inside each class, classes concatenated.
   const unsigned k_classes = changes.classes.count;
-  std::vector<uint32_t> class_order;
+  ScanVector<uint32_t> class_order;
   uint64_t class_counts[kMaxClasses] = {};
   unsigned class_k[kMaxClasses] = {};
   uint64_t classed_bits = 0;
@@ -269,8 +269,8 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
 }
 
 void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, unsigned width, uint32_t abs_mask,
-                      const void* old_bits, std::span<const std::byte>& in, std::vector<uint32_t>& positions,
-                      std::vector<uint32_t>& coding_index, std::vector<uint32_t>& old_values) {
+                      const void* old_bits, std::span<const std::byte>& in, ScanVector<uint32_t>& positions,
+                      ScanVector<uint32_t>& coding_index, ScanVector<uint32_t>& old_values) {
   positions.clear();
   coding_index.clear();
   old_values.clear();
@@ -364,7 +364,7 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       BitReader br(rest);
       if (change_count > 8 * rest.size())  // every Rice code takes at least one bit
         throw Error(Errc::corrupt_frame, "locations: more ranks announced than the stream can hold");
-      thread_local std::vector<std::vector<uint32_t>> ranks;  // capacity reused across segments
+      thread_local std::vector<ScanVector<uint32_t>> ranks;  // capacity reused across segments
       ranks.resize(k);
       for (unsigned j = 0; j < k; ++j) {
         ranks[j].resize(counts[j]);
