@@ -166,6 +166,12 @@ size_t gather_class(const uint8_t* cls, const uint32_t* rank, size_t c, unsigned
   return gather_class_portable(cls, rank, 0, c, j, order_out, rank_out);
 }
 
+// BitReader::get_rice_positions compiled per ISA level (tzcnt, shrx where the CPU has them).
+DC_HOT_CLONES void read_rice_positions(BitReader& br, unsigned k, uint64_t count, uint64_t limit, uint32_t* out,
+                                       const char* past_end) {
+  br.get_rice_positions(k, count, limit, out, past_end);
+}
+
 double group_cost_bits(double n, double c) {
   if (c <= 0 || c >= n) return 0;
   return c * std::log2(n / c) + (n - c) * std::log2(n / (n - c));
@@ -311,7 +317,7 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       if (change_count > 8 * rest.size())  // every Rice code takes at least one bit
         throw Error(Errc::corrupt_frame, "locations: more gaps announced than the stream can hold");
       positions.resize(change_count);
-      br.get_rice_positions(k, change_count, n, positions.data(), "locations: position past the segment end");
+      read_rice_positions(br, k, change_count, n, positions.data(), "locations: position past the segment end");
       in = rest.subspan(br.bytes_consumed(rest.data()));
       return;
     }
@@ -368,7 +374,7 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       ranks.resize(k);
       for (unsigned j = 0; j < k; ++j) {
         ranks[j].resize(counts[j]);
-        br.get_rice_positions(ks[j], counts[j], n, ranks[j].data(), "locations: class rank past the segment end");
+        read_rice_positions(br, ks[j], counts[j], n, ranks[j].data(), "locations: class rank past the segment end");
       }
       in = rest.subspan(br.bytes_consumed(rest.data()));
       select_positions(width, abs_mask, old_bits, n, spec, ranks, positions, coding_index, old_values);
