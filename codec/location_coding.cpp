@@ -104,8 +104,8 @@ std::pair<unsigned, uint64_t> best_rice(const uint32_t* gaps, size_t count, uint
   return {best_k, best_bits};
 }
 
-// Appends the changes of class j, in position order, at order_out (their indexes) and rank_out
-// (their ranks); returns how many there are. Branch-free: every change is written at the next
+// Appends the changes i in [from, c) of class j, in position order, at order_out (their indexes)
+// and rank_out (their ranks); returns how many there are. Branch-free: every change is written at the next
 // slot, which only advances for class j, so up to kGatherSlack slots past the class's changes are
 // overwritten (the caller provides them; they belong to the next class or are spare).
 constexpr size_t kGatherSlack = 8;
