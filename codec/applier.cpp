@@ -99,7 +99,7 @@ struct SegmentDecode {
   uint32_t tensor = 0;
   uint64_t element_begin = 0;
   ValueMode mode = ValueMode::ulp_delta;
-  std::vector<uint32_t> positions, coding_index, old_values, tokens;
+  ScanVector<uint32_t> positions, coding_index, old_values, tokens;
 };
 
 struct DecodeScratch {

@@ -179,7 +179,8 @@ class BitReader {
   // (position = previous position + 1 + gap, the first = gap). The reader's state lives in locals
   // for the loop (the output stores would otherwise force it back to memory on every code).
   // Throws Error(corrupt_frame) with `past_end` when a position reaches `limit`.
-  void get_rice_positions(unsigned k, uint64_t count, uint64_t limit, uint32_t* out, const char* past_end) {
+  [[gnu::always_inline]] void get_rice_positions(unsigned k, uint64_t count, uint64_t limit, uint32_t* out,
+                                                 const char* past_end) {
     uint64_t acc = acc_;
     unsigned n = n_;
     const std::byte* p = p_;

@@ -104,8 +104,8 @@ std::pair<unsigned, uint64_t> best_rice(const uint32_t* gaps, size_t count, uint
   return {best_k, best_bits};
 }
 
-// Appends the changes of class j, in position order, at order_out (their indexes) and rank_out
-// (their ranks); returns how many there are. Branch-free: every change is written at the next
+// Appends the changes i in [from, c) of class j, in position order, at order_out (their indexes)
+// and rank_out (their ranks); returns how many there are. Branch-free: every change is written at the next
 // slot, which only advances for class j, so up to kGatherSlack slots past the class's changes are
 // overwritten (the caller provides them; they belong to the next class or are spare).
 constexpr size_t kGatherSlack = 8;
@@ -166,6 +166,12 @@ size_t gather_class(const uint8_t* cls, const uint32_t* rank, size_t c, unsigned
   return gather_class_portable(cls, rank, 0, c, j, order_out, rank_out);
 }
 
+// BitReader::get_rice_positions compiled per ISA level (tzcnt, shrx where the CPU has them).
+DC_HOT_CLONES void read_rice_positions(BitReader& br, unsigned k, uint64_t count, uint64_t limit, uint32_t* out,
+                                       const char* past_end) {
+  br.get_rice_positions(k, count, limit, out, past_end);
+}
+
 double group_cost_bits(double n, double c) {
   if (c <= 0 || c >= n) return 0;
   return c * std::log2(n / c) + (n - c) * std::log2(n / (n - c));
@@ -192,7 +198,7 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
 
   // Classed: gaps between ranks inside each class, classes concatenated.
   const unsigned k_classes = changes.classes.count;
-  std::vector<uint32_t> class_order;
+  ScanVector<uint32_t> class_order;
   uint64_t class_counts[kMaxClasses] = {};
   unsigned class_k[kMaxClasses] = {};
   uint64_t classed_bits = 0;
@@ -269,8 +275,8 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
 }
 
 void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, unsigned width, uint32_t abs_mask,
-                      const void* old_bits, std::span<const std::byte>& in, std::vector<uint32_t>& positions,
-                      std::vector<uint32_t>& coding_index, std::vector<uint32_t>& old_values) {
+                      const void* old_bits, std::span<const std::byte>& in, ScanVector<uint32_t>& positions,
+                      ScanVector<uint32_t>& coding_index, ScanVector<uint32_t>& old_values) {
   positions.clear();
   coding_index.clear();
   old_values.clear();
@@ -311,7 +317,7 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       if (change_count > 8 * rest.size())  // every Rice code takes at least one bit
         throw Error(Errc::corrupt_frame, "locations: more gaps announced than the stream can hold");
       positions.resize(change_count);
-      br.get_rice_positions(k, change_count, n, positions.data(), "locations: position past the segment end");
+      read_rice_positions(br, k, change_count, n, positions.data(), "locations: position past the segment end");
       in = rest.subspan(br.bytes_consumed(rest.data()));
       return;
     }
@@ -364,11 +370,11 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       BitReader br(rest);
       if (change_count > 8 * rest.size())  // every Rice code takes at least one bit
         throw Error(Errc::corrupt_frame, "locations: more ranks announced than the stream can hold");
-      thread_local std::vector<std::vector<uint32_t>> ranks;  // capacity reused across segments
+      thread_local std::vector<ScanVector<uint32_t>> ranks;  // capacity reused across segments
       ranks.resize(k);
       for (unsigned j = 0; j < k; ++j) {
         ranks[j].resize(counts[j]);
-        br.get_rice_positions(ks[j], counts[j], n, ranks[j].data(), "locations: class rank past the segment end");
+        read_rice_positions(br, ks[j], counts[j], n, ranks[j].data(), "locations: class rank past the segment end");
       }
       in = rest.subspan(br.bytes_consumed(rest.data()));
       select_positions(width, abs_mask, old_bits, n, spec, ranks, positions, coding_index, old_values);

@@ -20,7 +20,7 @@ struct SegmentChanges {
 struct LocationPlan {
   LocationCoding coding = LocationCoding::none;
   // Order in which the changes are coded (indexes into scan->positions); values follow this order.
-  std::vector<uint32_t> order;  // empty = ascending position order
+  ScanVector<uint32_t> order;  // empty = ascending position order
 };
 
 // Picks the smallest coding for the segment, appends its bytes to `out` and returns the plan.
@@ -35,8 +35,8 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
 // out-of-range positions).
 void decode_locations(LocationCoding coding, uint64_t element_count, uint64_t change_count, unsigned width,
                       uint32_t abs_mask, const void* old_bits, std::span<const std::byte>& in,
-                      std::vector<uint32_t>& positions, std::vector<uint32_t>& coding_index,
-                      std::vector<uint32_t>& old_values);
+                      ScanVector<uint32_t>& positions, ScanVector<uint32_t>& coding_index,
+                      ScanVector<uint32_t>& old_values);
 
 // Chooses up to kMaxClasses-2 class thresholds from sampled exponent histograms, or count == 1 when
 // classes would not pay.

@@ -67,8 +67,8 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
 }
 
 void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, uint64_t n, const ClassSpec& classes,
-                      const std::vector<std::vector<uint32_t>>& ranks, std::vector<uint32_t>& positions,
-                      std::vector<uint32_t>& coding_index, std::vector<uint32_t>& old_values) {
+                      const std::vector<ScanVector<uint32_t>>& ranks, ScanVector<uint32_t>& positions,
+                      ScanVector<uint32_t>& coding_index, ScanVector<uint32_t>& old_values) {
   check_args(width, n, &classes);
   DC_ASSERT(ranks.size() >= classes.count);
 #ifdef DELTACAST_HAVE_X86_KERNELS

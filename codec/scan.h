@@ -81,8 +81,8 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
 // writes that follow need not read the weights again).
 // Throws Error(corrupt_frame) when a rank is not smaller than its class's size.
 void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, uint64_t n, const ClassSpec& classes,
-                      const std::vector<std::vector<uint32_t>>& ranks, std::vector<uint32_t>& positions,
-                      std::vector<uint32_t>& coding_index, std::vector<uint32_t>& old_values);
+                      const std::vector<ScanVector<uint32_t>>& ranks, ScanVector<uint32_t>& positions,
+                      ScanVector<uint32_t>& coding_index, ScanVector<uint32_t>& old_values);
 
 // Sampled exponent statistics of a segment for choosing class thresholds: 1 in `stride` blocks of
 // 64 elements is examined (in runs of 16 consecutive blocks). hist_all[e] / hist_changed[e] count elements by exponent e = abs >> mantissa.

@@ -56,8 +56,8 @@ inline void store_bits(std::byte* base, unsigned width, uint64_t index, uint32_t
   }
 }
 
-// The ulp distance of a change old -> new: the sign bit (1 = negative) and the magnitude |d| in
-// 1 .. 2^(w-1) of d = key(new) - key(old) mod 2^w, read as a signed w-bit integer.
+// The ulp distance of a change old -> new: d = key(new) - key(old) mod 2^w, read as a signed w-bit
+// integer; its sign bit (1 = negative); its magnitude |d| in 1 .. 2^(w-1).
 inline uint32_t ulp_difference(unsigned width, bool is_float, uint32_t old_bits, uint32_t new_bits) noexcept {
   return (order_key(new_bits, width, is_float) - order_key(old_bits, width, is_float)) & width_mask(width);
 }
