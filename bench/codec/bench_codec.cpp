@@ -6,6 +6,7 @@
 // Prints a markdown table; --json writes the figures. --profile only repeats one phase on one
 // step (lr of --lr) and prints each repetition's time: a loop to run under perf or callgrind. It
 // first prints a fingerprint of the encoded frames (identical output => identical fingerprint).
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -109,12 +110,13 @@ struct Row {
          bsdiff_s = 0, ours_slice_bytes = 0;
 };
 
-// Applies every frame on `threads` long-lived threads (frame i on thread i % threads), as a
+// Applies every frame on `threads` long-lived threads, each taking the next frame not yet taken
+// (frames differ in size: a fixed frame-to-thread split leaves one thread idle early), as a
 // receiver's apply workers would: their per-thread decode scratch stays warm across versions.
 class ApplyPool {
  public:
   explicit ApplyPool(unsigned threads) {
-    for (unsigned t = 1; t < threads; ++t) workers_.emplace_back([this, t] { loop(t); });
+    for (unsigned t = 1; t < threads; ++t) workers_.emplace_back([this] { loop(); });
   }
   ~ApplyPool() {
     {
@@ -129,21 +131,21 @@ class ApplyPool {
       std::lock_guard lock(mu_);
       applier_ = &applier;
       frames_ = &frames;
+      next_ = 0;
       pending_ = static_cast<unsigned>(workers_.size());
       ++generation_;
     }
     cv_.notify_all();
-    work(0);
+    work();
     std::unique_lock lock(mu_);
     done_.wait(lock, [&] { return pending_ == 0; });
   }
 
  private:
-  unsigned size() const { return static_cast<unsigned>(workers_.size()) + 1; }
-  void work(unsigned t) {
-    for (size_t i = t; i < frames_->size(); i += size()) applier_->apply((*frames_)[i]);
+  void work() {
+    for (size_t i; (i = next_.fetch_add(1)) < frames_->size();) applier_->apply((*frames_)[i]);
   }
-  void loop(unsigned t) {
+  void loop() {
     uint64_t seen = 0;
     for (;;) {
       {
@@ -152,7 +154,7 @@ class ApplyPool {
         if (stop_) return;
         seen = generation_;
       }
-      work(t);
+      work();
       std::lock_guard lock(mu_);
       if (--pending_ == 0) done_.notify_all();
     }
@@ -162,6 +164,7 @@ class ApplyPool {
   std::condition_variable cv_, done_;
   codec::DeltaApplier* applier_ = nullptr;
   const std::vector<std::vector<std::byte>>* frames_ = nullptr;
+  std::atomic<size_t> next_{0};
   unsigned pending_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;
