@@ -181,14 +181,19 @@ def uplink_mbit(label):
     return round(float(text.replace("gbit", "")) * 1000)
 
 
-def refit_by_uplink(rows, svg_path):
-    """Speedup and refit/(payload/B) by uplink rate, every step a sample (the session-3 sweep)."""
-    runs = [r for r in rows if r["bench"] == "refit" and r.get("label", "").startswith("cross-cluster-")]
-    if not runs:
+def refit_by_uplink(older, newer, svg_path):
+    """Speedup and refit/(payload/B) by uplink rate, every step a sample (the session-3 sweep);
+    a (rate, lr) measured in `newer` replaces the same one in `older`."""
+    def by_group(rows):
+        groups = defaultdict(list)
+        for r in rows:
+            if r["bench"] == "refit" and r.get("label", "").startswith("cross-cluster-"):
+                groups[(uplink_mbit(r["label"]), r["lr"])].extend(r["steps"])
+        return groups
+    groups = by_group(older)
+    groups.update(by_group(newer))
+    if not groups:
         return
-    groups = defaultdict(list)
-    for r in runs:
-        groups[(uplink_mbit(r["label"]), r["lr"])].extend(r["steps"])
     print("### Refit vs full checkpoint by uplink rate (every step of every run)\n")
     print("| uplink Mbit/s | lr | steps | changed | speedup min / median / max | refit/(payload/B) median |")
     print("| --- | --- | --- | --- | --- | --- |")
@@ -254,7 +259,8 @@ def main():
     refit(load(results / "refit-0.1gbit.jsonl"))
     loopback(load(results / "loopback-session3.jsonl"), ", session 3 (RAW pieces land in place)")
     netns(load(results / "netns-1gbit-session3.jsonl"), results / "netns-scaling-1gbit-session3.svg")
-    refit_by_uplink(load(results / "refit-session3.jsonl"), results / "refit-by-uplink.svg")
+    refit_by_uplink(load(results / "refit-session3.jsonl"), load(results / "refit-session3-codec.jsonl"),
+                    results / "refit-by-uplink.svg")
 
 
 if __name__ == "__main__":
