@@ -97,6 +97,27 @@ def netns(rows, svg_path):
     write_svg(svg_path, series, counts, rate_text)
 
 
+def svg_axes(box, title, xlabel, xticks, y, ymax, ystep, yfmt):
+    """The frame shared by the plots: header, title, axes, x tick labels ((x, text) pairs) and
+    horizontal grid lines every ystep up to ymax. box = (width, height, left, bottom, top, right)."""
+    width, height, left, bottom, top, right = box
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="12">',
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{left}" y="18">{title}</text>',
+           f'<line x1="{left}" y1="{y(0)}" x2="{width - right}" y2="{y(0)}" stroke="black"/>',
+           f'<line x1="{left}" y1="{y(0)}" x2="{left}" y2="{top}" stroke="black"/>',
+           f'<text x="{(left + width - right) / 2}" y="{height - 10}" text-anchor="middle">{xlabel}</text>']
+    for xpos, text in xticks:
+        out.append(f'<text x="{xpos:.1f}" y="{height - bottom + 18}" text-anchor="middle">{text}</text>')
+    tick = 0
+    while tick <= ymax:
+        out.append(f'<line x1="{left - 4}" y1="{y(tick):.1f}" x2="{width - right}" y2="{y(tick):.1f}" stroke="#ddd"/>')
+        out.append(f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{yfmt.format(tick)}</text>')
+        tick += ystep
+    return out
+
+
 def write_svg(path, series, counts, rate_text):
     width, height, left, bottom, top, right = 560, 360, 60, 50, 30, 150
     ymax = max([2.5] + [r for pts in series.values() for _, r in pts]) * 1.1
@@ -109,20 +130,9 @@ def write_svg(path, series, counts, rate_text):
     def y(v):
         return height - bottom - v / ymax * (height - bottom - top)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="12">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{left}" y="18">Relay-tree broadcast time / (S/B), {rate_text} per node</text>',
-           f'<line x1="{left}" y1="{y(0)}" x2="{width - right}" y2="{y(0)}" stroke="black"/>',
-           f'<line x1="{left}" y1="{y(0)}" x2="{left}" y2="{top}" stroke="black"/>']
-    for n in counts:
-        out.append(f'<text x="{x(n)}" y="{height - bottom + 18}" text-anchor="middle">{n}</text>')
-    out.append(f'<text x="{(left + width - right) / 2}" y="{height - 10}" text-anchor="middle">receivers</text>')
-    tick = 0.0
-    while tick <= ymax:
-        out.append(f'<line x1="{left - 4}" y1="{y(tick):.1f}" x2="{width - right}" y2="{y(tick):.1f}" stroke="#ddd"/>')
-        out.append(f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick:.1f}</text>')
-        tick += 0.5
+    out = svg_axes((width, height, left, bottom, top, right),
+                   f"Relay-tree broadcast time / (S/B), {rate_text} per node", "receivers",
+                   [(x(n), n) for n in counts], y, ymax, 0.5, "{:.1f}")
     out.append(f'<line x1="{left}" y1="{y(1.15):.1f}" x2="{width - right}" y2="{y(1.15):.1f}" '
                f'stroke="gray" stroke-dasharray="4 3"/>')
     out.append(f'<text x="{width - right + 6}" y="{y(1.15) + 4:.1f}" fill="gray">target 1.15</text>')
@@ -215,20 +225,9 @@ def refit_by_uplink(older, newer, svg_path):
     def y(v):
         return height - bottom - v / ymax * (height - bottom - top)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="12">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{left}" y="18">Refit speedup over a full checkpoint vs producer uplink (median)</text>',
-           f'<line x1="{left}" y1="{y(0)}" x2="{width - right}" y2="{y(0)}" stroke="black"/>',
-           f'<line x1="{left}" y1="{y(0)}" x2="{left}" y2="{top}" stroke="black"/>',
-           f'<text x="{(left + width - right) / 2}" y="{height - 10}" text-anchor="middle">uplink Mbit/s</text>']
-    for rate in rates:
-        out.append(f'<text x="{x(rate):.1f}" y="{height - bottom + 18}" text-anchor="middle">{rate}</text>')
-    tick = 0
-    while tick <= ymax:
-        out.append(f'<line x1="{left - 4}" y1="{y(tick):.1f}" x2="{width - right}" y2="{y(tick):.1f}" stroke="#ddd"/>')
-        out.append(f'<text x="{left - 8}" y="{y(tick) + 4:.1f}" text-anchor="end">{tick}</text>')
-        tick += 50
+    out = svg_axes((width, height, left, bottom, top, right),
+                   "Refit speedup over a full checkpoint vs producer uplink (median)", "uplink Mbit/s",
+                   [(x(rate), rate) for rate in rates], y, ymax, 50, "{}")
     colours = ["#2ca02c", "#1f77b4", "#d62728", "#9467bd"]
     for i, (lr, pts) in enumerate(sorted(series.items())):
         colour = colours[i % len(colours)]
