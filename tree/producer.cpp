@@ -12,6 +12,7 @@
 #include "tree/protocol.h"
 #include "tree/relay_link.h"
 #include "util/log.h"
+#include "util/worker_threads.h"
 
 namespace deltacast::tree {
 namespace {
@@ -25,70 +26,6 @@ constexpr auto kRootStallTimeout = 300s;
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
-
-// Encoder threads that live as long as the producer. The codec keeps per-thread scratch
-// (thread_local scan buffers, zstd contexts, packing buffers); a fresh thread per refit would
-// rebuild it and page-fault it in on every version. start() runs one job on every thread and
-// returns; wait() blocks until all finished it. Driven by one thread (the producer's).
-class EncoderThreads {
- public:
-  explicit EncoderThreads(unsigned count) {
-    for (unsigned i = 0; i < count; ++i) threads_.emplace_back([this] { loop(); });
-  }
-  ~EncoderThreads() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    for (auto& thread : threads_) thread.join();
-  }
-  EncoderThreads(const EncoderThreads&) = delete;
-  EncoderThreads& operator=(const EncoderThreads&) = delete;
-
-  size_t size() const noexcept { return threads_.size(); }
-  // The job must not throw (report errors through captured state). Call wait() before the next.
-  void start(std::function<void()> job) {
-    {
-      std::lock_guard lock(mutex_);
-      job_ = std::move(job);
-      busy_ = threads_.size();
-      ++generation_;
-    }
-    wake_.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [&] { return busy_ == 0; });
-    job_ = nullptr;
-  }
-
- private:
-  void loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-        job = job_;
-      }
-      job();
-      std::lock_guard lock(mutex_);
-      if (--busy_ == 0) done_.notify_all();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_, done_;
-  std::function<void()> job_;
-  size_t busy_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-  std::vector<std::thread> threads_;
-};
 
 }  // namespace
 
@@ -108,7 +45,8 @@ struct Producer::Impl {
 
   std::vector<std::vector<std::byte>> baseline;  // [tensor]: bits of `version`
   codec::StateDigest baseline_digest;
-  std::unique_ptr<EncoderThreads> encoders;  // created at the first refit
+  // Encoder threads, created at the first refit and kept: the codec's per-thread scratch stays warm.
+  std::unique_ptr<WorkerThreads> encoders;
   uint64_t version = 0;
   bool finished = false;
 
@@ -426,7 +364,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
     total.add(stats);
     encode_seconds += seconds;
   };
-  if (!d.encoders) d.encoders = std::make_unique<EncoderThreads>(std::max(1u, encode.threads));
+  if (!d.encoders) d.encoders = std::make_unique<WorkerThreads>(std::max(1u, encode.threads));
   d.encoders->start(work);
   auto join_workers = [&] { d.encoders->wait(); };
   try {

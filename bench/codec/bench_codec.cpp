@@ -8,15 +8,12 @@
 // first prints a fingerprint of the encoded frames (identical output => identical fingerprint).
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +23,7 @@
 #include "codec/encoder.h"
 #include "codec/owned_weights.h"
 #include "sim/trainer_simulator.h"
+#include "util/worker_threads.h"
 
 using namespace deltacast;
 using Clock = std::chrono::steady_clock;
@@ -110,64 +108,24 @@ struct Row {
          bsdiff_s = 0, ours_slice_bytes = 0;
 };
 
-// Applies every frame on `threads` long-lived threads, each taking the next frame not yet taken
-// (frames differ in size: a fixed frame-to-thread split leaves one thread idle early), as a
-// receiver's apply workers would: their per-thread decode scratch stays warm across versions.
+// Applies every frame on `threads` long-lived threads (this one included), each taking the next
+// frame not yet taken (frames differ in size: a fixed frame-to-thread split leaves one thread idle
+// early), as a receiver's apply workers would: their per-thread decode scratch stays warm.
 class ApplyPool {
  public:
-  explicit ApplyPool(unsigned threads) {
-    for (unsigned t = 1; t < threads; ++t) workers_.emplace_back([this] { loop(); });
-  }
-  ~ApplyPool() {
-    {
-      std::lock_guard lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    for (auto& w : workers_) w.join();
-  }
+  explicit ApplyPool(unsigned threads) : workers_(threads > 0 ? threads - 1 : 0) {}
   void run(codec::DeltaApplier& applier, const std::vector<std::vector<std::byte>>& frames) {
-    {
-      std::lock_guard lock(mu_);
-      applier_ = &applier;
-      frames_ = &frames;
-      next_ = 0;
-      pending_ = static_cast<unsigned>(workers_.size());
-      ++generation_;
-    }
-    cv_.notify_all();
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < frames.size();) applier.apply(frames[i]);
+    };
+    workers_.start(work);
     work();
-    std::unique_lock lock(mu_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    workers_.wait();
   }
 
  private:
-  void work() {
-    for (size_t i; (i = next_.fetch_add(1)) < frames_->size();) applier_->apply((*frames_)[i]);
-  }
-  void loop() {
-    uint64_t seen = 0;
-    for (;;) {
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
-        if (stop_) return;
-        seen = generation_;
-      }
-      work();
-      std::lock_guard lock(mu_);
-      if (--pending_ == 0) done_.notify_all();
-    }
-  }
-  std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable cv_, done_;
-  codec::DeltaApplier* applier_ = nullptr;
-  const std::vector<std::vector<std::byte>>* frames_ = nullptr;
-  std::atomic<size_t> next_{0};
-  unsigned pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
+  WorkerThreads workers_;
 };
 
 double best_encode(const Owned& a, const Owned& b, const codec::StateDigest& d, unsigned threads, codec::EncodedDelta* keep,
