@@ -269,8 +269,6 @@ bool Receiver::Impl::relay_raw(int tree, std::span<const std::byte> message, std
     log->error("rank {}: unreadable RAW header from the parent in tree {}: {}", options.rank, tree, e.what());
     return false;
   }
-  // The header lies in `scratch`, which a refused piece's body overwrites: keep a copy.
-  const SharedBytes header = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
   const bool first = first_sight({h.version, 0xff, h.chunk_index}, h.byte_count);
   std::span<std::byte> body;
   bool landing = false;  // the body goes into the weights
@@ -290,25 +288,29 @@ bool Receiver::Impl::relay_raw(int tree, std::span<const std::byte> message, std
     ++stats.frames_replayed;
     log->warn("rank {}: refused a replayed raw chunk {} of version {}", options.rank, h.chunk_index, h.version);
   }
+  // The header lies in `scratch`, which a body that does not land in the weights overwrites: such
+  // a piece forwards a copy of the header taken here (and of its body once it arrived).
+  SharedBytes header_copy;
   if (!landing) {
     if (h.byte_count > scratch.size()) {
       log->error("rank {}: RAW body of {} bytes exceeds the {}-byte receive buffer", options.rank,
                  h.byte_count, scratch.size());
       return false;
     }
+    if (first) header_copy = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
     body = scratch.first(h.byte_count);
   }
   const auto received = receive(tree, body);
   std::optional<uint64_t> hash;
   if (received && *received == h.byte_count) {
-    if (first && !children[tree].empty()) {
-      // Forward verbatim; a refused piece goes on too, copied (scratch is reused).
-      forward(tree, header);
-      SharedBytes copy;
-      if (!landing) copy = std::make_shared<const std::vector<std::byte>>(body.begin(), body.end());
-      for (auto& child : children[tree]) {
-        if (landing) child->post_view(body);
-        else child->post(copy);
+    if (first && !children[tree].empty()) {  // forward verbatim; a refused piece goes on too
+      if (landing) {
+        forward(tree, message);
+        for (auto& child : children[tree]) child->post_view(body);
+      } else {
+        forward(tree, header_copy);
+        const auto body_copy = std::make_shared<const std::vector<std::byte>>(body.begin(), body.end());
+        for (auto& child : children[tree]) child->post(body_copy);
       }
     }
     if (landing) hash = raw_piece_hash(h, body);
@@ -452,49 +454,41 @@ void Receiver::Impl::forget_version_locked() {
 bool Receiver::Impl::handle_control(const Message& message, uint64_t& active_version) {
   if (std::holds_alternative<Bye>(message)) return false;
   if (auto* commit = std::get_if<Commit>(&message)) {
-    Message reply;
+    const uint64_t v = commit->version;
+    std::unique_lock lock(applier_mutex);
+    const bool raw = raw_version == v && acked.count(v);
+    if (!raw && !(applier->pending_version() == v && acked.count(v))) {
+      forget_version_locked();
+      lock.unlock();
+      send_to_producer(Nack{options.rank, v, static_cast<uint32_t>(Errc::state),
+                            "COMMIT for a version this receiver has not verified"});
+      return true;
+    }
+    uint64_t digest;
+    if (raw) {  // the bootstrap bits are in the buffers
+      digest = raw_hash;
+      reset_raw();
+    } else {
+      applier->commit();
+      digest = applier->digest().combined();
+    }
+    active_version = v;
     {
-      std::unique_lock lock(applier_mutex);
-      if (raw_version == commit->version && acked.count(commit->version)) {
-        // The bootstrap bits are in the buffers. ACTIVE goes out first; the fresh applier's
-        // StateDigest (a full scan) is built right after, still holding the lock, so frames of
-        // the next version wait for it instead of meeting the version-0 applier.
-        const uint64_t held = raw_hash;
-        reset_raw();
-        active_version = commit->version;
-        {
-          std::lock_guard state_lock(state_mutex);
-          ++stats.versions_committed;
-        }
-        forget_version_locked();
-        send_to_producer(Active{options.rank, active_version, held});
-        applier = std::make_unique<codec::DeltaApplier>(
-            *manifest, weights, active_version, codec::StateDigest::full_scan(weights.as_const(), 1));
-        applier->reserve(manifest->total_elements() / 64);
-        lock.unlock();
-        if (options.on_active) options.on_active(active_version);
-        return true;
-      }
-      if (applier->pending_version() == commit->version && acked.count(commit->version)) {
-        applier->commit();
-        active_version = commit->version;
-        reply = Active{options.rank, active_version, applier->digest().combined()};
-        std::lock_guard state_lock(state_mutex);
-        ++stats.versions_committed;
-      } else {
-        reply = Nack{options.rank, commit->version, static_cast<uint32_t>(Errc::state),
-                     "COMMIT for a version this receiver has not verified"};
-      }
+      std::lock_guard state_lock(state_mutex);
+      ++stats.versions_committed;
     }
-    forget_version();
-    send_to_producer(reply);
-    if (std::holds_alternative<Active>(reply) && options.on_active) options.on_active(active_version);
-    if (std::holds_alternative<Active>(reply)) {
-      // Idle until the next version: pay the undo log's page faults now rather than during the
-      // next refit (room for ~1.6% of the elements; it grows beyond that if needed).
-      std::lock_guard lock(applier_mutex);
-      applier->reserve(manifest->total_elements() / 64);
-    }
+    forget_version_locked();
+    // ACTIVE goes out first; the rest is idle-time work, done before releasing the lock so that
+    // frames of the next version wait for it: after a bootstrap, a fresh applier whose
+    // StateDigest is a full scan of the buffers; then the undo log's page faults (room for ~1.6%
+    // of the elements; it grows beyond that if needed).
+    send_to_producer(Active{options.rank, v, digest});
+    if (raw)
+      applier = std::make_unique<codec::DeltaApplier>(*manifest, weights, v,
+                                                      codec::StateDigest::full_scan(weights.as_const(), 1));
+    applier->reserve(manifest->total_elements() / 64);
+    lock.unlock();
+    if (options.on_active) options.on_active(v);
     return true;
   }
   if (auto* abort = std::get_if<Abort>(&message)) {
