@@ -61,19 +61,18 @@ struct Producer::Impl {
   uint32_t live_count() const {
     return static_cast<uint32_t>(std::count(live.begin(), live.end(), true));
   }
-  void send_frame(int tree, const SharedBytes& message) {
+  // The root link of `tree` once it has room (back-pressure); throws Error(connection) when dead.
+  OutboundLink& ready_root(int tree) {
     auto& root = *roots.at(tree);
     root.wait_below(options.max_inflight_bytes_per_root, kRootStallTimeout);
     if (root.dead())
       throw Error(Errc::connection, "the link to the root of tree " + std::to_string(tree) + " failed");
-    root.post(message);
+    return root;
   }
+  void send_frame(int tree, const SharedBytes& message) { ready_root(tree).post(message); }
   // Sends one bootstrap piece: its RAW header, then the body from the caller's memory.
   void send_raw(int tree, const RawChunkHeader& header, std::span<const std::byte> body) {
-    auto& root = *roots.at(tree);
-    root.wait_below(options.max_inflight_bytes_per_root, kRootStallTimeout);
-    if (root.dead())
-      throw Error(Errc::connection, "the link to the root of tree " + std::to_string(tree) + " failed");
+    auto& root = ready_root(tree);
     root.post(std::make_shared<const std::vector<std::byte>>(encode_raw_message(header)));
     root.post_view(body);
   }
@@ -428,7 +427,7 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   std::vector<Piece> pieces;
   for (uint32_t t = 0; t < d.manifest.size(); ++t) {
     const uint64_t size = checked.tensors[t].size();
-    // Whole elements per piece: receivers digest each piece on its own.
+    // Whole elements per piece: receivers refuse a piece that splits an element.
     const uint64_t w = codec::dtype_size(d.manifest.at(t).dtype);
     const uint64_t piece_bytes = std::max(w, d.options.encode.chunk_bytes / w * w);
     for (uint64_t off = 0; off < size; off += piece_bytes)

@@ -213,9 +213,9 @@ TEST_P(RelayTree, RawBootstrapThenDeltasAreBitExact) {
   }
 }
 
-// Receivers digest each raw piece on its own, so pieces must hold whole elements: a chunk size
-// that is not a multiple of 2 or 4 bytes must still give pieces on element boundaries, and the
-// pieces' digests must add up to the producer's full-scan digest.
+// Receivers refuse raw pieces that split an element: a chunk size that is not a multiple of 2 or
+// 4 bytes must still give pieces on element boundaries, and the baseline digest the producer
+// computes after the bootstrap must equal a full scan of the checkpoint.
 TEST_P(RelayTree, RawBootstrapWithOddChunkBytesIsBitExact) {
   Model model = Model::make(6);
   const uint32_t n = 3;
