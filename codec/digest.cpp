@@ -103,7 +103,6 @@ uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* data,
 uint64_t element_hash(uint32_t tensor_index, uint64_t element_index, uint32_t bits) noexcept {
   return element_hash_seeded(tensor_seed(tensor_index), element_index, bits);
 }
-uint64_t tensor_hash_seed(uint32_t tensor_index) noexcept { return tensor_seed(tensor_index); }
 
 uint64_t changes_digest_delta(uint32_t tensor_index, uint64_t first, const uint32_t* positions,
                               const uint32_t* old_bits, const uint32_t* new_bits, size_t count) noexcept {

@@ -15,10 +15,8 @@
 
 namespace deltacast::codec {
 
-// h(t, i, bits): the per-element term. element_hash_seeded(tensor_hash_seed(t), i, bits) is the
-// same value with the per-tensor part hoisted out of a loop.
+// h(t, i, bits): the per-element term (element_hash_seeded below, with the tensor's seed).
 uint64_t element_hash(uint32_t tensor_index, uint64_t element_index, uint32_t bits) noexcept;
-uint64_t tensor_hash_seed(uint32_t tensor_index) noexcept;
 
 // The term is built from 32-bit operations so that full scans vectorise (8 lanes of 32-bit
 // multiplies with AVX2): u = an odd multiple of the element index plus the seed's low half (a
@@ -69,7 +67,7 @@ uint64_t changes_digest_delta(uint32_t tensor_index, uint64_t first, const uint3
 uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::byte> bytes);
 // Digest contribution of a contiguous slice of a tensor whose first element has index
 // `first_element` (bytes holds whole elements). Contributions of disjoint slices add up (mod 2^64)
-// to tensor_digest: a receiver can digest pieces as they arrive. Thread-safe.
+// to tensor_digest, which is how full scans split large tensors over threads. Thread-safe.
 uint64_t slice_digest(uint32_t tensor_index, DType dtype, uint64_t first_element, std::span<const std::byte> bytes);
 
 class StateDigest {

@@ -9,11 +9,10 @@ namespace {
 template <unsigned W>
 DC_INLINE void ulp_tokens_impl(bool is_float, const uint32_t* old_bits, const uint32_t* new_bits, size_t count,
                                uint32_t* tokens) {
-  const uint32_t mask = width_mask(W);
   for (size_t i = 0; i < count; ++i) {
     const uint32_t d = ulp_difference(W, is_float, old_bits[i], new_bits[i]);
     const uint32_t negative = ulp_negative(W, d);
-    const uint32_t magnitude = ((d ^ (0u - negative)) + negative) & mask;
+    const uint32_t magnitude = ulp_abs(W, d);
     const uint32_t flagged = magnitude > 1 ? 1 : 0;
     const uint32_t escaped = magnitude - 2 >= 255 ? 1 : 0;
     tokens[i] = (escaped ? 255 : (magnitude - 2) & 0xFF) | (negative << kUlpNegativeBit) |

@@ -62,10 +62,13 @@ inline uint32_t ulp_difference(unsigned width, bool is_float, uint32_t old_bits,
   return (order_key(new_bits, width, is_float) - order_key(old_bits, width, is_float)) & width_mask(width);
 }
 inline uint32_t ulp_negative(unsigned width, uint32_t d) noexcept { return (d >> (8 * width - 1)) & 1; }
+// -x mod 2^w when negative is 1, x when it is 0 (branch-free: the sign is a coin toss).
+inline uint32_t negate_if(unsigned width, uint32_t x, uint32_t negative) noexcept {
+  return ((x ^ (0u - negative)) + negative) & width_mask(width);
+}
+inline uint32_t ulp_abs(unsigned width, uint32_t d) noexcept { return negate_if(width, d, ulp_negative(width, d)); }
 inline uint32_t ulp_magnitude(unsigned width, bool is_float, uint32_t old_bits, uint32_t new_bits) noexcept {
-  const uint32_t d = ulp_difference(width, is_float, old_bits, new_bits);
-  const uint32_t negative = ulp_negative(width, d);
-  return ((d ^ (0u - negative)) + negative) & width_mask(width);
+  return ulp_abs(width, ulp_difference(width, is_float, old_bits, new_bits));
 }
 
 // A change's ulp_delta value token, as ValueEncoder lays out its streams: bits 0-7 the magnitude
@@ -196,7 +199,7 @@ class ValueDecoder {
           if (magnitude > max_magnitude)
             throw Error(Errc::corrupt_frame, "values: ulp distance out of range for the element width");
           const uint32_t negative = static_cast<uint32_t>((sign_word >> b) & 1);
-          out[i + b] = ((magnitude ^ (0u - negative)) + negative) & wmask;
+          out[i + b] = negate_if(width, magnitude, negative);
         }
         i += m;
       }
