@@ -176,9 +176,9 @@ void run_tree_demo(const DemoOptions& o) {
   for (const auto& s : report.at("steps")) payload += s.at("payload_bytes").get<double>();
   if (!report.at("steps").empty()) {
     const double share = payload / report.at("steps").size() / report.at("checkpoint_bytes").get<double>();
-    std::printf("deltas carried %.2f%% of the checkpoint's bytes (a link-bound refit: ~%.0fx faster than a "
-                "full send); on loopback the wire is free, so refit time here is the CPU of %u receivers "
-                "and the producer on %u cores\n",
+    std::printf("deltas carried %.2f%% of the checkpoint's bytes (%.0fx fewer than a full send); on "
+                "loopback the wire is free, so refit time here is the CPU of %u receivers and the "
+                "producer on %u cores\n",
                 100 * share, 1 / share, o.receivers, std::max(1u, std::thread::hardware_concurrency()));
   }
   if (!o.json_path.empty()) {
