@@ -16,48 +16,103 @@ namespace deltacast::codec {
 
 namespace {
 
+// One element's base bits, at a position relative to its segment's first element.
 struct UndoEntry {
-  uint64_t position;
-  uint32_t tensor;
+  uint32_t position;
   uint32_t bits;
 };
+// The undo entries of one segment's writes.
+struct UndoSegment {
+  uint32_t tensor;
+  uint64_t element_begin;
+  const UndoEntry* entries;
+  size_t count;
+};
 
-// The undo log: old bits of every element written since the last commit, in reservation order.
-// Stored in fixed-size blocks so growing it never copies what is there, and clear() keeps the
-// blocks for the next version (a receiver pays for the pages once, not on every refit). Writers
-// reserve a range of slots under the applier's lock and fill it outside; rollback() and commit()
-// wait for every writer to finish first.
+// Puts back entries[count-1], ..., entries[0] into the segment starting at `base`.
+void restore_entries(std::byte* base, unsigned width, const UndoEntry* entries, size_t count) noexcept {
+  for (size_t k = count; k-- > 0;) store_bits(base, width, entries[k].position, entries[k].bits);
+}
+
+// The undo log: base bits of every element written since the last commit. Each chunk reserves one
+// contiguous run of entries (under the applier's lock) and fills it outside the lock while it
+// writes; a segment record names the tensor range of each part of the run. Runs live in large
+// pages that growing never moves, and clear() keeps the pages for the next version (a receiver
+// pays for them once, not on every refit). rollback() and commit() wait for every writer first.
 class UndoLog {
  public:
-  static constexpr size_t kBlock = size_t{1} << 16;
-  // Reserves `n` slots (mu held); returns the index of the first.
-  size_t reserve_slots(size_t n) {
-    const size_t first = used_;
+  static constexpr size_t kPage = size_t{1} << 20;  // entries per page (8 MiB)
+  // A run of n entries (mu held).
+  UndoEntry* reserve_run(size_t n) {
+    while (page_ < pages_.size() && pages_[page_].capacity - used_ < n) {
+      ++page_;
+      used_ = 0;
+    }
+    if (page_ == pages_.size()) add_page(std::max(kPage, n), false);
+    UndoEntry* run = pages_[page_].entries.get() + used_;
     used_ += n;
-    while (blocks_.size() * kBlock < used_) blocks_.emplace_back(new UndoEntry[kBlock]);
-    return first;
+    return run;
   }
-  // The block holding slot i (mu held: the block table may grow under other reservations).
-  UndoEntry* block_of(size_t i) const { return blocks_[i / kBlock].get(); }
-  // Allocates and touches blocks for `entries` entries so their page faults happen now.
+  // Records a segment written into a reserved run; returns its index (mu held).
+  size_t add_segment(const UndoSegment& s) {
+    segments_.push_back(s);
+    return segments_.size() - 1;
+  }
+  // Forgets segments [first, first + n): their writes were undone by their writer (mu held).
+  void drop_segments(size_t first, size_t n) {
+    for (size_t i = first; i < first + n; ++i) segments_[i].count = 0;
+  }
+  // Allocates and touches pages for `entries` more entries so their page faults happen now.
   void reserve(size_t entries) {
-    while (blocks_.size() * kBlock < entries) {
-      blocks_.emplace_back(new UndoEntry[kBlock]);
-      std::memset(static_cast<void*>(blocks_.back().get()), 0, kBlock * sizeof(UndoEntry));
+    size_t room = page_ < pages_.size() ? pages_[page_].capacity - used_ : 0;
+    for (size_t p = page_ + 1; p < pages_.size(); ++p) room += pages_[p].capacity;
+    while (room < entries + kPage) {  // one page of slack: a run that does not fit skips a page's tail
+      add_page(kPage, true);
+      room += kPage;
     }
   }
   template <class F>
-  void for_each_reverse(F&& f) const {
-    for (size_t i = used_; i-- > 0;) f(blocks_[i / kBlock][i % kBlock]);
+  void for_each_segment_reverse(F&& f) const {
+    for (size_t i = segments_.size(); i-- > 0;) f(segments_[i]);
   }
-  void clear() noexcept { used_ = 0; }
-  size_t size() const noexcept { return used_; }
+  void clear() noexcept {
+    segments_.clear();
+    page_ = 0;
+    used_ = 0;
+  }
 
  private:
-  std::vector<std::unique_ptr<UndoEntry[]>> blocks_;
-  size_t used_ = 0;
+  struct Page {
+    std::unique_ptr<UndoEntry[]> entries;
+    size_t capacity;
+  };
+  void add_page(size_t capacity, bool touch) {
+    pages_.push_back(Page{std::make_unique_for_overwrite<UndoEntry[]>(capacity), capacity});
+    if (touch) std::memset(static_cast<void*>(pages_.back().entries.get()), 0, capacity * sizeof(UndoEntry));
+  }
+  std::vector<Page> pages_;
+  size_t page_ = 0;  // the page runs are taken from
+  size_t used_ = 0;  // entries of that page already taken
+  std::vector<UndoSegment> segments_;
 };
 
+// What one segment's writer reports to (a ChangeLog's context): the segment's undo entries and
+// its digest change.
+struct SegmentLog {
+  UndoEntry* undo = nullptr;  // the segment's part of the chunk's run
+  size_t written = 0;
+  uint32_t tensor = 0;
+  uint64_t first = 0;   // index of the segment's first element
+  uint64_t digest = 0;  // sum of the digest changes so far
+  static void flush(void* ctx, const uint32_t* positions, const uint32_t* old_bits, const uint32_t* new_bits,
+                    size_t count) noexcept {
+    auto& log = *static_cast<SegmentLog*>(ctx);
+    UndoEntry* u = log.undo + log.written;
+    for (size_t k = 0; k < count; ++k) u[k] = UndoEntry{positions[k], old_bits[k]};
+    log.written += count;
+    log.digest += changes_digest_delta(log.tensor, log.first, positions, old_bits, new_bits, count);
+  }
+};
 
 // Section bytes of one chunk frame, decompressed (into reused buffers) and size-checked.
 class Sections {
@@ -90,32 +145,59 @@ class Sections {
   std::span<const std::byte> raw_[16];
 };
 
-// Per-thread decode state: apply() decodes outside the applier's lock, so several threads can
-// decode chunks of the same version at once; each keeps its buffers across frames.
-// One segment of a chunk, decoded and validated, ready to write: positions (relative to the
-// segment start), their coding-order index (classed locations only), the old bits the decoder
-// read (classed locations only) and the value tokens in coding order.
+// One segment of a chunk, decoded and validated, ready to write: its locations (class ranks or
+// positions) and value tokens in coding order.
 struct SegmentDecode {
   uint32_t tensor = 0;
   uint64_t element_begin = 0;
+  uint64_t element_count = 0;
+  uint64_t changes = 0;
+  unsigned width = 0;
+  uint32_t abs_mask = 0;
+  bool is_float = false;
   ValueMode mode = ValueMode::ulp_delta;
-  ScanVector<uint32_t> positions, coding_index, old_values, tokens;
+  DecodedLocations locations;
+  ScanVector<uint32_t> tokens;
 };
 
+// Per-thread decode state: apply() decodes outside the applier's lock, so several threads can
+// decode chunks of the same version at once; each keeps its buffers across frames.
 struct DecodeScratch {
   ScratchBuffer section_buffers[16];
   std::vector<SegmentDecode> segments;  // the chunk's segments (capacity kept across frames)
   size_t segment_count = 0;
   size_t changes = 0;
-  size_t first_slot = 0;                                   // the chunk's first reserved undo slot
-  std::vector<UndoEntry*> blocks;                          // undo blocks of the reserved slots
+  UndoEntry* undo = nullptr;  // the chunk's run of undo entries (reserved under the lock)
+  size_t first_undo_segment = 0;
   std::vector<std::pair<uint32_t, uint64_t>> digest_delta;  // (tensor, digest change)
-  ScanVector<uint32_t> old_bits, new_bits;                  // per change of the segment being written
   static DecodeScratch& local() {
     thread_local DecodeScratch scratch;
     return scratch;
   }
 };
+
+// Writes segments whose codings carry positions: position k takes token k.
+template <class T, ValueMode M>
+void write_positions(const ScanVector<uint32_t>& positions, const SegmentWrite& w) noexcept {
+  SegmentWriter<T, M> writer(w);
+  const T* elements = writer.elements();
+  const uint32_t* pos = positions.data();
+  const size_t n = positions.size();
+  constexpr size_t kAhead = 16;  // stores prefetched a few writes ahead, so their misses overlap
+  for (size_t k = 0; k < n; ++k) {
+    if (k + kAhead < n) __builtin_prefetch(elements + pos[k + kAhead], 1);
+    writer.write(pos[k], elements[pos[k]], static_cast<uint32_t>(k));
+  }
+  writer.flush();
+}
+template <class T>
+void write_positions_of_mode(const ScanVector<uint32_t>& positions, const SegmentWrite& w) noexcept {
+  switch (w.mode) {
+    case ValueMode::ulp_delta: return write_positions<T, ValueMode::ulp_delta>(positions, w);
+    case ValueMode::xor_bits: return write_positions<T, ValueMode::xor_bits>(positions, w);
+    case ValueMode::overwrite: return write_positions<T, ValueMode::overwrite>(positions, w);
+  }
+}
 
 }  // namespace
 
@@ -167,10 +249,10 @@ struct DeltaApplier::Impl {
     verified = false;
   }
 
-  // Decodes every change of a chunk into sc.segments without touching the weights. Throws on
-  // anything wrong. Needs no lock: it reads only the manifest and the weights of the chunk's own
-  // segments, which no other chunk of a well-formed version writes (a malformed version that
-  // overlaps chunks fails verify, whose digest covers every write, and is rolled back).
+  // Decodes every segment of a chunk (sections, locations, value tokens) into sc.segments without
+  // reading or touching the weights. Throws on anything the frame alone shows wrong; the one check
+  // left to write() is that each class rank lies within its class. Needs no lock: it reads only
+  // the manifest.
   void decode_chunk(const FrameView& view, DecodeScratch& sc) const {
     uint64_t max_raw = 1024;
     uint64_t prev_end_tensor = 0, prev_end = 0;
@@ -203,81 +285,78 @@ struct DeltaApplier::Impl {
     for (size_t i = 0; i < view.segments.size(); ++i) {
       const auto& s = view.segments[i];
       const auto& info = manifest->at(s.tensor_index);
-      const unsigned w = static_cast<unsigned>(dtype_size(info.dtype));
-      const std::byte* old = weights.tensors[s.tensor_index].data() + s.element_begin * w;
       SegmentDecode& d = sc.segments[i];
       d.tensor = s.tensor_index;
       d.element_begin = s.element_begin;
+      d.element_count = s.element_count;
+      d.changes = s.change_count;
+      d.width = static_cast<unsigned>(dtype_size(info.dtype));
+      d.abs_mask = abs_mask_of(info.dtype);
+      d.is_float = dtype_is_float(info.dtype);
       d.mode = s.value_mode;
-      decode_locations(s.location_coding, s.element_count, s.change_count, w, abs_mask_of(info.dtype), old, locs,
-                       d.positions, d.coding_index, d.old_values);
-      const size_t n = d.positions.size();
-      d.tokens.resize(n);
-      values.next_tokens(s.value_mode, w, d.tokens.data(), n);
-      sc.changes += n;
+      decode_locations(s.location_coding, s.element_count, s.change_count, d.abs_mask, locs, d.locations);
+      d.tokens.resize(s.change_count);
+      values.next_tokens(s.value_mode, d.width, d.tokens.data(), s.change_count);
+      sc.changes += s.change_count;
     }
     if (!locs.empty()) throw Error(Errc::corrupt_frame, "locations stream holds bytes past the last segment");
     values.expect_consumed();
   }
 
-  // Writes the decoded segments of sc into the weights, recording each element's old bits in the
-  // undo slots from sc.first_slot on (reserved under mu, block pointers in sc.blocks) and each
-  // segment's digest change in sc.digest_delta. Runs outside mu: chunks of a version write
-  // disjoint elements. Cannot fail: everything was validated by decode_chunk.
+  // Writes the decoded segments of sc into the weights, recording each element's base bits in the
+  // chunk's undo run sc.undo (reserved under mu) and each segment's digest change in
+  // sc.digest_delta. Runs outside mu: chunks of a version write disjoint elements. Classed
+  // segments are selected and written in one pass over the base bits; the one error it can meet
+  // (a class rank beyond its class) shows only there, so on that error every element this chunk
+  // wrote is restored before the exception leaves: the weights hold what they held before.
   void write(DecodeScratch& sc) const {
-    size_t slot = sc.first_slot;
-    for (size_t i = 0; i < sc.segment_count; ++i) {
-      const SegmentDecode& d = sc.segments[i];
-      switch (dtype_size(manifest->at(d.tensor).dtype)) {
-        case 1: write_segment_of_width<1>(d, sc, slot); break;
-        case 2: write_segment_of_width<2>(d, sc, slot); break;
-        default: write_segment_of_width<4>(d, sc, slot); break;
+    UndoEntry* run = sc.undo;
+    size_t i = 0;
+    SegmentLog log;
+    try {
+      for (; i < sc.segment_count; ++i) {
+        const SegmentDecode& d = sc.segments[i];
+        log = SegmentLog{run, 0, d.tensor, d.element_begin, 0};
+        write_segment(d, log);
+        sc.digest_delta.emplace_back(d.tensor, log.digest);
+        run += d.changes;
       }
-      slot += d.positions.size();
+    } catch (...) {
+      restore_entries(segment_base(sc.segments[i]), sc.segments[i].width, log.undo, log.written);
+      for (size_t j = i; j-- > 0;) {
+        run -= sc.segments[j].changes;
+        restore_entries(segment_base(sc.segments[j]), sc.segments[j].width, run, sc.segments[j].changes);
+      }
+      throw;
     }
   }
-  // Element width and value mode as compile-time constants: no per-change switch on either.
-  template <unsigned W>
-  void write_segment_of_width(const SegmentDecode& d, DecodeScratch& sc, size_t first_slot) const {
-    switch (d.mode) {
-      case ValueMode::ulp_delta: return write_segment<ValueMode::ulp_delta, W>(d, sc, first_slot);
-      case ValueMode::xor_bits: return write_segment<ValueMode::xor_bits, W>(d, sc, first_slot);
-      case ValueMode::overwrite: return write_segment<ValueMode::overwrite, W>(d, sc, first_slot);
+  std::byte* segment_base(const SegmentDecode& d) const {
+    return weights.tensors[d.tensor].data() + d.element_begin * d.width;
+  }
+  std::byte* segment_base(const UndoSegment& s) const {
+    return weights.tensors[s.tensor].data() + s.element_begin * dtype_size(manifest->at(s.tensor).dtype);
+  }
+  void write_segment(const SegmentDecode& d, SegmentLog& log) const {
+    const SegmentWrite w{segment_base(d), d.mode, d.is_float, d.tokens.data(), ChangeLog{&SegmentLog::flush, &log}};
+    if (d.locations.coding == LocationCoding::classed_gaps)
+      return select_and_write(d.width, d.abs_mask, d.element_count, d.locations.classes, d.locations.ranks, w);
+    switch (d.width) {
+      case 1: return write_positions_of_mode<uint8_t>(d.locations.positions, w);
+      case 2: return write_positions_of_mode<uint16_t>(d.locations.positions, w);
+      default: return write_positions_of_mode<uint32_t>(d.locations.positions, w);
     }
   }
-  template <ValueMode M, unsigned w>
-  void write_segment(const SegmentDecode& d, DecodeScratch& sc, size_t first_slot) const {
-    const auto dtype = manifest->at(d.tensor).dtype;
-    const bool is_float = dtype_is_float(dtype);
-    std::byte* base = weights.tensors[d.tensor].data() + d.element_begin * w;
-    const size_t n = d.positions.size();
-    const uint32_t* pos = d.positions.data();
-    const uint32_t* tokens = d.tokens.data();
-    const uint32_t* order = d.coding_index.empty() ? nullptr : d.coding_index.data();
-    const uint32_t* olds = d.old_values.empty() ? nullptr : d.old_values.data();
-    const size_t first_block = sc.first_slot / UndoLog::kBlock;
-    // The old and new bits are kept for one vectorised digest pass after the writes.
-    sc.old_bits.resize(n);
-    sc.new_bits.resize(n);
-    uint32_t* old_out = sc.old_bits.data();
-    uint32_t* new_out = sc.new_bits.data();
-    // Stores are prefetched a few writes ahead: the decode pass streamed through these lines
-    // long before, so their misses are made to overlap.
-    constexpr size_t kAhead = 16;
-    for (size_t k = 0; k < n; ++k) {
-      if (k + kAhead < n) __builtin_prefetch(base + uint64_t{pos[k + kAhead]} * w, 1);
-      const uint32_t p = pos[k];
-      const uint32_t token = tokens[order ? order[k] : k];
-      const uint32_t ob = olds ? olds[k] : load_bits(base, w, p);
-      const uint32_t nb = ValueDecoder::apply_token(M, w, is_float, ob, token);
-      const size_t slot = first_slot + k;
-      sc.blocks[slot / UndoLog::kBlock - first_block][slot % UndoLog::kBlock] =
-          UndoEntry{d.element_begin + p, d.tensor, ob};
-      store_bits(base, w, p, nb);
-      old_out[k] = ob;
-      new_out[k] = nb;
+  // After a failed write (mu held): the chunk's undo segments are void (their writer restored
+  // them), the chunk is not applied, and a version this chunk began with nothing else in it is
+  // abandoned, so the applier is in the state it was in before the frame.
+  void forget_failed_write(const DecodeScratch& sc, uint32_t chunk_index) {
+    undo.drop_segments(sc.first_undo_segment, sc.segment_count);
+    applied[chunk_index] = false;
+    if (writers == 1 && !seal_digests && std::none_of(applied.begin(), applied.end(), [](bool a) { return a; })) {
+      pending.reset();
+      applied.clear();
+      undo.clear();
     }
-    sc.digest_delta.emplace_back(d.tensor, changes_digest_delta(d.tensor, d.element_begin, pos, old_out, new_out, n));
   }
 };
 
@@ -341,18 +420,29 @@ ApplyResult DeltaApplier::apply(const FrameView& view) {
   im.check_base(h);  // a commit or rollback may have happened meanwhile
   refuse_replay();
   im.begin(h);
-  // Reserve undo slots and count this chunk as applied (no other copy may start), then write
+  // Reserve the chunk's undo run and count it as applied (no other copy may start), then write
   // outside the lock; rollback/commit/verify wait for the writers.
   const size_t n = sc.changes;
-  const size_t first_slot = sc.first_slot = im.undo.reserve_slots(n);
-  sc.blocks.clear();
-  for (size_t b = first_slot / UndoLog::kBlock; n > 0 && b <= (first_slot + n - 1) / UndoLog::kBlock; ++b)
-    sc.blocks.push_back(im.undo.block_of(b * UndoLog::kBlock));
+  sc.undo = im.undo.reserve_run(n);
+  const UndoEntry* run = sc.undo;
+  for (size_t i = 0; i < sc.segment_count; ++i) {
+    const SegmentDecode& d = sc.segments[i];
+    const size_t index = im.undo.add_segment(UndoSegment{d.tensor, d.element_begin, run, d.changes});
+    if (i == 0) sc.first_undo_segment = index;
+    run += d.changes;
+  }
   im.applied[h.chunk_index] = true;
   ++im.writers;
   lock.unlock();
   sc.digest_delta.clear();
-  im.write(sc);
+  try {
+    im.write(sc);
+  } catch (...) {
+    lock.lock();
+    im.forget_failed_write(sc, h.chunk_index);
+    if (--im.writers == 0) im.writers_done.notify_all();
+    throw;
+  }
   lock.lock();
   auto& per = im.digest.per_tensor();
   for (const auto& [t, d] : sc.digest_delta) per[t] += d;
@@ -405,9 +495,9 @@ void DeltaApplier::rollback() {
   auto& im = *impl_;
   std::unique_lock lock(im.mu);
   im.wait_for_writers(lock);
-  im.undo.for_each_reverse([&](const UndoEntry& e) {
-    const unsigned w = static_cast<unsigned>(dtype_size(im.manifest->at(e.tensor).dtype));
-    store_bits(im.weights.tensors[e.tensor].data(), w, e.position, e.bits);
+  im.undo.for_each_segment_reverse([&](const UndoSegment& s) {
+    restore_entries(im.segment_base(s), static_cast<unsigned>(dtype_size(im.manifest->at(s.tensor).dtype)), s.entries,
+                    s.count);
   });
   im.undo.clear();
   im.digest = im.base_digest;

@@ -73,7 +73,7 @@ class DeltaApplier {
 
   const StateDigest& digest() const noexcept;  // digests of the bits currently in the buffers
   // Pre-allocates (and touches) undo space for `changes` written elements, so a host can pay for
-  // it while idle instead of during its first refit. Memory: 16 bytes per change. Thread-safe.
+  // it while idle instead of during its first refit. Memory: 8 bytes per change. Thread-safe.
   void reserve(uint64_t changes);
 
  private:

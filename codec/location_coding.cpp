@@ -274,12 +274,11 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
   return plan;
 }
 
-void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, unsigned width, uint32_t abs_mask,
-                      const void* old_bits, std::span<const std::byte>& in, ScanVector<uint32_t>& positions,
-                      ScanVector<uint32_t>& coding_index, ScanVector<uint32_t>& old_values) {
+void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, uint32_t abs_mask,
+                      std::span<const std::byte>& in, DecodedLocations& out) {
+  out.coding = coding;
+  auto& positions = out.positions;
   positions.clear();
-  coding_index.clear();
-  old_values.clear();
   switch (coding) {
     case LocationCoding::none:
       if (change_count != 0) throw Error(Errc::corrupt_frame, "locations: 'none' coding with changes announced");
@@ -345,7 +344,8 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       WireReader wr(in, "locations");
       const unsigned k = wr.get<uint8_t>();
       if (k < 2 || k > kMaxClasses) throw Error(Errc::corrupt_frame, "locations: class count out of range");
-      ClassSpec spec;
+      ClassSpec& spec = out.classes;
+      spec = ClassSpec{};
       spec.count = k;
       for (unsigned j = 0; j + 1 < k; ++j) {
         spec.thresholds[j] = wr.get<uint32_t>();
@@ -370,18 +370,30 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       BitReader br(rest);
       if (change_count > 8 * rest.size())  // every Rice code takes at least one bit
         throw Error(Errc::corrupt_frame, "locations: more ranks announced than the stream can hold");
-      thread_local std::vector<ScanVector<uint32_t>> ranks;  // capacity reused across segments
-      ranks.resize(k);
+      auto& ranks = out.ranks;  // capacity reused across segments
+      if (ranks.size() < k) ranks.resize(k);
       for (unsigned j = 0; j < k; ++j) {
         ranks[j].resize(counts[j]);
         read_rice_positions(br, ks[j], counts[j], n, ranks[j].data(), "locations: class rank past the segment end");
       }
       in = rest.subspan(br.bytes_consumed(rest.data()));
-      select_positions(width, abs_mask, old_bits, n, spec, ranks, positions, coding_index, old_values);
       return;
     }
   }
   throw Error(Errc::corrupt_frame, "locations: unknown coding");
+}
+
+void resolve_positions(const DecodedLocations& locs, unsigned width, uint32_t abs_mask, const void* old_bits,
+                       uint64_t element_count, ScanVector<uint32_t>& positions, ScanVector<uint32_t>& coding_index,
+                       ScanVector<uint32_t>& old_values) {
+  positions.clear();
+  coding_index.clear();
+  old_values.clear();
+  if (locs.coding == LocationCoding::classed_gaps)
+    select_positions(width, abs_mask, old_bits, element_count, locs.classes, locs.ranks, positions, coding_index,
+                     old_values);
+  else
+    positions.assign(locs.positions.begin(), locs.positions.end());
 }
 
 ClassSpec choose_classes(const std::vector<uint64_t>& hist_all, const std::vector<uint64_t>& hist_changed,

@@ -26,17 +26,29 @@ struct LocationPlan {
 // Picks the smallest coding for the segment, appends its bytes to `out` and returns the plan.
 LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::byte>& out);
 
-// Decodes one segment's locations from `in` (advancing it). `positions` come out in (nearly)
-// ascending order; coding_index[k] is the coding-order index of positions[k] (the order values are
-// stored in), left empty when the two orders are the same (every coding but classed_gaps).
-// old_bits: the receiver's base bits of the segment (needed for classed_gaps). old_values[k] holds
-// the base bits at positions[k] when the coding read them anyway (classed_gaps); it is left empty
-// otherwise. Throws Error(corrupt_frame) on anything inconsistent (counts, bounds, duplicate or
-// out-of-range positions).
-void decode_locations(LocationCoding coding, uint64_t element_count, uint64_t change_count, unsigned width,
-                      uint32_t abs_mask, const void* old_bits, std::span<const std::byte>& in,
-                      ScanVector<uint32_t>& positions, ScanVector<uint32_t>& coding_index,
-                      ScanVector<uint32_t>& old_values);
+// One segment's locations as its stream states them, before the receiver resolves class ranks
+// against its own bits.
+struct DecodedLocations {
+  LocationCoding coding = LocationCoding::none;
+  ScanVector<uint32_t> positions;           // every coding but classed_gaps: ascending, in range
+  ClassSpec classes;                        // classed_gaps: the class thresholds
+  std::vector<ScanVector<uint32_t>> ranks;  // classed_gaps: per class, ascending ranks
+};
+
+// Decodes one segment's locations from `in` (advancing it) into `out` (its buffers reused).
+// abs_mask: the dtype's magnitude mask (class thresholds must lie within it). Throws
+// Error(corrupt_frame) on anything the stream alone shows inconsistent (counts, bounds, duplicate or
+// out-of-range positions); that a class rank lies within its class is checked by the select.
+void decode_locations(LocationCoding coding, uint64_t element_count, uint64_t change_count, uint32_t abs_mask,
+                      std::span<const std::byte>& in, DecodedLocations& out);
+
+// Positions of decoded locations against the receiver's base bits `old_bits` (width bytes per
+// element): for classed_gaps through select_positions (scan.h), else the decoded positions
+// (coding_index and old_values left empty). For tests and tools; the applier writes classed
+// segments through select_and_write instead.
+void resolve_positions(const DecodedLocations& locs, unsigned width, uint32_t abs_mask, const void* old_bits,
+                       uint64_t element_count, ScanVector<uint32_t>& positions, ScanVector<uint32_t>& coding_index,
+                       ScanVector<uint32_t>& old_values);
 
 // Chooses up to kMaxClasses-2 class thresholds from sampled exponent histograms, or count == 1 when
 // classes would not pay.

@@ -11,11 +11,14 @@ namespace deltacast::codec {
 // Per-ISA entry points (scan_kernels.inc), declared through the function types of the dispatchers.
 using ScanFn = decltype(scan_changes);
 using SelectFn = decltype(select_positions);
+using SelectWriteFn = decltype(select_and_write);
 ScanFn scan_changes_generic;
 SelectFn select_positions_generic;
+SelectWriteFn select_and_write_generic;
 #ifdef DELTACAST_HAVE_X86_KERNELS
 ScanFn scan_changes_avx2, scan_changes_avx2_bmi2, scan_changes_avx512;
 SelectFn select_positions_avx2, select_positions_avx2_bmi2, select_positions_avx512;
+SelectWriteFn select_and_write_avx2, select_and_write_avx2_bmi2, select_and_write_avx512;
 #endif
 
 namespace {
@@ -78,6 +81,18 @@ void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, u
   if (isa() == Isa::avx2) return select_positions_avx2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
 #endif
   select_positions_generic(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
+}
+
+void select_and_write(unsigned width, uint32_t abs_mask, uint64_t n, const ClassSpec& classes,
+                      const std::vector<ScanVector<uint32_t>>& ranks, const SegmentWrite& write) {
+  check_args(width, n, &classes);
+  DC_ASSERT(ranks.size() >= classes.count);
+#ifdef DELTACAST_HAVE_X86_KERNELS
+  if (isa() == Isa::avx512) return select_and_write_avx512(width, abs_mask, n, classes, ranks, write);
+  if (isa() == Isa::avx2_bmi2) return select_and_write_avx2_bmi2(width, abs_mask, n, classes, ranks, write);
+  if (isa() == Isa::avx2) return select_and_write_avx2(width, abs_mask, n, classes, ranks, write);
+#endif
+  select_and_write_generic(width, abs_mask, n, classes, ranks, write);
 }
 
 namespace {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codec/dtype.h"
+#include "codec/segment_write.h"
 
 namespace deltacast::codec {
 
@@ -83,6 +84,14 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
 void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, uint64_t n, const ClassSpec& classes,
                       const std::vector<ScanVector<uint32_t>>& ranks, ScanVector<uint32_t>& positions,
                       ScanVector<uint32_t>& coding_index, ScanVector<uint32_t>& old_values);
+
+// The same selection, writing each selected element in place while its block is in cache (the
+// receiver's apply): write.elements holds the segment's n elements, their base bits on entry;
+// ranks[c][i] takes write.tokens[coding index] (write.mode ulp_delta or xor_bits), and every
+// element written is reported to write.log. Throws Error(corrupt_frame) when a rank is not smaller
+// than its class's size, after reporting every element it wrote (the caller restores them).
+void select_and_write(unsigned width, uint32_t abs_mask, uint64_t n, const ClassSpec& classes,
+                      const std::vector<ScanVector<uint32_t>>& ranks, const SegmentWrite& write);
 
 // Sampled exponent statistics of a segment for choosing class thresholds: 1 in `stride` blocks of
 // 64 elements is examined (in runs of 16 consecutive blocks). hist_all[e] / hist_changed[e] count elements by exponent e = abs >> mantissa.

@@ -16,45 +16,11 @@
 
 #include "codec/bitstream.h"
 #include "codec/dtype.h"
+#include "codec/element_bits.h"
 #include "codec/frame.h"
 #include "codec/wire.h"
 
 namespace deltacast::codec {
-
-inline uint32_t width_mask(unsigned width) noexcept { return width == 4 ? 0xFFFFFFFFu : (1u << (8 * width)) - 1; }
-
-// Order-preserving bijection from bits to an unsigned key (identity for integer dtypes): negative
-// floats have every bit flipped, non-negative ones only the sign bit. Branch-free (the sign of a
-// changed weight is a coin toss).
-inline uint32_t order_key(uint32_t bits, unsigned width, bool is_float) noexcept {
-  if (!is_float) return bits;
-  const unsigned top = 8 * width - 1;
-  const uint32_t negative = (bits >> top) & 1;
-  return bits ^ ((1u << top) | ((0u - negative) & ((1u << top) - 1)));
-}
-inline uint32_t order_unkey(uint32_t key, unsigned width, bool is_float) noexcept {
-  if (!is_float) return key;
-  const unsigned top = 8 * width - 1;
-  const uint32_t was_non_negative = (key >> top) & 1;
-  return key ^ ((1u << top) | ((was_non_negative - 1) & ((1u << top) - 1)));
-}
-
-inline uint32_t load_bits(const std::byte* base, unsigned width, uint64_t index) noexcept {
-  const std::byte* p = base + index * width;
-  switch (width) {
-    case 1: return static_cast<uint8_t>(*p);
-    case 2: { uint16_t v; std::memcpy(&v, p, 2); return v; }
-    default: { uint32_t v; std::memcpy(&v, p, 4); return v; }
-  }
-}
-inline void store_bits(std::byte* base, unsigned width, uint64_t index, uint32_t bits) noexcept {
-  std::byte* p = base + index * width;
-  switch (width) {
-    case 1: *p = static_cast<std::byte>(bits); break;
-    case 2: { const uint16_t v = static_cast<uint16_t>(bits); std::memcpy(p, &v, 2); break; }
-    default: std::memcpy(p, &bits, 4); break;
-  }
-}
 
 // The ulp distance of a change old -> new: d = key(new) - key(old) mod 2^w, read as a signed w-bit
 // integer; its sign bit (1 = negative); its magnitude |d| in 1 .. 2^(w-1).
@@ -176,7 +142,7 @@ class ValueDecoder {
                 WireReader(planes[2], "plane2 stream"), WireReader(planes[3], "plane3 stream")} {}
 
   // Reads the value tokens of the next `count` changes into out[0..count): the signed ulp distance
-  // mod 2^w (ulp_delta), or the plane value (xor / overwrite); apply_token turns a token into the
+  // mod 2^w (ulp_delta), or the plane value (xor / overwrite); apply_value_token (element_bits.h) turns a token into the
   // new bits given the old bits. Bit planes are read 32 bits at a time, byte planes bounds-checked
   // once. Throws Error(corrupt_frame) on a truncated stream or an out-of-range magnitude.
   void next_tokens(ValueMode mode, unsigned width, uint32_t* out, size_t count) {
@@ -212,15 +178,6 @@ class ValueDecoder {
       for (unsigned j = 0; j < width; ++j) v |= uint32_t{static_cast<uint8_t>(plane[j][i])} << (8 * j);
       out[i] = v;
     }
-  }
-  static uint32_t apply_token(ValueMode mode, unsigned width, bool is_float, uint32_t old_bits, uint32_t token) {
-    switch (mode) {
-      case ValueMode::ulp_delta:
-        return order_unkey((order_key(old_bits, width, is_float) + token) & width_mask(width), width, is_float);
-      case ValueMode::xor_bits: return old_bits ^ token;
-      case ValueMode::overwrite: return token;
-    }
-    return token;
   }
   // Throws unless every stream was consumed exactly (trailing bytes mean a corrupt frame).
   void expect_consumed() const {

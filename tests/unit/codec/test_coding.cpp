@@ -219,9 +219,11 @@ TEST(Locations, ClassesChosenWhenChangeRateDependsOnMagnitude) {
   EXPECT_EQ(plan.coding, LocationCoding::classed_gaps);
   // Decode and compare with the true positions (in class order).
   std::span<const std::byte> in(out);
+  DecodedLocations locs;
+  decode_locations(plan.coding, n, scan.positions.size(), 0x7FFF, in, locs);
   ScanVector<uint32_t> decoded;
   ScanVector<uint32_t> coding_index, old_values;
-  decode_locations(plan.coding, n, scan.positions.size(), 2, 0x7FFF, a.data(), in, decoded, coding_index, old_values);
+  resolve_positions(locs, 2, 0x7FFF, a.data(), n, decoded, coding_index, old_values);
   EXPECT_TRUE(in.empty());
   ASSERT_EQ(decoded.size(), scan.positions.size());
   ASSERT_EQ(coding_index.size(), decoded.size());
@@ -289,18 +291,17 @@ TEST(Locations, GapVarintDecodesAndRejectsBadInput) {
     bytes.push_back(static_cast<std::byte>(g));
   }
   std::span<const std::byte> in(bytes);
-  ScanVector<uint32_t> got, idx, old;
-  decode_locations(LocationCoding::gap_varint, 100000, want.size(), 2, 0x7FFF, nullptr, in, got, idx, old);
-  EXPECT_TRUE(std::ranges::equal(got, want));
+  DecodedLocations got;
+  decode_locations(LocationCoding::gap_varint, 100000, want.size(), 0x7FFF, in, got);
+  EXPECT_TRUE(std::ranges::equal(got.positions, want));
   EXPECT_TRUE(in.empty());
-  EXPECT_TRUE(idx.empty());
   std::span<const std::byte> truncated(bytes.data(), bytes.size() - 1);
-  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, want.size(), 2, 0x7FFF, nullptr, truncated, got, idx, old), Error);
+  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, want.size(), 0x7FFF, truncated, got), Error);
   std::span<const std::byte> small(bytes);
-  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 70001, want.size(), 2, 0x7FFF, nullptr, small, got, idx, old), Error);
+  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 70001, want.size(), 0x7FFF, small, got), Error);
   const std::vector<std::byte> endless(12, std::byte{0xFF});
   std::span<const std::byte> e(endless);
-  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, 1, 2, 0x7FFF, nullptr, e, got, idx, old), Error);
+  EXPECT_THROW(decode_locations(LocationCoding::gap_varint, 100000, 1, 0x7FFF, e, got), Error);
 }
 }  // namespace
 }  // namespace deltacast::codec
