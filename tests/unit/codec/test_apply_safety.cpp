@@ -195,6 +195,80 @@ TEST_F(Fixture, UnknownTensorIndexIsRefused) {
   EXPECT_TRUE(target == base);
 }
 
+// Weights whose small magnitudes change far more often than large ones, so the encoder codes
+// their locations by class (classed_gaps): the coding whose errors show only while writing.
+struct ClassedFixture : Fixture {
+  Manifest cm{{{"w", DType::bf16, {512, 512}}}};
+  OwnedWeights cbase{cm}, cnext{cm};
+  EncodedDelta cdelta;
+  void SetUp() override {
+    std::mt19937_64 rng(7);
+    const size_t n = 512 * 512;
+    auto* a = reinterpret_cast<uint16_t*>(cbase.bytes[0].data());
+    for (size_t i = 0; i < n; ++i) a[i] = static_cast<uint16_t>((rng() % 8 == 0 ? 0x3800 : 0x3C00) | (rng() & 0x7F));
+    cnext = cbase;
+    auto* b = reinterpret_cast<uint16_t*>(cnext.bytes[0].data());
+    for (size_t i = 0; i < n; ++i)
+      if (rng() % 1000 < ((a[i] & 0x7F80) == 0x3800 ? 150u : 5u)) b[i] = static_cast<uint16_t>(a[i] + 1);
+    EncodeOptions opts;
+    opts.chunk_bytes = 256 * 1024;  // two chunks of one segment each
+    cdelta = encode_delta(cbase.view(), cnext.view(), StateDigest::full_scan(cbase.view()), {5, 6}, opts);
+  }
+  // Frame i with its class thresholds raised to the top of the magnitude range (re-checksummed):
+  // every element falls into class 0, so class 0's ranks select (and write) wrong elements and the
+  // higher classes' ranks lie beyond their now empty classes, which shows at the segment's end.
+  std::vector<std::byte> with_thresholds_at_the_top(size_t i) const {
+    auto bad = cdelta.frames[i];
+    const auto view = parse_frame(bad);
+    EXPECT_EQ(view.segments.size(), 1u);
+    EXPECT_EQ(view.segments[0].location_coding, LocationCoding::classed_gaps);
+    for (const auto& s : view.sections)
+      if (s.stream == StreamId::locations) {
+        EXPECT_EQ(s.codec, SectionCodec::raw);
+        const auto k = static_cast<unsigned>(bad[s.offset]);
+        for (unsigned j = 0; j + 1 < k; ++j)
+          store_le<uint32_t>(bad.data() + s.offset + 1 + 4 * j, 0x7FFFu - (k - 2 - j));
+      }
+    store_le<uint64_t>(bad.data() + bad.size() - 8, XXH3_64bits(bad.data(), bad.size() - 8));
+    return bad;
+  }
+};
+
+// A frame whose class ranks turn out impossible only once its writes have started is refused,
+// and the elements it wrote are restored: bit-exact base as the first frame of a version (the
+// applier is idle again), and the first chunk untouched as the second (the version goes on).
+TEST_F(ClassedFixture, ClassRankBeyondItsClassIsRefusedAfterUndoingItsWrites) {
+  ASSERT_EQ(cdelta.frames.size(), 3u);  // two chunks and the seal
+  {
+    OwnedWeights target = cbase;
+    DeltaApplier applier(cm, target.mut(), 5, StateDigest::full_scan(target.view()));
+    EXPECT_EQ(errc_of([&] { applier.apply(with_thresholds_at_the_top(0)); }), Errc::corrupt_frame);
+    EXPECT_TRUE(target == cbase);
+    EXPECT_FALSE(applier.pending_version().has_value());
+    EXPECT_EQ(applier.digest().combined(), StateDigest::full_scan(cbase.view()).combined());
+  }
+  OwnedWeights target = cbase;
+  DeltaApplier applier(cm, target.mut(), 5, StateDigest::full_scan(target.view()));
+  applier.apply(cdelta.frames[0]);
+  const OwnedWeights after_first = target;
+  EXPECT_EQ(errc_of([&] { applier.apply(with_thresholds_at_the_top(1)); }), Errc::corrupt_frame);
+  EXPECT_TRUE(target == after_first);
+  EXPECT_EQ(applier.pending_version(), std::optional<uint64_t>(6));
+  // The genuine chunk is not a replay of the refused one: the version completes bit-exactly.
+  applier.apply(cdelta.frames[1]);
+  applier.apply(cdelta.frames[2]);
+  applier.verify();
+  applier.commit();
+  EXPECT_TRUE(target == cnext);
+  // And a rollback of a version with a refused chunk in it restores the base.
+  OwnedWeights again = cbase;
+  DeltaApplier second(cm, again.mut(), 5, StateDigest::full_scan(again.view()));
+  second.apply(cdelta.frames[0]);
+  EXPECT_EQ(errc_of([&] { second.apply(with_thresholds_at_the_top(1)); }), Errc::corrupt_frame);
+  second.rollback();
+  EXPECT_TRUE(again == cbase);
+}
+
 // Calls f(i) for every i in [0, total) from `threads` threads, each taking the next index.
 template <class F>
 void on_threads(unsigned threads, size_t total, F f) {

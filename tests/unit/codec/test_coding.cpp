@@ -21,7 +21,11 @@ void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, c
 void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                            const std::vector<ScanVector<uint32_t>>&, ScanVector<uint32_t>&, ScanVector<uint32_t>&,
                            ScanVector<uint32_t>&);
+void select_and_write_avx2(unsigned, uint32_t, uint64_t, const ClassSpec&, const std::vector<ScanVector<uint32_t>>&,
+                           const SegmentWrite&);
 #endif
+void select_and_write_generic(unsigned, uint32_t, uint64_t, const ClassSpec&, const std::vector<ScanVector<uint32_t>>&,
+                              const SegmentWrite&);
 namespace {
 
 TEST(Rice, RoundTripsSmallLargeAndEscapedGaps) {
@@ -80,6 +84,53 @@ TEST(Rice, TruncatedStreamThrows) {
   buf.resize(buf.size() - 2);
   BitReader r(buf);
   EXPECT_THROW(r.get_rice(3), Error);
+}
+
+// What a select_and_write reported to its ChangeLog.
+struct CollectedLog {
+  std::vector<uint32_t> positions, old_bits, new_bits;
+  size_t largest_batch = 0;
+  static void flush(void* ctx, const uint32_t* p, const uint32_t* o, const uint32_t* n, size_t count) noexcept {
+    auto& log = *static_cast<CollectedLog*>(ctx);
+    log.positions.insert(log.positions.end(), p, p + count);
+    log.old_bits.insert(log.old_bits.end(), o, o + count);
+    log.new_bits.insert(log.new_bits.end(), n, n + count);
+    log.largest_batch = std::max(log.largest_batch, count);
+  }
+};
+using SelectWriteKernel = void (*)(unsigned, uint32_t, uint64_t, const ClassSpec&,
+                                   const std::vector<ScanVector<uint32_t>>&, const SegmentWrite&);
+
+// A fused select-and-write turns a (base bits) into b exactly, in both value modes a classed
+// segment may use, and reports every element it wrote, once, with its old and new bits.
+template <class T>
+void check_select_and_write(SelectWriteKernel kernel, const std::vector<T>& a, const std::vector<T>& b,
+                            uint32_t mask, const ClassSpec& cs, const std::vector<ScanVector<uint32_t>>& ranks,
+                            const ScanVector<uint32_t>& coded_positions) {
+  for (ValueMode mode : {ValueMode::xor_bits, ValueMode::ulp_delta}) {
+    std::vector<uint32_t> tokens;
+    for (uint32_t p : coded_positions)
+      tokens.push_back(mode == ValueMode::xor_bits ? uint32_t{static_cast<T>(a[p] ^ b[p])}
+                                                   : ulp_difference(sizeof(T), true, a[p], b[p]));
+    std::vector<T> target = a;
+    CollectedLog log;
+    kernel(sizeof(T), mask, a.size(), cs, ranks,
+           SegmentWrite{target.data(), mode, true, tokens.data(), ChangeLog{&CollectedLog::flush, &log}});
+    ASSERT_TRUE(target == b) << "mode " << static_cast<int>(mode);
+    ASSERT_EQ(log.positions.size(), coded_positions.size());
+    ASSERT_LE(log.largest_batch, kChangeBatch);
+    std::vector<uint32_t> sorted = log.positions;
+    std::ranges::sort(sorted);
+    ASSERT_TRUE(std::ranges::equal(sorted, [&] {
+      std::vector<uint32_t> s(coded_positions.begin(), coded_positions.end());
+      std::ranges::sort(s);
+      return s;
+    }()));
+    for (size_t k = 0; k < log.positions.size(); ++k) {
+      ASSERT_EQ(log.old_bits[k], uint32_t{a[log.positions[k]]});
+      ASSERT_EQ(log.new_bits[k], uint32_t{b[log.positions[k]]});
+    }
+  }
 }
 
 template <class T>
@@ -146,6 +197,11 @@ void check_scan_equivalence(unsigned seed) {
         ASSERT_EQ(old_fast.size(), pos_fast.size());
         for (size_t k = 0; k < pos_fast.size(); ++k) ASSERT_EQ(old_fast[k], static_cast<uint32_t>(a[pos_fast[k]]));
         ASSERT_EQ(old_slow, old_fast);
+        // coded_positions[i]: the position of coding index i.
+        ScanVector<uint32_t> coded_positions(pos_fast.size());
+        for (size_t k = 0; k < pos_fast.size(); ++k) coded_positions[idx_fast[k]] = pos_fast[k];
+        check_select_and_write<T>(&select_and_write, a, b, mask, cs, ranks, coded_positions);
+        check_select_and_write<T>(&select_and_write_generic, a, b, mask, cs, ranks, coded_positions);
 #if defined(__x86_64__)
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) {
           ScanOutput plain;
@@ -157,6 +213,7 @@ void check_scan_equivalence(unsigned seed) {
           ASSERT_EQ(pos_plain, pos_slow);
           ASSERT_EQ(idx_plain, idx_slow);
           ASSERT_EQ(old_plain, old_slow);
+          check_select_and_write<T>(&select_and_write_avx2, a, b, mask, cs, ranks, coded_positions);
         }
 #endif
         ASSERT_EQ(pos_fast.size(), expect.size());
@@ -195,6 +252,17 @@ TEST(Scan, SelectRejectsRankBeyondClass) {
   ScanVector<uint32_t> pos, idx, old;
   EXPECT_THROW(select_positions(2, 0x7FFF, a.data(), a.size(), cs, ranks, pos, idx, old), Error);
   EXPECT_TRUE(pos.empty() && idx.empty() && old.empty());
+  // The fused write has written class 0's rank by the time it finds class 1's missing: it reports
+  // that write before throwing, so its caller can undo it.
+  const std::vector<uint32_t> tokens{0x0001, 0x0002};
+  CollectedLog log;
+  EXPECT_THROW(select_and_write(2, 0x7FFF, a.size(), cs, ranks,
+                                SegmentWrite{a.data(), ValueMode::xor_bits, true, tokens.data(),
+                                             ChangeLog{&CollectedLog::flush, &log}}),
+               Error);
+  EXPECT_EQ(log.positions, std::vector<uint32_t>{5});
+  EXPECT_EQ(log.old_bits, std::vector<uint32_t>{0x3F80});
+  EXPECT_EQ(a[5], 0x3F81);
 }
 
 TEST(Locations, ClassesChosenWhenChangeRateDependsOnMagnitude) {
