@@ -7,8 +7,10 @@
 //   idle(version v) --chunk/seal frame with base v--> applying(v -> v')
 //   applying --all chunks + seal, verify() ok--> verified --commit()--> idle(v')
 //   applying|verified --rollback()--> idle(v)   (bits are exactly v's again)
-// The host must not expose the buffers to its users between the first apply and commit/rollback
-// (or must apply into a shadow copy); the applier itself never leaves a half-written element.
+// The host must not expose the buffers to its users from the start of the first apply() call of a
+// version until commit/rollback (or must apply into a shadow copy): even a frame that is refused
+// may write, and restore, elements while the call runs. The applier never leaves a half-written
+// element, nor a refused frame's writes, behind.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -37,9 +39,11 @@ class DeltaApplier {
   DeltaApplier(const DeltaApplier&) = delete;
   DeltaApplier& operator=(const DeltaApplier&) = delete;
 
-  // Validates the frame completely (checksum, manifest digest, base version and digest, bounds,
-  // dtype, replay) and decodes it before touching any weight; then writes. On Error nothing
-  // changed. Errors: corrupt_frame, version_mismatch (wrong base, other manifest, or a frame of a
+  // Validates the frame (checksum, manifest digest, base version and digest, bounds, dtype,
+  // replay) and decodes it before touching any weight; then writes. The one check only the write
+  // can make (a class rank beyond its class in the receiver's base bits) makes the frame undo its
+  // own writes before throwing. On Error the weights and the applier's state are as before the
+  // call. Errors: corrupt_frame, version_mismatch (wrong base, other manifest, or a frame of a
   // different in-flight version), replayed (chunk already applied or being applied).
   // Thread-safe, and concurrent: several threads may apply different chunks at once (parsing,
   // decoding and the writes themselves run outside the applier's lock; chunks of a version cover
