@@ -176,27 +176,21 @@ struct DecodeScratch {
   }
 };
 
-// Writes segments whose codings carry positions: position k takes token k.
-template <class T, ValueMode M>
-void write_positions(const ScanVector<uint32_t>& positions, const SegmentWrite& w) noexcept {
-  SegmentWriter<T, M> writer(w);
-  const T* elements = writer.elements();
-  const uint32_t* pos = positions.data();
-  const size_t n = positions.size();
-  constexpr size_t kAhead = 16;  // stores prefetched a few writes ahead, so their misses overlap
-  for (size_t k = 0; k < n; ++k) {
-    if (k + kAhead < n) __builtin_prefetch(elements + pos[k + kAhead], 1);
-    writer.write(pos[k], elements[pos[k]], static_cast<uint32_t>(k));
-  }
-  writer.flush();
-}
+// Writes a segment whose coding carries positions: position k takes token k.
 template <class T>
-void write_positions_of_mode(const ScanVector<uint32_t>& positions, const SegmentWrite& w) noexcept {
-  switch (w.mode) {
-    case ValueMode::ulp_delta: return write_positions<T, ValueMode::ulp_delta>(positions, w);
-    case ValueMode::xor_bits: return write_positions<T, ValueMode::xor_bits>(positions, w);
-    case ValueMode::overwrite: return write_positions<T, ValueMode::overwrite>(positions, w);
-  }
+void write_positions(const ScanVector<uint32_t>& positions, const SegmentWrite& w) noexcept {
+  ChangeBatch batch;
+  with_value_mode(w.mode, w.is_float, [&]<ValueMode M, bool kFloat>() {
+    SegmentWriter<T, M, kFloat> writer(w, batch);
+    const uint32_t* pos = positions.data();
+    const size_t n = positions.size();
+    constexpr size_t kAhead = 16;  // stores prefetched a few writes ahead, so their misses overlap
+    for (size_t k = 0; k < n; ++k) {
+      if (k + kAhead < n) __builtin_prefetch(writer.elements + pos[k + kAhead], 1);
+      writer.write(pos[k], writer.elements[pos[k]], static_cast<uint32_t>(k));
+    }
+    writer.flush();
+  });
 }
 
 }  // namespace
@@ -341,9 +335,9 @@ struct DeltaApplier::Impl {
     if (d.locations.coding == LocationCoding::classed_gaps)
       return select_and_write(d.width, d.abs_mask, d.element_count, d.locations.classes, d.locations.ranks, w);
     switch (d.width) {
-      case 1: return write_positions_of_mode<uint8_t>(d.locations.positions, w);
-      case 2: return write_positions_of_mode<uint16_t>(d.locations.positions, w);
-      default: return write_positions_of_mode<uint32_t>(d.locations.positions, w);
+      case 1: return write_positions<uint8_t>(d.locations.positions, w);
+      case 2: return write_positions<uint16_t>(d.locations.positions, w);
+      default: return write_positions<uint32_t>(d.locations.positions, w);
     }
   }
   // After a failed write (mu held): the chunk's undo segments are void (their writer restored

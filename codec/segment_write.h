@@ -31,38 +31,51 @@ struct SegmentWrite {
   ChangeLog log;
 };
 
-// Writes changes one at a time (element width sizeof(T), value mode M), batching what it reports
-// to the log. The caller calls flush() once after the last write, also when it is about to throw.
-template <class T, ValueMode M>
-class SegmentWriter {
- public:
-  explicit SegmentWriter(const SegmentWrite& w)
-      : elements_(static_cast<T*>(w.elements)), tokens_(w.tokens), log_(w.log), is_float_(w.is_float) {}
-  SegmentWriter(const SegmentWriter&) = delete;
-  SegmentWriter& operator=(const SegmentWriter&) = delete;
+// The changes a writer reports in one ChangeLog call.
+struct ChangeBatch {
+  uint32_t positions[kChangeBatch], old_bits[kChangeBatch], new_bits[kChangeBatch];
+};
 
-  const T* elements() const noexcept { return elements_; }
+// Writes changes one at a time (element width sizeof(T), value mode M, float order keys when
+// kFloat), batching what it reports to the log in `batch`. A small value type, so that the loops
+// using it keep its fields in registers (the batch lives apart and is the only thing the log's
+// call can see). The caller calls flush() once after the last write, also when about to throw.
+template <class T, ValueMode M, bool kFloat>
+struct SegmentWriter {
+  T* elements;
+  const uint32_t* tokens;
+  ChangeBatch* batch;
+  ChangeLog log;
+  size_t count = 0;
+
+  SegmentWriter(const SegmentWrite& w, ChangeBatch& b)
+      : elements(static_cast<T*>(w.elements)), tokens(w.tokens), batch(&b), log(w.log) {}
   // Element p, holding old_bits, takes the value of the token at coding index `index`.
   [[gnu::always_inline]] void write(uint32_t p, uint32_t old_bits, uint32_t index) noexcept {
-    const uint32_t new_bits = apply_value_token(M, sizeof(T), is_float_, old_bits, tokens_[index]);
-    elements_[p] = static_cast<T>(new_bits);
-    positions_[count_] = p;
-    old_[count_] = old_bits;
-    new_[count_] = new_bits;
-    if (++count_ == kChangeBatch) [[unlikely]] flush();
+    const uint32_t new_bits = apply_value_token(M, sizeof(T), kFloat, old_bits, tokens[index]);
+    elements[p] = static_cast<T>(new_bits);
+    batch->positions[count] = p;
+    batch->old_bits[count] = old_bits;
+    batch->new_bits[count] = new_bits;
+    if (++count == kChangeBatch) [[unlikely]] flush();
   }
-  void flush() noexcept {
-    if (count_ > 0) log_.flush(log_.ctx, positions_, old_, new_, count_);
-    count_ = 0;
+  [[gnu::always_inline]] void flush() noexcept {
+    if (count > 0) log.flush(log.ctx, batch->positions, batch->old_bits, batch->new_bits, count);
+    count = 0;
   }
-
- private:
-  T* elements_;
-  const uint32_t* tokens_;
-  ChangeLog log_;
-  bool is_float_;
-  size_t count_ = 0;
-  uint32_t positions_[kChangeBatch], old_[kChangeBatch], new_[kChangeBatch];
 };
+
+// Calls f.template operator()<M, kFloat>() for the segment's value mode and float-ness.
+template <class F>
+decltype(auto) with_value_mode(ValueMode mode, bool is_float, F&& f) {
+  switch (mode) {
+    case ValueMode::ulp_delta:
+      return is_float ? f.template operator()<ValueMode::ulp_delta, true>()
+                      : f.template operator()<ValueMode::ulp_delta, false>();
+    case ValueMode::xor_bits: return f.template operator()<ValueMode::xor_bits, false>();
+    case ValueMode::overwrite: break;
+  }
+  return f.template operator()<ValueMode::overwrite, false>();
+}
 
 }  // namespace deltacast::codec
