@@ -204,10 +204,13 @@ class BitReader {
         n = n_;
         p = p_;
       }
-      if (g >= limit || next + g >= limit) throw Error(Errc::corrupt_frame, past_end);
+      if (g >= limit) throw Error(Errc::corrupt_frame, past_end);
       out[i] = static_cast<uint32_t>(next + g);
       next += g + 1;
     }
+    // Positions ascend, so the last one alone is checked against the limit (every gap is below
+    // the limit, < 2^32, so `next` cannot wrap).
+    if (next > limit) throw Error(Errc::corrupt_frame, past_end);
     acc_ = acc;
     n_ = n;
     p_ = p;
