@@ -1,8 +1,10 @@
 #include "codec/applier.h"
 
 #include <algorithm>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <zstd.h>
 
@@ -214,6 +216,10 @@ struct DeltaApplier::Impl {
   // Chunks being decoded by some thread right now: (new version, chunk index). A second copy of
   // one of them is refused as a replay instead of being decoded twice.
   std::vector<std::pair<uint64_t, uint32_t>> decoding;
+  // Element ranges the in-flight version's chunks write: (tensor, first element) -> end. Chunks of
+  // a version must cover disjoint elements (their undo entries then restore the base exactly in
+  // any order, and concurrent writers never meet); a chunk that overlaps another is refused.
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> covered;
   // Chunks writing their planned changes outside the lock; rollback/commit/verify wait for 0.
   unsigned writers = 0;
   std::condition_variable writers_done;
@@ -237,6 +243,7 @@ struct DeltaApplier::Impl {
     if (pending) return;
     pending = h.new_version;
     chunk_count = h.chunk_count;
+    covered.clear();
     applied.assign(chunk_count, false);
     applied_n = 0;
     seal_digests.reset();
@@ -340,11 +347,38 @@ struct DeltaApplier::Impl {
       default: return write_positions<uint32_t>(d.locations.positions, w);
     }
   }
+  // Throws corrupt_frame when a segment of sc overlaps elements another chunk of the in-flight
+  // version covers (mu held).
+  void check_disjoint(const DecodeScratch& sc, const FrameHeader& h) const {
+    if (!pending) return;
+    for (size_t i = 0; i < sc.segment_count; ++i) {
+      const SegmentDecode& d = sc.segments[i];
+      const uint64_t end = d.element_begin + d.element_count;
+      const auto next = covered.lower_bound({d.tensor, d.element_begin});
+      const bool into_next = next != covered.end() && next->first.first == d.tensor && next->first.second < end;
+      const bool into_prev = next != covered.begin() && std::prev(next)->first.first == d.tensor &&
+                             std::prev(next)->second > d.element_begin;
+      if (into_next || into_prev)
+        throw Error(Errc::corrupt_frame, "chunk " + std::to_string(h.chunk_index) + " of version " +
+                                             std::to_string(h.new_version) + " covers elements of tensor '" +
+                                             manifest->at(d.tensor).name + "' that another of its chunks covers");
+    }
+  }
+  void set_covered(const DecodeScratch& sc, bool on) {
+    for (size_t i = 0; i < sc.segment_count; ++i) {
+      const SegmentDecode& d = sc.segments[i];
+      if (on)
+        covered.emplace(std::make_pair(d.tensor, d.element_begin), d.element_begin + d.element_count);
+      else
+        covered.erase({d.tensor, d.element_begin});
+    }
+  }
   // After a failed write (mu held): the chunk's undo segments are void (their writer restored
   // them), the chunk is not applied, and a version this chunk began with nothing else in it is
   // abandoned, so the applier is in the state it was in before the frame.
   void forget_failed_write(const DecodeScratch& sc, uint32_t chunk_index) {
     undo.drop_segments(sc.first_undo_segment, sc.segment_count);
+    set_covered(sc, false);
     applied[chunk_index] = false;
     if (writers == 1 && !seal_digests && std::none_of(applied.begin(), applied.end(), [](bool a) { return a; })) {
       pending.reset();
@@ -413,7 +447,9 @@ ApplyResult DeltaApplier::apply(const FrameView& view) {
   done_decoding();
   im.check_base(h);  // a commit or rollback may have happened meanwhile
   refuse_replay();
+  im.check_disjoint(sc, h);
   im.begin(h);
+  im.set_covered(sc, true);
   // Reserve the chunk's undo run and count it as applied (no other copy may start), then write
   // outside the lock; rollback/commit/verify wait for the writers.
   const size_t n = sc.changes;

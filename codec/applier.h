@@ -43,7 +43,8 @@ class DeltaApplier {
   // replay) and decodes it before touching any weight; then writes. The one check only the write
   // can make (a class rank beyond its class in the receiver's base bits) makes the frame undo its
   // own writes before throwing. On Error the weights and the applier's state are as before the
-  // call. Errors: corrupt_frame, version_mismatch (wrong base, other manifest, or a frame of a
+  // call. Errors: corrupt_frame (also for a chunk overlapping another chunk of its version),
+  // version_mismatch (wrong base, other manifest, or a frame of a
   // different in-flight version), replayed (chunk already applied or being applied).
   // Thread-safe, and concurrent: several threads may apply different chunks at once (parsing,
   // decoding and the writes themselves run outside the applier's lock; chunks of a version cover

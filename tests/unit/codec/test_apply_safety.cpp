@@ -195,6 +195,28 @@ TEST_F(Fixture, UnknownTensorIndexIsRefused) {
   EXPECT_TRUE(target == base);
 }
 
+// A chunk that covers elements another chunk of the same version covers (a producer bug: here
+// chunk 0 re-sent under another chunk's index, re-checksummed) is refused before it writes:
+// applied twice, an XOR or ulp delta would land on bits it was not computed from.
+TEST_F(Fixture, ChunkOverlappingAnotherChunkOfItsVersionIsRefused) {
+  const uint32_t other = parse_frame(delta.frames[1]).header.chunk_index;
+  auto copy = delta.frames[0];
+  ASSERT_NE(parse_frame(copy).header.chunk_index, other);
+  store_le<uint32_t>(copy.data() + 48, other);
+  store_le<uint64_t>(copy.data() + copy.size() - 8, XXH3_64bits(copy.data(), copy.size() - 8));
+  OwnedWeights target = base;
+  auto applier = make_applier(target);
+  applier.apply(delta.frames[0]);
+  const OwnedWeights after_first = target;
+  EXPECT_EQ(errc_of([&] { applier.apply(copy); }), Errc::corrupt_frame);
+  EXPECT_TRUE(target == after_first);
+  // The refused copy did not take chunk `other`'s place: the genuine one completes the version.
+  for (size_t i = 1; i < delta.frames.size(); ++i) applier.apply(delta.frames[i]);
+  applier.verify();
+  applier.commit();
+  EXPECT_TRUE(target == next);
+}
+
 // Weights whose small magnitudes change far more often than large ones, so the encoder codes
 // their locations by class (classed_gaps): the coding whose errors show only while writing.
 struct ClassedFixture : Fixture {
