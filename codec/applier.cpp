@@ -32,8 +32,16 @@ struct UndoSegment {
 };
 
 // Puts back entries[count-1], ..., entries[0] into the segment starting at `base`.
+template <class T>
+void restore_entries_of(T* base, const UndoEntry* entries, size_t count) noexcept {
+  for (size_t k = count; k-- > 0;) base[entries[k].position] = static_cast<T>(entries[k].bits);
+}
 void restore_entries(std::byte* base, unsigned width, const UndoEntry* entries, size_t count) noexcept {
-  for (size_t k = count; k-- > 0;) store_bits(base, width, entries[k].position, entries[k].bits);
+  switch (width) {
+    case 1: return restore_entries_of(reinterpret_cast<uint8_t*>(base), entries, count);
+    case 2: return restore_entries_of(reinterpret_cast<uint16_t*>(base), entries, count);
+    default: return restore_entries_of(reinterpret_cast<uint32_t*>(base), entries, count);
+  }
 }
 
 // The undo log: base bits of every element written since the last commit. Each chunk reserves one
