@@ -188,11 +188,9 @@ class BitReader {
     const uint64_t low_mask = (uint64_t{1} << k) - 1;
     for (uint64_t i = 0; i < count; ++i) {
       // Topping up before every code, whatever n is, costs a load but no branch on n (whose
-      // outcome the predictor cannot know); it only needs 8 readable bytes.
-      if (end_ - p >= 8) [[likely]]
-        top_up(acc, n, p);
-      else if (n <= 56)
-        refill_word(acc, n, p, end_);
+      // outcome the predictor cannot know); it only needs 8 readable bytes. Near the end the
+      // general path below refills byte by byte.
+      if (end_ - p >= 8) [[likely]] top_up(acc, n, p);
       const unsigned ones = static_cast<unsigned>(std::countr_one(acc));
       uint64_t g;
       if (ones < kRiceEscape && ones + 1 + k <= n) [[likely]] {
@@ -226,17 +224,11 @@ class BitReader {
   }
 
  private:
-  // With n <= 56 and 8 readable bytes left, tops (acc, n, p) up to >= 57 bits with one unaligned
-  // load and returns true; false (nothing read) otherwise or on big-endian hosts.
-  static bool refill_word(uint64_t& acc, unsigned& n, const std::byte*& p, const std::byte* end) {
-    if (std::endian::native != std::endian::little || end - p < 8) return false;
-    top_up(acc, n, p);
-    return true;
-  }
   // Tops (acc, n, p) up to n >= 56 with one unaligned load from p, for any n <= 63: the byte at p
   // starts at bit n of acc, and acc's bits from n up are zero or already equal to the stream's,
-  // so OR-ing the next 8 bytes in at bit n rewrites nothing. Needs 8 readable bytes at p;
-  // little-endian hosts only (else does nothing).
+  // so OR-ing the next 8 bytes in at bit n rewrites nothing. Needs 8 readable bytes at p (n
+  // reaches 64 only through the byte-wise refill, once fewer than 8 remain); little-endian hosts
+  // only (else does nothing).
   static void top_up(uint64_t& acc, unsigned& n, const std::byte*& p) {
     if constexpr (std::endian::native == std::endian::little) {
       uint64_t word;
@@ -248,7 +240,8 @@ class BitReader {
   }
   // Tops the accumulator up to >= 57 bits (fewer at the end of the input).
   void refill() {
-    if (n_ > 56 || refill_word(acc_, n_, p_, end_)) return;
+    if (n_ > 56) return;
+    if (std::endian::native == std::endian::little && end_ - p_ >= 8) return top_up(acc_, n_, p_);
     while (n_ <= 56 && p_ < end_) {
       acc_ |= uint64_t{static_cast<uint8_t>(*p_++)} << n_;
       n_ += 8;
