@@ -1,9 +1,7 @@
 #pragma once
 // Bit-level helpers on one element of width 1, 2 or 4 bytes (internal header): the order-preserving
-// key of ulp_delta values, unaligned loads and stores, and how a value token turns old bits into new.
-#include <cstddef>
+// key of ulp_delta values and how a value token turns old bits into new.
 #include <cstdint>
-#include <cstring>
 
 #include "codec/frame.h"
 
@@ -25,23 +23,6 @@ inline uint32_t order_unkey(uint32_t key, unsigned width, bool is_float) noexcep
   const unsigned top = 8 * width - 1;
   const uint32_t was_non_negative = (key >> top) & 1;
   return key ^ ((1u << top) | ((was_non_negative - 1) & ((1u << top) - 1)));
-}
-
-inline uint32_t load_bits(const std::byte* base, unsigned width, uint64_t index) noexcept {
-  const std::byte* p = base + index * width;
-  switch (width) {
-    case 1: return static_cast<uint8_t>(*p);
-    case 2: { uint16_t v; std::memcpy(&v, p, 2); return v; }
-    default: { uint32_t v; std::memcpy(&v, p, 4); return v; }
-  }
-}
-inline void store_bits(std::byte* base, unsigned width, uint64_t index, uint32_t bits) noexcept {
-  std::byte* p = base + index * width;
-  switch (width) {
-    case 1: *p = static_cast<std::byte>(bits); break;
-    case 2: { const uint16_t v = static_cast<uint16_t>(bits); std::memcpy(p, &v, 2); break; }
-    default: std::memcpy(p, &bits, 4); break;
-  }
 }
 
 // The new bits of a change from its old bits and its value token (ValueDecoder::next_tokens): the

@@ -383,19 +383,6 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
   throw Error(Errc::corrupt_frame, "locations: unknown coding");
 }
 
-void resolve_positions(const DecodedLocations& locs, unsigned width, uint32_t abs_mask, const void* old_bits,
-                       uint64_t element_count, ScanVector<uint32_t>& positions, ScanVector<uint32_t>& coding_index,
-                       ScanVector<uint32_t>& old_values) {
-  positions.clear();
-  coding_index.clear();
-  old_values.clear();
-  if (locs.coding == LocationCoding::classed_gaps)
-    select_positions(width, abs_mask, old_bits, element_count, locs.classes, locs.ranks, positions, coding_index,
-                     old_values);
-  else
-    positions.assign(locs.positions.begin(), locs.positions.end());
-}
-
 ClassSpec choose_classes(const std::vector<uint64_t>& hist_all, const std::vector<uint64_t>& hist_changed,
                          unsigned mantissa_bits) {
   ClassSpec none;

@@ -42,14 +42,6 @@ struct DecodedLocations {
 void decode_locations(LocationCoding coding, uint64_t element_count, uint64_t change_count, uint32_t abs_mask,
                       std::span<const std::byte>& in, DecodedLocations& out);
 
-// Positions of decoded locations against the receiver's base bits `old_bits` (width bytes per
-// element): for classed_gaps through select_positions (scan.h), else the decoded positions
-// (coding_index and old_values left empty). For tests and tools; the applier writes classed
-// segments through select_and_write instead.
-void resolve_positions(const DecodedLocations& locs, unsigned width, uint32_t abs_mask, const void* old_bits,
-                       uint64_t element_count, ScanVector<uint32_t>& positions, ScanVector<uint32_t>& coding_index,
-                       ScanVector<uint32_t>& old_values);
-
 // Chooses up to kMaxClasses-2 class thresholds from sampled exponent histograms, or count == 1 when
 // classes would not pay.
 ClassSpec choose_classes(const std::vector<uint64_t>& hist_all, const std::vector<uint64_t>& hist_changed,

@@ -10,6 +10,25 @@
 
 namespace deltacast::codec::testing {
 
+// Element i of a buffer of elements of `width` bytes (unaligned access).
+inline uint32_t load_bits(const std::byte* base, unsigned width, uint64_t index) noexcept {
+  const std::byte* p = base + index * width;
+  switch (width) {
+    case 1: return static_cast<uint8_t>(*p);
+    case 2: { uint16_t v; std::memcpy(&v, p, 2); return v; }
+    default: { uint32_t v; std::memcpy(&v, p, 4); return v; }
+  }
+}
+inline void store_bits(std::byte* base, unsigned width, uint64_t index, uint32_t bits) noexcept {
+  std::byte* p = base + index * width;
+  switch (width) {
+    case 1: *p = static_cast<std::byte>(bits); break;
+    case 2: { const uint16_t v = static_cast<uint16_t>(bits); std::memcpy(p, &v, 2); break; }
+    default: std::memcpy(p, &bits, 4); break;
+  }
+}
+
+
 struct OwnedWeights {
   const Manifest* manifest;
   std::vector<std::vector<std::byte>> bytes;

@@ -97,7 +97,7 @@ TEST_F(Fixture, WrongBaseVersionOrDigestIsRefused) {
   auto wrong_version = make_applier(target, 4);
   EXPECT_EQ(errc_of([&] { wrong_version.apply(delta.frames[0]); }), Errc::version_mismatch);
   OwnedWeights other = base;
-  store_bits(other.bytes[1].data(), 2, 3, 0x1234);  // receiver holds different bits
+  testing::store_bits(other.bytes[1].data(), 2, 3, 0x1234);  // receiver holds different bits
   const OwnedWeights other_before = other;
   auto wrong_bits = make_applier(other);
   EXPECT_EQ(errc_of([&] { wrong_bits.apply(delta.frames[0]); }), Errc::version_mismatch);

@@ -291,7 +291,7 @@ TEST(Locations, ClassesChosenWhenChangeRateDependsOnMagnitude) {
   decode_locations(plan.coding, n, scan.positions.size(), 0x7FFF, in, locs);
   ScanVector<uint32_t> decoded;
   ScanVector<uint32_t> coding_index, old_values;
-  resolve_positions(locs, 2, 0x7FFF, a.data(), n, decoded, coding_index, old_values);
+  select_positions(2, 0x7FFF, a.data(), n, locs.classes, locs.ranks, decoded, coding_index, old_values);
   EXPECT_TRUE(in.empty());
   ASSERT_EQ(decoded.size(), scan.positions.size());
   ASSERT_EQ(coding_index.size(), decoded.size());

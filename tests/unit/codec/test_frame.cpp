@@ -26,15 +26,15 @@ struct GoldenInput {
   OwnedWeights base{m}, next{m};
   GoldenInput() {
     std::mt19937_64 rng(2024);
-    for (uint64_t i = 0; i < 64 * 96; ++i) store_bits(base.bytes[0].data(), 2, i, 0x3C00u | (rng() & 0x3FF) | ((rng() & 1) << 15));
-    for (uint64_t i = 0; i < 96; ++i) store_bits(base.bytes[1].data(), 4, i, 0x3F800000u + static_cast<uint32_t>(rng() % 4096));
-    for (uint64_t i = 0; i < 50; ++i) store_bits(base.bytes[2].data(), 1, i, static_cast<uint32_t>(rng() & 0xFF));
+    for (uint64_t i = 0; i < 64 * 96; ++i) testing::store_bits(base.bytes[0].data(), 2, i, 0x3C00u | (rng() & 0x3FF) | ((rng() & 1) << 15));
+    for (uint64_t i = 0; i < 96; ++i) testing::store_bits(base.bytes[1].data(), 4, i, 0x3F800000u + static_cast<uint32_t>(rng() % 4096));
+    for (uint64_t i = 0; i < 50; ++i) testing::store_bits(base.bytes[2].data(), 1, i, static_cast<uint32_t>(rng() & 0xFF));
     next = base;
     for (uint64_t i = 0; i < 64 * 96; ++i)
-      if (rng() % 50 == 0) store_bits(next.bytes[0].data(), 2, i, load_bits(next.bytes[0].data(), 2, i) + 1);
-    store_bits(next.bytes[0].data(), 2, 7, 0x7FC1);  // a NaN with payload
-    store_bits(next.bytes[1].data(), 4, 3, 0x80000000u);  // -0.0
-    store_bits(next.bytes[2].data(), 1, 9, 0xFF);
+      if (rng() % 50 == 0) testing::store_bits(next.bytes[0].data(), 2, i, testing::load_bits(next.bytes[0].data(), 2, i) + 1);
+    testing::store_bits(next.bytes[0].data(), 2, 7, 0x7FC1);  // a NaN with payload
+    testing::store_bits(next.bytes[1].data(), 4, 3, 0x80000000u);  // -0.0
+    testing::store_bits(next.bytes[2].data(), 1, 9, 0xFF);
   }
   std::vector<std::byte> encode() const {
     EncodeOptions opts;

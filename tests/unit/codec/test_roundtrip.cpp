@@ -77,15 +77,15 @@ TEST(RoundTripSpecials, NanInfNegativeZeroSubnormalsBf16AndF32) {
       OwnedWeights base(m), next(m);
       for (size_t i = 0; i < n16; ++i)
         for (size_t j = 0; j < n16; ++j) {
-          store_bits(base.bytes[0].data(), 2, i * n16 + j, specials16[i]);
-          store_bits(next.bytes[0].data(), 2, i * n16 + j, specials16[j]);
-          store_bits(base.bytes[2].data(), 2, i * n16 + j, specials16[j]);
-          store_bits(next.bytes[2].data(), 2, i * n16 + j, specials16[i]);
+          testing::store_bits(base.bytes[0].data(), 2, i * n16 + j, specials16[i]);
+          testing::store_bits(next.bytes[0].data(), 2, i * n16 + j, specials16[j]);
+          testing::store_bits(base.bytes[2].data(), 2, i * n16 + j, specials16[j]);
+          testing::store_bits(next.bytes[2].data(), 2, i * n16 + j, specials16[i]);
         }
       for (size_t i = 0; i < n32; ++i)
         for (size_t j = 0; j < n32; ++j) {
-          store_bits(base.bytes[1].data(), 4, i * n32 + j, specials32[i]);
-          store_bits(next.bytes[1].data(), 4, i * n32 + j, specials32[j]);
+          testing::store_bits(base.bytes[1].data(), 4, i * n32 + j, specials32[i]);
+          testing::store_bits(next.bytes[1].data(), 4, i * n32 + j, specials32[j]);
         }
       OwnedWeights receiver = base;
       EncodeOptions opts;
@@ -119,18 +119,18 @@ TEST(UlpDelta, ExtremeDistancesRoundTrip) {
   OwnedWeights base(m), next(m);
   for (uint32_t i = 0; i < 256; ++i)
     for (uint32_t j = 0; j < 256; ++j) {
-      store_bits(base.bytes[0].data(), 1, i * 256 + j, i);
-      store_bits(next.bytes[0].data(), 1, i * 256 + j, j);
+      testing::store_bits(base.bytes[0].data(), 1, i * 256 + j, i);
+      testing::store_bits(next.bytes[0].data(), 1, i * 256 + j, j);
     }
   for (uint32_t i = 0; i < 4096; ++i) {
-    store_bits(base.bytes[1].data(), 2, i, i * 16);
-    store_bits(next.bytes[1].data(), 2, i, (i * 16 + 0x8000 + i) & 0xFFFF);
+    testing::store_bits(base.bytes[1].data(), 2, i, i * 16);
+    testing::store_bits(next.bytes[1].data(), 2, i, (i * 16 + 0x8000 + i) & 0xFFFF);
   }
   const uint32_t z_old[] = {0, 0x80000000u, 0x7FFFFFFFu, 0xFFFFFFFFu, 1, 2, 3, 4};
   const uint32_t z_new[] = {0xFFFFFFFFu, 0x7FFFFFFFu, 0x80000000u, 0, 0x80000001u, 0xFFFFFFFEu, 3 + 300, 4 - 1};
   for (int i = 0; i < 8; ++i) {
-    store_bits(base.bytes[2].data(), 4, i, z_old[i]);
-    store_bits(next.bytes[2].data(), 4, i, z_new[i]);
+    testing::store_bits(base.bytes[2].data(), 4, i, z_old[i]);
+    testing::store_bits(next.bytes[2].data(), 4, i, z_new[i]);
   }
   OwnedWeights receiver = base;
   testing::round_trip(base, next, receiver);
@@ -196,7 +196,7 @@ TEST(Digest, SliceAcrossA2To32IndexBoundary) {
             slice_digest(2, DType::bf16, start, all.first(2000)) + slice_digest(2, DType::bf16, start + 1000, all.subspan(2000)));
   uint64_t scalar = 0;
   for (size_t k = 0; k < 3000; ++k)
-    scalar += element_hash(2, start + k, static_cast<uint32_t>(load_bits(bytes.data(), 2, k)));
+    scalar += element_hash(2, start + k, static_cast<uint32_t>(testing::load_bits(bytes.data(), 2, k)));
   EXPECT_EQ(slice_digest(2, DType::bf16, start, all), scalar);
 }
 
