@@ -388,7 +388,8 @@ struct DeltaApplier::Impl {
     undo.drop_segments(sc.first_undo_segment, sc.segment_count);
     set_covered(sc, false);
     applied[chunk_index] = false;
-    if (writers == 1 && !seal_digests && std::none_of(applied.begin(), applied.end(), [](bool a) { return a; })) {
+    // (A chunk still writing counts as applied, so none applied also means no other writer.)
+    if (!seal_digests && std::none_of(applied.begin(), applied.end(), [](bool a) { return a; })) {
       pending.reset();
       applied.clear();
       undo.clear();
