@@ -30,8 +30,15 @@ struct ProducerOptions {
   TopologyKind topology = TopologyKind::binary;
   codec::EncodeOptions encode;                   // chunk_bytes, threads, ...
   size_t max_inflight_bytes_per_root = size_t{64} << 20;
-  std::chrono::milliseconds join_timeout{120'000};    // all HELLOs + READYs
+  std::chrono::milliseconds join_timeout{120'000};    // all HELLOs + READYs; a new root's JOIN
   std::chrono::milliseconds version_timeout{600'000}; // all acks for one version
+  // A member whose control link stays silent this long is failed (timeouts.peer); the transport's
+  // heartbeats enforce it, this bounds what the tree waits for on top (a root that drains nothing).
+  std::chrono::milliseconds peer_timeout{10'000};
+  // Committed versions whose digests the producer remembers, so a rejoining member holding one of
+  // them can catch up by replaying deltas from a peer (members keep the same number of versions'
+  // frames: retain_versions).
+  uint32_t retain_versions = 4;
   // Progress callback: (chunks sent, chunk count) after each frame leaves. Optional.
   std::function<void(uint32_t, uint32_t)> on_progress;
 };
@@ -43,6 +50,14 @@ struct RefitOptions {
   // Value mode for XOR-safe tensors; default: EncodeOptions::xor_safe_mode, except xor_bits when
   // the base is the all-zero version 0 (an XOR against zero is the value itself).
   std::optional<codec::ValueMode> value_mode;
+};
+
+// A member that left the live set during a version (or between versions: reported with the next).
+struct FailedMember {
+  uint32_t rank = 0;             // job rank
+  std::string cause;             // failure_cause_name(): link_closed, silent, stalled, replaced, ...
+  double detected_at_s = 0;      // seconds from the start of the version when the producer knew
+  double detection_seconds = 0;  // from the last sign of life to detection (0 for a closed link)
 };
 
 struct RefitReport {
@@ -59,6 +74,11 @@ struct RefitReport {
   double encode_seconds = 0;       // summed encode time of all chunks (may overlap sending)
   double refit_seconds = 0;        // first encode to every receiver active (the producer adopts
                                    // its new baseline after that, before refit() returns)
+  // Failures and their repair.
+  std::vector<FailedMember> failed_members;
+  uint64_t epoch = 0;              // membership epoch at the end of the version
+  double repair_seconds = 0;       // summed: detection until the repaired subtrees had rejoined
+  uint32_t resent_chunks = 0;      // chunks the producer encoded and sent again after a repair
 };
 
 class Producer {

@@ -1,7 +1,9 @@
 #pragma once
 // Relay-tree protocol messages (docs/protocol.md is the reference; keep the two in step).
-// Every message is a 16-byte header (magic, type, body size) followed by a body. FRAME messages
-// carry a codec frame verbatim so a relay forwards the received bytes without touching them.
+// Every message is a 24-byte header (magic, type, membership epoch, body size) followed by a body.
+// FRAME and RAW messages carry an envelope (attempt id, route) and then their payload, so a relay
+// forwards the received bytes verbatim. Each control message's fields are listed once, in a
+// schema table that both the encoder and the decoder read (protocol.cpp).
 // Encoding and decoding are pure functions: no I/O, thread-safe.
 #include <cstddef>
 #include <cstdint>
@@ -15,7 +17,8 @@
 namespace deltacast::tree {
 
 inline constexpr uint32_t kMessageMagic = 0x4D544344;  // "DCTM" little-endian
-inline constexpr size_t kMessageHeaderSize = 16;
+// magic u32 | type u8 | 3 reserved zero bytes | epoch u64 | body_size u64
+inline constexpr size_t kMessageHeaderSize = 24;
 
 enum class MessageType : uint8_t {
   hello = 1,
@@ -28,39 +31,89 @@ enum class MessageType : uint8_t {
   commit = 8,
   abort = 9,
   active = 10,
-  have_request = 11,
-  have = 12,
   resume = 13,
   bye = 14,
-  raw = 15,  // bootstrap: raw checkpoint bytes, forwarded verbatim like FRAME
+  raw = 15,  // bootstrap / snapshot piece: raw checkpoint bytes, forwarded verbatim like FRAME
+  epoch = 16,
+  report = 17,
+  gap = 18,
+  fenced = 19,
+  refused = 20,
+  catchup = 21,
+  fetch = 22,
+  fetch_end = 23,
 };
+
+// Why a member left the live set, or why a link is reported (REPORT, EPOCH, the report's
+// failed_members[].cause).
+enum class FailureCause : uint8_t {
+  link_closed = 1,  // the peer closed the link or the process died (EOF, reset)
+  silent = 2,       // no heartbeat for timeouts.peer (frozen or partitioned)
+  stalled = 3,      // alive but drained nothing for timeouts.peer (reported by its parent)
+  replaced = 4,     // a new instance said HELLO for the same rank (fenced)
+  unreachable = 5,  // connecting to the peer failed
+  refused = 6,      // the peer broke the protocol (unexpected or malformed message)
+  left = 7,         // graceful leave
+};
+// "link_closed", "silent", ... ("unknown" otherwise).
+const char* failure_cause_name(FailureCause cause) noexcept;
+
+// Parent rank of a tree root: the producer, job rank 0.
+inline constexpr uint32_t kProducerRank = 0;
 
 struct Member {
   uint32_t rank = 0;
-  std::string url;      // where this member's listener accepts JOIN / HELLO
-  std::string cluster;  // cluster label (topology may keep subtrees inside a cluster)
+  std::string url;      // where this member's listener accepts JOIN / FETCH (the producer: HELLO)
+  std::string cluster;  // cluster label (topology keeps each cluster boundary crossed once)
+  bool live = true;     // in the live set of the epoch the message carries
 };
 
+// One edge of the forest: `rank`'s parent in `tree` (kProducerRank for a root).
+struct TreeEdge {
+  uint32_t rank = 0;
+  uint32_t tree = 0;
+  uint32_t parent = 0;
+  bool operator==(const TreeEdge&) const = default;
+};
+
+struct DeadMember {
+  uint32_t rank = 0;
+  FailureCause cause = FailureCause::link_closed;
+};
+
+// member -> producer, first message of a control link.
 struct Hello {
   uint32_t rank = 0;
   std::string data_url;
   std::string cluster;
-  uint64_t held_version = 0;
-  uint64_t held_digest = 0;
+  uint64_t held_version = 0;  // committed version in the member's buffers (0: all zeros)
+  uint64_t held_digest = 0;   // its combined StateDigest
+  uint64_t attempt_floor = 0; // highest attempt id the member saw end (COMMIT/ABORT)
+  uint64_t instance = 0;      // random per process: a new instance of a rank fences the old one
 };
+// producer -> member: the session's shape at the epoch in the header.
 struct Welcome {
   uint64_t session = 0;
-  std::string topology;
+  uint64_t instance = 0;           // the Hello.instance this answers
+  std::string topology;            // "binary" | "double_binary" | "chain"
   uint64_t max_message_bytes = 0;  // largest message any link carries (receive buffer size)
-  std::vector<Member> members;     // rank 0 = producer
+  std::vector<Member> members;     // every rank 0..N (rank 0 = producer), with liveness
+  std::vector<TreeEdge> forest;    // every live member's parent in every tree
   std::vector<codec::TensorInfo> tensors;
+  uint64_t committed_version = 0;  // the producer's last committed version and its digest
+  uint64_t committed_digest = 0;
 };
+// child -> parent, first message of a data edge (the epoch in the header is the child's); a
+// RESUME follows at once.
 struct Join {
   uint32_t rank = 0;
   uint32_t tree = 0;
 };
+// member -> producer: edges up (after WELCOME) or caught up (after CATCHUP), holding this version.
 struct Ready {
   uint32_t rank = 0;
+  uint64_t version = 0;
+  uint64_t digest = 0;
 };
 struct Ack {
   uint32_t rank = 0;
@@ -76,10 +129,12 @@ struct Nack {
 };
 struct Commit {
   uint64_t version = 0;
+  uint64_t attempt = 0;
   uint64_t digest = 0;
 };
 struct Abort {
   uint64_t version = 0;
+  uint64_t attempt = 0;
   std::string reason;
 };
 struct Active {
@@ -87,31 +142,108 @@ struct Active {
   uint64_t version = 0;
   uint64_t digest = 0;
 };
-struct HaveRequest {
-  uint64_t version = 0;
-};
-struct Have {
-  uint32_t rank = 0;
-  uint64_t version = 0;
-  std::vector<bool> chunks;  // bit i: chunk i applied
-};
+// child -> parent right after JOIN: which chunks of the in-flight attempt it already holds, so
+// the parent sends only the retained ones it lacks. version/attempt 0 with an empty bitmap: none.
 struct Resume {
   uint32_t rank = 0;
+  uint32_t tree = 0;
   uint64_t version = 0;
-  std::vector<bool> have;  // bit i: chunk i already held, do not resend
+  uint64_t attempt = 0;
+  std::vector<bool> have;  // bit i: chunk i held
 };
 struct Bye {};
+// producer -> every live member: the membership changed; the epoch is the header's.
+struct EpochUpdate {
+  std::vector<DeadMember> dead;    // left the live set in this epoch
+  std::vector<Member> joined;      // entered the live set in this epoch
+  std::vector<TreeEdge> moves;     // new parents (every other edge stays)
+};
+// member -> producer: a link to `peer` failed (or a child stopped draining).
+struct Report {
+  uint32_t rank = 0;  // reporter
+  uint32_t peer = 0;
+  uint32_t tree = 0;
+  FailureCause cause = FailureCause::link_closed;
+  std::string detail;
+};
+// parent -> producer: a new child lacks chunks this parent no longer retains.
+struct Gap {
+  uint32_t rank = 0;  // reporter (the parent)
+  uint32_t child = 0;
+  uint32_t tree = 0;
+  uint64_t version = 0;
+  uint64_t attempt = 0;
+  std::vector<uint32_t> chunks;  // chunk indexes (the seal is chunk_count)
+};
+// producer -> an instance it no longer counts live (sent before the link closes).
+struct Fenced {
+  bool replaced = false;  // another instance holds the rank now: exit; otherwise rejoin
+  std::string reason;
+};
+// producer -> a HELLO it refuses (wrong digest, unknown rank, ...). Nothing was written.
+struct Refused {
+  uint32_t errc = 0;
+  std::string message;
+};
+enum class CatchupMode : uint8_t { none = 0, replay = 1, snapshot = 2 };
+// producer -> a rejoining member after WELCOME: reach `version` this way, then READY.
+struct Catchup {
+  uint64_t version = 0;
+  uint64_t digest = 0;
+  CatchupMode mode = CatchupMode::none;
+  std::vector<Member> sources;  // peers to fetch from, in preference order (rank 0: the producer)
+};
+// rejoining member -> a peer's listener, first message: send me `mode` data to reach `version`.
+struct Fetch {
+  uint32_t rank = 0;
+  CatchupMode mode = CatchupMode::replay;
+  uint64_t from_version = 0;  // replay: the version held
+  uint64_t version = 0;       // the version wanted (replay: every version up to it)
+};
+// serving peer -> rejoining member: the fetch is over (errc 0) or failed.
+struct FetchEnd {
+  uint64_t version = 0;
+  uint64_t digest = 0;
+  uint32_t errc = 0;
+  std::string message;
+};
 
-// A decoded control message. FRAME messages are not decoded into this: use frame_payload().
-using Message = std::variant<Hello, Welcome, Join, Ready, Ack, Nack, Commit, Abort, Active,
-                             HaveRequest, Have, Resume, Bye>;
+// A decoded control message. FRAME and RAW messages are not decoded into this: use
+// decode_frame_message() / decode_raw_message().
+using Message = std::variant<Hello, Welcome, Join, Ready, Ack, Nack, Commit, Abort, Active, Resume,
+                             Bye, EpochUpdate, Report, Gap, Fenced, Refused, Catchup, Fetch, FetchEnd>;
 
-// A RAW message announces one piece of the full checkpoint for the bootstrap version (base = all
-// zeros): a fixed 36-byte prefix and nothing else. The piece's bytes follow on the same data edge
-// as the very next message, bare (no message header), so that a receiver can receive them straight
-// into tensor `tensor` at byte `byte_offset` and forward them from there (no copy at any relay).
+struct MessageHeader {
+  MessageType type = MessageType::bye;
+  uint64_t epoch = 0;
+  uint64_t body_size = 0;
+};
+
+// The envelope of a FRAME or RAW message (not part of the codec frame, whose format stays):
+// attempt: the producer's id of the version attempt that sent it (a retry of an aborted version
+//   number gets a new id, so a stale in-flight frame is never taken for the retry's);
+// route: 0 = the whole tree; a member rank = a re-send for that member: relays that already hold
+//   it pass it on only towards that member.
+struct Envelope {
+  uint64_t attempt = 0;
+  uint32_t route = 0;
+};
+inline constexpr size_t kEnvelopeSize = 16;  // attempt u64 | route u32 | reserved u32
+
+struct FrameMessage {
+  MessageHeader header;
+  Envelope envelope;
+  std::span<const std::byte> frame;  // the codec frame, verbatim
+};
+
+// A RAW message announces one piece of a full checkpoint (bootstrap version 1, or a snapshot
+// piece on a FETCH link): header + envelope + a fixed 36-byte prefix and nothing else. The piece's
+// bytes follow on the same link as the very next message, bare (no message header), so that a
+// receiver can receive them straight into tensor `tensor` at byte `byte_offset` and forward them
+// from there (no copy at any relay).
 struct RawChunkHeader {
-  uint64_t version = 0;     // the version these bytes create (the receiver holds version - 1 = 0)
+  Envelope envelope;
+  uint64_t version = 0;     // the version these bytes belong to
   uint32_t chunk_index = 0;
   uint32_t chunk_count = 0;
   uint32_t tensor = 0;
@@ -120,8 +252,8 @@ struct RawChunkHeader {
 };
 inline constexpr size_t kRawPrefixSize = 8 + 4 + 4 + 4 + 8 + 8;
 
-// Builds a RAW message (header + prefix; the body is sent separately).
-std::vector<std::byte> encode_raw_message(const RawChunkHeader& header);
+// Builds a RAW message (header + envelope + prefix; the body is sent separately).
+std::vector<std::byte> encode_raw_message(const RawChunkHeader& header, uint64_t epoch = 0);
 // Parses a RAW message. Throws Error(corrupt_frame).
 RawChunkHeader decode_raw_message(std::span<const std::byte> message);
 // The verification hash of one piece as it lies in the receiver's buffers: XXH3-64 of the bytes,
@@ -129,18 +261,24 @@ RawChunkHeader decode_raw_message(std::span<const std::byte> message);
 // which does not depend on the order in which pieces arrive (double binary trees interleave them).
 uint64_t raw_piece_hash(const RawChunkHeader& header, std::span<const std::byte> bytes) noexcept;
 
-// Serialises a control message (header + body).
-std::vector<std::byte> encode_message(const Message& message);
+// Serialises a control message (header + body) sent in membership epoch `epoch`.
+std::vector<std::byte> encode_message(const Message& message, uint64_t epoch = 0);
 // Wraps a codec frame into a FRAME message (one copy; relays forward the result verbatim).
-std::vector<std::byte> encode_frame_message(std::span<const std::byte> frame);
+std::vector<std::byte> encode_frame_message(std::span<const std::byte> frame, Envelope envelope = {},
+                                            uint64_t epoch = 0);
 
-// Reads the type from a message's header after checking magic and that body_size matches the
+// Reads a message's header after checking magic, reserved bytes and that body_size matches the
 // buffer. Throws Error(corrupt_frame) naming the problem.
+MessageHeader message_header(std::span<const std::byte> message);
+// message_header(message).type.
 MessageType message_type(std::span<const std::byte> message);
+// The parts of a FRAME message. Throws Error(corrupt_frame) if it is not one.
+FrameMessage decode_frame_message(std::span<const std::byte> message);
 // The codec frame inside a FRAME message. Throws Error(corrupt_frame) if it is not one.
 std::span<const std::byte> frame_payload(std::span<const std::byte> message);
 // Decodes a control message completely (trailing bytes are refused). Throws
-// Error(corrupt_frame) for truncation, unknown type, or FRAME (which has no Message form).
+// Error(corrupt_frame) for truncation, unknown type, a field out of range, or FRAME/RAW
+// (which have no Message form).
 Message decode_message(std::span<const std::byte> message);
 
 // Lowercase name of a message type ("hello"), "unknown" otherwise.

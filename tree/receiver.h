@@ -35,11 +35,25 @@ struct ReceiverOptions {
   std::string cluster;             // cluster label reported at HELLO
   size_t max_inflight_bytes_per_child = size_t{64} << 20;
   size_t retain_bytes = size_t{64} << 20;  // frames of the in-flight version kept for RESUME
-  std::chrono::milliseconds connect_timeout{30'000};
-  std::chrono::milliseconds join_timeout{120'000};     // waiting for WELCOME / children
+  // Committed versions whose frames are kept to serve a rejoining peer's replay (retain_versions).
+  uint32_t retain_versions = 4;
+  std::chrono::milliseconds connect_timeout{30'000};   // one connection attempt (timeouts.connect)
+  // Reaching the producer at start (and WELCOME): retried, with a message every few seconds,
+  // until this passes (timeouts.join).
+  std::chrono::milliseconds join_timeout{120'000};
+  // A child that drains nothing for this long is reported to the producer and dropped
+  // (timeouts.peer; the transport's heartbeats fail a silent link on the same bound).
+  std::chrono::milliseconds peer_timeout{10'000};
+  // After the producer's link fails: how long to keep the committed version and retry reaching a
+  // (restarted) producer before run() gives up with Error(connection) (timeouts.producer_loss).
+  std::chrono::milliseconds producer_loss_timeout{60'000};
   std::chrono::milliseconds idle_timeout{1'800'000};   // silence from the producer ends run()
   // Called on the control thread after a version became active (committed). Optional.
   std::function<void(uint64_t version)> on_active;
+  // Called on a relay thread after each data message (FRAME or RAW piece) of `version` was
+  // handled, with how many data messages of that version this member handled so far. For fault
+  // injection (`deltacast run --fault`); optional.
+  std::function<void(uint64_t version, uint64_t handled)> on_data;
 };
 
 struct ReceiverStats {
