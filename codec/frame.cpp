@@ -4,8 +4,8 @@
 
 #include "codec/frame_writer.h"
 #include "codec/scratch.h"
-#include "codec/wire.h"
 #include "codec/xxh3.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 namespace deltacast::codec {
@@ -13,28 +13,29 @@ namespace deltacast::codec {
 namespace {
 
 void write_header(std::vector<std::byte>& out, const FrameHeader& h) {
-  put_u32(out, kFrameMagic);
-  put_u16(out, h.format_version);
-  put_u8(out, static_cast<uint8_t>(h.kind));
-  put_u8(out, 0);
-  put_u64(out, h.body_size);
-  put_u64(out, h.manifest_digest);
-  put_u64(out, h.base_version);
-  put_u64(out, h.base_digest);
-  put_u64(out, h.new_version);
-  put_u32(out, h.chunk_index);
-  put_u32(out, h.chunk_count);
-  put_u32(out, h.item_count);
-  put_u32(out, 0);
+  ByteWriter w(out);
+  w.u32(kFrameMagic);
+  w.u16(h.format_version);
+  w.u8(static_cast<uint8_t>(h.kind));
+  w.u8(0);
+  w.u64(h.body_size);
+  w.u64(h.manifest_digest);
+  w.u64(h.base_version);
+  w.u64(h.base_digest);
+  w.u64(h.new_version);
+  w.u32(h.chunk_index);
+  w.u32(h.chunk_count);
+  w.u32(h.item_count);
+  w.u32(0);
   DC_ASSERT(out.size() == kFrameHeaderSize);
 }
 
 void seal_trailer(std::vector<std::byte>& out) {
-  put_u64(out, XXH3_64bits(out.data(), out.size()));
+  ByteWriter(out).u64(XXH3_64bits(out.data(), out.size()));
 }
 
 FrameHeader read_header(std::span<const std::byte> bytes) {
-  WireReader r(bytes.first(std::min(bytes.size(), kFrameHeaderSize)), "frame header");
+  ByteReader r(bytes.first(std::min(bytes.size(), kFrameHeaderSize)), "frame header");
   if (bytes.size() < kFrameHeaderSize)
     throw Error(Errc::corrupt_frame, "frame header: truncated (" + std::to_string(bytes.size()) + " of " +
                                          std::to_string(kFrameHeaderSize) + " bytes)");
@@ -109,7 +110,7 @@ FrameView parse_frame(std::span<const std::byte> frame) {
                                          " of version " + std::to_string(v.header.new_version) + " is corrupt)");
   v.bytes = frame;
   const auto body = frame.subspan(kFrameHeaderSize, v.header.body_size);
-  WireReader r(body, "frame body");
+  ByteReader r(body, "frame body");
   if (v.header.kind == FrameKind::seal) {
     if (v.header.body_size != uint64_t{v.header.item_count} * 8)
       throw Error(Errc::corrupt_frame, "seal frame: body size does not match its tensor count");
@@ -228,25 +229,26 @@ std::vector<std::byte> build_chunk_frame(FrameHeader header, const std::vector<S
   std::vector<std::byte> out;
   out.reserve(kFrameHeaderSize + body + kFrameTrailerSize);
   write_header(out, header);
+  ByteWriter w(out);
   for (const auto& s : segments) {
-    put_u32(out, s.tensor_index);
-    put_u8(out, static_cast<uint8_t>(s.dtype));
-    put_u8(out, static_cast<uint8_t>(s.value_mode));
-    put_u8(out, static_cast<uint8_t>(s.location_coding));
-    put_u8(out, 0);
-    put_u64(out, s.element_begin);
-    put_u64(out, s.element_count);
-    put_u64(out, s.change_count);
+    w.u32(s.tensor_index);
+    w.u8(static_cast<uint8_t>(s.dtype));
+    w.u8(static_cast<uint8_t>(s.value_mode));
+    w.u8(static_cast<uint8_t>(s.location_coding));
+    w.u8(0);
+    w.u64(s.element_begin);
+    w.u64(s.element_count);
+    w.u64(s.change_count);
   }
-  put_u32(out, static_cast<uint32_t>(stored.size()));
-  put_u32(out, 0);
+  w.u32(static_cast<uint32_t>(stored.size()));
+  w.u32(0);
   for (const auto& s : stored) {
-    put_u8(out, static_cast<uint8_t>(s.id));
-    put_u8(out, static_cast<uint8_t>(s.codec));
-    put_u16(out, 0);
-    put_u32(out, 0);
-    put_u64(out, s.raw_size);
-    put_u64(out, s.stored_size);
+    w.u8(static_cast<uint8_t>(s.id));
+    w.u8(static_cast<uint8_t>(s.codec));
+    w.u16(0);
+    w.u32(0);
+    w.u64(s.raw_size);
+    w.u64(s.stored_size);
   }
   for (size_t i = 0; i < stored.size(); ++i) {
     const auto& s = stored[i];
@@ -267,7 +269,8 @@ std::vector<std::byte> build_seal_frame(FrameHeader header, const std::vector<ui
   std::vector<std::byte> out;
   out.reserve(kFrameHeaderSize + header.body_size + kFrameTrailerSize);
   write_header(out, header);
-  for (uint64_t d : tensor_digests) put_u64(out, d);
+  ByteWriter w(out);
+  for (uint64_t d : tensor_digests) w.u64(d);
   seal_trailer(out);
   return out;
 }

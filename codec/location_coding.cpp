@@ -10,7 +10,7 @@
 
 #include "codec/bitstream.h"
 #include "codec/simd.h"
-#include "codec/wire.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 namespace deltacast::codec {
@@ -235,10 +235,11 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
   const uint64_t best = std::min({gaps_bytes, bitmap_bytes, classed_bytes, varint_bytes});
   if (best == classed_bytes) {
     plan.coding = LocationCoding::classed_gaps;
-    put_u8(out, static_cast<uint8_t>(k_classes));
-    for (unsigned j = 0; j + 1 < k_classes; ++j) put_u32(out, changes.classes.thresholds[j]);
-    for (unsigned j = 0; j < k_classes; ++j) put_u64(out, class_counts[j]);
-    for (unsigned j = 0; j < k_classes; ++j) put_u8(out, static_cast<uint8_t>(class_k[j]));
+    ByteWriter w(out);
+    w.u8(static_cast<uint8_t>(k_classes));
+    for (unsigned j = 0; j + 1 < k_classes; ++j) w.u32(changes.classes.thresholds[j]);
+    for (unsigned j = 0; j < k_classes; ++j) w.u64(class_counts[j]);
+    for (unsigned j = 0; j < k_classes; ++j) w.u8(static_cast<uint8_t>(class_k[j]));
     const size_t at = out.size();
     out.resize(at + (classed_bits + 7) / 8);
     SpanBitWriter bw(out.data() + at);
@@ -259,7 +260,7 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     }
   } else if (best == gaps_bytes) {
     plan.coding = LocationCoding::gaps;
-    put_u8(out, static_cast<uint8_t>(gap_k));
+    ByteWriter(out).u8(static_cast<uint8_t>(gap_k));
     const size_t at = out.size();
     out.resize(at + (gap_bits + 7) / 8);
     SpanBitWriter bw(out.data() + at);
@@ -308,7 +309,7 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       return;
     }
     case LocationCoding::gaps: {
-      WireReader wr(in, "locations");
+      ByteReader wr(in, "locations");
       const unsigned k = wr.get<uint8_t>();
       if (k > kMaxRiceK) throw Error(Errc::corrupt_frame, "locations: Rice parameter out of range");
       const auto rest = in.subspan(1);
@@ -341,7 +342,7 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       return;
     }
     case LocationCoding::classed_gaps: {
-      WireReader wr(in, "locations");
+      ByteReader wr(in, "locations");
       const unsigned k = wr.get<uint8_t>();
       if (k < 2 || k > kMaxClasses) throw Error(Errc::corrupt_frame, "locations: class count out of range");
       ClassSpec& spec = out.classes;

@@ -2,7 +2,7 @@
 
 #include <xxhash.h>
 
-#include "codec/wire.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 namespace deltacast::codec {
@@ -16,18 +16,19 @@ uint64_t TensorInfo::nbytes() const noexcept { return numel() * dtype_size(dtype
 
 Manifest::Manifest(std::vector<TensorInfo> tensors) : tensors_(std::move(tensors)) {
   std::vector<std::byte> canonical;
-  put_u64(canonical, tensors_.size());
+  ByteWriter w(canonical);
+  w.u64(tensors_.size());
   for (uint32_t i = 0; i < tensors_.size(); ++i) {
     const auto& t = tensors_[i];
     if (t.name.empty()) throw Error(Errc::invalid_argument, "manifest: tensor " + std::to_string(i) + " has an empty name");
     if (dtype_size(t.dtype) == 0) throw Error(Errc::invalid_argument, "manifest: tensor '" + t.name + "' has an unknown dtype");
     if (!index_.emplace(t.name, i).second)
       throw Error(Errc::invalid_argument, "manifest: duplicate tensor name '" + t.name + "'");
-    put_u64(canonical, t.name.size());
-    for (char c : t.name) canonical.push_back(static_cast<std::byte>(c));
-    canonical.push_back(static_cast<std::byte>(t.dtype));
-    put_u64(canonical, t.shape.size());
-    for (uint64_t d : t.shape) put_u64(canonical, d);
+    w.u64(t.name.size());
+    w.bytes(std::as_bytes(std::span(t.name)));
+    w.u8(static_cast<uint8_t>(t.dtype));
+    w.u64(t.shape.size());
+    for (uint64_t d : t.shape) w.u64(d);
   }
   digest_ = XXH3_64bits(canonical.data(), canonical.size());
 }

@@ -18,7 +18,7 @@
 #include "codec/dtype.h"
 #include "codec/element_bits.h"
 #include "codec/frame.h"
-#include "codec/wire.h"
+#include "util/bytes.h"
 
 namespace deltacast::codec {
 
@@ -103,7 +103,7 @@ class ValueEncoder {
         mag[used] = static_cast<std::byte>(t);
         used += flagged;
         if (t & (1u << kUlpWideBit)) [[unlikely]]
-          put_u32(mag_wide_, ulp_magnitude(W, is_float, old_bits[i], new_bits[i]));
+          ByteWriter(mag_wide_).u32(ulp_magnitude(W, is_float, old_bits[i], new_bits[i]));
       }
       signs_.put(sign_word, m);
       flags_.put(flag_word, m);
@@ -138,8 +138,8 @@ class ValueDecoder {
                const std::span<const std::byte> (&planes)[4])
       : signs_(sign_bits), flags_(mag_flags), mag_bytes_(mag_bytes, "mag_bytes stream"),
         mag_wide_(mag_wide, "mag_wide stream"),
-        planes_{WireReader(planes[0], "plane0 stream"), WireReader(planes[1], "plane1 stream"),
-                WireReader(planes[2], "plane2 stream"), WireReader(planes[3], "plane3 stream")} {}
+        planes_{ByteReader(planes[0], "plane0 stream"), ByteReader(planes[1], "plane1 stream"),
+                ByteReader(planes[2], "plane2 stream"), ByteReader(planes[3], "plane3 stream")} {}
 
   // Reads the value tokens of the next `count` changes into out[0..count): the signed ulp distance
   // mod 2^w (ulp_delta), or the plane value (xor / overwrite); apply_value_token (element_bits.h) turns a token into the
@@ -188,8 +188,8 @@ class ValueDecoder {
 
  private:
   BitReader signs_, flags_;
-  WireReader mag_bytes_, mag_wide_;
-  WireReader planes_[4];
+  ByteReader mag_bytes_, mag_wide_;
+  ByteReader planes_[4];
 };
 
 }  // namespace deltacast::codec

@@ -114,6 +114,8 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
          if (n == 0 || n > (4ull << 30)) throw BadValue{"must be between 1 byte and 4GiB, got " + quoted(v)};
          c.chunk_bytes = n;
        }},
+      {"retain_versions",
+       [](Config& c, std::string_view v) { c.retain_versions = parse_int<uint32_t>(v, 0, 1024); }},
       {"members.count", [](Config& c, std::string_view v) { local_members_of(c).count = parse_int<int>(v, 1, 1 << 20); }},
       {"members.host", [](Config& c, std::string_view v) { local_members_of(c).host = non_empty(v); }},
       {"members.base_port",
@@ -123,6 +125,9 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
       {"timeouts.heartbeat", [](Config& c, std::string_view v) { c.timeouts.heartbeat = positive_duration(v); }},
       {"timeouts.peer", [](Config& c, std::string_view v) { c.timeouts.peer = positive_duration(v); }},
       {"timeouts.refit", [](Config& c, std::string_view v) { c.timeouts.refit = positive_duration(v); }},
+      {"timeouts.join", [](Config& c, std::string_view v) { c.timeouts.join = positive_duration(v); }},
+      {"timeouts.producer_loss",
+       [](Config& c, std::string_view v) { c.timeouts.producer_loss = positive_duration(v); }},
       {"secret_file", [](Config& c, std::string_view v) { c.secret_file = std::string(v); }},
       {"trainer.kind", [](Config& c, std::string_view v) { c.trainer.kind = one_of(v, {"synth"}); }},
       {"trainer.params",
@@ -139,7 +144,11 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
        }},
       {"output.dir", [](Config& c, std::string_view v) { c.output.dir = non_empty(v); }},
       {"output.metrics_file", [](Config& c, std::string_view v) { c.output.metrics_file = std::string(v); }},
-      {"output.log_file", [](Config& c, std::string_view v) { c.output.log_file = std::string(v); }},
+      {"output.log_file",
+       [](Config& c, std::string_view v) {
+         if (!v.empty() && v.back() == '/') throw BadValue{"must name a file, got the directory " + quoted(v)};
+         c.output.log_file = std::string(v);
+       }},
       {"log_level",
        [](Config& c, std::string_view v) { c.log_level = one_of(v, {"trace", "debug", "info", "warn", "error", "off"}); }},
   };
@@ -240,10 +249,11 @@ void parse_explicit_members(Config& config, const std::string& source, const YAM
 void parse_document(Config& config, const std::string& source, const YAML::Node& root) {
   if (root.IsNull()) return;  // an empty file: defaults only (validate() reports what is missing)
   require_map(source, root, "(top level)");
-  const std::set<std::string> top = {"producer", "transport", "topology", "chunk_bytes", "members", "timeouts",
-                                     "secret_file", "trainer", "output", "log_level"};
+  const std::set<std::string> top = {"producer", "transport",   "topology", "chunk_bytes", "retain_versions",
+                                     "members",  "timeouts",    "secret_file", "trainer",  "output",
+                                     "log_level"};
   const std::map<std::string, std::set<std::string>> sections = {
-      {"timeouts", {"connect", "heartbeat", "peer", "refit"}},
+      {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
       {"trainer", {"kind", "params", "steps", "lr", "seed"}},
       {"output", {"dir", "metrics_file", "log_file"}},
   };
@@ -432,6 +442,17 @@ void validate(const Config& config) {
   if (config.timeouts.heartbeat >= config.timeouts.peer) {
     throw Error(Errc::config, "config: timeouts.heartbeat must be shorter than timeouts.peer");
   }
+}
+
+std::string log_file_for_rank(const std::string& log_file, int rank) {
+  if (log_file.empty()) return log_file;
+  // The rules of path::stem/extension (the last dot of the file name, not a leading one), by hand:
+  // <filesystem> brings std::quoted, which argument-dependent lookup then prefers to quoted() here.
+  const size_t name_start = log_file.rfind('/') == std::string::npos ? 0 : log_file.rfind('/') + 1;
+  const size_t dot = log_file.rfind('.');
+  const bool has_extension = dot != std::string::npos && dot > name_start;
+  const size_t cut = has_extension ? dot : log_file.size();
+  return log_file.substr(0, cut) + ".rank" + std::to_string(rank) + log_file.substr(cut);
 }
 
 Config load_config(const std::string& path, const EnvLookup& env) {

@@ -36,6 +36,12 @@ struct Timeouts {
   std::chrono::milliseconds heartbeat{1000};
   std::chrono::milliseconds peer{10000};   // a peer silent this long is declared dead
   std::chrono::milliseconds refit{600000}; // bound on one whole refit
+  // A receiver at start: how long it keeps trying to reach the producer (each attempt bounded by
+  // `connect`) and waits for WELCOME. The producer: how long it waits for every member to join.
+  std::chrono::milliseconds join{120000};
+  // A receiver whose producer link failed keeps its committed version and retries reaching a
+  // (restarted) producer this long before exiting non-zero.
+  std::chrono::milliseconds producer_loss{60000};
 };
 
 // The synthetic trainer: a model of `params` BF16 parameters updated by Adam-like steps.
@@ -48,9 +54,11 @@ struct TrainerConfig {
 };
 
 struct OutputConfig {
-  std::string dir = "deltacast-out";
+  std::string dir = "deltacast-out";  // run artefacts; the producer's state file (for --resume)
   std::string metrics_file;  // empty: no metrics file
-  std::string log_file;      // empty: stderr only
+  // Each process also logs to this file, its rank inserted before the extension
+  // (run.log -> run.rank3.log: log_file_for_rank); empty: stderr only.
+  std::string log_file;
 };
 
 struct Config {
@@ -58,6 +66,9 @@ struct Config {
   std::string transport = "tcp";   // transport scheme, e.g. tcp, ofi+tcp, ucx, loopback
   std::string topology = "double_binary";  // binary | double_binary | chain
   uint64_t chunk_bytes = 4ull << 20;
+  // Committed versions whose frames every member keeps to serve a rejoining member's replay
+  // (a delta is ~1% of the checkpoint). 0..1024.
+  uint32_t retain_versions = 4;
   std::vector<MemberConfig> members;          // explicit list, or empty when local_members is set
   std::optional<LocalMembers> local_members;  // count + base port shorthand
   Timeouts timeouts;
@@ -104,6 +115,11 @@ void validate(const Config& config);
 // The member list: the explicit members, or the local shorthand expanded to
 // transport://host:(base_port + r). Sorted by rank.
 std::vector<MemberConfig> member_list(const Config& config);
+
+// output.log_file for one process: the rank inserted before the file name's last extension
+// ("logs/run.log", 3 -> "logs/run.rank3.log"; "run" -> "run.rank3"; a leading dot starts no
+// extension: ".log" -> ".log.rank3"). Empty stays empty.
+std::string log_file_for_rank(const std::string& log_file, int rank);
 
 // "4MiB", "1GiB", "512KiB", "4096", "500M" (decimal: K=1e3, M=1e6, G=1e9, T=1e12; an optional
 // trailing B is accepted: "4MB"), "1.5GiB". Throws Error(config) for negative, empty, unknown

@@ -22,6 +22,15 @@ void setup(CLI::App& parent) {
   cmd->add_option("--json", o->json_path, "write per-step results as JSON to this file");
   cmd->add_option("--seed", o->seed, "simulator seed")->capture_default_str();
   cmd->add_option("--threads", o->threads, "encoder/applier threads")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--kill", o->kill,
+                  "RANK@STEP[:N]: receiver RANK (1..receivers) kills itself (SIGKILL) at its N-th (default 1st) "
+                  "data message of STEP (0 = the full checkpoint); the tree repairs around it and only the "
+                  "survivors are checked (repeatable)");
+  cmd->add_option("--freeze", o->freeze,
+                  "RANK@STEP[:N]: like --kill, but the receiver stops (SIGSTOP) and is found silent after the "
+                  "peer timeout (10 s in the demo when freezing); the demo SIGKILLs it at the end (repeatable)");
+  cmd->add_option("--timeout", o->timeout, "kill every process and fail after this long (e.g. 90s, 30m)")
+      ->capture_default_str();
   cmd->callback([o] {
     if (o->offline) {
       run_offline_demo(*o);

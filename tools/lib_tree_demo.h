@@ -3,6 +3,7 @@
 // The offline mode lives in tools/lib_offline_demo.h.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace deltacast::tools {
 
@@ -17,10 +18,19 @@ struct DemoOptions {
   std::string json_path;         // when set, write {"steps":[{...}, ...]} here
   uint64_t seed = 0;             // simulator seed
   unsigned threads = 2;          // encoder / applier threads
+  // Failure injection (distributed mode), each "RANK@STEP[:N]": receiver RANK (1..receivers)
+  // kills (SIGKILL) / freezes (SIGSTOP) itself after N (default 1) data messages of the version
+  // STEP creates (STEP 0 = the full checkpoint, version 1; step s = version s+1). The demo then
+  // expects that rank to fail, checks only the others, and SIGKILLs frozen ones at the end.
+  std::vector<std::string> kill;
+  std::vector<std::string> freeze;
+  std::string timeout = "30m";   // every process is killed and the demo fails after this long
 };
 
 // Runs the demo over a relay tree of options.receivers receivers. Throws Error on failure
-// (Error(verify_failed) when a receiver does not end bit-exact).
+// (Error(verify_failed) when a process other than a --kill/--freeze victim failed or a surviving
+// receiver does not end bit-exact, Error(timeout) after options.timeout). Leaves no child process
+// behind, also when it throws.
 void run_tree_demo(const DemoOptions& options);
 
 }  // namespace deltacast::tools

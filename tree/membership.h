@@ -16,22 +16,35 @@
 //    every other member keeps its parent and its children.
 //  * Orphans are placed top-down (by the depth of their old place, then same-cluster orphans
 //    before cluster entries, then their old order), each under a member already reachable from
-//    the producer, so no cycle can form.
+//    the producer, so no cycle can form. When the root died, the orphans of the root's cluster
+//    that have no live ancestor go first, so the root stays in its cluster while it has members.
 //  * Clusters: each cluster with live members keeps exactly one entry (a member whose parent is
 //    outside the cluster, or the producer): the tree crosses each cluster boundary once,
 //    counting the producer's edge. An orphan whose cluster lost its entry becomes the entry
-//    under the nearest live ancestor of its old parent; other orphans stay inside their cluster.
+//    under the nearest live ancestor of its old parent (when that is outside the cluster; else
+//    under a member outside it: of the old parent's cluster, then of that ancestor's, then any,
+//    the one with the fewest children first); other orphans stay inside their cluster.
 //  * Fan-out: a member has at most cap(kind) children inside its own cluster (chain 1, binary and
 //    double_binary 2); cluster entries hanging below it do not count. The producer feeds one root
 //    per tree.
 //  * Preference among candidates: the nearest live ancestor of the old parent when it has room,
 //    then (double_binary) members that are leaves in the other tree, then the shallowest, then
-//    the lowest rank. Deterministic: the same inputs give the same forest everywhere.
+//    the lowest rank. Deterministic: the same inputs (including the child lists' order) give the
+//    same forest everywhere. `reparent` avoids the failed edge's parent; it returns there only
+//    when no other member can take the orphan (a chain's one free slot is often in the orphan's
+//    own subtree, and a root has nowhere else to go).
 //  * double_binary's "interior in at most one tree" is kept where the candidates allow it; after
 //    repairs a member may end up interior in both (a bandwidth cost, never a correctness one).
 //
 // `add` (a rejoin or late join) attaches the member as a leaf in every tree, in its own cluster
-// when that cluster has live members (else as its entry, under the shallowest member with room).
+// when that cluster has live members, at a free slot picked as above (else as its entry, under
+// the member with the fewest children, then the shallowest; the root when no member is live).
+//
+// New children go to the end of their parent's child list (sending order). A copy built by
+// from_welcome lists children in the order of the WELCOME's edges (WELCOME carries parents
+// only: forest() gives rank order), not necessarily the producer's; `apply` appends
+// moved members in the order of `moves`, which `remove`/`reparent`/`add` return in placement
+// order, so child lists then change alike in both.
 //
 // Thread-safety: none; callers serialise. Copyable.
 #include <cstdint>
@@ -96,7 +109,47 @@ class Membership {
              std::span<const TreeEdge> moves);
 
  private:
-  // (implementation-defined members)
+  // A rank that is not live has no parent.
+  static constexpr uint32_t kNoParent = 0xFFFFFFFFu;
+  // One tree's edges over ranks 0..N: parent[r] (kNoParent when r is not live) and children[r]
+  // in sending order; children[0] is the producer's list (the root, when any member is live).
+  struct TreeState {
+    std::vector<uint32_t> parent;
+    std::vector<std::vector<uint32_t>> children;
+  };
+  // Places one tree's orphans after a remove or reparent (membership.cpp).
+  class TreeRepair;
+
+  Membership() = default;
+  // Sets kind, labels (labels[r - 1] is rank r's) and cluster indices; every rank not live and
+  // every tree empty.
+  void init(TopologyKind kind, std::vector<std::string> labels);
+  void check_rank(uint32_t rank) const;  // 1..N, else Error(invalid_argument)
+  void check_tree(int tree) const;
+  int fan_out_cap() const noexcept;
+  int in_cluster_children(uint32_t rank, int tree) const;
+  // double_binary: rank has children in the other tree (a candidate to avoid when another has room).
+  bool interior_in_other_tree(uint32_t rank, int tree) const;
+  // Hop counts from the root over the current child lists (-1: not reached).
+  std::vector<int> depths(int tree) const;
+  // Unlinks `rank` from its parent's child list and appends it to `parent`'s.
+  void set_parent(uint32_t rank, int tree, uint32_t parent);
+  // Takes a member out of every tree: out of its parent's list, its own list emptied. Its children
+  // keep naming it until they are moved.
+  void drop(uint32_t rank);
+  // Where `add` puts `rank` (not yet linked) in `tree`.
+  uint32_t join_parent(uint32_t rank, int tree) const;
+  // Throws Error(corrupt_frame) naming the first problem of forest_problems, prefixed by `what`.
+  void throw_if_invalid(const std::string& what) const;
+
+  TopologyKind kind_ = TopologyKind::binary;
+  uint64_t epoch_ = 0;
+  std::vector<std::string> labels_;  // [rank]; [0] (the producer) is empty
+  std::vector<int> cluster_;         // [rank]: cluster index by first appearance; [0] is -1
+  int clusters_ = 0;
+  std::vector<char> live_;  // [rank]; [0] is 0
+  std::vector<TreeState> trees_;
+
   friend std::vector<std::string> forest_problems(const Membership& membership);
 };
 

@@ -1,262 +1,185 @@
+// The producer's version side: start, sending each version down the trees (deliver), the joint
+// commit over the live set. Membership and repair live in tree/producer_members.cpp.
 #include "tree/producer.h"
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstring>
-#include <functional>
-#include <mutex>
-#include <optional>
-#include <thread>
 
-#include "tree/protocol.h"
-#include "tree/relay_link.h"
-#include "util/log.h"
-#include "util/worker_threads.h"
+#include "tree/producer_impl.h"
 
 namespace deltacast::tree {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
 constexpr size_t kControlBufferBytes = size_t{1} << 20;
-constexpr auto kControlSendTimeout = 60s;
-constexpr auto kRootStallTimeout = 300s;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+constexpr auto kRootSettleTimeout = 30s;
 
 }  // namespace
 
-struct Producer::Impl {
-  transport::Transport& transport;
-  const codec::Manifest& manifest;
-  ProducerOptions options;
-  std::shared_ptr<spdlog::logger> log = logger("tree");
-  std::unique_ptr<transport::Listener> listener;
-  std::optional<Topology> topology;
-  uint64_t max_message_bytes = 0;
+void Producer::Impl::settle_roots() noexcept {
+  for (auto& root : roots) {
+    if (!root) continue;
+    if (!root->flush(kRootSettleTimeout)) root->cancel_all();
+  }
+}
 
-  std::vector<std::unique_ptr<transport::Connection>> control;  // [rank - 1]
-  std::vector<bool> live;                                       // [rank - 1]
-  std::vector<std::unique_ptr<OutboundLink>> roots;             // [tree]
-  std::unique_ptr<ControlInbox> inbox;
-
-  std::vector<std::vector<std::byte>> baseline;  // [tensor]: bits of `version`
-  codec::StateDigest baseline_digest;
-  // Encoder threads, created at the first refit and kept: the codec's per-thread scratch stays warm.
-  std::unique_ptr<WorkerThreads> encoders;
-  uint64_t version = 0;
-  bool finished = false;
-
-  Impl(transport::Transport& t, const codec::Manifest& m, ProducerOptions o)
-      : transport(t), manifest(m), options(std::move(o)) {}
-
-  codec::ConstWeights baseline_weights() const {
-    codec::ConstWeights w{&manifest, {}};
-    for (const auto& t : baseline) w.tensors.emplace_back(t.data(), t.size());
-    return w;
-  }
-  uint32_t live_count() const {
-    return static_cast<uint32_t>(std::count(live.begin(), live.end(), true));
-  }
-  // The root link of `tree` once it has room (back-pressure); throws Error(connection) when dead.
-  OutboundLink& ready_root(int tree) {
-    auto& root = *roots.at(tree);
-    root.wait_below(options.max_inflight_bytes_per_root, kRootStallTimeout);
-    if (root.dead())
-      throw Error(Errc::connection, "the link to the root of tree " + std::to_string(tree) + " failed");
-    return root;
-  }
-  void send_frame(int tree, const SharedBytes& message) { ready_root(tree).post(message); }
-  // Sends one bootstrap piece: its RAW header, then the body from the caller's memory.
-  void send_raw(int tree, const RawChunkHeader& header, std::span<const std::byte> body) {
-    auto& root = ready_root(tree);
-    root.post(std::make_shared<const std::vector<std::byte>>(encode_raw_message(header)));
-    root.post_view(body);
-  }
-  // Waits until no root link still reads from caller memory (post_view). Never throws: a link
-  // that stalls is cancelled.
-  void settle_roots() noexcept {
-    for (auto& root : roots) {
-      if (!root) continue;
-      try {
-        root->flush(kRootStallTimeout);
-      } catch (...) {
-        root->cancel_all();
-      }
-    }
-  }
-  void broadcast(const Message& message) {
-    auto bytes = encode_message(message);
-    for (size_t i = 0; i < control.size(); ++i) {
-      if (!live[i]) continue;
-      try {
-        send_message(*control[i], bytes, kControlSendTimeout);
-      } catch (const Error& e) {
-        log->warn("rank {} unreachable: {}", i + 1, e.what());
-        live[i] = false;
-      }
-    }
-  }
-  void accept_phase(bool want_hellos, std::vector<Hello>& hellos, Clock::time_point deadline);
-  // Collects every live receiver's answer for report.version, then sends COMMIT (all verified)
-  // or ABORT and waits until every live receiver is active again. Sets report.refit_seconds
-  // (from `start`) at that point; on_commit (adopting the baseline) runs after it, off the
-  // refit's critical path, and also when waiting for ACTIVE fails once COMMIT is out.
-  void joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
-                    Clock::time_point start, const std::function<void()>& on_commit = {});
-  void wait_active(uint64_t want, bool committed, Clock::time_point deadline);
-  // Copies `next` into the baseline (the new committed bits).
-  void adopt_baseline(const codec::ConstWeights& next) {
-    for (size_t t = 0; t < baseline.size(); ++t)
-      std::memcpy(baseline[t].data(), next.tensors[t].data(), baseline[t].size());
-  }
-};
-
-void Producer::Impl::accept_phase(bool want_hellos, std::vector<Hello>& hellos,
-                                  Clock::time_point deadline) {
-  const uint32_t n = options.receivers;
-  auto done = [&] {
-    if (want_hellos) return control.size() == n && std::all_of(control.begin(), control.end(),
-                                                               [](auto& c) { return c != nullptr; });
-    return std::all_of(roots.begin(), roots.end(), [](auto& r) { return r != nullptr; });
-  };
-  while (!done()) {
-    if (Clock::now() > deadline)
-      throw Error(Errc::timeout, want_hellos ? "not every receiver said HELLO in time"
-                                             : "the tree roots did not JOIN in time");
-    auto connection = listener->accept(500ms);
-    if (!connection) continue;
-    std::vector<std::byte> bytes;
-    try {
-      bytes = recv_message(*connection, kControlBufferBytes, options.join_timeout);
-    } catch (const Error& e) {
-      log->warn("dropping a connection from {}: {}", connection->peer(), e.what());
+void Producer::Impl::flush_resends() {
+  if (!in_flight) return;
+  auto& f = *in_flight;
+  for (size_t n = f.resends.size(); n > 0; --n) {
+    auto [key, route] = f.resends.front();
+    f.resends.pop_front();
+    const int tree = f.tree_of(key);
+    auto& root = roots[tree];
+    if (!root || root->dead() || root->inflight_bytes() > options.max_inflight_bytes_per_root) {
+      f.resends.emplace_back(key, route);  // later, once the tree has a root with room
       continue;
     }
-    auto message = decode_message(bytes);
-    if (auto* hello = std::get_if<Hello>(&message)) {
-      if (hello->rank < 1 || hello->rank > n || control[hello->rank - 1])
-        throw Error(Errc::invalid_argument, "HELLO from rank " + std::to_string(hello->rank) +
-                                                ": expected each of ranks 1.." +
-                                                std::to_string(n) + " once");
-      control[hello->rank - 1] = std::move(connection);
-      hellos[hello->rank - 1] = *hello;
-    } else if (auto* join = std::get_if<Join>(&message)) {
-      int member = static_cast<int>(join->rank) - 1;
-      int tree = static_cast<int>(join->tree);
-      if (!topology || tree < 0 || tree >= topology->trees() || topology->root(tree) != member)
-        throw Error(Errc::invalid_argument, "JOIN from rank " + std::to_string(join->rank) +
-                                                " which is not a root of tree " +
-                                                std::to_string(tree));
-      roots[tree] = std::make_unique<OutboundLink>(std::move(connection), member, tree);
-    } else {
-      throw Error(Errc::corrupt_frame, "a connection's first message is neither HELLO nor JOIN");
-    }
+    const Outgoing out = f.make(key, route);
+    if (out.body.empty()) root->post(out.message); else root->post_pair(out.message, out.body);
+    if (f.report) ++f.report->resent_chunks;
+    log->debug("producer: re-sent chunk {} of version {} (route {})", key, f.version, route);
   }
+}
+
+void Producer::Impl::deliver(int tree, const Outgoing& out) {
+  for (;;) {
+    pump(0ms);
+    flush_resends();
+    if (live_ranks().empty()) throw Error(Errc::state, "every receiver failed");
+    auto& root = roots[tree];
+    if (!root) {
+      // The new root connects as soon as it reads the EPOCH; one that does not within a few
+      // peer timeouts is failed too (the next repair names another).
+      if (Clock::now() - root_lost[tree] > 3 * options.peer_timeout) {
+        if (auto r = membership->root(tree)) {
+          fail(*r, FailureCause::unreachable, "did not join as the root of tree " + std::to_string(tree), Clock::now());
+          root_lost[tree] = Clock::now();
+        }
+      }
+      pump(50ms);
+      continue;
+    }
+    if (root->dead()) {
+      // The data link failed while its control link may still look fine: the edge is lost.
+      fail(root->peer_rank(), FailureCause::link_closed, "its data link from the producer failed", Clock::now());
+      continue;
+    }
+    if (!root->wait_below(options.max_inflight_bytes_per_root, 20ms)) {
+      if (root->stalled_for() > options.peer_timeout && !stall_accusations.count(root->peer_rank()))
+        stall_accusations.emplace(root->peer_rank(), Clock::now());
+      continue;
+    }
+    if (out.body.empty()) root->post(out.message); else root->post_pair(out.message, out.body);
+    return;
+  }
+}
+
+// Runs one version attempt: admits members that caught up, sends everything, then the joint
+// commit. `flight` carries how to (re)make each data message.
+RefitReport Producer::Impl::run_version(InFlight flight, const std::function<void(InFlight&)>& send_all,
+                                        const std::function<uint64_t()>& expected_digest, bool dry_run,
+                                        const std::function<void()>& on_commit) {
+  pump(0ms);
+  admit_caught_up();
+  RefitReport report;
+  report.version = flight.version;
+  report.failed_members = std::move(failures);
+  failures.clear();
+  report.repair_seconds = repair_seconds;
+  repair_seconds = 0;
+  flight.attempt = ++attempt;
+  flight.start = Clock::now();
+  flight.sent.assign(flight.keys, false);
+  for (uint32_t r : live_ranks()) flight.answers[r] = InFlight::Answer::none;
+  flight.report = &report;
+  in_flight = std::move(flight);
+  try {
+    if (in_flight->answers.empty()) throw Error(Errc::state, "no live receivers");
+    send_all(*in_flight);
+    joint_commit(report, expected_digest(), dry_run, on_commit);
+  } catch (...) {
+    // Nothing can commit now: receivers roll back what they applied of this attempt.
+    if (membership) broadcast(Abort{in_flight->version, in_flight->attempt, "the producer stopped this version"});
+    in_flight.reset();
+    throw;
+  }
+  report.epoch = epoch();
+  in_flight.reset();
+  return report;
 }
 
 void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
-                                  Clock::time_point start, const std::function<void()>& on_commit) {
-  const uint64_t v = report.version;
-  const size_t n = control.size();
-  enum class Answer { none, verified, refused };
-  std::vector<Answer> answers(n, Answer::none);
-  for (size_t i = 0; i < n; ++i)
-    if (!live[i]) answers[i] = Answer::refused;
-  report.receivers = live_count();
-  auto deadline = Clock::now() + options.version_timeout;
-  auto pending = [&] { return std::count(answers.begin(), answers.end(), Answer::none); };
-  auto refuse = [&](size_t i, const std::string& why) {
-    answers[i] = Answer::refused;
-    if (report.abort_reason.empty()) report.abort_reason = "rank " + std::to_string(i + 1) + ": " + why;
+                                  const std::function<void()>& on_commit) {
+  auto& f = *in_flight;
+  const auto deadline = f.start + options.version_timeout;
+  auto pending = [&] {
+    for (auto& [rank, answer] : f.answers)
+      if (answer == InFlight::Answer::none) return true;
+    return false;
   };
-
-  while (pending() > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    auto item = left.count() > 0 ? inbox->pop(left) : std::nullopt;
-    if (!item) {
-      for (size_t i = 0; i < n; ++i)
-        if (answers[i] == Answer::none) refuse(i, "no ack within the version timeout");
+  while (pending() && !f.answers.empty()) {
+    if (Clock::now() > deadline) {
+      for (auto& [rank, answer] : f.answers) {
+        if (answer != InFlight::Answer::none) continue;
+        answer = InFlight::Answer::refused;
+        if (report.abort_reason.empty())
+          report.abort_reason = "rank " + std::to_string(rank) + ": no ack within the version timeout";
+      }
       break;
     }
-    size_t i = item->source;
-    if (!item->message) {
-      live[i] = false;
-      refuse(i, "control link failed: " + item->status.message);
-      continue;
-    }
-    if (auto* ack = std::get_if<Ack>(&*item->message); ack && ack->version == v) {
-      if (ack->digest == expected_digest) {
-        answers[i] = Answer::verified;
-      } else {
-        refuse(i, "acked a digest that differs from the producer's");
-      }
-    } else if (auto* nack = std::get_if<Nack>(&*item->message); nack && nack->version == v) {
-      refuse(i, std::string(errc_name(static_cast<Errc>(nack->errc))) + ": " + nack->message);
-    }
+    pump(20ms);
+    flush_resends();
   }
-  report.verified_receivers =
-      static_cast<uint32_t>(std::count(answers.begin(), answers.end(), Answer::verified));
-  bool all_verified = report.verified_receivers == n && n > 0;
-  report.committed = all_verified && !dry_run;
-  if (all_verified && dry_run) report.abort_reason = "dry run";
+  uint32_t verified = 0;
+  bool all = !f.answers.empty();
+  for (auto& [rank, answer] : f.answers) {
+    if (answer == InFlight::Answer::verified && f.ack_digests[rank] != expected_digest) {
+      answer = InFlight::Answer::refused;
+      if (report.abort_reason.empty())
+        report.abort_reason = "rank " + std::to_string(rank) + ": acked a digest that differs from the producer's";
+    }
+    if (answer == InFlight::Answer::verified) ++verified; else all = false;
+  }
+  if (f.answers.empty() && report.abort_reason.empty()) report.abort_reason = "every receiver failed";
+  report.receivers = static_cast<uint32_t>(f.answers.size());
+  report.verified_receivers = verified;
+  report.committed = all && !dry_run;
+  if (all && dry_run) report.abort_reason = "dry run";
+  log->debug("version {}: every answer in at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
 
-  log->debug("version {}: every answer in at {:.1f} ms", v, 1e3 * seconds_since(start));
+  f.deciding = true;
+  f.want_active = report.committed ? f.version : version;
   if (report.committed) {
-    broadcast(Commit{v, expected_digest});
+    broadcast(Commit{f.version, f.attempt, expected_digest});
+    remember_version(f.version, expected_digest);
   } else {
-    broadcast(Abort{v, report.abort_reason});
+    broadcast(Abort{f.version, f.attempt, report.abort_reason});
   }
-  // Once COMMIT is out the version is committed: on_commit runs even when the wait below fails.
-  try {
-    wait_active(report.committed ? v : version, report.committed, deadline);
-  } catch (...) {
-    if (report.committed && on_commit) on_commit();
-    throw;
+  // Once COMMIT is out the version is committed: on_commit runs even when waiting fails.
+  auto all_active = [&] {
+    for (uint32_t r : live_ranks())
+      if (!f.active.count(r)) return false;
+    return true;
+  };
+  const auto active_deadline = std::max(deadline, Clock::now() + 10s);
+  while (!all_active()) {
+    if (Clock::now() > active_deadline) {
+      if (report.committed && on_commit) on_commit();
+      throw Error(Errc::timeout, "receivers did not confirm version " + std::to_string(f.want_active));
+    }
+    pump(20ms);
   }
-  report.refit_seconds = seconds_since(start);
+  report.refit_seconds = seconds_since(f.start);
   if (report.committed && on_commit) on_commit();
 }
 
-// Waits until every live receiver is active at `want` (a dead control link counts as done)
-// before anything else goes down the tree. Throws Error(timeout | state).
-void Producer::Impl::wait_active(uint64_t want, bool committed, Clock::time_point deadline) {
-  const size_t n = control.size();
-  std::vector<bool> active(n, false);
-  for (size_t i = 0; i < n; ++i) active[i] = !live[i];
-  while (std::count(active.begin(), active.end(), false) > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    auto item = inbox->pop(std::max(left, std::chrono::milliseconds(10'000)));
-    if (!item) throw Error(Errc::timeout, "receivers did not confirm version " + std::to_string(want));
-    size_t i = item->source;
-    if (!item->message) {
-      live[i] = false;
-      active[i] = true;
-      continue;
-    }
-    if (auto* a = std::get_if<Active>(&*item->message)) {
-      if (a->version != want)
-        throw Error(Errc::state, "rank " + std::to_string(i + 1) + " is active at version " +
-                                     std::to_string(a->version) + ", expected " +
-                                     std::to_string(want));
-      active[i] = true;
-    } else if (auto* nack = std::get_if<Nack>(&*item->message); nack && committed) {
-      throw Error(Errc::state, "rank " + std::to_string(i + 1) + " could not commit version " +
-                                   std::to_string(want) + ": " + nack->message);
-    }
-  }
-}
-
-Producer::Producer(transport::Transport& transport, const codec::Manifest& manifest,
-                   ProducerOptions options)
+Producer::Producer(transport::Transport& transport, const codec::Manifest& manifest, ProducerOptions options)
     : impl_(std::make_unique<Impl>(transport, manifest, std::move(options))) {
   auto& d = *impl_;
   if (d.options.receivers == 0) throw Error(Errc::invalid_argument, "a producer needs receivers");
-  if (d.options.encode.chunk_bytes == 0)
-    throw Error(Errc::invalid_argument, "chunk_bytes must be positive");
+  if (d.options.encode.chunk_bytes == 0) throw Error(Errc::invalid_argument, "chunk_bytes must be positive");
   d.listener = transport.listen(transport::Url::parse(d.options.listen_url));
   // A frame covers at most chunk_bytes of checkpoint; coded values are never much larger than
   // the raw bits, and seal frames hold 8 bytes per tensor.
@@ -264,11 +187,11 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
   d.baseline.resize(manifest.size());
   for (size_t i = 0; i < manifest.size(); ++i) d.baseline[i].resize(manifest.tensors()[i].nbytes());
   d.baseline_digest = codec::StateDigest::full_scan(d.baseline_weights(), d.options.encode.threads);
+  d.zero_digest = d.baseline_digest.combined();
+  d.remember_version(0, d.zero_digest);
 }
 
-Producer::~Producer() {
-  if (impl_->inbox) impl_->inbox->stop();
-}
+Producer::~Producer() { impl_->stop_threads(); }
 
 std::string Producer::url() const { return impl_->listener->local_url().str(); }
 uint64_t Producer::version() const noexcept { return impl_->version; }
@@ -276,150 +199,203 @@ const codec::StateDigest& Producer::digest() const { return impl_->baseline_dige
 
 void Producer::start() {
   auto& d = *impl_;
+  std::lock_guard drive(d.drive);
   const uint32_t n = d.options.receivers;
-  auto deadline = Clock::now() + d.options.join_timeout;
-  d.control.resize(n);
-  d.live.assign(n, true);
-  std::vector<Hello> hellos(n);
-  d.accept_phase(true, hellos, deadline);
+  d.control.resize(n + 1);
+  d.replaced.resize(n + 1);
+  d.members.assign(n + 1, Member{});
+  for (uint32_t r = 0; r <= n; ++r) d.members[r].rank = r;
+  d.members[0] = Member{0, url(), "", true};
+  d.readers = std::make_unique<ControlReaders>(kControlBufferBytes, [&d](ControlEvent e) {
+    ProducerEvent event;
+    event.kind = ProducerEvent::Kind::control;
+    event.at = e.at;
+    event.control = std::move(e);
+    d.events.push(std::move(event));
+  });
+  d.session_start = Clock::now();
+  d.start_acceptor();
+  const auto deadline = Clock::now() + d.options.join_timeout;
+  auto said_hello = [&] {
+    uint32_t k = 0;
+    for (uint32_t r = 1; r <= n; ++r) k += d.control[r].connection != nullptr;
+    return k;
+  };
+  while (said_hello() < n) {
+    if (Clock::now() > deadline)
+      throw Error(Errc::timeout, "not every receiver said HELLO in time (" + std::to_string(said_hello()) + " of " +
+                                     std::to_string(n) + ")");
+    d.pump(200ms);
+  }
+  std::vector<std::string> labels;
+  for (uint32_t r = 1; r <= n; ++r) labels.push_back(d.members[r].cluster);
+  d.membership.emplace(d.options.topology, std::move(labels));
+  d.roots.assign(d.membership->trees(), nullptr);
+  d.root_lost.assign(d.membership->trees(), Clock::now());
 
   Welcome welcome;
-  welcome.session = static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  welcome.session = static_cast<uint64_t>(d.session_start.time_since_epoch().count());
   welcome.topology = std::string(topology_kind_name(d.options.topology));
   welcome.max_message_bytes = d.max_message_bytes;
-  welcome.members.push_back({0, url(), ""});
-  std::vector<std::string> labels;
-  for (uint32_t r = 1; r <= n; ++r) {
-    welcome.members.push_back({r, hellos[r - 1].data_url, hellos[r - 1].cluster});
-    labels.push_back(hellos[r - 1].cluster);
-  }
+  welcome.members = d.members;
+  welcome.forest = d.membership->forest();
   welcome.tensors = d.manifest.tensors();
-  d.topology.emplace(d.options.topology, std::move(labels));
-  d.roots.resize(d.topology->trees());
-  d.broadcast(welcome);
-  d.accept_phase(false, hellos, deadline);
-
+  welcome.committed_version = d.version;
+  welcome.committed_digest = d.zero_digest;
+  // The start's "repair": every member says READY once its parent links are up.
+  Impl::Repair start{Clock::now(), d.epoch(), {}};
   for (uint32_t r = 1; r <= n; ++r) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    auto bytes = recv_message(*d.control[r - 1], kControlBufferBytes, std::max(left, 1000ms));
-    if (!std::holds_alternative<Ready>(decode_message(bytes)))
-      throw Error(Errc::corrupt_frame, "rank " + std::to_string(r) + " sent something else than READY");
+    start.waiting.insert(r);
+    welcome.instance = d.control[r].instance;
+    if (!d.send_to(r, welcome)) d.fail(r, FailureCause::link_closed, "WELCOME could not be sent", Clock::now());
   }
-  std::vector<transport::Connection*> links;
-  for (auto& c : d.control) links.push_back(c.get());
-  d.inbox = std::make_unique<ControlInbox>(std::move(links), kControlBufferBytes);
+  d.repairs.push_back(start);
+  auto up = [&] {
+    if (d.repairs.size() > 0 && !d.repairs.front().waiting.empty()) return false;
+    for (auto& root : d.roots)
+      if (!root) return false;
+    return true;
+  };
+  while (!up()) {
+    if (Clock::now() > deadline) throw Error(Errc::timeout, "the tree did not come up in time");
+    if (d.live_ranks().empty()) throw Error(Errc::connection, "every receiver failed during start");
+    d.pump(50ms);
+  }
+  d.repair_seconds = 0;  // the start is not a repair
   d.log->info("tree of {} receivers is up ({})", n, welcome.topology);
+  d.idle = std::thread([&d] { d.idle_loop(); });
 }
 
 RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_options) {
   auto& d = *impl_;
-  if (!d.inbox) throw Error(Errc::state, "Producer::refit before start()");
+  std::lock_guard drive(d.drive);
+  if (!d.membership) throw Error(Errc::state, "Producer::refit before start()");
   codec::ConstWeights checked = next;
   checked.manifest = &d.manifest;
   codec::check_weights(checked);
-  auto start = Clock::now();
 
-  RefitReport report;
-  report.version = d.version + 1;
   codec::EncodeOptions encode = d.options.encode;
   // From the all-zero state an XOR mask is the value itself; ulp distances would be huge.
   if (d.version == 0) encode.xor_safe_mode = codec::ValueMode::xor_bits;
   if (refit_options.value_mode) encode.xor_safe_mode = *refit_options.value_mode;
+  const uint64_t new_version = d.version + 1;
   auto base = d.baseline_weights();
-  codec::DeltaEncoder encoder(base, checked, d.baseline_digest, {d.version, report.version}, encode);
+  codec::DeltaEncoder encoder(base, checked, d.baseline_digest, {d.version, new_version}, encode);
   const uint32_t count = encoder.chunk_count();
-  report.chunks = count;
+  const TopologyKind kind = d.membership->kind();
+  SharedBytes seal_frame;
 
-  // Workers encode chunks in index order (an atomic cursor); this thread sends each one as soon
-  // as it and every earlier chunk are ready, so encoding overlaps sending.
-  std::vector<SharedBytes> slots(count);
-  std::mutex mutex;
-  std::condition_variable ready;
-  std::atomic<uint32_t> cursor{0};
-  std::atomic<bool> cancel{false};
+  Impl::InFlight flight;
+  flight.version = new_version;
+  flight.keys = count + 1;  // the seal is key `count`
+  flight.tree_of = [count, kind](uint32_t key) { return key == count ? 0 : tree_for_chunk(kind, key); };
+  flight.make = [&d, &encoder, &seal_frame, count](uint32_t key, uint32_t route) {
+    const Envelope envelope{d.in_flight->attempt, route};
+    if (key == count)
+      return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(*seal_frame, envelope, d.epoch())), {}};
+    return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(encoder.encode_chunk(key), envelope, d.epoch())), {}};
+  };
+
   codec::DeltaStats total;
   double encode_seconds = 0;
-  Status worker_status;
-  auto work = [&] {
-    codec::DeltaStats stats;
-    double seconds = 0;
-    try {
-      for (uint32_t i; !cancel && (i = cursor.fetch_add(1)) < count;) {
-        auto t0 = Clock::now();
-        auto frame = encoder.encode_chunk(i, &stats);
-        auto message = std::make_shared<const std::vector<std::byte>>(encode_frame_message(frame));
-        seconds += seconds_since(t0);
+  auto send_all = [&](Impl::InFlight& f) {
+    RefitReport& report = *f.report;
+    report.chunks = count;
+    // Workers encode chunks in index order (an atomic cursor); this thread sends each one as
+    // soon as it and every earlier chunk are ready, so encoding overlaps sending.
+    std::vector<SharedBytes> slots(count);
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::atomic<uint32_t> cursor{0};
+    std::atomic<bool> cancel{false};
+    Status worker_status;
+    const Envelope envelope{f.attempt, 0};
+    const uint64_t epoch = d.epoch();
+    auto work = [&] {
+      codec::DeltaStats stats;
+      double seconds = 0;
+      try {
+        for (uint32_t i; !cancel && (i = cursor.fetch_add(1)) < count;) {
+          auto t0 = Clock::now();
+          auto message = std::make_shared<const std::vector<std::byte>>(
+              encode_frame_message(encoder.encode_chunk(i, &stats), envelope, epoch));
+          seconds += seconds_since(t0);
+          std::lock_guard lock(mutex);
+          slots[i] = std::move(message);
+          ready.notify_all();
+        }
+      } catch (const Error& e) {
         std::lock_guard lock(mutex);
-        slots[i] = std::move(message);
+        if (worker_status.ok()) worker_status = e.status();
+        cancel = true;
         ready.notify_all();
       }
-    } catch (const Error& e) {
       std::lock_guard lock(mutex);
-      if (worker_status.ok()) worker_status = e.status();
-      cancel = true;
-      ready.notify_all();
-    }
-    std::lock_guard lock(mutex);
-    total.add(stats);
-    encode_seconds += seconds;
-  };
-  if (!d.encoders) d.encoders = std::make_unique<WorkerThreads>(std::max(1u, encode.threads));
-  d.encoders->start(work);
-  auto join_workers = [&] { d.encoders->wait(); };
-  try {
-    for (uint32_t i = 0; i < count; ++i) {
-      SharedBytes message;
-      {
-        std::unique_lock lock(mutex);
-        ready.wait(lock, [&] { return slots[i] != nullptr || !worker_status.ok(); });
-        if (!worker_status.ok()) throw Error(worker_status);
-        message = std::move(slots[i]);
+      total.add(stats);
+      encode_seconds += seconds;
+    };
+    if (!d.encoders) d.encoders = std::make_unique<WorkerThreads>(std::max(1u, encode.threads));
+    d.encoders->start(work);
+    try {
+      for (uint32_t i = 0; i < count; ++i) {
+        SharedBytes message;
+        {
+          std::unique_lock lock(mutex);
+          ready.wait(lock, [&] { return slots[i] != nullptr || !worker_status.ok(); });
+          if (!worker_status.ok()) throw Error(worker_status);
+          message = std::move(slots[i]);
+        }
+        if (message->size() > d.max_message_bytes)
+          throw Error(Errc::internal, "chunk frame of " + std::to_string(message->size()) +
+                                          " bytes exceeds the announced message limit");
+        d.deliver(f.tree_of(i), Outgoing{message, {}});
+        f.sent[i] = true;
+        report.frames_bytes += message->size() - kMessageHeaderSize - kEnvelopeSize;
+        if (d.options.on_progress) d.options.on_progress(i + 1, count);
       }
-      if (message->size() > d.max_message_bytes)
-        throw Error(Errc::internal, "chunk frame of " + std::to_string(message->size()) +
-                                        " bytes exceeds the announced message limit");
-      d.send_frame(d.topology->tree_for_chunk(i), message);
-      if (i == 0) d.log->debug("version {}: first chunk posted at {:.1f} ms", report.version, 1e3 * seconds_since(start));
-      report.frames_bytes += message->size() - kMessageHeaderSize;
-      if (d.options.on_progress) d.options.on_progress(i + 1, count);
+    } catch (...) {
+      cancel = true;
+      d.encoders->wait();
+      throw;
     }
-  } catch (...) {
-    cancel = true;
-    join_workers();
-    throw;
-  }
-  join_workers();
-  auto seal = std::make_shared<const std::vector<std::byte>>(encode_frame_message(encoder.seal()));
-  d.send_frame(0, seal);
-  d.log->debug("version {}: seal posted at {:.1f} ms", report.version, 1e3 * seconds_since(start));
-  report.frames_bytes += seal->size() - kMessageHeaderSize;
-  report.changes = total.changes;
-  report.elements = total.elements;
-  report.checkpoint_bytes = total.checkpoint_bytes;
-  report.encode_seconds = encode_seconds;
-
-  const codec::StateDigest new_digest = encoder.new_digest();
-  // Once COMMIT is out the version is committed: the baseline, its digest and the version move
-  // together (even if waiting for ACTIVE then fails).
-  d.joint_commit(report, new_digest.combined(), refit_options.dry_run, start, [&] {
-    d.adopt_baseline(checked);
-    d.baseline_digest = new_digest;
-    d.version = report.version;
-  });
-  d.log->info("version {} {} in {:.3f} s ({} chunks, {} payload bytes, {} changes)",
-              report.version, report.committed ? "committed" : "aborted", report.refit_seconds,
-              report.chunks, report.frames_bytes, report.changes);
+    d.encoders->wait();
+    seal_frame = std::make_shared<const std::vector<std::byte>>(encoder.seal());
+    const Outgoing seal = f.make(count, 0);
+    d.deliver(0, seal);
+    f.sent[count] = true;
+    report.frames_bytes += seal_frame->size();
+    report.changes = total.changes;
+    report.elements = total.elements;
+    report.checkpoint_bytes = total.checkpoint_bytes;
+    report.encode_seconds = encode_seconds;
+  };
+  codec::StateDigest new_digest;
+  RefitReport report = d.run_version(
+      std::move(flight), send_all,
+      [&] {
+        new_digest = encoder.new_digest();
+        return new_digest.combined();
+      },
+      refit_options.dry_run,
+      [&] {
+        d.adopt_baseline(checked);
+        d.baseline_digest = new_digest;
+        d.version = new_version;
+      });
+  d.log->info("version {} {} in {:.3f} s ({} chunks, {} payload bytes, {} changes)", report.version,
+              report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes,
+              report.changes);
   return report;
 }
 
 RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   auto& d = *impl_;
-  if (!d.inbox) throw Error(Errc::state, "Producer::bootstrap before start()");
+  std::lock_guard drive(d.drive);
+  if (!d.membership) throw Error(Errc::state, "Producer::bootstrap before start()");
   if (d.version != 0) throw Error(Errc::state, "bootstrap needs receivers at version 0");
   codec::ConstWeights checked = full;
   checked.manifest = &d.manifest;
   codec::check_weights(checked);
-  auto start = Clock::now();
   struct Piece {
     uint32_t tensor;
     uint64_t offset, size;
@@ -430,16 +406,25 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
     // Whole elements per piece: receivers refuse a piece that splits an element.
     const uint64_t w = codec::dtype_size(d.manifest.at(t).dtype);
     const uint64_t piece_bytes = std::max(w, d.options.encode.chunk_bytes / w * w);
-    for (uint64_t off = 0; off < size; off += piece_bytes)
-      pieces.push_back({t, off, std::min(piece_bytes, size - off)});
+    for (uint64_t off = 0; off < size; off += piece_bytes) pieces.push_back({t, off, std::min(piece_bytes, size - off)});
   }
   if (pieces.empty()) throw Error(Errc::invalid_argument, "the checkpoint holds no bytes");
-  RefitReport report;
-  report.version = 1;
-  report.chunks = static_cast<uint32_t>(pieces.size());
-  report.elements = d.manifest.total_elements();
-  report.changes = report.elements;
-  report.checkpoint_bytes = d.manifest.total_bytes();
+  const uint32_t count = static_cast<uint32_t>(pieces.size());
+  const TopologyKind kind = d.membership->kind();
+
+  Impl::InFlight flight;
+  flight.version = 1;
+  flight.keys = count;
+  flight.tree_of = [kind](uint32_t key) { return tree_for_chunk(kind, key); };
+  auto header_of = [&](uint32_t key, uint32_t route) {
+    const auto& p = pieces[key];
+    return RawChunkHeader{{d.in_flight->attempt, route}, 1, key, count, p.tensor, p.offset, p.size};
+  };
+  flight.make = [&](uint32_t key, uint32_t route) {
+    const auto h = header_of(key, route);
+    return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_raw_message(h, d.epoch())),
+                    checked.tensors[h.tensor].subspan(h.byte_offset, h.byte_count)};
+  };
   // Each piece goes out as a RAW header and a bare body sent straight from `full` (no copy):
   // every send must have finished before this returns, errors included.
   struct SettleRoots {
@@ -447,56 +432,94 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
     ~SettleRoots() { d.settle_roots(); }
   } settle{d};
   uint64_t expected = 0;  // the sum of the pieces' hashes (raw_piece_hash) the receivers ack
-  for (uint32_t i = 0; i < pieces.size(); ++i) {
-    const auto& p = pieces[i];
-    const RawChunkHeader header{1, i, report.chunks, p.tensor, p.offset, p.size};
-    const auto body = checked.tensors[p.tensor].subspan(p.offset, p.size);
-    expected += raw_piece_hash(header, body);
-    d.send_raw(d.topology->tree_for_chunk(i), header, body);
-    report.frames_bytes += p.size;
-    if (d.options.on_progress) d.options.on_progress(i + 1, report.chunks);
-  }
+  auto send_all = [&](Impl::InFlight& f) {
+    RefitReport& report = *f.report;
+    report.chunks = count;
+    report.elements = d.manifest.total_elements();
+    report.changes = report.elements;
+    report.checkpoint_bytes = d.manifest.total_bytes();
+    for (uint32_t i = 0; i < count; ++i) {
+      const Outgoing out = f.make(i, 0);
+      expected += raw_piece_hash(header_of(i, 0), out.body);
+      d.deliver(f.tree_of(i), out);
+      f.sent[i] = true;
+      report.frames_bytes += out.body.size();
+      if (d.options.on_progress) d.options.on_progress(i + 1, count);
+    }
+  };
   // The baseline's StateDigest (the next delta's base digest) is computed once the receivers
   // are active, off the bootstrap's critical path; receivers compute theirs the same way.
-  d.joint_commit(report, expected, false, start, [&] {
+  RefitReport report = d.run_version(std::move(flight), send_all, [&] { return expected; }, false, [&] {
     d.adopt_baseline(checked);
     d.baseline_digest = codec::StateDigest::full_scan(d.baseline_weights(), d.options.encode.threads);
     d.version = 1;
+    // Rejoining members compare with the StateDigest of version 1, not the pieces' hash sum.
+    d.remember_version(1, d.baseline_digest.combined());
   });
   d.log->info("full checkpoint (version 1) {} in {:.3f} s ({} raw chunks, {} bytes)",
-              report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks,
-              report.frames_bytes);
+              report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes);
   return report;
 }
 
-RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames,
-                              uint64_t new_version, uint64_t expected_digest,
-                              RefitOptions refit_options) {
+RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
+                              uint64_t expected_digest, RefitOptions refit_options) {
   auto& d = *impl_;
-  if (!d.inbox) throw Error(Errc::state, "Producer::publish before start()");
-  auto start = Clock::now();
-  RefitReport report;
-  report.version = new_version;
-  for (const auto& frame : frames) {
-    auto header = codec::parse_frame(frame).header;
-    int tree = header.kind == codec::FrameKind::seal ? 0 : d.topology->tree_for_chunk(header.chunk_index);
-    d.send_frame(tree, std::make_shared<const std::vector<std::byte>>(encode_frame_message(frame)));
-    report.frames_bytes += frame.size();
-    if (header.kind == codec::FrameKind::chunk) ++report.chunks;
+  std::lock_guard drive(d.drive);
+  if (!d.membership) throw Error(Errc::state, "Producer::publish before start()");
+  // Keys are codec chunk keys (the seal is chunk_count); duplicates in `frames` are sent as given.
+  std::map<uint32_t, size_t> first_of_key;
+  std::vector<uint32_t> key_of(frames.size());
+  uint32_t keys = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto h = codec::parse_frame(frames[i]).header;
+    key_of[i] = h.kind == codec::FrameKind::seal ? h.chunk_count : h.chunk_index;
+    first_of_key.emplace(key_of[i], i);
+    keys = std::max(keys, key_of[i] + 1);
   }
-  d.joint_commit(report, expected_digest, refit_options.dry_run, start);
-  if (report.committed) d.version = new_version;
+  const TopologyKind kind = d.membership->kind();
+  std::vector<bool> is_seal(keys, false);
+  for (size_t i = 0; i < frames.size(); ++i)
+    if (codec::parse_frame(frames[i]).header.kind == codec::FrameKind::seal) is_seal[key_of[i]] = true;
+  Impl::InFlight flight;
+  flight.version = new_version;
+  flight.keys = keys;
+  flight.tree_of = [kind, is_seal](uint32_t key) { return is_seal[key] ? 0 : tree_for_chunk(kind, key); };
+  flight.make = [&](uint32_t key, uint32_t route) {
+    auto it = first_of_key.find(key);
+    if (it == first_of_key.end()) throw Error(Errc::not_found, "publish: no frame for chunk " + std::to_string(key));
+    return Outgoing{std::make_shared<const std::vector<std::byte>>(
+                        encode_frame_message(frames[it->second], {d.in_flight->attempt, route}, d.epoch())),
+                    {}};
+  };
+  auto send_all = [&](Impl::InFlight& f) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const uint32_t key = key_of[i];
+      d.deliver(f.tree_of(key), Outgoing{std::make_shared<const std::vector<std::byte>>(
+                                             encode_frame_message(frames[i], {f.attempt, 0}, d.epoch())),
+                                         {}});
+      f.sent[key] = true;
+      f.report->frames_bytes += frames[i].size();
+      if (!is_seal[key]) ++f.report->chunks;
+    }
+  };
+  RefitReport report = d.run_version(std::move(flight), send_all, [&] { return expected_digest; },
+                                     refit_options.dry_run, [&] { d.version = new_version; });
   return report;
 }
 
 void Producer::finish() {
   auto& d = *impl_;
-  if (d.finished || !d.inbox) return;
+  std::unique_lock drive(d.drive);
+  if (d.finished || !d.membership) return;
   d.finished = true;
+  d.pump(0ms);
   for (auto& root : d.roots)
-    if (root) root->flush(kRootStallTimeout);
-  d.broadcast(Bye{});
-  d.inbox->stop();
+    if (root) root->flush(kRootSettleTimeout);
+  d.broadcast(Bye{}, true);
+  drive.unlock();
+  d.stop_threads();
+  // Nobody answers any more: a member trying to (re)join must fail fast, not wait for WELCOME.
+  d.listener->close();
 }
 
 }  // namespace deltacast::tree

@@ -56,7 +56,7 @@ struct RefitOptions {
 struct FailedMember {
   uint32_t rank = 0;             // job rank
   std::string cause;             // failure_cause_name(): link_closed, silent, stalled, replaced, ...
-  double detected_at_s = 0;      // seconds from the start of the version when the producer knew
+  double detected_at_s = 0;      // when the producer knew: seconds since start()
   double detection_seconds = 0;  // from the last sign of life to detection (0 for a closed link)
 };
 

@@ -1,19 +1,18 @@
 #include "tree/receiver.h"
 
-#include <condition_variable>
-#include <cstring>
 #include <mutex>
-#include <shared_mutex>
-#include <set>
+#include <random>
 #include <thread>
-#include <tuple>
 #include <vector>
 
-#include "codec/applier.h"
 #include "codec/frame.h"
+#include "tree/connect_retry.h"
+#include "tree/frame_store.h"
+#include "tree/membership.h"
 #include "tree/protocol.h"
+#include "tree/relay_edges.h"
 #include "tree/relay_link.h"
-#include "tree/topology.h"
+#include "tree/session.h"
 #include "util/log.h"
 
 namespace deltacast::tree {
@@ -23,10 +22,15 @@ using namespace std::chrono_literals;
 constexpr size_t kControlBufferBytes = size_t{1} << 20;
 constexpr size_t kWelcomeBufferBytes = size_t{64} << 20;
 constexpr auto kControlSendTimeout = 60s;
-constexpr auto kChildStallTimeout = 300s;
 
-// (new version, frame kind, chunk index): identifies one frame of one version.
-using FrameKey = std::tuple<uint64_t, uint8_t, uint32_t>;
+uint64_t random_instance() {
+  std::random_device seed;
+  return (static_cast<uint64_t>(seed()) << 32) ^ seed() ^
+         static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+}
+
+// How run() leaves one producer connection.
+enum class Ending { bye, producer_lost, fenced };
 
 }  // namespace
 
@@ -35,524 +39,301 @@ struct Receiver::Impl {
   ReceiverOptions options;
   std::shared_ptr<spdlog::logger> log = logger("tree");
   std::unique_ptr<transport::Listener> listener;
-  std::unique_ptr<transport::Connection> control;
+  const uint64_t instance = random_instance();
 
+  std::shared_ptr<transport::Connection> control;
+  std::mutex control_mutex;  // control (the pointer) and `epoch` for sends from relay threads
   Welcome welcome;
   std::optional<codec::Manifest> manifest;
-  std::optional<Topology> topology;
-  int member = -1;  // topology index = rank - 1
+  std::optional<Membership> membership;
 
   codec::MutableWeights weights;
-  std::unique_ptr<codec::DeltaApplier> applier;
-  // applier (the pointer), acked, nacked, pending_changes; taken before state_mutex. Chunk frames
-  // are applied under a shared lock (DeltaApplier::apply is concurrent: the two parents of a
-  // double binary tree apply at once); everything else takes it exclusively.
-  std::shared_mutex applier_mutex;
-
-  std::vector<std::unique_ptr<transport::Connection>> parents;          // [tree]
-  std::vector<std::vector<std::unique_ptr<OutboundLink>>> children;    // [tree][i]
-
-  std::mutex state_mutex;  // seen, retained, stats
-  std::set<FrameKey> seen;
-  std::vector<SharedBytes> retained;
-  size_t retained_bytes = 0;
-  ReceiverStats stats;
-  std::set<uint64_t> acked, nacked;
-  uint64_t pending_changes = 0;
-  // Raw bootstrap of `raw_version` from the all-zero version 0 (guarded by applier_mutex). A
-  // piece is claimed when its body starts landing in the weights and held once it landed;
-  // raw_landing counts bodies still landing (ABORT waits for them before zeroing the weights).
-  std::optional<uint64_t> raw_version;
-  std::vector<bool> raw_claimed, raw_have;
-  uint32_t raw_received = 0;
-  uint64_t raw_hash = 0;  // sum of raw_piece_hash over the held pieces
-  uint32_t raw_landing = 0;
-  std::condition_variable_any raw_landed;
-
-  std::atomic<bool> stopping{false};
+  std::unique_ptr<Session> session;
+  std::unique_ptr<FrameStore> store;
+  std::unique_ptr<RelayEdges> edges;
+  mutable std::mutex edges_mutex;  // edges (the pointer) and relay_totals, for stats()
+  RelayStats relay_totals;  // of edges already stopped
+  uint64_t versions_committed = 0, versions_aborted = 0;
+  std::atomic<uint64_t>* active_version = nullptr;
+  uint64_t held_version = 0, held_digest = 0;  // what join() was told the host holds
 
   Impl(transport::Transport& t, ReceiverOptions o) : transport(t), options(std::move(o)) {}
 
+  uint64_t epoch() const { return membership ? membership->epoch() : 0; }
   void send_to_producer(const Message& message) {
-    send_control(*control, message, kControlSendTimeout);
+    std::shared_ptr<transport::Connection> link;
+    uint64_t e;
+    {
+      std::lock_guard lock(control_mutex);
+      link = control;
+      e = epoch();
+    }
+    if (!link) throw Error(Errc::connection, "no link to the producer");
+    send_control(*link, message, kControlSendTimeout, e);
   }
+  std::string who() const { return "rank " + std::to_string(options.rank); }
 
-  void connect_producer();
-  void build_edges();
-  void read_parent(int tree);
-  void handle_frame(int tree, std::span<const std::byte> message);
-  void apply_frame(const codec::FrameView& view);
-  std::optional<size_t> receive(int tree, std::span<std::byte> into);
-  bool relay_raw(int tree, std::span<const std::byte> message, std::span<std::byte> scratch);
-  std::optional<std::string> claim_raw(const RawChunkHeader& h);
-  std::optional<Message> land_raw(const RawChunkHeader& h, std::optional<uint64_t> hash);
-  std::optional<Message> refuse_raw(uint64_t version, Errc code, const std::string& why);
-  bool first_sight(const FrameKey& key, size_t bytes);
-  void forward(int tree, std::span<const std::byte> message);
-  void forward(int tree, const SharedBytes& shared);
-  void reset_raw();
-  void forget_version();
-  void forget_version_locked();
-  bool handle_control(const Message& message, uint64_t& active_version);
+  void hello(std::chrono::milliseconds patience);
+  Message recv_control(std::chrono::milliseconds timeout, std::vector<std::byte>& buffer, uint64_t* epoch_out = nullptr);
+  void take_welcome(Welcome w, uint64_t epoch);
+  bool catch_up();
+  bool fetch_replay(const Member& source, uint64_t version);
+  void start_edges();
+  void stop_edges();
+  Ending serve();
+  void on_epoch(const EpochUpdate& update, uint64_t epoch);
 };
 
-void Receiver::Impl::connect_producer() {
-  auto url = transport::Url::parse(options.producer_url);
-  auto deadline = std::chrono::steady_clock::now() + options.join_timeout;
-  // The producer may start after us (launchers start every rank at once): retry refusals.
+// Connects to the producer (retrying for `patience`), says HELLO with what this member holds, and
+// takes its WELCOME. Throws Error(connection | timeout) when the producer stays unreachable, and
+// the producer's refusal as an Error.
+void Receiver::Impl::hello(std::chrono::milliseconds patience) {
+  ConnectRetry retry;
+  retry.attempt_timeout = options.connect_timeout;
+  retry.give_up_after = patience;
+  retry.who = who();
+  std::shared_ptr<transport::Connection> link =
+      connect_with_retry(transport, transport::Url::parse(options.producer_url), retry);
+  Hello h{options.rank, listener->local_url().str(), options.cluster, held_version, held_digest, 0, instance};
+  if (session) {
+    h.held_version = session->version();
+    h.held_digest = session->digest();
+    h.attempt_floor = session->attempt_floor();
+  }
+  send_control(*link, h, kControlSendTimeout);
+  auto bytes = recv_message(*link, kWelcomeBufferBytes, options.join_timeout);
+  const uint64_t e = message_header(bytes).epoch;
+  auto message = decode_message(bytes);
+  if (auto* refused = std::get_if<Refused>(&message))
+    throw Error(static_cast<Errc>(refused->errc), "the producer refused " + who() + ": " + refused->message);
+  auto* w = std::get_if<Welcome>(&message);
+  if (!w) throw Error(Errc::corrupt_frame, "the producer's first message is not WELCOME");
+  {
+    std::lock_guard lock(control_mutex);
+    control = std::move(link);
+  }
+  take_welcome(std::move(*w), e);
+}
+
+void Receiver::Impl::take_welcome(Welcome w, uint64_t e) {
+  if (options.rank >= w.members.size())
+    throw Error(Errc::invalid_argument, who() + " is not in the producer's membership of " +
+                                            std::to_string(w.members.size() - 1) + " receivers");
+  if (manifest && manifest->digest() != codec::Manifest(w.tensors).digest())
+    throw Error(Errc::version_mismatch, "the producer's manifest differs from the one this member holds");
+  auto m = Membership::from_welcome(parse_topology_kind(w.topology), e, w.members, w.forest);
+  std::lock_guard lock(control_mutex);
+  membership.emplace(std::move(m));
+  welcome = std::move(w);
+}
+
+Message Receiver::Impl::recv_control(std::chrono::milliseconds timeout, std::vector<std::byte>& buffer,
+                                     uint64_t* epoch_out) {
+  std::shared_ptr<transport::Connection> link;
+  {
+    std::lock_guard lock(control_mutex);
+    link = control;
+  }
+  auto request = link->post_recv(buffer);
+  Status status = request->wait(timeout);
+  if (status.code == Errc::timeout) {
+    cancel_and_wait(*request);
+    if (!request->status().ok())
+      throw Error(Errc::timeout, "no word from the producer for " + std::to_string(timeout.count()) + " ms");
+    status = request->status();
+  }
+  if (!status.ok()) throw Error(Errc::connection, "link to the producer failed: " + status.message);
+  std::span<const std::byte> bytes(buffer.data(), request->bytes());
+  if (epoch_out) *epoch_out = message_header(bytes).epoch;
+  return decode_message(bytes);
+}
+
+// A member the producer does not count live yet (a rejoin, or a member whose version is behind):
+// reaches the producer's committed version as CATCHUP says, says READY, and waits until an EPOCH
+// admits it. Returns false on BYE.
+bool Receiver::Impl::catch_up() {
+  std::vector<std::byte> buffer(kControlBufferBytes);
   for (;;) {
-    try {
-      control = transport.connect(url, options.connect_timeout);
-      return;
-    } catch (const Error& e) {
-      if (e.code() != Errc::connection || std::chrono::steady_clock::now() > deadline) throw;
-      std::this_thread::sleep_for(200ms);
+    uint64_t e = 0;
+    auto message = recv_control(options.idle_timeout, buffer, &e);
+    if (auto* update = std::get_if<EpochUpdate>(&message)) {
+      on_epoch(*update, e);
+      if (membership->live(options.rank)) return true;
+      continue;
     }
-  }
-}
-
-void Receiver::Impl::build_edges() {
-  const int trees = topology->trees();
-  parents.resize(trees);
-  children.resize(trees);
-  size_t expected = 0;
-  for (int t = 0; t < trees; ++t) expected += topology->children(member, t).size();
-
-  // Accept children on a thread while connecting to parents: a parent may itself be busy
-  // connecting upwards, so neither side may wait for the other first.
-  Status accept_status;
-  std::vector<std::vector<std::unique_ptr<OutboundLink>>> accepted(trees);
-  std::thread acceptor([&] {
-    auto deadline = std::chrono::steady_clock::now() + options.join_timeout;
-    try {
-      size_t joined = 0;
-      while (joined < expected) {
-        if (std::chrono::steady_clock::now() > deadline)
-          throw Error(Errc::timeout, "rank " + std::to_string(options.rank) + ": only " +
-                                         std::to_string(joined) + " of " +
-                                         std::to_string(expected) + " children joined");
-        auto connection = listener->accept(500ms);
-        if (!connection) continue;
-        auto bytes = recv_message(*connection, kControlBufferBytes, options.connect_timeout);
-        auto message = decode_message(bytes);
-        auto* join = std::get_if<Join>(&message);
-        if (!join) throw Error(Errc::corrupt_frame, "a child's first message is not JOIN");
-        int child = static_cast<int>(join->rank) - 1;
-        int tree = static_cast<int>(join->tree);
-        if (tree < 0 || tree >= trees || child < 0 || child >= topology->size() ||
-            topology->parent(child, tree) != member)
-          throw Error(Errc::invalid_argument, "rank " + std::to_string(join->rank) +
-                                                  " joined tree " + std::to_string(tree) +
-                                                  " but is not a child of rank " +
-                                                  std::to_string(options.rank) + " there");
-        accepted[tree].push_back(std::make_unique<OutboundLink>(std::move(connection), child, tree));
-        ++joined;
+    if (std::holds_alternative<Bye>(message)) return false;
+    if (auto* fenced = std::get_if<Fenced>(&message))
+      throw Error(Errc::state, who() + " was fenced while catching up: " + fenced->reason);
+    auto* plan = std::get_if<Catchup>(&message);
+    if (!plan) {
+      log->warn("{}: ignoring an unexpected message while catching up", who());
+      continue;
+    }
+    if (plan->mode == CatchupMode::replay) {
+      bool done = false;
+      for (const auto& source : plan->sources) {
+        if (fetch_replay(source, plan->version)) {
+          done = true;
+          break;
+        }
       }
-    } catch (const Error& e) {
-      accept_status = e.status();
+      if (!done) log->warn("{}: no peer could replay versions {}..{}", who(), session->version() + 1, plan->version);
+    } else if (plan->mode == CatchupMode::snapshot) {
+      throw Error(Errc::unsupported, who() + " needs a snapshot to catch up from version " +
+                                         std::to_string(session->version()) + " to " +
+                                         std::to_string(plan->version) + "; snapshots are not served yet");
     }
-  });
-  try {
-    for (int t = 0; t < trees; ++t) {
-      int parent = topology->parent(member, t);
-      const auto& url = welcome.members.at(parent == kProducer ? 0 : parent + 1).url;
-      parents[t] = transport.connect(transport::Url::parse(url), options.connect_timeout);
-      send_control(*parents[t], Join{options.rank, static_cast<uint32_t>(t)}, kControlSendTimeout);
-    }
-  } catch (...) {
-    acceptor.join();
-    throw;
-  }
-  acceptor.join();
-  if (!accept_status.ok()) throw Error(accept_status);
-  // Send to children in the topology's order.
-  for (int t = 0; t < trees; ++t) {
-    for (int child : topology->children(member, t))
-      for (auto& link : accepted[t])
-        if (link && link->peer_rank() == child) children[t].push_back(std::move(link));
+    log->info("{}: caught up to version {} (digest {:016x})", who(), session->version(), session->digest());
+    send_to_producer(Ready{options.rank, session->version(), session->digest()});
   }
 }
 
-// Receives the next message from the parent in `tree` into `into`. Returns its length, or
-// nullopt when the receiver is stopping or the link failed (logged).
-std::optional<size_t> Receiver::Impl::receive(int tree, std::span<std::byte> into) {
-  auto request = parents[tree]->post_recv(into);
-  Status status;
-  while ((status = request->wait(500ms)).code == Errc::timeout) {
-    if (stopping) {
-      cancel_and_wait(*request);
-      return std::nullopt;
-    }
-  }
-  if (!status.ok()) {
-    if (!stopping)
-      log->error("rank {}: link to parent in tree {} failed: {}", options.rank, tree, status.message);
-    return std::nullopt;
-  }
-  return request->bytes();
-}
-
-void Receiver::Impl::read_parent(int tree) {
-  std::vector<std::byte> buffer(welcome.max_message_bytes);
+// Replays committed versions session->version()+1 .. version from a peer's retained frames.
+// Returns false when that peer could not serve them (the bits stay at the last whole version).
+bool Receiver::Impl::fetch_replay(const Member& source, uint64_t version) {
+  const uint64_t from = session->version();
   try {
+    auto link = transport.connect(transport::Url::parse(source.url), options.connect_timeout);
+    send_control(*link, Fetch{options.rank, CatchupMode::replay, from, version}, kControlSendTimeout);
+    std::vector<std::byte> buffer(welcome.max_message_bytes);
     for (;;) {
-      for (auto& child : children[tree])
-        child->wait_below(options.max_inflight_bytes_per_child, kChildStallTimeout);
-      auto bytes = receive(tree, buffer);
-      if (!bytes) return;
-      std::span<const std::byte> message(buffer.data(), *bytes);
-      try {
-        if (message_type(message) == MessageType::raw) {
-          if (!relay_raw(tree, message, buffer)) return;
-        } else {
-          handle_frame(tree, message);
-        }
-      } catch (const Error& e) {
-        std::lock_guard lock(state_mutex);
-        ++stats.frames_refused;
-        log->warn("rank {}: refused a message from the parent in tree {}: {}", options.rank, tree,
-                  e.what());
+      auto request = link->post_recv(buffer);
+      Status status = request->wait(options.peer_timeout);
+      if (status.code == Errc::timeout) {
+        cancel_and_wait(*request);
+        throw Error(Errc::timeout, "rank " + std::to_string(source.rank) + " sent nothing for " +
+                                       std::to_string(options.peer_timeout.count()) + " ms");
       }
-    }
-  } catch (const Error& e) {
-    log->error("rank {}: relay in tree {} stopped: {}", options.rank, tree, e.what());
-  }
-}
-
-bool Receiver::Impl::first_sight(const FrameKey& key, size_t bytes) {
-  std::lock_guard lock(state_mutex);
-  ++stats.frames_received;
-  stats.payload_bytes += bytes;
-  return seen.insert(key).second;
-}
-
-// Cut-through: posts the message to every child of `tree` (one shared copy, kept until sent, and
-// retained for RESUME while the retention budget lasts).
-void Receiver::Impl::forward(int tree, std::span<const std::byte> message) {
-  if (children[tree].empty()) return;
-  forward(tree, std::make_shared<const std::vector<std::byte>>(message.begin(), message.end()));
-}
-
-void Receiver::Impl::forward(int tree, const SharedBytes& shared) {
-  if (children[tree].empty()) return;
-  for (auto& child : children[tree]) child->post(shared);
-  std::lock_guard lock(state_mutex);
-  stats.frames_forwarded += children[tree].size();
-  if (retained_bytes + shared->size() <= options.retain_bytes) {
-    retained.push_back(shared);
-    retained_bytes += shared->size();
-  }
-}
-
-void Receiver::Impl::handle_frame(int tree, std::span<const std::byte> message) {
-  auto frame = frame_payload(message);
-  codec::FrameView view = codec::parse_frame(frame);
-  const auto& h = view.header;
-  // Only the first copy of a frame is forwarded; a duplicate still goes to the applier, which
-  // refuses it (replayed), so the refusal is the applier's exactly-once rule, not ours.
-  if (first_sight({h.new_version, static_cast<uint8_t>(h.kind), h.chunk_index}, frame.size()))
-    forward(tree, message);
-  // The receive buffer stays untouched until the next receive, which waits for this apply.
-  apply_frame(view);
-}
-
-// One bootstrap piece: the RAW header (`message`, in `scratch`) is followed by its bare body,
-// received straight into the weights when the piece is valid and new (into `scratch` otherwise,
-// and dropped), forwarded to the children from there, hashed where it landed. Returns false
-// when the link can not go on (stopping, link failure, or a body that can not be skipped).
-bool Receiver::Impl::relay_raw(int tree, std::span<const std::byte> message, std::span<std::byte> scratch) {
-  RawChunkHeader h;
-  try {
-    h = decode_raw_message(message);
-  } catch (const Error& e) {
-    // Without a header the body's length is unknown: the stream can not be resynchronised.
-    log->error("rank {}: unreadable RAW header from the parent in tree {}: {}", options.rank, tree, e.what());
-    return false;
-  }
-  const bool first = first_sight({h.version, 0xff, h.chunk_index}, h.byte_count);
-  std::span<std::byte> body;
-  bool landing = false;  // the body goes into the weights
-  if (first) {
-    std::unique_lock lock(applier_mutex);
-    if (auto why = claim_raw(h)) {
-      auto refusal = refuse_raw(h.version, Errc::version_mismatch, *why);
-      lock.unlock();
-      if (refusal) send_to_producer(*refusal);
-    } else {
-      body = weights.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
-      landing = true;
-      ++raw_landing;
-    }
-  } else {
-    std::lock_guard lock(state_mutex);
-    ++stats.frames_replayed;
-    log->warn("rank {}: refused a replayed raw chunk {} of version {}", options.rank, h.chunk_index, h.version);
-  }
-  // The header lies in `scratch`, which a body that does not land in the weights overwrites: such
-  // a piece forwards a copy of the header taken here (and of its body once it arrived).
-  SharedBytes header_copy;
-  if (!landing) {
-    if (h.byte_count > scratch.size()) {
-      log->error("rank {}: RAW body of {} bytes exceeds the {}-byte receive buffer", options.rank,
-                 h.byte_count, scratch.size());
-      return false;
-    }
-    if (first) header_copy = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
-    body = scratch.first(h.byte_count);
-  }
-  const auto received = receive(tree, body);
-  std::optional<uint64_t> hash;
-  if (received && *received == h.byte_count) {
-    if (first && !children[tree].empty()) {  // forward verbatim; a refused piece goes on too
-      if (landing) {
-        forward(tree, message);
-        for (auto& child : children[tree]) child->post_view(body);
-      } else {
-        forward(tree, header_copy);
-        const auto body_copy = std::make_shared<const std::vector<std::byte>>(body.begin(), body.end());
-        for (auto& child : children[tree]) child->post(body_copy);
+      if (!status.ok()) throw Error(status);
+      std::span<const std::byte> bytes(buffer.data(), request->bytes());
+      if (message_type(bytes) == MessageType::frame) {
+        session->replay_frame(codec::parse_frame(frame_payload(bytes)));
+        continue;
       }
-    }
-    if (landing) hash = raw_piece_hash(h, body);
-  }
-  if (landing) {
-    std::optional<Message> reply;
-    {
-      std::lock_guard lock(applier_mutex);
-      --raw_landing;
-      raw_landed.notify_all();
-      if (received) reply = land_raw(h, hash);
-    }
-    if (reply) send_to_producer(*reply);
-  }
-  return received.has_value();
-}
-
-std::optional<Message> Receiver::Impl::refuse_raw(uint64_t version, Errc code, const std::string& why) {
-  std::lock_guard lock(state_mutex);
-  ++stats.frames_refused;
-  if (!nacked.insert(version).second) return std::nullopt;
-  log->warn("rank {}: refused raw version {}: {}", options.rank, version, why);
-  return Nack{options.rank, version, static_cast<uint32_t>(code), why};
-}
-
-// Checks a piece against the state (version 0, bounds, chunk count) and claims it; returns why
-// not. Requires applier_mutex.
-std::optional<std::string> Receiver::Impl::claim_raw(const RawChunkHeader& h) {
-  if (applier->version() != 0 || applier->pending_version() || h.version != 1)
-    return "raw bootstrap of version " + std::to_string(h.version) +
-           " needs the all-zero version 0; this receiver holds " + std::to_string(applier->version());
-  bool inside = h.tensor < manifest->size();
-  if (inside) {
-    const auto& info = manifest->at(h.tensor);
-    const uint64_t w = codec::dtype_size(info.dtype);
-    inside = h.byte_offset % w == 0 && h.byte_count % w == 0 && h.byte_offset <= info.nbytes() &&
-             h.byte_count <= info.nbytes() - h.byte_offset;
-  }
-  if (!inside)
-    return "raw chunk " + std::to_string(h.chunk_index) + " lies outside its tensor or splits an element";
-  if (!raw_version) {
-    raw_version = h.version;
-    raw_claimed.assign(h.chunk_count, false);
-    raw_have.assign(h.chunk_count, false);
-    raw_received = 0;
-    raw_hash = 0;
-  }
-  if (h.chunk_count != raw_have.size()) return std::string("raw chunks disagree on the chunk count");
-  if (raw_claimed[h.chunk_index])
-    return "raw chunk " + std::to_string(h.chunk_index) + " arrived twice";
-  raw_claimed[h.chunk_index] = true;
-  return std::nullopt;
-}
-
-// A claimed piece landed (hash set) or its body was cut short (hash empty): records it and
-// returns the ACK once every piece is held, or the NACK. Requires applier_mutex.
-std::optional<Message> Receiver::Impl::land_raw(const RawChunkHeader& h, std::optional<uint64_t> hash) {
-  if (raw_version != h.version || h.chunk_index >= raw_have.size()) return std::nullopt;  // aborted meanwhile
-  if (!hash)
-    return refuse_raw(h.version, Errc::corrupt_frame,
-                      "raw chunk " + std::to_string(h.chunk_index) + " body is shorter than announced");
-  raw_hash += *hash;
-  raw_have[h.chunk_index] = true;
-  if (++raw_received < raw_have.size() || acked.count(h.version) || nacked.count(h.version))
-    return std::nullopt;
-  // Complete: every piece was hashed where it lies in the buffers; the producer hashed the same
-  // pieces of its checkpoint, so equal sums mean equal bits (a misplaced piece hashes differently).
-  acked.insert(h.version);
-  return Ack{options.rank, h.version, raw_hash, 0};
-}
-
-void Receiver::Impl::reset_raw() {
-  raw_version.reset();
-  raw_claimed.clear();
-  raw_have.clear();
-  raw_received = 0;
-  raw_hash = 0;
-}
-
-void Receiver::Impl::apply_frame(const codec::FrameView& view) {
-  const uint64_t version = view.header.new_version;
-  std::optional<Message> reply;
-  std::optional<codec::ApplyResult> applied;
-  std::optional<Error> failure;
-  {
-    std::shared_lock lock(applier_mutex);
-    try {
-      applied = applier->apply(view);
-    } catch (const Error& e) {
-      failure = e;
-    }
-  }
-  {
-    std::lock_guard lock(applier_mutex);
-    try {
-      if (failure) throw *failure;
-      pending_changes += applied->changes;
-      if (applier->complete() && !acked.count(version) && !nacked.count(version)) {
-        try {
-          applier->verify();
-          acked.insert(version);
-          reply = Ack{options.rank, version, applier->digest().combined(), pending_changes};
-        } catch (const Error& e) {
-          nacked.insert(version);
-          reply = Nack{options.rank, version, static_cast<uint32_t>(e.code()), e.what()};
-        }
-      }
-    } catch (const Error& e) {
-      std::lock_guard state_lock(state_mutex);
-      if (e.code() == Errc::replayed) {
-        ++stats.frames_replayed;
-        log->warn("rank {}: refused a replayed frame: {}", options.rank, e.what());
-      } else {
-        ++stats.frames_refused;
-        if (nacked.insert(version).second) {
-          log->warn("rank {}: refused version {}: {}", options.rank, version, e.what());
-          reply = Nack{options.rank, version, static_cast<uint32_t>(e.code()), e.what()};
-        }
-      }
-    }
-  }
-  if (reply) send_to_producer(*reply);
-}
-
-void Receiver::Impl::forget_version() {
-  std::lock_guard applier_lock(applier_mutex);
-  forget_version_locked();
-}
-
-void Receiver::Impl::forget_version_locked() {
-  std::lock_guard lock(state_mutex);
-  seen.clear();
-  retained.clear();
-  retained_bytes = 0;
-  acked.clear();
-  nacked.clear();
-  pending_changes = 0;
-}
-
-// Returns false on BYE.
-bool Receiver::Impl::handle_control(const Message& message, uint64_t& active_version) {
-  if (std::holds_alternative<Bye>(message)) return false;
-  if (auto* commit = std::get_if<Commit>(&message)) {
-    const uint64_t v = commit->version;
-    std::unique_lock lock(applier_mutex);
-    const bool raw = raw_version == v && acked.count(v);
-    if (!raw && !(applier->pending_version() == v && acked.count(v))) {
-      forget_version_locked();
-      lock.unlock();
-      send_to_producer(Nack{options.rank, v, static_cast<uint32_t>(Errc::state),
-                            "COMMIT for a version this receiver has not verified"});
+      auto message = decode_message(bytes);
+      auto* end = std::get_if<FetchEnd>(&message);
+      if (!end) throw Error(Errc::corrupt_frame, "unexpected message in a replay");
+      if (end->errc != 0) throw Error(static_cast<Errc>(end->errc), end->message);
+      if (session->version() != version)
+        throw Error(Errc::state, "the replay ended at version " + std::to_string(session->version()));
       return true;
     }
-    uint64_t digest;
-    if (raw) {  // the bootstrap bits are in the buffers
-      digest = raw_hash;
-      reset_raw();
-    } else {
-      applier->commit();
-      digest = applier->digest().combined();
-    }
-    active_version = v;
-    {
-      std::lock_guard state_lock(state_mutex);
-      ++stats.versions_committed;
-    }
-    forget_version_locked();
-    // ACTIVE goes out first; the rest is idle-time work, done before releasing the lock so that
-    // frames of the next version wait for it: after a bootstrap, a fresh applier whose
-    // StateDigest is a full scan of the buffers; then the undo log's page faults (room for ~1.6%
-    // of the elements; it grows beyond that if needed).
-    send_to_producer(Active{options.rank, v, digest});
-    if (raw)
-      applier = std::make_unique<codec::DeltaApplier>(*manifest, weights, v,
-                                                      codec::StateDigest::full_scan(weights.as_const(), 1));
-    applier->reserve(manifest->total_elements() / 64);
-    lock.unlock();
-    if (options.on_active) options.on_active(v);
-    return true;
+  } catch (const Error& e) {
+    session->abandon_replay();
+    log->warn("{}: replay of versions {}..{} from rank {} failed: {}", who(), from + 1, version, source.rank,
+              e.what());
+    return false;
   }
-  if (auto* abort = std::get_if<Abort>(&message)) {
-    Message reply;
-    {
-      std::unique_lock lock(applier_mutex);
-      if (applier->pending_version()) applier->rollback();
-      // Bodies still landing in the weights would write over the zeros: wait for them.
-      raw_landed.wait(lock, [&] { return raw_landing == 0; });
-      if (raw_version) {  // back to the all-zero version 0
-        for (auto& t : weights.tensors) std::memset(t.data(), 0, t.size());
-        reset_raw();
+}
+
+void Receiver::Impl::start_edges() {
+  RelayOptions relay;
+  relay.rank = options.rank;
+  relay.max_message_bytes = welcome.max_message_bytes;
+  relay.max_inflight_bytes_per_child = options.max_inflight_bytes_per_child;
+  relay.peer_timeout = options.peer_timeout;
+  relay.connect_timeout = options.connect_timeout;
+  relay.join_timeout = options.join_timeout;
+  RelayEdges::Callbacks callbacks;
+  callbacks.to_producer = [this](const Message& m) { send_to_producer(m); };
+  callbacks.on_data = options.on_data;
+  auto fresh = std::make_unique<RelayEdges>(transport, *listener, *session, *store, *manifest, welcome.members,
+                                           relay, std::move(callbacks));
+  fresh->start(*membership);
+  std::lock_guard lock(edges_mutex);
+  edges = std::move(fresh);
+}
+
+void Receiver::Impl::stop_edges() {
+  if (!edges) return;
+  edges->stop();
+  std::lock_guard lock(edges_mutex);
+  const RelayStats s = edges->stats();
+  relay_totals.frames_received += s.frames_received;
+  relay_totals.frames_forwarded += s.frames_forwarded;
+  relay_totals.frames_replayed += s.frames_replayed;
+  relay_totals.frames_refused += s.frames_refused;
+  relay_totals.frames_resumed += s.frames_resumed;
+  relay_totals.payload_bytes += s.payload_bytes;
+  edges.reset();
+}
+
+void Receiver::Impl::on_epoch(const EpochUpdate& update, uint64_t e) {
+  {
+    std::lock_guard lock(control_mutex);
+    if (e <= membership->epoch()) return;  // already known (a WELCOME carried it)
+    membership->apply(e, update.dead, update.joined, update.moves);
+    for (const auto& m : update.joined)
+      if (m.rank < welcome.members.size()) welcome.members[m.rank] = m;
+  }
+  for (const auto& d : update.dead)
+    log->info("{}: rank {} left at epoch {} ({})", who(), d.rank, e, failure_cause_name(d.cause));
+  if (edges) edges->update(*membership, update.joined);
+}
+
+// Serves versions over the current producer link until BYE, the link's loss, or a fence.
+Ending Receiver::Impl::serve() {
+  if (!membership->live(options.rank) && !catch_up()) return Ending::bye;
+  start_edges();
+  std::vector<std::byte> buffer(kControlBufferBytes);
+  for (;;) {
+    uint64_t e = 0;
+    Message message;
+    try {
+      message = recv_control(options.idle_timeout, buffer, &e);
+    } catch (const Error& error) {
+      if (error.code() != Errc::connection) throw;
+      log->warn("{}: {}", who(), error.what());
+      return Ending::producer_lost;
+    }
+    if (std::holds_alternative<Bye>(message)) return Ending::bye;
+    if (auto* commit = std::get_if<Commit>(&message)) {
+      session->commit(*commit, [&](const Message& m) { send_to_producer(m); });
+      if (session->version() == commit->version) {
+        store->end_attempt(commit->attempt, true);
+        ++versions_committed;
+        active_version->store(commit->version);
+        if (options.on_active) options.on_active(commit->version);
       }
-      reply = Active{options.rank, applier->version(), applier->digest().combined()};
-      std::lock_guard state_lock(state_mutex);
-      ++stats.versions_aborted;
+    } else if (auto* abort = std::get_if<Abort>(&message)) {
+      Message reply = session->abort(*abort);
+      store->end_attempt(abort->attempt, false);
+      ++versions_aborted;
+      log->info("{}: version {} aborted ({}), back at version {}", who(), abort->version, abort->reason,
+                session->version());
+      send_to_producer(reply);
+    } else if (auto* update = std::get_if<EpochUpdate>(&message)) {
+      on_epoch(*update, e);
+    } else if (auto* fenced = std::get_if<Fenced>(&message)) {
+      log->warn("{}: fenced by the producer: {}", who(), fenced->reason);
+      if (fenced->replaced)
+        throw Error(Errc::state, who() + " was replaced by a newer instance of the same rank (" +
+                                     fenced->reason + "); this instance stops");
+      return Ending::fenced;
+    } else {
+      log->warn("{}: ignoring an unexpected control message", who());
     }
-    log->info("rank {}: version {} aborted ({}), back at version {}", options.rank,
-              abort->version, abort->reason, active_version);
-    forget_version();
-    send_to_producer(reply);
-    return true;
   }
-  if (auto* request = std::get_if<HaveRequest>(&message)) {
-    Have have{options.rank, request->version, {}};
-    {
-      std::lock_guard lock(applier_mutex);
-      if (applier->pending_version() == request->version) have.chunks = applier->applied_chunks();
-      if (raw_version == request->version) have.chunks = raw_have;
-    }
-    send_to_producer(have);
-    return true;
-  }
-  log->warn("rank {}: ignoring an unexpected control message", options.rank);
-  return true;
 }
 
 Receiver::Receiver(transport::Transport& transport, ReceiverOptions options)
     : impl_(std::make_unique<Impl>(transport, std::move(options))) {
   impl_->listener = transport.listen(transport::Url::parse(impl_->options.listen_url));
+  impl_->active_version = &active_version_;
 }
 
-Receiver::~Receiver() = default;
+Receiver::~Receiver() {
+  if (impl_->edges) impl_->edges->stop();
+}
 
 std::string Receiver::listen_url() const { return impl_->listener->local_url().str(); }
 
-const codec::Manifest& Receiver::join() {
+const codec::Manifest& Receiver::join(uint64_t held_version, uint64_t held_digest) {
   auto& d = *impl_;
   if (d.options.rank == 0) throw Error(Errc::invalid_argument, "receiver rank must be >= 1");
-  d.connect_producer();
-  d.send_to_producer(Hello{d.options.rank, listen_url(), d.options.cluster, 0, 0});
-  auto bytes = recv_message(*d.control, kWelcomeBufferBytes, d.options.join_timeout);
-  auto message = decode_message(bytes);
-  auto* welcome = std::get_if<Welcome>(&message);
-  if (!welcome) throw Error(Errc::corrupt_frame, "the producer's first message is not WELCOME");
-  d.welcome = std::move(*welcome);
-  std::vector<std::string> labels;
-  for (size_t i = 1; i < d.welcome.members.size(); ++i) labels.push_back(d.welcome.members[i].cluster);
-  if (d.options.rank >= d.welcome.members.size())
-    throw Error(Errc::invalid_argument, "rank " + std::to_string(d.options.rank) +
-                                            " is not in the producer's membership of " +
-                                            std::to_string(d.welcome.members.size()));
-  d.topology.emplace(parse_topology_kind(d.welcome.topology), std::move(labels));
-  d.member = static_cast<int>(d.options.rank) - 1;
+  d.held_version = held_version;
+  d.held_digest = held_digest;
+  d.hello(d.options.join_timeout);
   d.manifest.emplace(d.welcome.tensors);
   return *d.manifest;
 }
@@ -565,58 +346,73 @@ void Receiver::attach(codec::MutableWeights weights, uint64_t version,
   codec::check_weights(weights.as_const());
   if (!digest) digest = codec::StateDigest::full_scan(weights.as_const());
   d.weights = weights;
-  d.applier = std::make_unique<codec::DeltaApplier>(*d.manifest, weights, version, *digest);
+  d.session = std::make_unique<Session>(*d.manifest, weights, version, std::move(*digest), d.options.rank);
+  d.store = std::make_unique<FrameStore>(d.options.retain_bytes, d.options.retain_versions);
   active_version_ = version;
 }
 
 RunSummary Receiver::run() {
   auto& d = *impl_;
-  if (!d.applier) throw Error(Errc::state, "Receiver::run before attach()");
-  d.build_edges();
-  d.send_to_producer(Ready{d.options.rank});
-  d.log->debug("rank {}: tree edges up", d.options.rank);
-
-  std::vector<std::thread> readers;
-  for (int t = 0; t < d.topology->trees(); ++t) readers.emplace_back([&d, t] { d.read_parent(t); });
-  auto stop_readers = [&] {
-    d.stopping = true;
-    for (auto& reader : readers) reader.join();
-  };
-
-  uint64_t active = active_version_;
-  std::vector<std::byte> buffer(kControlBufferBytes);
-  try {
-    for (;;) {
-      auto request = d.control->post_recv(buffer);
-      Status status = request->wait(d.options.idle_timeout);
-      if (status.code == Errc::timeout) {
-        cancel_and_wait(*request);
-        throw Error(Errc::timeout, "no word from the producer for " +
-                                       std::to_string(d.options.idle_timeout.count()) + " ms");
-      }
-      if (!status.ok()) throw Error(Errc::connection, "link to the producer failed: " + status.message);
-      auto message = decode_message(std::span(buffer.data(), request->bytes()));
-      bool more = d.handle_control(message, active);
-      active_version_ = active;
-      if (!more) break;
+  if (!d.session) throw Error(Errc::state, "Receiver::run before attach()");
+  for (;;) {
+    Ending ending;
+    try {
+      ending = d.serve();
+    } catch (...) {
+      d.stop_edges();
+      throw;
     }
-  } catch (...) {
-    stop_readers();
-    throw;
+    d.stop_edges();
+    if (ending == Ending::bye) break;
+    // The producer is gone (or fenced us): what was in flight is rolled back, the committed
+    // version stays, and this member tries to rejoin (a restarted producer, or the same one).
+    d.session->drop_in_flight();
+    {
+      std::lock_guard lock(d.control_mutex);
+      if (d.control) d.control->close();
+      d.control.reset();
+    }
+    d.log->warn("{}: {}; keeping version {} and trying to rejoin for up to {} s", d.who(),
+                ending == Ending::fenced ? "fenced by the producer" : "lost the producer", d.session->version(),
+                d.options.producer_loss_timeout.count() / 1000);
+    try {
+      d.hello(d.options.producer_loss_timeout);
+    } catch (const Error& e) {
+      throw Error(Errc::connection, d.who() + ": lost the producer at " + d.options.producer_url +
+                                        " and could not rejoin within timeouts.producer_loss (" +
+                                        std::to_string(d.options.producer_loss_timeout.count() / 1000) +
+                                        " s); version " + std::to_string(d.session->version()) +
+                                        " is intact: " + e.what());
+    }
   }
-  stop_readers();
-  for (auto& tree_children : d.children)
-    for (auto& child : tree_children) child->flush(kChildStallTimeout);
   RunSummary summary;
-  summary.version = active;
-  summary.digest = d.applier->digest().combined();
+  summary.version = d.session->version();
+  summary.digest = d.session->digest();
   summary.stats = stats();
   return summary;
 }
 
 ReceiverStats Receiver::stats() const {
-  std::lock_guard lock(impl_->state_mutex);
-  return impl_->stats;
+  auto& d = *impl_;
+  std::lock_guard lock(d.edges_mutex);
+  RelayStats s = d.relay_totals;
+  if (d.edges) {
+    const RelayStats live = d.edges->stats();
+    s.frames_received += live.frames_received;
+    s.frames_forwarded += live.frames_forwarded;
+    s.frames_replayed += live.frames_replayed;
+    s.frames_refused += live.frames_refused;
+    s.payload_bytes += live.payload_bytes;
+  }
+  ReceiverStats r;
+  r.frames_received = s.frames_received;
+  r.frames_forwarded = s.frames_forwarded;
+  r.frames_replayed = s.frames_replayed;
+  r.frames_refused = s.frames_refused;
+  r.payload_bytes = s.payload_bytes;
+  r.versions_committed = d.versions_committed;
+  r.versions_aborted = d.versions_aborted;
+  return r;
 }
 
 }  // namespace deltacast::tree

@@ -80,9 +80,14 @@ class Receiver {
   Receiver(const Receiver&) = delete;
   Receiver& operator=(const Receiver&) = delete;
 
-  // Connects to the producer, sends HELLO, waits for WELCOME. Returns the manifest the host must
-  // allocate buffers for. Throws Error(connection | timeout | auth | corrupt_frame).
-  const codec::Manifest& join();
+  // Connects to the producer (retrying, with a message every few seconds, for join_timeout),
+  // sends HELLO, waits for WELCOME. Returns the manifest the host must allocate buffers for.
+  // held_version/held_digest: what the host's buffers hold when it kept them (a restarted server
+  // that still holds a committed version, with its combined StateDigest); the producer checks the
+  // digest against its own record of that version and refuses a mismatch (Error(verify_failed)),
+  // before anything is written. attach() must then be given that version. Throws
+  // Error(connection | timeout | auth | corrupt_frame), or the producer's refusal.
+  const codec::Manifest& join(uint64_t held_version = 0, uint64_t held_digest = 0);
   // Gives the receiver the host's buffers, which hold exactly `version` (version 0: all zeros).
   // `digest` is their StateDigest; when absent it is computed by a full scan. Throws
   // Error(invalid_argument) when the buffers do not match the manifest, Error(state) before join().

@@ -1,5 +1,7 @@
 #include "tree/relay_link.h"
 
+#include <atomic>
+
 #include "util/log.h"
 
 namespace deltacast::tree {
@@ -8,6 +10,10 @@ namespace {
 using namespace std::chrono_literals;
 
 }  // namespace
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
 
 void cancel_and_wait(transport::Request& request) {
   request.cancel();
@@ -29,8 +35,8 @@ void send_message(transport::Connection& connection, std::span<const std::byte> 
 }
 
 void send_control(transport::Connection& connection, const Message& message,
-                  std::chrono::milliseconds timeout) {
-  auto bytes = encode_message(message);
+                  std::chrono::milliseconds timeout, uint64_t epoch) {
+  auto bytes = encode_message(message, epoch);
   send_message(connection, bytes, timeout);
 }
 
@@ -53,119 +59,172 @@ std::vector<std::byte> recv_message(transport::Connection& connection, size_t ma
   return buffer;
 }
 
-OutboundLink::OutboundLink(std::unique_ptr<transport::Connection> connection, int peer_rank,
+FailureCause failure_cause_of(const Status& status) {
+  // Every backend words a heartbeat timeout as "... silent for more than N ms".
+  return status.message.find("silent") != std::string::npos ? FailureCause::silent
+                                                              : FailureCause::link_closed;
+}
+
+OutboundLink::OutboundLink(std::unique_ptr<transport::Connection> connection, uint32_t peer_rank,
                            int tree)
     : connection_(std::move(connection)), peer_rank_(peer_rank), tree_(tree) {}
 
 OutboundLink::~OutboundLink() { cancel_all(); }
 
 void OutboundLink::cancel_all() noexcept {
-  // The transport may still read from the buffers: cancel and wait before they are freed.
-  drain_finished();
-  if (pending_.empty()) return;
-  for (auto& pending : pending_) cancel_and_wait(*pending.request);
-  pending_.clear();
-  inflight_bytes_ = 0;
-  dead_ = true;
+  std::deque<Pending> pending;
+  {
+    std::lock_guard lock(mutex_);
+    pending.swap(pending_);
+    inflight_bytes_ = 0;
+    dead_ = true;
+  }
+  // Closing fails every pending send at once; the transport may still read from the buffers
+  // until each request finished, so wait before they are freed.
+  connection_->close();
+  for (auto& p : pending) cancel_and_wait(*p.request);
 }
 
-void OutboundLink::post(const SharedBytes& message) {
-  if (dead_) return;
-  auto request = connection_->post_send(*message);
-  pending_.push_back({std::move(request), message, message->size()});
-  inflight_bytes_ += message->size();
+bool OutboundLink::dead() const noexcept {
+  std::lock_guard lock(mutex_);
+  return dead_;
 }
 
-void OutboundLink::post_view(std::span<const std::byte> bytes) {
+size_t OutboundLink::inflight_bytes() const noexcept {
+  std::lock_guard lock(mutex_);
+  return inflight_bytes_;
+}
+
+void OutboundLink::post_locked(std::span<const std::byte> bytes, SharedBytes owned) {
   if (dead_) return;
+  if (pending_.empty()) last_progress_ = Clock::now();
   auto request = connection_->post_send(bytes);
-  pending_.push_back({std::move(request), nullptr, bytes.size()});
+  pending_.push_back({std::move(request), std::move(owned), bytes.size()});
   inflight_bytes_ += bytes.size();
 }
 
-void OutboundLink::drain_finished() {
+void OutboundLink::post(const SharedBytes& message) {
+  std::lock_guard lock(mutex_);
+  post_locked(*message, message);
+}
+
+void OutboundLink::post_view(std::span<const std::byte> bytes) {
+  std::lock_guard lock(mutex_);
+  post_locked(bytes, nullptr);
+}
+
+void OutboundLink::post_pair(const SharedBytes& message, std::span<const std::byte> body,
+                             SharedBytes body_owner) {
+  std::lock_guard lock(mutex_);
+  post_locked(*message, message);
+  post_locked(body, std::move(body_owner));
+}
+
+void OutboundLink::drain_finished_locked() {
   while (!pending_.empty() && pending_.front().request->test()) {
     Status status = pending_.front().request->status();
     inflight_bytes_ -= pending_.front().size;
     pending_.pop_front();
-    if (!status.ok()) mark_dead(status);
+    last_progress_ = Clock::now();
+    if (!status.ok()) mark_dead_locked(status);
   }
 }
 
-void OutboundLink::mark_dead(const Status& status) {
+void OutboundLink::mark_dead_locked(const Status& status) {
   if (!dead_)
-    logger("tree")->warn("link to member {} (tree {}) failed: {}", peer_rank_, tree_,
-                         status.message);
+    logger("tree")->warn("link to rank {} (tree {}) failed: {}", peer_rank_, tree_, status.message);
   dead_ = true;
 }
 
-void OutboundLink::wait_below(size_t cap_bytes, std::chrono::milliseconds timeout) {
-  drain_finished();
-  while (!pending_.empty() && (inflight_bytes_ > cap_bytes || dead_)) {
-    Status status = pending_.front().request->wait(timeout);
-    if (status.code == Errc::timeout)
-      throw Error(Errc::timeout, "member " + std::to_string(peer_rank_) +
-                                     " accepted no data for " + std::to_string(timeout.count()) +
-                                     " ms");
-    drain_finished();
+bool OutboundLink::wait_below(size_t cap_bytes, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    std::shared_ptr<transport::Request> front;
+    {
+      std::lock_guard lock(mutex_);
+      drain_finished_locked();
+      if (pending_.empty() || inflight_bytes_ <= cap_bytes || dead_) return true;
+      front = pending_.front().request;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left <= 0ms) return false;
+    front->wait(std::min<std::chrono::milliseconds>(left, 100ms));
   }
 }
 
-ControlInbox::ControlInbox(std::vector<transport::Connection*> connections, size_t max_bytes)
-    : connections_(std::move(connections)), max_bytes_(max_bytes) {
-  for (size_t i = 0; i < connections_.size(); ++i)
-    threads_.emplace_back([this, i] { read_loop(i); });
+std::chrono::milliseconds OutboundLink::stalled_for() const {
+  std::lock_guard lock(mutex_);
+  if (pending_.empty()) return 0ms;
+  return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_progress_);
 }
 
-ControlInbox::~ControlInbox() { stop(); }
+bool OutboundLink::flush(std::chrono::milliseconds stall_timeout) {
+  while (!wait_below(0, 100ms))
+    if (stalled_for() > stall_timeout) return false;
+  return true;
+}
 
-void ControlInbox::stop() {
+ControlReaders::ControlReaders(size_t max_bytes, std::function<void(ControlEvent)> sink)
+    : max_bytes_(max_bytes), sink_(std::move(sink)) {}
+
+ControlReaders::~ControlReaders() { stop(); }
+
+void ControlReaders::add(uint32_t rank, uint64_t generation,
+                         std::shared_ptr<transport::Connection> connection) {
+  std::lock_guard lock(mutex_);
+  if (stopping_) return;
+  threads_.emplace_back([this, rank, generation, connection = std::move(connection)]() mutable {
+    read_loop(rank, generation, std::move(connection));
+  });
+}
+
+void ControlReaders::stop() {
+  std::vector<std::thread> threads;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
+    threads.swap(threads_);
   }
-  for (auto& thread : threads_)
+  for (auto& thread : threads)
     if (thread.joinable()) thread.join();
 }
 
-std::optional<ControlInbox::Item> ControlInbox::pop(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(mutex_);
-  if (!ready_.wait_for(lock, timeout, [&] { return !items_.empty(); })) return std::nullopt;
-  Item item = std::move(items_.front());
-  items_.pop_front();
-  return item;
-}
-
-void ControlInbox::read_loop(size_t source) {
+void ControlReaders::read_loop(uint32_t rank, uint64_t generation,
+                               std::shared_ptr<transport::Connection> connection) {
   std::vector<std::byte> buffer(max_bytes_);
-  auto push = [&](Item item) {
+  auto stopping = [&] {
     std::lock_guard lock(mutex_);
-    items_.push_back(std::move(item));
-    ready_.notify_all();
+    return stopping_;
   };
   for (;;) {
-    auto request = connections_[source]->post_recv(buffer);
+    auto request = connection->post_recv(buffer);
     Status status;
-    for (;;) {
-      status = request->wait(200ms);
-      if (status.code != Errc::timeout) break;
-      std::lock_guard lock(mutex_);
-      if (stopping_) break;
+    while ((status = request->wait(200ms)).code == Errc::timeout) {
+      if (stopping()) {
+        cancel_and_wait(*request);
+        return;
+      }
     }
-    if (status.code == Errc::timeout) {  // stopping
-      cancel_and_wait(*request);
-      return;
-    }
+    ControlEvent event;
+    event.rank = rank;
+    event.generation = generation;
     if (!status.ok()) {
-      push({source, std::nullopt, status});
+      event.status = status;
+      sink_(std::move(event));
       return;
     }
     try {
-      push({source, decode_message(std::span(buffer.data(), request->bytes())), {}});
+      std::span<const std::byte> bytes(buffer.data(), request->bytes());
+      event.epoch = message_header(bytes).epoch;
+      event.message = decode_message(bytes);
     } catch (const Error& e) {
-      push({source, std::nullopt, e.status()});
+      event.message.reset();
+      event.status = Status{Errc::corrupt_frame, e.what()};
+      connection->close();
+      sink_(std::move(event));
       return;
     }
+    sink_(std::move(event));
   }
 }
 

@@ -1,11 +1,12 @@
 #pragma once
 // Building blocks shared by the producer and the receiver: blocking message helpers over a
-// transport::Connection, an outbound link with a cap on bytes in flight (back-pressure), and an
-// inbox that turns several control connections into one queue of decoded messages.
+// transport::Connection, an outbound link with a cap on bytes in flight (back-pressure), a
+// blocking event queue, and control readers that turn connections into queued events.
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,30 @@
 namespace deltacast::tree {
 
 using SharedBytes = std::shared_ptr<const std::vector<std::byte>>;
+using Clock = std::chrono::steady_clock;
+
+// Seconds from `start` until now.
+double seconds_since(Clock::time_point start);
+
+// A Connection that shares ownership of another (so an OutboundLink can own a connection that a
+// reader or the acceptor also holds). Forwards every call.
+class SharedConnection final : public transport::Connection {
+ public:
+  explicit SharedConnection(std::shared_ptr<transport::Connection> inner) : inner_(std::move(inner)) {}
+  std::shared_ptr<transport::Request> post_send(std::span<const std::byte> message,
+                                                transport::MemoryRegion* mr = nullptr) override {
+    return inner_->post_send(message, mr);
+  }
+  std::shared_ptr<transport::Request> post_recv(std::span<std::byte> buffer,
+                                                transport::MemoryRegion* mr = nullptr) override {
+    return inner_->post_recv(buffer, mr);
+  }
+  void close() override { inner_->close(); }
+  std::string peer() const override { return inner_->peer(); }
+
+ private:
+  std::shared_ptr<transport::Connection> inner_;
+};
 
 // Cancels a request and waits until it finished (only then may its buffer be reused or freed).
 void cancel_and_wait(transport::Request& request);
@@ -27,42 +52,55 @@ void cancel_and_wait(transport::Request& request);
 // request's status. Thread-safe as far as Connection is.
 void send_message(transport::Connection& connection, std::span<const std::byte> message,
                   std::chrono::milliseconds timeout);
-// Encodes and sends a control message (see send_message).
+// Encodes (in `epoch`) and sends a control message (see send_message).
 void send_control(transport::Connection& connection, const Message& message,
-                  std::chrono::milliseconds timeout);
+                  std::chrono::milliseconds timeout, uint64_t epoch = 0);
 // Receives one message of at most max_bytes. Throws Error(timeout) when none arrived in time
 // (the receive is cancelled), Error(connection) when the link failed.
 std::vector<std::byte> recv_message(transport::Connection& connection, size_t max_bytes,
                                     std::chrono::milliseconds timeout);
 
+// Classifies a failed link's status: `silent` when the transport declared the peer silent
+// (heartbeats missing for timeouts.peer), `link_closed` otherwise.
+FailureCause failure_cause_of(const Status& status);
+
 // A link to one downstream peer (a child, or a tree root seen from the producer). post() sends
 // a shared buffer without copying and keeps it alive until the send finished; wait_below() is the
-// back-pressure point. Used by one thread at a time (its owner); not thread-safe.
+// back-pressure point. Thread-safe: a relay's reader thread and its acceptor (serving a RESUME)
+// may post at once; sends keep the order of the post calls.
 class OutboundLink {
  public:
-  OutboundLink(std::unique_ptr<transport::Connection> connection, int peer_rank, int tree);
+  OutboundLink(std::unique_ptr<transport::Connection> connection, uint32_t peer_rank, int tree);
   ~OutboundLink();
+  OutboundLink(const OutboundLink&) = delete;
+  OutboundLink& operator=(const OutboundLink&) = delete;
 
   // Posts the bytes. A link that failed before ignores posts (dead() tells).
   void post(const SharedBytes& message);
   // Posts bytes the caller owns (a RAW body sent from the weights): they must stay alive and
   // unchanged until this send finished (wait_below, flush or the destructor tell).
   void post_view(std::span<const std::byte> bytes);
-  // Drops finished sends; waits while more than cap_bytes are still in flight. A failed send
-  // marks the link dead (logged) instead of throwing: losing a child must not stop its parent.
-  // Throws Error(timeout) when the peer made no progress for `timeout`.
-  void wait_below(size_t cap_bytes, std::chrono::milliseconds timeout);
-  // Waits for every posted send (wait_below(0, ...)).
-  void flush(std::chrono::milliseconds timeout) { wait_below(0, timeout); }
-  // Cancels every posted send and waits until the transport no longer reads their buffers.
-  // A cancelled send may have left half a message on the wire: the link is dead afterwards
-  // when anything was still pending.
+  // Posts a message and, right after it, `body`, with nothing in between (a RAW header and its
+  // body). `body_owner`, when given, keeps the body alive until sent; otherwise the caller does.
+  void post_pair(const SharedBytes& message, std::span<const std::byte> body,
+                 SharedBytes body_owner = nullptr);
+  // Waits up to `timeout` for the bytes still in flight to drop to cap_bytes or below. Returns
+  // true when they did or the link is dead (a failed send marks it dead, logged, instead of
+  // throwing: losing a child must not stop its parent); false while still above the cap.
+  bool wait_below(size_t cap_bytes, std::chrono::milliseconds timeout);
+  // How long sends have been pending without any of them finishing (zero when none is pending):
+  // a peer that drains nothing for timeouts.peer is stalled.
+  std::chrono::milliseconds stalled_for() const;
+  // Waits until every posted send finished or the peer stalled for `stall_timeout`; true when
+  // all finished (or the link is dead).
+  bool flush(std::chrono::milliseconds stall_timeout);
+  // Closes the connection, then waits until the transport no longer reads the posted buffers.
+  // The link is dead afterwards.
   void cancel_all() noexcept;
-  bool dead() const noexcept { return dead_; }
-  size_t inflight_bytes() const noexcept { return inflight_bytes_; }
-  int peer_rank() const noexcept { return peer_rank_; }
+  bool dead() const noexcept;
+  size_t inflight_bytes() const noexcept;
+  uint32_t peer_rank() const noexcept { return peer_rank_; }
   int tree() const noexcept { return tree_; }
-  transport::Connection& connection() { return *connection_; }
 
  private:
   struct Pending {
@@ -70,42 +108,80 @@ class OutboundLink {
     SharedBytes owned;  // null for post_view
     size_t size = 0;
   };
-  void drain_finished();
-  void mark_dead(const Status& status);
+  void post_locked(std::span<const std::byte> bytes, SharedBytes owned);
+  void drain_finished_locked();
+  void mark_dead_locked(const Status& status);
 
   std::unique_ptr<transport::Connection> connection_;
-  int peer_rank_;
-  int tree_;
+  const uint32_t peer_rank_;
+  const int tree_;
+  mutable std::mutex mutex_;
   std::deque<Pending> pending_;
   size_t inflight_bytes_ = 0;
+  Clock::time_point last_progress_ = Clock::now();
   bool dead_ = false;
 };
 
-// Receives control messages from several connections on one thread each and queues them
-// (source index, message). A link failure is queued as an Error status for that source.
-// pop() is thread-safe; the connections must outlive the inbox (call stop() first).
-class ControlInbox {
+// A multi-producer queue that one thread drains. push() never blocks.
+template <typename T>
+class EventQueue {
  public:
-  struct Item {
-    size_t source = 0;
-    std::optional<Message> message;  // empty when the link failed
-    Status status;                   // why the link failed
-  };
-  ControlInbox(std::vector<transport::Connection*> connections, size_t max_bytes);
-  ~ControlInbox();
-  // Waits up to `timeout` for the next message; nullopt on timeout.
-  std::optional<Item> pop(std::chrono::milliseconds timeout);
-  // Stops the reader threads (they finish their current receive by cancelling it).
+  void push(T item) {
+    {
+      std::lock_guard lock(mutex_);
+      items_.push_back(std::move(item));
+    }
+    ready_.notify_all();
+  }
+  // Waits up to `timeout` until an item is queued, without taking it; false on timeout.
+  bool wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return ready_.wait_for(lock, timeout, [&] { return !items_.empty(); });
+  }
+  // Waits up to `timeout` for the next item; nullopt on timeout.
+  std::optional<T> pop(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (!ready_.wait_for(lock, timeout, [&] { return !items_.empty(); })) return std::nullopt;
+    T item = std::move(items_.front());
+    items_.pop_front();
+    return item;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<T> items_;
+};
+
+// One control message from a member, or the failure of its link (message empty).
+struct ControlEvent {
+  uint32_t rank = 0;
+  uint64_t generation = 0;  // which connection of that rank (a rejoin opens a new one)
+  std::optional<Message> message;
+  uint64_t epoch = 0;       // the message header's
+  Status status;            // why the link failed
+  Clock::time_point at = Clock::now();
+};
+
+// Reads control connections on one thread each and hands every decoded message (or the link's
+// failure, once) to `sink`. A connection's reader ends when its link fails or at stop().
+class ControlReaders {
+ public:
+  ControlReaders(size_t max_bytes, std::function<void(ControlEvent)> sink);
+  ~ControlReaders();
+  ControlReaders(const ControlReaders&) = delete;
+  ControlReaders& operator=(const ControlReaders&) = delete;
+  // Starts reading `connection` for `rank` under `generation`. The reader shares ownership.
+  void add(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection);
+  // Stops every reader (their current receives are cancelled) and joins them.
   void stop();
 
  private:
-  void read_loop(size_t source);
+  void read_loop(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection);
 
-  std::vector<transport::Connection*> connections_;
-  size_t max_bytes_;
+  const size_t max_bytes_;
+  std::function<void(ControlEvent)> sink_;
   std::mutex mutex_;
-  std::condition_variable ready_;
-  std::deque<Item> items_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };

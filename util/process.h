@@ -3,7 +3,9 @@
 // relay-tree benchmark): started with posix_spawn, reaped with waitpid.
 #include <sys/types.h>
 
+#include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,10 @@ pid_t spawn_process(const std::vector<std::string>& argv, const std::filesystem:
 
 // Waits for `pid`; returns its exit code, or 128 + signal when it was killed.
 int wait_process(pid_t pid);
+
+// Waits at most `timeout` for `pid`: its exit code as wait_process returns it, or nullopt while it
+// still runs (a stopped process counts as running; it is left as it is). Polls every 10 ms.
+std::optional<int> wait_process_for(pid_t pid, std::chrono::milliseconds timeout);
 
 // Kills (SIGKILL) and reaps every pid still running; for error paths, so no receiver outlives the
 // benchmark. Never throws.

@@ -4,9 +4,9 @@
 #include <netinet/tcp.h>
 
 #include <algorithm>
-#include <cstring>
 #include <future>
 
+#include "util/bytes.h"
 #include "util/log.h"
 
 namespace deltacast::transport::tcp {
@@ -21,19 +21,12 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kReadSlice = size_t{8} << 20;
 constexpr int kSocketBufferBytes = 8 << 20;
 
-void put_u32(std::byte* out, uint32_t v) { std::memcpy(out, &v, 4); }
-void put_u64(std::byte* out, uint64_t v) { std::memcpy(out, &v, 8); }
-uint32_t get_u32(const std::byte* in) { uint32_t v; std::memcpy(&v, in, 4); return v; }
-uint64_t get_u64(const std::byte* in) { uint64_t v; std::memcpy(&v, in, 8); return v; }
-
 // Asio's transfer_all() caps each read/write system call at 64 KiB; on loopback and fast links the
 // per-call cost then dominates. This condition lets one call move everything that is ready.
 struct TransferAllUncapped {
   size_t total;
   size_t operator()(const boost::system::error_code& ec, size_t done) const { return ec ? 0 : total - done; }
 };
-
-static_assert(std::endian::native == std::endian::little, "the tcp frame header is written little-endian");
 
 }  // namespace
 
@@ -90,9 +83,9 @@ std::shared_ptr<Request> TcpConnection::post_send(std::span<const std::byte> mes
   }
   auto request = cancellable_request();
   SendOp op{request, message, {}};
-  put_u32(op.header.data(), kFrameMagic);
-  put_u32(op.header.data() + 4, static_cast<uint32_t>(FrameKind::data));
-  put_u64(op.header.data() + 8, message.size());
+  store_le<uint32_t>(op.header.data(), kFrameMagic);
+  store_le<uint32_t>(op.header.data() + 4, static_cast<uint32_t>(FrameKind::data));
+  store_le<uint64_t>(op.header.data() + 8, message.size());
   asio::post(socket_.get_executor(), [self = shared_from_this(), op = std::move(op)]() mutable {
     self->enqueue_send(std::move(op));
   });
@@ -218,9 +211,9 @@ awaitable<void> TcpConnection::read_loop() {
       co_return;
     }
     last_rx_ = Clock::now();
-    uint32_t magic = get_u32(rx_header_.data());
-    uint32_t kind = get_u32(rx_header_.data() + 4);
-    uint64_t length = get_u64(rx_header_.data() + 8);
+    uint32_t magic = load_le<uint32_t>(rx_header_.data());
+    uint32_t kind = load_le<uint32_t>(rx_header_.data() + 4);
+    uint64_t length = load_le<uint64_t>(rx_header_.data() + 8);
     if (magic != kFrameMagic || (kind != static_cast<uint32_t>(FrameKind::data) && kind != static_cast<uint32_t>(FrameKind::heartbeat))) {
       fail(Status{Errc::connection, "tcp: malformed frame header from " + peer_});
       co_return;
@@ -285,9 +278,9 @@ awaitable<void> TcpConnection::heartbeat_loop() {
     }
     if (send_queue_.empty() && !current_send_ && now - last_tx_ >= options_.heartbeat_interval) {
       SendOp beat{};
-      put_u32(beat.header.data(), kFrameMagic);
-      put_u32(beat.header.data() + 4, static_cast<uint32_t>(FrameKind::heartbeat));
-      put_u64(beat.header.data() + 8, 0);
+      store_le<uint32_t>(beat.header.data(), kFrameMagic);
+      store_le<uint32_t>(beat.header.data() + 4, static_cast<uint32_t>(FrameKind::heartbeat));
+      store_le<uint64_t>(beat.header.data() + 8, 0);
       last_tx_ = now;
       enqueue_send(std::move(beat));
     }

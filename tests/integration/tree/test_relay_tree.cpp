@@ -15,45 +15,10 @@
 #include "tree/producer.h"
 #include "tree/receiver.h"
 #include "util/error.h"
+#include "tests/integration/tree/tree_test_model.h"
 
 namespace deltacast::tree {
 namespace {
-
-using Bytes = std::vector<std::byte>;
-
-// A small BF16 model whose versions differ in ~1% of elements by one or two ulps.
-struct Model {
-  codec::Manifest manifest;
-  std::vector<Bytes> tensors;
-
-  static Model make(uint64_t seed) {
-    std::vector<codec::TensorInfo> infos = {{"embed", codec::DType::bf16, {256, 1024}},
-                                            {"layer.0.w", codec::DType::bf16, {512, 512}},
-                                            {"layer.0.norm", codec::DType::bf16, {512}},
-                                            {"layer.1.w", codec::DType::bf16, {512, 768}},
-                                            {"head.bias", codec::DType::f32, {333}}};
-    Model m{codec::Manifest(infos), {}};
-    std::mt19937_64 rng(seed);
-    for (const auto& t : m.manifest.tensors()) {
-      Bytes bytes(t.nbytes());
-      for (auto& b : bytes) b = static_cast<std::byte>(rng());
-      m.tensors.push_back(std::move(bytes));
-    }
-    return m;
-  }
-  // Moves ~1% of the low bytes by +-1 (a one-ulp step for most values).
-  void step(uint64_t seed) {
-    std::mt19937_64 rng(seed);
-    for (auto& bytes : tensors)
-      for (size_t i = 0; i < bytes.size(); i += 2)
-        if (rng() % 100 == 0) bytes[i] = static_cast<std::byte>(std::to_integer<uint8_t>(bytes[i]) + ((rng() & 1) ? 1 : 255));
-  }
-  codec::ConstWeights weights() const {
-    codec::ConstWeights w{&manifest, {}};
-    for (const auto& t : tensors) w.tensors.emplace_back(t.data(), t.size());
-    return w;
-  }
-};
 
 struct Params {
   std::string scheme;
@@ -85,6 +50,7 @@ class Cluster {
       ro.producer_url = producer_->url();
       ro.listen_url = url(params.scheme, name + "-r" + std::to_string(r));
       ro.max_inflight_bytes_per_child = 128 << 10;  // exercise back-pressure
+      ro.producer_loss_timeout = std::chrono::milliseconds(2000);  // a fenced member gives up soon
       receivers_.push_back(std::make_unique<Receiver>(*transport_, ro));
     }
     for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { serve(i); });

@@ -1,4 +1,5 @@
 // The YAML loader: valid files, each kind of bad input with its line:column, override precedence.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -52,6 +53,9 @@ TEST(Config, ExampleLocal9LoadsWithEveryKey) {
   EXPECT_EQ(c.chunk_bytes, 4u << 20);
   EXPECT_EQ(c.timeouts.heartbeat, 500ms);
   EXPECT_EQ(c.timeouts.refit, 120s);
+  EXPECT_EQ(c.timeouts.join, 120s);
+  EXPECT_EQ(c.timeouts.producer_loss, 60s);
+  EXPECT_EQ(c.retain_versions, 4u);
   EXPECT_EQ(c.trainer.params, 50'000'000u);
   EXPECT_EQ(c.trainer.steps, 3);
   EXPECT_DOUBLE_EQ(c.trainer.lr, 2e-6);
@@ -84,6 +88,65 @@ TEST(Config, DefaultsWhenKeysAreAbsent) {
   EXPECT_EQ(c.chunk_bytes, 4u << 20);
   EXPECT_EQ(c.log_level, "info");
   EXPECT_EQ(member_list(c)[1].url, "tcp://127.0.0.1:29502");
+}
+
+TEST(Config, RepairKeysDefaults) {
+  const Config c = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 2}\n", "d.yaml");
+  EXPECT_EQ(c.retain_versions, 4u);
+  EXPECT_EQ(c.timeouts.join, 120s);
+  EXPECT_EQ(c.timeouts.producer_loss, 60s);
+  EXPECT_EQ(c.output.dir, "deltacast-out");
+  EXPECT_EQ(c.output.log_file, "");
+}
+
+TEST(Config, RepairKeysParse) {
+  const Config c = parse_config(R"(producer: tcp://127.0.0.1:1
+retain_versions: 16
+members: {count: 2}
+timeouts: {connect: 2s, join: 5m, producer_loss: 90s}
+output: {dir: runs/x, log_file: runs/x/run.log}
+)",
+                                "r.yaml");
+  validate(c);
+  EXPECT_EQ(c.retain_versions, 16u);
+  EXPECT_EQ(c.timeouts.connect, 2s);
+  EXPECT_EQ(c.timeouts.join, 300s);
+  EXPECT_EQ(c.timeouts.producer_loss, 90s);
+  EXPECT_EQ(c.output.log_file, "runs/x/run.log");
+  EXPECT_EQ(parse_config("retain_versions: 0\n", "z.yaml").retain_versions, 0u);
+  EXPECT_EQ(parse_config("retain_versions: 1024\n", "z.yaml").retain_versions, 1024u);
+}
+
+TEST(ConfigErrors, BadRepairKeysNameLineAndColumn) {
+  std::string m = parse_error("producer: tcp://h:1\nretain_versions: 1025\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:18: key 'retain_versions': must be between 0 and 1024, got 1025")) << m;
+  m = parse_error("retain_versions: -1\n");
+  EXPECT_TRUE(contains(m, "test.yaml:1:18: key 'retain_versions'")) << m;
+  m = parse_error("retain_versions: four\n");
+  EXPECT_TRUE(contains(m, "test.yaml:1:18: key 'retain_versions': expected an integer")) << m;
+  m = parse_error("timeouts:\n  connect: 5s\n  join: 2\n");
+  EXPECT_TRUE(contains(m, "test.yaml:3:9: key 'timeouts.join'")) << m;
+  EXPECT_TRUE(contains(m, "a unit is required")) << m;
+  m = parse_error("timeouts:\n  producer_loss: 0s\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:18: key 'timeouts.producer_loss': must be positive")) << m;
+  m = parse_error("timeouts: {producer_loss: -5s}\n");
+  EXPECT_TRUE(contains(m, "test.yaml:1:27: key 'timeouts.producer_loss'")) << m;
+  EXPECT_TRUE(contains(m, "negative")) << m;
+  m = parse_error("timeouts:\n  producer-loss: 5s\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:3: unknown key 'timeouts.producer-loss'")) << m;
+  EXPECT_TRUE(contains(m, "producer_loss")) << m;
+  m = parse_error("output:\n  log_file: logs/\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:13: key 'output.log_file': must name a file")) << m;
+}
+
+TEST(ConfigValues, LogFileForRank) {
+  EXPECT_EQ(log_file_for_rank("run.log", 3), "run.rank3.log");
+  EXPECT_EQ(log_file_for_rank("runs/today/run.log", 0), "runs/today/run.rank0.log");
+  EXPECT_EQ(log_file_for_rank("/var/log/deltacast", 12), "/var/log/deltacast.rank12");
+  EXPECT_EQ(log_file_for_rank("a.b/run.tar.log", 1), "a.b/run.tar.rank1.log");
+  EXPECT_EQ(log_file_for_rank(".log", 2), ".log.rank2");
+  EXPECT_EQ(log_file_for_rank("a.b/run", 2), "a.b/run.rank2");
+  EXPECT_EQ(log_file_for_rank("", 2), "");
 }
 
 TEST(ConfigErrors, UnknownKeyNamesLineAndColumn) {
@@ -198,6 +261,38 @@ TEST_F(ConfigOverrides, EnvBeatsFileAndFlagsBeatEnv) {
   const Config plain = load_config(path_.string(), no_env());
   EXPECT_EQ(plain.chunk_bytes, 1u << 20);
   EXPECT_EQ(plain.topology, "binary");
+}
+
+TEST_F(ConfigOverrides, RepairKeysFromEnvAndFlags) {
+  Config c = load_config(path_.string(), env_of({{"DELTACAST_RETAIN_VERSIONS", "0"},
+                                                 {"DELTACAST_TIMEOUTS_JOIN", "3m"},
+                                                 {"DELTACAST_TIMEOUTS_PRODUCER_LOSS", "2500ms"},
+                                                 {"DELTACAST_OUTPUT_LOG_FILE", "logs/run.log"}}));
+  EXPECT_EQ(c.retain_versions, 0u);
+  EXPECT_EQ(c.timeouts.join, 180s);
+  EXPECT_EQ(c.timeouts.producer_loss, 2500ms);
+  EXPECT_EQ(c.output.log_file, "logs/run.log");
+  apply_flag_overrides(c, {"retain_versions=7", "timeouts.join=10s", "timeouts.producer_loss=1h"});
+  EXPECT_EQ(c.retain_versions, 7u);
+  EXPECT_EQ(c.timeouts.join, 10s);
+  EXPECT_EQ(c.timeouts.producer_loss, 3600s);
+  try {
+    load_config(path_.string(), env_of({{"DELTACAST_TIMEOUTS_JOIN", "soon"}}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "env DELTACAST_TIMEOUTS_JOIN: key 'timeouts.join': bad duration 'soon'"))
+        << e.what();
+  }
+  try {
+    load_config(path_.string(), env_of({{"DELTACAST_RETAIN_VERSIONS", "2000"}}));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "env DELTACAST_RETAIN_VERSIONS: key 'retain_versions': must be between 0 and 1024"))
+        << e.what();
+  }
+  const auto& keys = overridable_keys();
+  for (const char* key : {"retain_versions", "timeouts.join", "timeouts.producer_loss"})
+    EXPECT_NE(std::find(keys.begin(), keys.end(), key), keys.end()) << key;
 }
 
 TEST_F(ConfigOverrides, BadEnvAndFlagValuesNameTheirSource) {

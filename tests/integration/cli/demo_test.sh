@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# `deltacast demo` through the relay tree (1 producer + receivers as local processes), small:
+#   demo_test.sh DELTACAST transport T        3 receivers over transport T, 2 steps: exit 0, every
+#                                             receiver bit-exact, the report's repair keys present
+#   demo_test.sh DELTACAST kill RANK@STEP     --kill (4 receivers, binary tree: rank 2 relays for
+#   demo_test.sh DELTACAST freeze RANK@STEP   rank 4): exit 0, the victim reported failed at its
+#                                             step, every survivor bit-exact, every step committed
+# In every mode no process of the demo may be left behind.
+set -euo pipefail
+DC=${1:?usage: demo_test.sh PATH/TO/deltacast MODE ARG}
+MODE=${2:?mode: transport | kill | freeze}
+ARG=${3:?argument: a transport, or RANK@STEP}
+WORK=$(mktemp -d /tmp/dc-demo-test.XXXXXX)
+DEMO_DIR=""
+cleanup() {
+  # The demo's own work directory (logs, config) goes too, unless the test failed.
+  if [ "${PASSED:-0}" = 1 ] && [ -n "$DEMO_DIR" ]; then rm -rf "$DEMO_DIR"; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+cd "$WORK"
+
+fail() {
+  echo "FAIL: $*" >&2
+  echo "--- demo output:" >&2; cat out.txt >&2 || true
+  echo "--- demo stderr:" >&2; cat err.txt >&2 || true
+  if [ -n "$DEMO_DIR" ]; then
+    for log in "$DEMO_DIR"/rank-*.log; do echo "--- $log (last lines):" >&2; tail -n 8 "$log" >&2 || true; done
+  fi
+  exit 1
+}
+
+case "$MODE" in
+  transport) ARGS=(--transport "$ARG" --receivers 3 --steps 2); SURVIVORS=3 ;;
+  kill) ARGS=(--receivers 4 --steps 3 --kill "$ARG"); SURVIVORS=3 ;;
+  freeze) ARGS=(--receivers 4 --steps 3 --freeze "$ARG"); SURVIVORS=3 ;;
+  *) echo "unknown mode $MODE" >&2; exit 2 ;;
+esac
+
+# timeout signals its whole process group, so the demo's children go too if the demo hangs; the
+# demo's own --timeout should come first and clean up by itself.
+status=0
+timeout -k 5 100 "$DC" demo --params 2M --timeout 80s --json demo.json "${ARGS[@]}" \
+  >out.txt 2>err.txt || status=$?
+DEMO_DIR=$(sed -n 's/.*(logs in \(.*\))$/\1/p' out.txt | head -n 1)
+[ "$status" = 0 ] || fail "demo ${ARGS[*]} exited with $status"
+
+# Nothing left running: no process still names this demo's config.
+if [ -n "$DEMO_DIR" ] && pgrep -f "$DEMO_DIR/cluster.yaml" >/dev/null; then
+  left=$(pgrep -f "$DEMO_DIR/cluster.yaml" || true)
+  ps -o pid,stat,args -p "$(echo $left | tr ' ' ,)" >&2 || true
+  for pid in $left; do kill -KILL "$pid" 2>/dev/null || true; done
+  fail "processes of the demo are still running"
+fi
+
+grep -q "${SURVIVORS}/${SURVIVORS} receivers bit-exact" out.txt || fail "not every (surviving) receiver is bit-exact"
+
+python3 - demo.json "$MODE" "$ARG" "$SURVIVORS" <<'PY' || fail "the JSON report is not as expected"
+import json, sys
+report = json.load(open(sys.argv[1]))
+mode, arg, survivors = sys.argv[2], sys.argv[3], int(sys.argv[4])
+assert report["ok"] is True, report["ok"]
+assert report["bit_exact_receivers"] == survivors, report["bit_exact_receivers"]
+entries = [report["full"]] + report["steps"]
+for e in entries:
+    for key in ("failed_members", "epoch", "repair_seconds", "resent_chunks"):
+        assert key in e, (key, e)
+for s in report["steps"]:
+    assert s["committed"] is True, s
+if mode == "transport":
+    assert report["transport"] == arg, report["transport"]
+    assert all(not e["failed_members"] for e in entries), entries
+else:
+    rank, step = (int(x) for x in arg.split(":")[0].split("@"))
+    version = step + 1
+    where = [e for e in entries if any(m["rank"] == rank for m in e["failed_members"])]
+    assert where, f"rank {rank} is reported failed nowhere"
+    # Reported with the version it died in (or, if noticed between versions, with the next).
+    first = where[0]
+    got = first.get("version", first.get("versions"))
+    assert got in (version, version + 1), (got, version)
+    for m in first["failed_members"]:
+        assert {"rank", "cause", "detected_at_s", "detection_seconds"} <= set(m), m
+    if mode == "kill":
+        assert any(m["rank"] == rank and m["cause"] == "link_closed" for m in first["failed_members"]), first
+    else:  # found by its own silence, or reported by its parent as draining nothing
+        assert any(m["rank"] == rank and m["cause"] in ("silent", "stalled") for m in first["failed_members"]), first
+    assert [i["rank"] for i in report["injected_failures"]] == [rank], report["injected_failures"]
+PY
+
+if [ "$MODE" != transport ]; then
+  rank=${ARG%%@*}
+  verb=$([ "$MODE" = kill ] && echo killed || echo frozen)
+  grep -q "rank $rank $verb (" out.txt || fail "the demo does not name rank $rank as $verb"
+fi
+PASSED=1
+echo "ok: demo $MODE $ARG"

@@ -1,0 +1,406 @@
+// Failure repair, deterministically: every member is a thread of this process with its OWN
+// loopback transport, so a fault hook can kill or freeze one member at an exact message (the k-th
+// frame it forwards, the middle of a RAW body, right after its ACK), as SIGKILL / SIGSTOP would.
+// After each case every survivor's weights are compared bit for bit (memcmp) with the producer's,
+// the version is committed without an ABORT, and the job goes on.
+#include <atomic>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "codec/frame.h"
+#include "tests/integration/tree/tree_test_model.h"
+#include "transport/loopback/loopback.h"
+#include "transport/transport.h"
+#include "tree/producer.h"
+#include "tree/protocol.h"
+#include "tree/receiver.h"
+#include "util/error.h"
+
+namespace deltacast::tree {
+namespace {
+
+using namespace std::chrono_literals;
+namespace loop = transport::loopback;
+constexpr auto kPeerTimeout = 600ms;
+
+// What a member sends, as a fault hook sees it.
+struct Sent {
+  std::optional<MessageType> type;  // nullopt: a bare RAW body
+  uint64_t version = 0;             // FRAME: the codec frame's new version; ACK: its version
+};
+Sent classify(std::span<const std::byte> message) {
+  Sent s;
+  try {
+    s.type = message_type(message);
+  } catch (const Error&) {
+    return s;  // no tree header: a RAW body
+  }
+  try {
+    if (*s.type == MessageType::frame) {
+      auto payload = frame_payload(message);
+      s.version = codec::parse_frame(payload).header.new_version;
+    } else if (*s.type == MessageType::ack) {
+      s.version = std::get<Ack>(decode_message(message)).version;
+    }
+  } catch (const Error&) {
+  }
+  return s;
+}
+
+class FailCluster {
+ public:
+  FailCluster(TopologyKind kind, const codec::Manifest& manifest, uint32_t n, const std::string& name,
+              std::vector<std::string> clusters = {})
+      : name_(name), buffers_(n + 1), failures_(n + 1), threads_(n + 1) {
+    transport::TransportOptions to;
+    to.peer_timeout = kPeerTimeout;
+    producer_transport_ = transport::make_transport("loop", to);
+    ProducerOptions po;
+    po.listen_url = "loop://" + name + "-producer";
+    po.receivers = n;
+    po.topology = kind;
+    po.encode.chunk_bytes = 32 << 10;  // many chunks for a small model
+    po.max_inflight_bytes_per_root = 256 << 10;
+    po.version_timeout = 30s;
+    po.join_timeout = 10s;
+    po.peer_timeout = kPeerTimeout;
+    po.on_progress = [this](uint32_t sent, uint32_t) {
+      if (on_progress_) on_progress_(sent);
+    };
+    producer_ = std::make_unique<Producer>(*producer_transport_, manifest, po);
+    transports_.resize(n + 1);
+    receivers_.resize(n + 1);
+    for (uint32_t r = 1; r <= n; ++r) {
+      transports_[r] = transport::make_transport("loop", to);
+      receivers_[r] = make_receiver(r, clusters.empty() ? "" : clusters[r - 1]);
+      threads_[r] = std::thread([this, r] { serve(r); });
+    }
+    producer_->start();
+  }
+  ~FailCluster() {
+    if (!finished_) finish();
+  }
+  void finish() {
+    finished_ = true;
+    producer_->finish();
+    for (uint32_t r = 1; r < threads_.size(); ++r) {
+      // A frozen member would never notice: kill it so its thread ends.
+      if (frozen_.count(r)) loop::kill(*transports_[r]);
+      if (threads_[r].joinable()) threads_[r].join();
+    }
+  }
+  Producer& producer() { return *producer_; }
+  Receiver& receiver(uint32_t r) { return *receivers_[r]; }
+  transport::Transport& transport_of(uint32_t r) { return *transports_[r]; }
+  const std::string& failure(uint32_t r) const { return failures_[r]; }
+  bool holds(uint32_t r, const codec::ConstWeights& expected) const { return same_bits(buffers_[r], expected); }
+  const std::vector<Bytes>& buffers(uint32_t r) const { return buffers_[r]; }
+  void on_progress(std::function<void(uint32_t)> f) { on_progress_ = std::move(f); }
+
+  // Installs a hook on member r: `decide` sees each message r sends and may return die/freeze.
+  void hook(uint32_t r, std::function<loop::Fault(const Sent&)> decide) {
+    loop::set_member_fault_hook(*transports_[r], std::make_shared<loop::FaultFunction>(
+                                                     [decide](uint64_t, std::span<const std::byte> m) {
+                                                       return decide(classify(m));
+                                                     }));
+  }
+  void frozen(uint32_t r) { frozen_.insert(r); }
+  void thawed(uint32_t r) { frozen_.erase(r); }
+
+ private:
+  std::unique_ptr<Receiver> make_receiver(uint32_t r, const std::string& cluster) {
+    ReceiverOptions ro;
+    ro.rank = r;
+    ro.producer_url = "loop://" + name_ + "-producer";
+    ro.listen_url = "loop://" + name_ + "-r" + std::to_string(r);
+    ro.cluster = cluster;
+    ro.max_inflight_bytes_per_child = 128 << 10;
+    ro.peer_timeout = kPeerTimeout;
+    ro.connect_timeout = 2s;
+    ro.join_timeout = 10s;
+    ro.producer_loss_timeout = 1s;
+    return std::make_unique<Receiver>(*transports_[r], ro);
+  }
+  void serve(uint32_t r) {
+    try {
+      auto& receiver = *receivers_[r];
+      const auto& manifest = receiver.join();
+      codec::MutableWeights weights{&manifest, {}};
+      for (const auto& t : manifest.tensors()) buffers_[r].emplace_back(t.nbytes(), std::byte{0});
+      for (auto& b : buffers_[r]) weights.tensors.emplace_back(b.data(), b.size());
+      receiver.attach(weights, 0);
+      receiver.run();
+    } catch (const std::exception& e) {
+      failures_[r] = e.what();
+    }
+  }
+
+  std::string name_;
+  std::unique_ptr<transport::Transport> producer_transport_;
+  std::unique_ptr<Producer> producer_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  std::vector<std::unique_ptr<Receiver>> receivers_;
+  std::vector<std::vector<Bytes>> buffers_;
+  std::vector<std::string> failures_;
+  std::vector<std::thread> threads_;
+  std::function<void(uint32_t)> on_progress_;
+  std::set<uint32_t> frozen_;
+  bool finished_ = false;
+};
+
+std::string test_name() {
+  std::string s = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  for (auto& c : s)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
+  return s;
+}
+
+// Dies (or freezes) at the k-th data message it forwards of `version` (before delivering it).
+std::function<loop::Fault(const Sent&)> at_forwarded_frame(uint64_t version, int k, loop::Fault::Kind kind) {
+  auto seen = std::make_shared<std::atomic<int>>(0);
+  return [=](const Sent& s) {
+    if (s.type == MessageType::frame && s.version == version && ++*seen == k) return loop::Fault{kind};
+    return loop::Fault{};
+  };
+}
+
+void expect_failed(const RefitReport& report, uint32_t rank, const std::string& cause) {
+  bool found = false;
+  for (const auto& f : report.failed_members)
+    if (f.rank == rank) {
+      found = true;
+      EXPECT_EQ(f.cause, cause) << "rank " << rank;
+    }
+  EXPECT_TRUE(found) << "rank " << rank << " is not in failed_members";
+}
+
+// Bootstrap + one delta, then the faulty version 3, then version 4 to show the job goes on.
+struct Refits {
+  Model model = Model::make(11);
+  void bootstrap_and_step(FailCluster& c) {
+    RefitReport full = c.producer().bootstrap(model.weights());
+    ASSERT_TRUE(full.committed) << full.abort_reason;
+    model.step(1);
+    RefitReport v2 = c.producer().refit(model.weights());
+    ASSERT_TRUE(v2.committed) << v2.abort_reason;
+  }
+  RefitReport step(FailCluster& c, uint64_t seed) {
+    model.step(seed);
+    return c.producer().refit(model.weights());
+  }
+};
+
+void expect_survivors_exact(FailCluster& c, uint32_t n, const std::set<uint32_t>& dead, const Model& model) {
+  for (uint32_t r = 1; r <= n; ++r) {
+    if (dead.count(r)) continue;
+    EXPECT_EQ(c.failure(r), "") << "rank " << r;
+    EXPECT_TRUE(c.holds(r, model.weights())) << "survivor rank " << r << " differs from the producer";
+    EXPECT_EQ(c.receiver(r).stats().versions_aborted, 0u) << "rank " << r << " saw an ABORT";
+  }
+}
+
+class Failover : public ::testing::TestWithParam<TopologyKind> {};
+
+TEST_P(Failover, InteriorMemberDiesMidDelta) {
+  const uint32_t n = 7;
+  Refits run;
+  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  // Rank 2 forwards in every kind (binary: children 4 and 5; chain: rank 3; double binary: tree 1).
+  c.hook(2, at_forwarded_frame(3, 2, loop::Fault::Kind::die));
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  expect_failed(r3, 2, "link_closed");
+  EXPECT_EQ(r3.receivers, n - 1);
+  EXPECT_EQ(r3.verified_receivers, n - 1);
+  EXPECT_GT(r3.epoch, 0u);
+  RefitReport r4 = run.step(c, 4);
+  ASSERT_TRUE(r4.committed) << r4.abort_reason;
+  EXPECT_TRUE(r4.failed_members.empty());
+  c.finish();
+  expect_survivors_exact(c, n, {2}, run.model);
+}
+
+TEST_P(Failover, RootDiesMidDelta) {
+  const uint32_t n = 6;
+  Refits run;
+  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  c.hook(1, at_forwarded_frame(3, 1, loop::Fault::Kind::die));
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  expect_failed(r3, 1, "link_closed");
+  RefitReport r4 = run.step(c, 4);
+  ASSERT_TRUE(r4.committed) << r4.abort_reason;
+  c.finish();
+  expect_survivors_exact(c, n, {1}, run.model);
+}
+
+TEST_P(Failover, LeafDiesBeforeItsAck) {
+  const uint32_t n = 7;
+  Refits run;
+  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  c.hook(7, [](const Sent& s) {
+    return s.type == MessageType::ack && s.version == 3 ? loop::Fault{loop::Fault::Kind::die} : loop::Fault{};
+  });
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  expect_failed(r3, 7, "link_closed");
+  c.finish();
+  expect_survivors_exact(c, n, {7}, run.model);
+}
+
+TEST_P(Failover, MemberDiesBetweenItsAckAndTheCommit) {
+  const uint32_t n = 5;
+  Refits run;
+  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  // The ACK gets out, then the member dies: it verified, but it is not live at the commit.
+  c.hook(3, [](const Sent& s) {
+    loop::Fault f;
+    if (s.type == MessageType::ack && s.version == 3) {
+      f.kind = loop::Fault::Kind::die;
+      f.after = true;
+    }
+    return f;
+  });
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  RefitReport r4 = run.step(c, 4);
+  ASSERT_TRUE(r4.committed) << r4.abort_reason;
+  // Depending on timing the death is seen during version 3 or just before version 4.
+  std::vector<FailedMember> all = r3.failed_members;
+  all.insert(all.end(), r4.failed_members.begin(), r4.failed_members.end());
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].rank, 3u);
+  c.finish();
+  expect_survivors_exact(c, n, {3}, run.model);
+}
+
+TEST_P(Failover, ParentAndChildDieAtOnce) {
+  const uint32_t n = 8;
+  Refits run;
+  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  // Rank 2 and one of its children in tree 0 (binary: 5; chain: 3; double binary: 1 or 3).
+  std::atomic<bool> done{false};
+  const uint32_t child = GetParam() == TopologyKind::binary ? 5 : GetParam() == TopologyKind::chain ? 3 : 4;
+  c.on_progress([&](uint32_t sent) {
+    if (sent == 3 && !done.exchange(true)) {
+      loop::kill(c.transport_of(2));
+      loop::kill(c.transport_of(child));
+    }
+  });
+  RefitReport r3 = run.step(c, 3);
+  c.on_progress(nullptr);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  expect_failed(r3, 2, "link_closed");
+  expect_failed(r3, child, "link_closed");
+  RefitReport r4 = run.step(c, 4);
+  ASSERT_TRUE(r4.committed) << r4.abort_reason;
+  c.finish();
+  expect_survivors_exact(c, n, {2, child}, run.model);
+}
+
+TEST_P(Failover, MemberDiesInTheMiddleOfARawBody) {
+  const uint32_t n = 6;
+  Model model = Model::make(21);
+  FailCluster c(GetParam(), model.manifest, n, test_name());
+  // Rank 2 dies as it forwards its third RAW body (a bare message, no tree header).
+  auto bodies = std::make_shared<std::atomic<int>>(0);
+  c.hook(2, [bodies](const Sent& s) {
+    return !s.type && ++*bodies == 3 ? loop::Fault{loop::Fault::Kind::die} : loop::Fault{};
+  });
+  RefitReport full = c.producer().bootstrap(model.weights());
+  ASSERT_TRUE(full.committed) << full.abort_reason;
+  expect_failed(full, 2, "link_closed");
+  model.step(5);
+  RefitReport r2 = c.producer().refit(model.weights());
+  ASSERT_TRUE(r2.committed) << r2.abort_reason;
+  c.finish();
+  expect_survivors_exact(c, n, {2}, model);
+}
+
+TEST_P(Failover, FrozenMemberIsDetectedWithinPeerTimeoutAndRejoinsAfterThaw) {
+  const uint32_t n = 7;
+  Refits run;
+  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  c.frozen(2);
+  c.hook(2, at_forwarded_frame(3, 2, loop::Fault::Kind::freeze));
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  expect_failed(r3, 2, "silent");
+  // Detected within about peer_timeout, not the version timeout.
+  EXPECT_LT(r3.refit_seconds, 10 * std::chrono::duration<double>(kPeerTimeout).count() + 2);
+  // SIGCONT: the member learns it was fenced, rolls back what it had of version 3, catches up by
+  // replaying version 3 from a peer's retained frames, and is admitted again.
+  c.hook(2, [](const Sent&) { return loop::Fault{}; });
+  loop::thaw(c.transport_of(2));
+  c.thawed(2);
+  bool back = false;
+  for (uint64_t v = 4; v <= 12 && !back; ++v) {
+    std::this_thread::sleep_for(300ms);
+    RefitReport r = run.step(c, v);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    back = r.receivers == n;
+  }
+  EXPECT_TRUE(back) << "the thawed member never rejoined";
+  RefitReport last = run.step(c, 13);
+  ASSERT_TRUE(last.committed) << last.abort_reason;
+  EXPECT_EQ(last.verified_receivers, n);
+  c.finish();
+  for (uint32_t r = 1; r <= n; ++r) {
+    EXPECT_EQ(c.failure(r), "") << "rank " << r;
+    EXPECT_TRUE(c.holds(r, run.model.weights())) << "rank " << r << " differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, Failover,
+                         ::testing::Values(TopologyKind::binary, TopologyKind::double_binary, TopologyKind::chain),
+                         [](const auto& param_info) { return std::string(topology_kind_name(param_info.param)); });
+
+// A member that comes back claiming a version whose digest is not the producer's is refused with a
+// clear error, and its buffers are left as they were.
+TEST(Rejoin, WrongDigestIsRefusedAndNothingIsWritten) {
+  const uint32_t n = 3;
+  Refits run;
+  FailCluster c(TopologyKind::binary, run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  loop::kill(c.transport_of(3));
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  // A new instance of rank 3 holding "version 3" with one flipped bit.
+  Model held = run.model;
+  held.tensors[1][100] ^= std::byte{1};
+  auto t = transport::make_transport("loop", {});
+  ReceiverOptions ro;
+  ro.rank = 3;
+  ro.producer_url = "loop://" + test_name() + "-producer";
+  ro.listen_url = "loop://" + test_name() + "-r3-again";
+  ro.join_timeout = 5s;
+  Receiver again(*t, ro);
+  const auto before = held.tensors;
+  const auto digest = codec::StateDigest::full_scan(held.weights()).combined();
+  try {
+    again.join(3, digest);
+    FAIL() << "a wrong digest was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::verify_failed) << e.what();
+    EXPECT_NE(std::string(e.what()).find("digest"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(held.tensors, before);
+  RefitReport r4 = run.step(c, 4);
+  ASSERT_TRUE(r4.committed) << r4.abort_reason;
+  c.finish();
+  expect_survivors_exact(c, n, {3}, run.model);
+}
+
+}  // namespace
+}  // namespace deltacast::tree

@@ -1,0 +1,58 @@
+#pragma once
+// A small model for relay-tree tests: a few BF16 tensors and an F32 one, whose versions differ in
+// ~1% of elements by one ulp, plus a memcmp check of a member's buffers.
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "codec/manifest.h"
+
+namespace deltacast::tree {
+
+using Bytes = std::vector<std::byte>;
+
+// A small BF16 model whose versions differ in ~1% of elements by one or two ulps.
+struct Model {
+  codec::Manifest manifest;
+  std::vector<Bytes> tensors;
+
+  static Model make(uint64_t seed) {
+    std::vector<codec::TensorInfo> infos = {{"embed", codec::DType::bf16, {256, 1024}},
+                                            {"layer.0.w", codec::DType::bf16, {512, 512}},
+                                            {"layer.0.norm", codec::DType::bf16, {512}},
+                                            {"layer.1.w", codec::DType::bf16, {512, 768}},
+                                            {"head.bias", codec::DType::f32, {333}}};
+    Model m{codec::Manifest(infos), {}};
+    std::mt19937_64 rng(seed);
+    for (const auto& t : m.manifest.tensors()) {
+      Bytes bytes(t.nbytes());
+      for (auto& b : bytes) b = static_cast<std::byte>(rng());
+      m.tensors.push_back(std::move(bytes));
+    }
+    return m;
+  }
+  // Moves ~1% of the low bytes by +-1 (a one-ulp step for most values).
+  void step(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    for (auto& bytes : tensors)
+      for (size_t i = 0; i < bytes.size(); i += 2)
+        if (rng() % 100 == 0) bytes[i] = static_cast<std::byte>(std::to_integer<uint8_t>(bytes[i]) + ((rng() & 1) ? 1 : 255));
+  }
+  codec::ConstWeights weights() const {
+    codec::ConstWeights w{&manifest, {}};
+    for (const auto& t : tensors) w.tensors.emplace_back(t.data(), t.size());
+    return w;
+  }
+};
+
+// True when `tensors` equal `expected` byte for byte.
+inline bool same_bits(const std::vector<Bytes>& tensors, const codec::ConstWeights& expected) {
+  if (tensors.size() != expected.tensors.size()) return false;
+  for (size_t t = 0; t < tensors.size(); ++t)
+    if (tensors[t].size() != expected.tensors[t].size() ||
+        std::memcmp(tensors[t].data(), expected.tensors[t].data(), tensors[t].size()) != 0)
+      return false;
+  return true;
+}
+
+}  // namespace deltacast::tree

@@ -1,0 +1,109 @@
+#include "tree/frame_store.h"
+
+namespace deltacast::tree {
+
+FrameStore::FrameStore(size_t in_flight_budget, uint32_t retain_versions)
+    : budget_(in_flight_budget), retain_versions_(retain_versions) {}
+
+bool FrameStore::first_sight(uint64_t attempt, uint64_t version, uint32_t chunk, int tree,
+                             const SharedBytes& message) {
+  std::lock_guard lock(mutex_);
+  if (attempt != attempt_) {
+    attempt_ = attempt;
+    version_ = version;
+    in_flight_.clear();
+    kept_bytes_ = 0;
+  }
+  if (in_flight_.count(chunk)) return false;
+  StoredMessage stored{chunk, tree, nullptr, {}, message && message_type(*message) == MessageType::raw};
+  if (message && kept_bytes_ + message->size() <= budget_) {
+    stored.message = message;
+    kept_bytes_ += message->size();
+  }
+  in_flight_.emplace(chunk, std::move(stored));
+  return true;
+}
+
+void FrameStore::landed(uint64_t attempt, uint32_t chunk, std::span<const std::byte> body) {
+  std::lock_guard lock(mutex_);
+  if (attempt != attempt_) return;
+  auto it = in_flight_.find(chunk);
+  if (it != in_flight_.end()) it->second.body = body;
+}
+
+void FrameStore::forget(uint64_t attempt, uint32_t chunk) {
+  std::lock_guard lock(mutex_);
+  if (attempt != attempt_) return;
+  auto it = in_flight_.find(chunk);
+  if (it == in_flight_.end()) return;
+  if (it->second.message) kept_bytes_ -= it->second.message->size();
+  in_flight_.erase(it);
+}
+
+FrameStore::ResumeState FrameStore::resume_state() const {
+  std::lock_guard lock(mutex_);
+  ResumeState state{version_, attempt_, {}};
+  for (const auto& [chunk, stored] : in_flight_) {
+    if (chunk >= state.have.size()) state.have.resize(chunk + 1, false);
+    state.have[chunk] = true;
+  }
+  return state;
+}
+
+FrameStore::ResumePlan FrameStore::plan_resume(int tree, uint64_t attempt,
+                                               const std::vector<bool>& have) const {
+  std::lock_guard lock(mutex_);
+  ResumePlan plan{{}, {}, version_, attempt_};
+  if (attempt_ == 0) return plan;
+  // A child that holds another attempt (an older one, or none) holds nothing of this one.
+  const bool same = attempt == attempt_;
+  for (const auto& [chunk, stored] : in_flight_) {
+    if (stored.tree != tree) continue;
+    if (same && chunk < have.size() && have[chunk]) continue;
+    // A RAW piece whose body is still landing here is forwarded once it landed, to every child
+    // this member has then (the new one included): neither send it nor call it a gap.
+    if (stored.message && stored.raw && stored.body.empty()) continue;
+    if (stored.message)
+      plan.send.push_back(stored);
+    else
+      plan.gaps.push_back(chunk);
+  }
+  return plan;
+}
+
+void FrameStore::end_attempt(uint64_t attempt, bool committed) {
+  std::lock_guard lock(mutex_);
+  if (attempt != attempt_) return;
+  const bool whole = !in_flight_.empty() && in_flight_.rbegin()->first + 1 == in_flight_.size();
+  if (committed && whole && retain_versions_ > 0) {
+    std::vector<SharedBytes> messages;
+    for (const auto& [chunk, stored] : in_flight_) {
+      if (!stored.message || stored.raw) break;
+      messages.push_back(stored.message);
+    }
+    if (messages.size() == in_flight_.size()) {
+      archive_[version_] = std::move(messages);
+      while (archive_.size() > retain_versions_) archive_.erase(archive_.begin());
+    }
+  }
+  in_flight_.clear();
+  kept_bytes_ = 0;
+}
+
+std::optional<std::vector<SharedBytes>> FrameStore::archived(uint64_t from, uint64_t to) const {
+  std::lock_guard lock(mutex_);
+  std::vector<SharedBytes> all;
+  for (uint64_t v = from + 1; v <= to; ++v) {
+    auto it = archive_.find(v);
+    if (it == archive_.end()) return std::nullopt;
+    all.insert(all.end(), it->second.begin(), it->second.end());
+  }
+  return all;
+}
+
+uint64_t FrameStore::newest_archived() const {
+  std::lock_guard lock(mutex_);
+  return archive_.empty() ? 0 : archive_.rbegin()->first;
+}
+
+}  // namespace deltacast::tree

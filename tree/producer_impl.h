@@ -1,0 +1,177 @@
+#pragma once
+// Producer::Impl, shared by tree/producer.cpp (versions: sending, joint commit) and
+// tree/producer_members.cpp (membership: HELLO, failures, repairs, rejoin). Private to dc_tree.
+//
+// One thread at a time drives everything, holding `drive`: the host thread during the public
+// calls (their version loops pump one event queue fed by an acceptor thread, for HELLO and root
+// JOIN connections, and by one reader thread per control link), and between calls the idle thread,
+// which handles events as they come (a failure is repaired, a rejoin answered, while the trainer
+// computes the next step). Nothing else touches the state below.
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "codec/encoder.h"
+#include "tree/membership.h"
+#include "tree/producer.h"
+#include "tree/protocol.h"
+#include "tree/relay_link.h"
+#include "util/log.h"
+#include "util/worker_threads.h"
+
+namespace deltacast::tree {
+
+// A message for one tree's root: a FRAME, or a RAW header with its body (the caller's memory).
+struct Outgoing {
+  SharedBytes message;
+  std::span<const std::byte> body;
+};
+
+// Something the producer's host thread must look at.
+struct ProducerEvent {
+  enum class Kind { control, hello, root_join } kind = Kind::control;
+  ControlEvent control;                               // control
+  std::shared_ptr<transport::Connection> connection;  // hello, root_join
+  Hello hello;                                        // hello
+  Join join;                                          // root_join
+  Resume resume;                                      // root_join
+  uint64_t epoch = 0;                                 // root_join: the JOIN's epoch
+  Clock::time_point at = Clock::now();
+};
+
+struct Producer::Impl {
+  transport::Transport& transport;
+  const codec::Manifest& manifest;
+  ProducerOptions options;
+  std::shared_ptr<spdlog::logger> log = logger("tree");
+  std::unique_ptr<transport::Listener> listener;
+  uint64_t max_message_bytes = 0;
+  Clock::time_point session_start = Clock::now();
+
+  // ---- membership (tree/producer_members.cpp) ----
+  std::optional<Membership> membership;
+  std::vector<Member> members;  // [rank]: URL and cluster (rank 0: this producer)
+  struct ControlLink {
+    std::shared_ptr<transport::Connection> connection;
+    uint64_t generation = 0;
+    uint64_t instance = 0;
+    bool catching_up = false;  // connected, not yet in the live set
+    bool caught_up = false;    // said READY at the committed version: admit at the next version
+    uint64_t caught_up_version = 0;
+  };
+  std::vector<ControlLink> control;            // [rank]
+  std::vector<std::set<uint64_t>> replaced;    // [rank]: fenced-as-replaced instances
+  uint64_t next_generation = 1;
+  EventQueue<ProducerEvent> events;
+  std::unique_ptr<ControlReaders> readers;
+  std::thread acceptor;
+  std::vector<std::thread> greeters;  // one per accepted connection reading its first message
+  std::mutex greeters_mutex;
+  std::atomic<bool> stopping{false};
+  std::mutex drive;   // held by whoever drives (see the top)
+  std::thread idle;   // drives between public calls
+  std::vector<std::shared_ptr<OutboundLink>> roots;  // [tree]
+  std::vector<Clock::time_point> root_lost;          // [tree]: when the root went missing
+  // A repair waits for READY from the members it moved.
+  struct Repair {
+    Clock::time_point detected;
+    uint64_t epoch = 0;
+    std::set<uint32_t> waiting;
+  };
+  std::vector<Repair> repairs;
+  std::vector<FailedMember> failures;  // not yet reported
+  double repair_seconds = 0;           // finished repairs not yet reported
+  std::map<uint32_t, Clock::time_point> child_trouble;     // rank -> last REPORT about its child
+  std::map<uint32_t, Clock::time_point> stall_accusations;  // rank -> when its parent said stalled
+  std::map<uint64_t, uint64_t> history;  // committed version -> combined digest
+  uint64_t zero_digest = 0;              // combined digest of the all-zero version 0
+
+  // ---- versions (tree/producer.cpp) ----
+  std::vector<std::vector<std::byte>> baseline;  // [tensor]: bits of `version`
+  codec::StateDigest baseline_digest;
+  std::unique_ptr<WorkerThreads> encoders;
+  uint64_t version = 0;
+  uint64_t attempt = 0;  // last attempt id used
+  bool finished = false;
+  struct InFlight {
+    uint64_t version = 0;
+    uint64_t attempt = 0;
+    uint32_t keys = 0;  // data messages: chunks (+ the seal for deltas)
+    std::function<Outgoing(uint32_t key, uint32_t route)> make;  // deterministic re-encoding
+    std::function<int(uint32_t key)> tree_of;
+    std::vector<bool> sent;
+    std::deque<std::pair<uint32_t, uint32_t>> resends;  // (key, route)
+    enum class Answer { none, verified, refused };
+    std::map<uint32_t, Answer> answers;  // live ranks at the start
+    std::map<uint32_t, uint64_t> ack_digests;
+    std::set<uint32_t> active;           // after COMMIT/ABORT: ranks that answered ACTIVE
+    uint64_t want_active = 0;            // the version ACTIVE must name
+    bool deciding = false;               // COMMIT/ABORT is out
+    RefitReport* report = nullptr;
+    Clock::time_point start;
+  };
+  std::optional<InFlight> in_flight;
+
+  Impl(transport::Transport& t, const codec::Manifest& m, ProducerOptions o)
+      : transport(t), manifest(m), options(std::move(o)) {}
+  ~Impl();
+
+  codec::ConstWeights baseline_weights() const {
+    codec::ConstWeights w{&manifest, {}};
+    for (const auto& t : baseline) w.tensors.emplace_back(t.data(), t.size());
+    return w;
+  }
+  uint64_t epoch() const { return membership ? membership->epoch() : 0; }
+  std::vector<uint32_t> live_ranks() const { return membership ? membership->live_ranks() : std::vector<uint32_t>{}; }
+
+  // producer_members.cpp
+  void start_acceptor();
+  void stop_threads();
+  void greet(std::shared_ptr<transport::Connection> connection);
+  // Handles queued events for up to `wait` (0: only what is queued now).
+  void pump(std::chrono::milliseconds wait);
+  void handle(ProducerEvent& event);
+  void handle_control(const ControlEvent& event);
+  void handle_report(uint32_t from, const Report& report, Clock::time_point at);
+  void handle_hello(ProducerEvent& event);
+  void handle_root_join(ProducerEvent& event);
+  void handle_ready(uint32_t rank, const Ready& ready, uint64_t epoch);
+  // Tells a member that is not live how to reach the committed version from `held` (CATCHUP).
+  bool send_catchup(uint32_t rank, uint64_t held);
+  void idle_loop();
+  void review_stalls();
+  // Drops `rank` from the live set (fencing it), repairs the forest and tells every member.
+  void fail(uint32_t rank, FailureCause cause, const std::string& detail, Clock::time_point at);
+  void reparent(uint32_t rank, int tree, const std::string& why, Clock::time_point at);
+  void announce(const EpochUpdate& update, std::vector<TreeEdge> moves, Clock::time_point detected);
+  void admit_caught_up();
+  void broadcast(const Message& message, bool include_catching_up = false);
+  bool send_to(uint32_t rank, const Message& message);
+  void close_control(uint32_t rank);
+  void remember_version(uint64_t v, uint64_t digest);
+
+  // producer.cpp
+  // Posts to tree `tree`'s root once it has room, handling events meanwhile (a lost root is
+  // replaced, re-sends go out). Throws Error(state) when no member is live.
+  void deliver(int tree, const Outgoing& outgoing);
+  void flush_resends();
+  // Collects the answers of every live member, commits or aborts, waits for ACTIVE.
+  void joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
+                    const std::function<void()>& on_commit = {});
+  RefitReport run_version(InFlight flight, const std::function<void(InFlight&)>& send_all,
+                          const std::function<uint64_t()>& expected_digest, bool dry_run,
+                          const std::function<void()>& on_commit);
+  void adopt_baseline(const codec::ConstWeights& next) {
+    for (size_t t = 0; t < baseline.size(); ++t)
+      std::memcpy(baseline[t].data(), next.tensors[t].data(), baseline[t].size());
+  }
+  void settle_roots() noexcept;
+};
+
+}  // namespace deltacast::tree

@@ -1,0 +1,477 @@
+// The producer's membership side: who is live, what happens when a member dies, freezes, stalls
+// or loses an edge, and how a member comes back (docs/protocol.md, "Failures" and "Rejoin").
+// The producer alone decides; members learn every decision from an EPOCH message.
+#include <algorithm>
+
+#include "tree/producer_impl.h"
+
+namespace deltacast::tree {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr size_t kControlBufferBytes = size_t{1} << 20;
+constexpr auto kControlSendTimeout = 10s;
+
+}  // namespace
+
+Producer::Impl::~Impl() { stop_threads(); }
+
+void Producer::Impl::start_acceptor() {
+  acceptor = std::thread([this] {
+    while (!stopping) {
+      std::unique_ptr<transport::Connection> connection;
+      try {
+        connection = listener->accept(200ms);
+      } catch (const Error& e) {
+        if (!stopping) log->error("producer: listener failed: {}", e.what());
+        return;
+      }
+      if (!connection) continue;
+      std::shared_ptr<transport::Connection> shared(std::move(connection));
+      std::lock_guard lock(greeters_mutex);
+      greeters.emplace_back([this, shared] { greet(shared); });
+    }
+  });
+}
+
+void Producer::Impl::idle_loop() {
+  while (!stopping) {
+    const bool queued = events.wait(200ms);
+    std::lock_guard lock(drive);
+    if (stopping) return;
+    if (queued) pump(0ms);
+    review_stalls();
+    admit_caught_up();
+  }
+}
+
+void Producer::Impl::stop_threads() {
+  stopping = true;
+  if (idle.joinable()) idle.join();
+  if (acceptor.joinable()) acceptor.join();
+  std::vector<std::thread> done;
+  {
+    std::lock_guard lock(greeters_mutex);
+    done.swap(greeters);
+  }
+  for (auto& t : done)
+    if (t.joinable()) t.join();
+  if (readers) readers->stop();
+}
+
+// Reads a new connection's first message: HELLO (a member's control link) or JOIN + RESUME (a
+// tree root's data edge). Anything else, or silence, drops the connection.
+void Producer::Impl::greet(std::shared_ptr<transport::Connection> connection) {
+  try {
+    auto bytes = recv_message(*connection, kControlBufferBytes, kControlSendTimeout);
+    ProducerEvent event;
+    event.connection = connection;
+    event.epoch = message_header(bytes).epoch;
+    auto message = decode_message(bytes);
+    if (auto* hello = std::get_if<Hello>(&message)) {
+      event.kind = ProducerEvent::Kind::hello;
+      event.hello = *hello;
+    } else if (auto* join = std::get_if<Join>(&message)) {
+      auto next = decode_message(recv_message(*connection, kControlBufferBytes, kControlSendTimeout));
+      auto* resume = std::get_if<Resume>(&next);
+      if (!resume) throw Error(Errc::corrupt_frame, "a root's JOIN was not followed by RESUME");
+      event.kind = ProducerEvent::Kind::root_join;
+      event.join = *join;
+      event.resume = std::move(*resume);
+    } else {
+      throw Error(Errc::corrupt_frame, "a connection's first message is neither HELLO nor JOIN");
+    }
+    event.at = Clock::now();
+    events.push(std::move(event));
+  } catch (const Error& e) {
+    if (!stopping) log->warn("producer: dropping a connection from {}: {}", connection->peer(), e.what());
+    connection->close();
+  }
+}
+
+void Producer::Impl::pump(std::chrono::milliseconds wait) {
+  auto first = events.pop(wait);
+  while (first) {
+    handle(*first);
+    first = events.pop(0ms);
+  }
+  review_stalls();
+}
+
+void Producer::Impl::handle(ProducerEvent& event) {
+  switch (event.kind) {
+    case ProducerEvent::Kind::control:
+      handle_control(event.control);
+      break;
+    case ProducerEvent::Kind::hello:
+      handle_hello(event);
+      break;
+    case ProducerEvent::Kind::root_join:
+      handle_root_join(event);
+      break;
+  }
+}
+
+void Producer::Impl::handle_control(const ControlEvent& e) {
+  if (e.rank >= control.size() || control[e.rank].generation != e.generation) return;  // an old link
+  if (!e.message) {
+    if (!membership) throw Error(Errc::connection, "rank " + std::to_string(e.rank) + "'s link failed during start: " + e.status.message);
+    if (control[e.rank].catching_up) {
+      log->warn("producer: rank {} left while catching up: {}", e.rank, e.status.message);
+      close_control(e.rank);
+      return;
+    }
+    fail(e.rank, e.status.code == Errc::corrupt_frame ? FailureCause::refused : failure_cause_of(e.status),
+         e.status.message, e.at);
+    return;
+  }
+  const Message& m = *e.message;
+  auto& f = in_flight;
+  if (auto* ack = std::get_if<Ack>(&m)) {
+    if (f && ack->version == f->version && f->answers.count(e.rank) && f->answers[e.rank] == InFlight::Answer::none) {
+      f->answers[e.rank] = InFlight::Answer::verified;
+      f->ack_digests[e.rank] = ack->digest;
+    }
+  } else if (auto* nack = std::get_if<Nack>(&m)) {
+    if (f && nack->version == f->version && f->answers.count(e.rank)) {
+      if (f->deciding) {
+        fail(e.rank, FailureCause::refused, "could not commit version " + std::to_string(f->version) + ": " + nack->message, e.at);
+      } else {
+        f->answers[e.rank] = InFlight::Answer::refused;
+        if (f->report && f->report->abort_reason.empty())
+          f->report->abort_reason = "rank " + std::to_string(e.rank) + ": " +
+                                    std::string(errc_name(static_cast<Errc>(nack->errc))) + ": " + nack->message;
+      }
+    }
+  } else if (auto* active = std::get_if<Active>(&m)) {
+    if (f && f->deciding && membership->live(e.rank)) {
+      if (active->version == f->want_active)
+        f->active.insert(e.rank);
+      else
+        fail(e.rank, FailureCause::refused,
+             "active at version " + std::to_string(active->version) + ", expected " + std::to_string(f->want_active), e.at);
+    }
+  } else if (auto* ready = std::get_if<Ready>(&m)) {
+    handle_ready(e.rank, *ready, e.epoch);
+  } else if (auto* report = std::get_if<Report>(&m)) {
+    handle_report(e.rank, *report, e.at);
+  } else if (auto* gap = std::get_if<Gap>(&m)) {
+    if (f && gap->attempt == f->attempt && membership->live(gap->child))
+      for (uint32_t key : gap->chunks)
+        if (key < f->keys) f->resends.emplace_back(key, gap->child);
+  } else {
+    log->warn("producer: ignoring an unexpected message from rank {}", e.rank);
+  }
+}
+
+void Producer::Impl::handle_ready(uint32_t rank, const Ready& ready, uint64_t epoch) {
+  auto& link = control[rank];
+  if (link.catching_up) {
+    const auto known = history.find(ready.version);
+    const bool current = ready.version == version &&
+                         (ready.version == 0 ? ready.digest == zero_digest
+                                             : known != history.end() && known->second == ready.digest);
+    if (current) {
+      link.caught_up = true;
+      link.caught_up_version = ready.version;
+      log->info("producer: rank {} caught up to version {}; it joins at the next version", rank, version);
+    } else {
+      log->info("producer: rank {} says READY at version {}; the producer is at {}: catching up again", rank,
+                ready.version, version);
+      if (!send_catchup(rank, ready.version)) close_control(rank);
+    }
+    return;
+  }
+  const auto now = Clock::now();
+  for (auto it = repairs.begin(); it != repairs.end();) {
+    if (epoch >= it->epoch) it->waiting.erase(rank);
+    if (it->waiting.empty()) {
+      const double seconds = std::chrono::duration<double>(now - it->detected).count();
+      if (in_flight && in_flight->report) in_flight->report->repair_seconds += seconds; else repair_seconds += seconds;
+      it = repairs.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// A member says one of its links failed. The producer, which has every control link, decides:
+// a stalled child is failed (after a grace period, unless that child is itself waiting on a
+// troubled child of its own); a failed edge moves the child away from that parent.
+void Producer::Impl::handle_report(uint32_t from, const Report& report, Clock::time_point at) {
+  if (!membership->live(from)) return;
+  const int tree = static_cast<int>(report.tree);
+  if (tree < 0 || tree >= membership->trees()) return;
+  log->info("producer: rank {} reports its link to rank {} in tree {}: {} ({})", from, report.peer, tree,
+            failure_cause_name(report.cause), report.detail);
+  if (report.peer == kProducerRank || !membership->live(report.peer)) return;
+  const bool peer_is_parent = membership->parent(from, tree) == report.peer;
+  const bool peer_is_child = membership->parent(report.peer, tree) == from;
+  if (!peer_is_parent && !peer_is_child) return;  // an edge that is gone already
+  if (peer_is_child) child_trouble[from] = at;
+  if (report.cause == FailureCause::stalled && peer_is_child) {
+    stall_accusations.emplace(report.peer, at);
+    return;
+  }
+  if (peer_is_parent)
+    reparent(from, tree, "its link to parent rank " + std::to_string(report.peer) + " failed", at);
+  else
+    reparent(report.peer, tree, "its parent rank " + std::to_string(from) + " lost the link", at);
+}
+
+void Producer::Impl::review_stalls() {
+  if (!membership) return;
+  const auto now = Clock::now();
+  const auto grace = std::min<std::chrono::milliseconds>(1000ms, options.peer_timeout / 2);
+  for (auto it = stall_accusations.begin(); it != stall_accusations.end();) {
+    const uint32_t rank = it->first;
+    if (now - it->second < grace) {
+      ++it;
+      continue;
+    }
+    // A member that is itself blocked by a troubled child of its own is not the culprit.
+    auto trouble = child_trouble.find(rank);
+    const bool excused = trouble != child_trouble.end() && now - trouble->second < 2 * options.peer_timeout + grace;
+    const auto accused_at = it->second;
+    it = stall_accusations.erase(it);
+    if (!excused && membership->live(rank))
+      fail(rank, FailureCause::stalled, "drained nothing for " + std::to_string(options.peer_timeout.count()) + " ms",
+           accused_at);
+  }
+}
+
+bool Producer::Impl::send_to(uint32_t rank, const Message& message) {
+  auto& link = control[rank];
+  if (!link.connection) return false;
+  try {
+    send_control(*link.connection, message, kControlSendTimeout, epoch());
+    return true;
+  } catch (const Error& e) {
+    log->warn("producer: rank {} unreachable: {}", rank, e.what());
+    return false;
+  }
+}
+
+void Producer::Impl::broadcast(const Message& message, bool include_catching_up) {
+  const auto bytes = encode_message(message, epoch());
+  std::vector<std::shared_ptr<transport::Request>> sends;
+  for (uint32_t r = 1; r < control.size(); ++r) {
+    const auto& link = control[r];
+    if (!link.connection) continue;
+    if (!membership->live(r) && !(include_catching_up && link.catching_up)) continue;
+    sends.push_back(link.connection->post_send(bytes));
+  }
+  // Post to everyone first, then wait: one frozen member delays nobody's copy.
+  for (auto& s : sends) s->wait(kControlSendTimeout);
+}
+
+void Producer::Impl::close_control(uint32_t rank) {
+  auto& link = control[rank];
+  if (link.connection) link.connection->close();
+  link = ControlLink{};
+}
+
+void Producer::Impl::fail(uint32_t rank, FailureCause cause, const std::string& detail, Clock::time_point at) {
+  if (!membership || !membership->live(rank)) return;
+  const double since_start = std::chrono::duration<double>(at - session_start).count();
+  const double detection = cause == FailureCause::silent || cause == FailureCause::stalled
+                               ? std::chrono::duration<double>(options.peer_timeout).count()
+                               : 0.0;
+  FailedMember failed{rank, failure_cause_name(cause), since_start, detection};
+  if (in_flight && in_flight->report)
+    in_flight->report->failed_members.push_back(failed);
+  else
+    failures.push_back(failed);
+  log->warn("producer: rank {} failed ({}: {}); repairing the tree", rank, failure_cause_name(cause), detail);
+  // Fence it: a frozen instance that wakes up must learn it is out before it does anything.
+  if (control[rank].connection) {
+    auto bytes = encode_message(Fenced{cause == FailureCause::replaced, std::string(failure_cause_name(cause)) + ": " + detail},
+                                epoch());
+    auto request = control[rank].connection->post_send(bytes);
+    request->wait(100ms);
+  }
+  close_control(rank);
+  for (int t = 0; t < static_cast<int>(roots.size()); ++t) {
+    if (roots[t] && roots[t]->peer_rank() == rank) {
+      roots[t]->cancel_all();
+      roots[t].reset();
+      root_lost[t] = Clock::now();
+    }
+  }
+  if (in_flight) {
+    in_flight->answers.erase(rank);
+    in_flight->active.erase(rank);
+  }
+  for (auto& repair : repairs) repair.waiting.erase(rank);
+  const uint32_t dead[] = {rank};
+  auto moves = membership->remove(dead);
+  EpochUpdate update;
+  update.dead.push_back({rank, cause});
+  announce(update, std::move(moves), at);
+}
+
+void Producer::Impl::reparent(uint32_t rank, int tree, const std::string& why, Clock::time_point at) {
+  log->warn("producer: moving rank {} in tree {}: {}", rank, tree, why);
+  auto moves = membership->reparent(rank, tree);
+  announce(EpochUpdate{}, std::move(moves), at);
+}
+
+// Tells every member (and members catching up, so their copy stays current) the new epoch, and
+// waits for READY from each member that moved.
+void Producer::Impl::announce(const EpochUpdate& base, std::vector<TreeEdge> moves, Clock::time_point detected) {
+  EpochUpdate update = base;
+  update.moves = std::move(moves);
+  Repair repair{detected, epoch(), {}};
+  for (const auto& m : update.moves) {
+    repair.waiting.insert(m.rank);
+    // A new root joins the producer: the old root link goes.
+    if (m.parent == kProducerRank && roots[m.tree] && roots[m.tree]->peer_rank() != m.rank) {
+      roots[m.tree]->cancel_all();
+      roots[m.tree].reset();
+      root_lost[m.tree] = Clock::now();
+    }
+  }
+  broadcast(update, true);
+  if (!repair.waiting.empty()) repairs.push_back(std::move(repair));
+}
+
+void Producer::Impl::remember_version(uint64_t v, uint64_t digest) {
+  history[v] = digest;
+  while (history.size() > options.retain_versions + 1) history.erase(history.begin());
+}
+
+// A HELLO after start: a restarted member (same rank), a member that was fenced and kept its
+// memory, or a member that lost and found the producer again. The digest it holds is checked
+// against the producer's record of that version before anything else happens.
+void Producer::Impl::handle_hello(ProducerEvent& event) {
+  const Hello& h = event.hello;
+  auto refuse = [&](Errc code, const std::string& why) {
+    log->warn("producer: refused HELLO from rank {}: {}", h.rank, why);
+    try {
+      send_control(*event.connection, Refused{static_cast<uint32_t>(code), why}, kControlSendTimeout, epoch());
+    } catch (const Error&) {
+    }
+    event.connection->close();
+  };
+  if (h.rank < 1 || h.rank >= control.size())
+    return refuse(Errc::invalid_argument, "rank " + std::to_string(h.rank) + " is not in 1.." +
+                                              std::to_string(control.size() - 1));
+  if (replaced[h.rank].count(h.instance))
+    return refuse(Errc::state, "this instance of rank " + std::to_string(h.rank) + " was replaced by a newer one");
+  auto& link = control[h.rank];
+  if (!membership) {  // start: every rank once
+    if (link.connection) return refuse(Errc::invalid_argument, "rank " + std::to_string(h.rank) + " said HELLO twice");
+    link = ControlLink{event.connection, next_generation++, h.instance, false, false};
+    members[h.rank] = Member{h.rank, h.data_url, h.cluster, true};
+    readers->add(h.rank, link.generation, event.connection);
+    return;
+  }
+  if (link.connection && link.instance == h.instance)
+    return refuse(Errc::state, "rank " + std::to_string(h.rank) + " said HELLO twice on two links");
+  if (membership->live(h.rank)) {
+    replaced[h.rank].insert(link.instance);
+    fail(h.rank, FailureCause::replaced, "a new instance said HELLO", event.at);
+  } else if (link.connection) {
+    close_control(h.rank);  // an earlier attempt to catch up
+  }
+  if (h.held_version > version)
+    return refuse(Errc::version_mismatch, "rank " + std::to_string(h.rank) + " holds version " +
+                                              std::to_string(h.held_version) + ", newer than the producer's " +
+                                              std::to_string(version));
+  // Version 0 is the all-zero state by definition; any other version must carry its digest.
+  const auto known = history.find(h.held_version);
+  const uint64_t want = known != history.end() ? known->second : 0;
+  if (h.held_version > 0 && known != history.end() && h.held_digest != want) {
+    char text[160];
+    std::snprintf(text, sizeof text, "holds version %llu with digest %016llx; the producer's digest of that version is %016llx",
+                  static_cast<unsigned long long>(h.held_version), static_cast<unsigned long long>(h.held_digest),
+                  static_cast<unsigned long long>(want));
+    return refuse(Errc::verify_failed, "rank " + std::to_string(h.rank) + " " + text + "; nothing was written");
+  }
+  members[h.rank] = Member{h.rank, h.data_url, h.cluster, false};
+  link = ControlLink{event.connection, next_generation++, h.instance, true, false};
+  readers->add(h.rank, link.generation, event.connection);
+
+  log->info("producer: rank {} rejoins holding version {}; the committed version is {}", h.rank, h.held_version,
+            version);
+  Welcome w;
+  w.session = static_cast<uint64_t>(session_start.time_since_epoch().count());
+  w.instance = h.instance;
+  w.topology = std::string(topology_kind_name(membership->kind()));
+  w.max_message_bytes = max_message_bytes;
+  w.members = members;
+  for (auto& m : w.members) m.live = m.rank != 0 && membership->live(m.rank);
+  w.members[0].live = true;
+  w.forest = membership->forest();
+  w.tensors = manifest.tensors();
+  w.committed_version = version;
+  w.committed_digest = history.count(version) ? history.at(version) : 0;
+  if (!send_to(h.rank, w) || !send_catchup(h.rank, h.held_version)) close_control(h.rank);
+}
+
+bool Producer::Impl::send_catchup(uint32_t rank, uint64_t held) {
+  Catchup plan{version, history.count(version) ? history.at(version) : 0, CatchupMode::none, {}};
+  // Replay needs every version after `held` retained by peers (deltas only: version 1 is raw).
+  if (held < version) plan.mode = held > 0 && history.count(held) ? CatchupMode::replay : CatchupMode::snapshot;
+  // Sources: live members of its own cluster first, then the others (never the producer's uplink
+  // while a peer can serve).
+  const std::string& cluster = members[rank].cluster;
+  for (int pass = 0; pass < 2; ++pass)
+    for (uint32_t r : live_ranks())
+      if ((membership->cluster(r) == cluster) == (pass == 0)) plan.sources.push_back(members[r]);
+  log->info("producer: rank {} catches up from version {} to {} by {}", rank, held, version,
+            plan.mode == CatchupMode::none ? "nothing" : plan.mode == CatchupMode::replay ? "replay" : "snapshot");
+  return send_to(rank, plan);
+}
+
+// Members that caught up join the live set at a version boundary (here, before a version starts):
+// each becomes a leaf in every tree, and the EPOCH that says so is their signal to connect.
+void Producer::Impl::admit_caught_up() {
+  for (uint32_t r = 1; r < control.size(); ++r) {
+    auto& link = control[r];
+    if (!link.catching_up || !link.caught_up) continue;
+    if (link.caught_up_version != version) {  // a version committed meanwhile
+      link.caught_up = false;
+      if (!send_catchup(r, link.caught_up_version)) close_control(r);
+      continue;
+    }
+    link.catching_up = link.caught_up = false;
+    members[r].live = true;
+    auto moves = membership->add(r);
+    EpochUpdate update;
+    update.joined.push_back(members[r]);
+    log->info("producer: rank {} is back in the tree at epoch {}", r, epoch());
+    announce(update, std::move(moves), Clock::now());
+  }
+}
+
+void Producer::Impl::handle_root_join(ProducerEvent& event) {
+  const int tree = static_cast<int>(event.join.tree);
+  const uint32_t rank = event.join.rank;
+  const bool valid = membership && tree >= 0 && tree < membership->trees() && membership->live(rank) &&
+                     membership->root(tree) == rank;
+  if (!valid) {
+    log->warn("producer: refused a JOIN from rank {} for tree {}: not its root at epoch {}", rank, tree, epoch());
+    try {
+      send_control(*event.connection, Refused{static_cast<uint32_t>(Errc::state), "not the root of tree " + std::to_string(tree)},
+                   kControlSendTimeout, epoch());
+    } catch (const Error&) {
+    }
+    event.connection->close();
+    return;
+  }
+  if (roots[tree]) roots[tree]->cancel_all();
+  roots[tree] = std::make_shared<OutboundLink>(std::make_unique<SharedConnection>(event.connection), rank, tree);
+  // What the new root lacks of what went out already goes again (the producer keeps no copies:
+  // it encodes again); what was not sent yet follows in order.
+  if (in_flight) {
+    const bool same = event.resume.attempt == in_flight->attempt;
+    for (uint32_t key = 0; key < in_flight->keys; ++key) {
+      if (!in_flight->sent[key] || in_flight->tree_of(key) != tree) continue;
+      if (same && key < event.resume.have.size() && event.resume.have[key]) continue;
+      in_flight->resends.emplace_back(key, 0);
+    }
+  }
+}
+
+}  // namespace deltacast::tree

@@ -1,0 +1,595 @@
+#include "tree/relay_edges.h"
+
+#include <algorithm>
+
+#include "codec/frame.h"
+#include "util/log.h"
+
+namespace deltacast::tree {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr size_t kControlBufferBytes = size_t{1} << 20;
+
+}  // namespace
+
+// The link to this member's parent in one tree. All fields under RelayEdges::mutex_.
+struct RelayEdges::ParentSlot {
+  uint32_t parent = 0;
+  uint64_t epoch = 0;                 // epoch of the current assignment
+  uint64_t generation = 0;            // bumps with every assignment
+  uint64_t connected_generation = 0;  // the assignment whose JOIN and RESUME went out
+  std::shared_ptr<transport::Connection> connection;
+};
+
+RelayEdges::RelayEdges(transport::Transport& transport, transport::Listener& listener, Session& session,
+                       FrameStore& store, const codec::Manifest& manifest, std::vector<Member> members,
+                       RelayOptions options, Callbacks callbacks)
+    : transport_(transport),
+      listener_(listener),
+      session_(session),
+      store_(store),
+      manifest_(manifest),
+      options_(std::move(options)),
+      callbacks_(std::move(callbacks)),
+      members_(std::move(members)) {}
+
+RelayEdges::~RelayEdges() { stop(); }
+
+std::string RelayEdges::url_of(uint32_t rank) const {
+  for (const auto& m : members_)
+    if (m.rank == rank) return m.url;
+  throw Error(Errc::not_found, "no URL for rank " + std::to_string(rank));
+}
+
+void RelayEdges::count(uint64_t RelayStats::*field, uint64_t by) {
+  std::lock_guard lock(stats_mutex_);
+  stats_.*field += by;
+}
+
+RelayStats RelayEdges::stats() const {
+  std::lock_guard lock(stats_mutex_);
+  return stats_;
+}
+
+void RelayEdges::report(const Message& message) {
+  try {
+    callbacks_.to_producer(message);
+  } catch (const Error& e) {
+    logger("tree")->warn("rank {}: could not tell the producer: {}", options_.rank, e.what());
+  }
+}
+
+void RelayEdges::start(const Membership& membership) {
+  std::lock_guard lock(mutex_);
+  membership_ = membership;
+  const int trees = membership.trees();
+  children_.assign(trees, {});
+  for (int t = 0; t < trees; ++t) {
+    auto slot = std::make_unique<ParentSlot>();
+    slot->parent = membership.parent(options_.rank, t).value_or(kProducerRank);
+    slot->epoch = membership.epoch();
+    slot->generation = 1;
+    parents_.push_back(std::move(slot));
+  }
+  for (int t = 0; t < trees; ++t) readers_.emplace_back([this, t] { read_loop(t); });
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+void RelayEdges::update(const Membership& membership, const std::vector<Member>& joined) {
+  std::vector<std::shared_ptr<OutboundLink>> dropped;
+  {
+    std::lock_guard lock(mutex_);
+    if (!membership_) return;
+    for (const auto& m : joined) {
+      auto it = std::find_if(members_.begin(), members_.end(), [&](const Member& x) { return x.rank == m.rank; });
+      if (it != members_.end()) *it = m; else members_.push_back(m);
+    }
+    const Membership old = *membership_;
+    membership_ = membership;
+    for (int t = 0; t < membership.trees(); ++t) {
+      auto& slot = *parents_[t];
+      const auto parent = membership.parent(options_.rank, t);
+      const auto old_parent = old.parent(options_.rank, t);
+      // Reconnect when the parent changed, or when the producer moved us back under the same
+      // parent (its link failed) — every move of ours names a new epoch.
+      const bool moved = parent != old_parent || !slot.connection || slot.connected_generation != slot.generation;
+      if (parent && moved) {
+        slot.parent = *parent;
+        slot.epoch = membership.epoch();
+        ++slot.generation;
+        if (slot.connection) slot.connection->close();
+      }
+      auto& kids = children_[t];
+      for (auto it = kids.begin(); it != kids.end();) {
+        const uint32_t c = (*it)->peer_rank();
+        if (!membership.live(c) || membership.parent(c, t) != options_.rank) {
+          dropped.push_back(*it);
+          it = kids.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  changed_.notify_all();
+  for (auto& link : dropped) link->cancel_all();
+}
+
+void RelayEdges::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (stopped_) return;
+    stopped_ = true;
+    stopping_ = true;
+    for (auto& slot : parents_)
+      if (slot->connection) slot->connection->close();
+  }
+  changed_.notify_all();
+  for (auto& reader : readers_)
+    if (reader.joinable()) reader.join();
+  if (acceptor_.joinable()) acceptor_.join();
+  std::vector<std::thread> servers;
+  std::vector<std::shared_ptr<OutboundLink>> links;
+  {
+    std::lock_guard lock(mutex_);
+    servers.swap(servers_);
+    for (auto& kids : children_)
+      for (auto& link : kids) links.push_back(link);
+    children_.clear();
+  }
+  for (auto& server : servers)
+    if (server.joinable()) server.join();
+  // What was posted to children still goes out (the last version's frames), within bounds.
+  for (auto& link : links) link->flush(options_.peer_timeout);
+  for (auto& link : links) link->cancel_all();
+}
+
+// ---- children -------------------------------------------------------------------------------
+
+void RelayEdges::accept_loop() {
+  while (!stopping_) {
+    std::unique_ptr<transport::Connection> connection;
+    try {
+      connection = listener_.accept(200ms);
+    } catch (const Error& e) {
+      if (!stopping_) logger("tree")->error("rank {}: listener failed: {}", options_.rank, e.what());
+      return;
+    }
+    if (!connection) continue;
+    std::shared_ptr<transport::Connection> shared(std::move(connection));
+    std::lock_guard lock(mutex_);
+    servers_.emplace_back([this, shared] { serve_connection(shared); });
+  }
+}
+
+void RelayEdges::serve_connection(std::shared_ptr<transport::Connection> connection) {
+  try {
+    auto bytes = recv_message(*connection, kControlBufferBytes, options_.connect_timeout);
+    const uint64_t epoch = message_header(bytes).epoch;
+    auto message = decode_message(bytes);
+    if (auto* join = std::get_if<Join>(&message)) return serve_join(std::move(connection), *join, epoch);
+    if (auto* fetch = std::get_if<Fetch>(&message)) return serve_fetch(std::move(connection), *fetch);
+    throw Error(Errc::corrupt_frame, std::string("first message is ") +
+                                         message_type_name(message_header(bytes).type) +
+                                         ", not JOIN or FETCH");
+  } catch (const Error& e) {
+    if (!stopping_)
+      logger("tree")->warn("rank {}: dropped a connection from {}: {}", options_.rank, connection->peer(), e.what());
+    connection->close();
+  }
+}
+
+void RelayEdges::serve_join(std::shared_ptr<transport::Connection> connection, const Join& join, uint64_t epoch) {
+  const int tree = static_cast<int>(join.tree);
+  auto is_child = [&] {
+    return membership_ && tree >= 0 && tree < membership_->trees() && membership_->live(join.rank) &&
+           membership_->parent(join.rank, tree) == options_.rank;
+  };
+  bool mine;
+  {
+    std::unique_lock lock(mutex_);
+    // The child may have heard of its move before us: wait for that epoch's update.
+    changed_.wait_for(lock, options_.join_timeout,
+                      [&] { return stopping_ || (membership_ && membership_->epoch() >= epoch); });
+    if (stopping_) return;
+    mine = is_child();
+  }
+  if (!mine) {
+    const std::string why = "rank " + std::to_string(join.rank) + " is not a child of rank " +
+                            std::to_string(options_.rank) + " in tree " + std::to_string(tree) +
+                            " at epoch " + std::to_string(epoch);
+    logger("tree")->warn("rank {}: refused a JOIN: {}", options_.rank, why);
+    try {
+      send_control(*connection, Refused{static_cast<uint32_t>(Errc::state), why}, options_.connect_timeout);
+    } catch (const Error&) {
+    }
+    connection->close();
+    return;
+  }
+  auto bytes = recv_message(*connection, kControlBufferBytes, options_.connect_timeout);
+  auto message = decode_message(bytes);
+  auto* resume = std::get_if<Resume>(&message);
+  if (!resume || resume->rank != join.rank || resume->tree != join.tree)
+    throw Error(Errc::corrupt_frame, "a JOIN was not followed by its RESUME");
+  auto link = std::make_shared<OutboundLink>(std::make_unique<SharedConnection>(connection), join.rank, tree);
+  std::shared_ptr<OutboundLink> replaced;
+  FrameStore::ResumePlan plan;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ || !is_child()) {
+      link->cancel_all();
+      return;
+    }
+    auto& kids = children_[tree];
+    for (auto it = kids.begin(); it != kids.end(); ++it) {
+      if ((*it)->peer_rank() == join.rank) {
+        replaced = *it;
+        kids.erase(it);
+        break;
+      }
+    }
+    // Under the lock no first sight can slip between the plan and the new child's first forward.
+    plan = store_.plan_resume(tree, resume->attempt, resume->have);
+    for (const auto& stored : plan.send) {
+      if (stored.body.empty())
+        link->post(stored.message);
+      else
+        link->post_pair(stored.message, stored.body);
+    }
+    kids.push_back(link);
+  }
+  if (replaced) replaced->cancel_all();
+  count(&RelayStats::frames_resumed, plan.send.size());
+  logger("tree")->debug("rank {}: rank {} joined tree {} (epoch {}), {} retained frames sent, {} gaps",
+                        options_.rank, join.rank, tree, epoch, plan.send.size(), plan.gaps.size());
+  if (!plan.gaps.empty())
+    report(Gap{options_.rank, join.rank, join.tree, plan.version, plan.attempt, plan.gaps});
+}
+
+void RelayEdges::serve_fetch(std::shared_ptr<transport::Connection> connection, const Fetch& fetch) {
+  OutboundLink link(std::make_unique<SharedConnection>(connection), fetch.rank, 0);
+  FetchEnd end{fetch.version, 0, 0, ""};
+  if (fetch.mode == CatchupMode::replay) {
+    auto messages = store_.archived(fetch.from_version, fetch.version);
+    if (!messages) {
+      end.errc = static_cast<uint32_t>(Errc::not_found);
+      end.message = "rank " + std::to_string(options_.rank) + " does not hold the frames of versions " +
+                    std::to_string(fetch.from_version + 1) + ".." + std::to_string(fetch.version);
+    } else {
+      for (const auto& m : *messages) {
+        if (stopping_) return;
+        link.post(m);
+        while (!link.wait_below(options_.max_inflight_bytes_per_child, 100ms))
+          if (link.stalled_for() > options_.peer_timeout || stopping_)
+            throw Error(Errc::connection, "rank " + std::to_string(fetch.rank) + " stopped fetching");
+        if (link.dead()) throw Error(Errc::connection, "rank " + std::to_string(fetch.rank) + " stopped fetching");
+      }
+    }
+  } else {
+    end.errc = static_cast<uint32_t>(Errc::unsupported);
+    end.message = "snapshots are not served by this member";
+  }
+  link.post(std::make_shared<const std::vector<std::byte>>(encode_message(end)));
+  link.flush(options_.peer_timeout);
+}
+
+void RelayEdges::drop_child(int tree, uint32_t rank, FailureCause cause, const std::string& detail, bool tell) {
+  std::shared_ptr<OutboundLink> link;
+  {
+    std::lock_guard lock(mutex_);
+    auto& kids = children_[tree];
+    for (auto it = kids.begin(); it != kids.end(); ++it) {
+      if ((*it)->peer_rank() == rank) {
+        link = *it;
+        kids.erase(it);
+        break;
+      }
+    }
+  }
+  if (!link) return;
+  logger("tree")->warn("rank {}: dropped child rank {} in tree {} ({}: {})", options_.rank, rank, tree,
+                       failure_cause_name(cause), detail);
+  link->cancel_all();
+  if (tell) report(Report{options_.rank, rank, static_cast<uint32_t>(tree), cause, detail});
+}
+
+void RelayEdges::drain_children(int tree) {
+  std::vector<std::shared_ptr<OutboundLink>> kids;
+  {
+    std::lock_guard lock(mutex_);
+    kids = children_[tree];
+  }
+  for (auto& link : kids) {
+    bool below;
+    while (!(below = link->wait_below(options_.max_inflight_bytes_per_child, 100ms)) &&
+           link->stalled_for() <= options_.peer_timeout && !stopping_) {
+    }
+    if (!below && !stopping_) {
+      drop_child(tree, link->peer_rank(), FailureCause::stalled,
+                 "drained nothing for " + std::to_string(options_.peer_timeout.count()) + " ms", true);
+    } else if (link->dead()) {
+      drop_child(tree, link->peer_rank(), FailureCause::link_closed, "its data link failed", true);
+    }
+  }
+}
+
+size_t RelayEdges::forward_locked(int tree, bool first, uint32_t route, const SharedBytes& message,
+                                  std::span<const std::byte> body, const SharedBytes& body_owner) {
+  std::vector<OutboundLink*> targets;
+  auto& kids = children_[tree];
+  if (first) {
+    for (auto& link : kids) targets.push_back(link.get());
+  } else if (route != 0 && route != options_.rank && membership_) {
+    // A re-send for one member that this member already holds: pass it on towards that member.
+    uint32_t r = route;
+    for (uint32_t hops = 0; hops <= membership_->size(); ++hops) {
+      const auto p = membership_->parent(r, tree);
+      if (!p || *p == kProducerRank) break;
+      if (*p == options_.rank) {
+        for (auto& link : kids)
+          if (link->peer_rank() == r) targets.push_back(link.get());
+        break;
+      }
+      r = *p;
+    }
+  }
+  for (auto* link : targets) {
+    if (body.empty())
+      link->post(message);
+    else
+      link->post_pair(message, body, body_owner);
+  }
+  return targets.size();
+}
+
+// ---- parent ---------------------------------------------------------------------------------
+
+std::optional<size_t> RelayEdges::receive(int tree, transport::Connection& parent, uint64_t generation,
+                                          std::span<std::byte> into, Status& status) {
+  auto request = parent.post_recv(into);
+  while ((status = request->wait(200ms)).code == Errc::timeout) {
+    bool current;
+    {
+      std::lock_guard lock(mutex_);
+      current = !stopping_ && parents_[tree]->generation == generation;
+    }
+    if (!current) {
+      cancel_and_wait(*request);
+      status = Status{Errc::cancelled, "the parent link was replaced"};
+      return std::nullopt;
+    }
+  }
+  if (!status.ok()) return std::nullopt;
+  return request->bytes();
+}
+
+void RelayEdges::read_loop(int tree) {
+  std::vector<std::byte> buffer(options_.max_message_bytes);
+  uint64_t seen = 0;
+  while (!stopping_) {
+    uint32_t parent;
+    uint64_t generation, epoch;
+    std::string url;
+    {
+      std::unique_lock lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || parents_[tree]->generation != seen; });
+      if (stopping_) return;
+      const auto& slot = *parents_[tree];
+      seen = generation = slot.generation;
+      parent = slot.parent;
+      epoch = slot.epoch;
+      url = url_of(parent);
+    }
+    auto current = [&] {
+      std::lock_guard lock(mutex_);
+      return !stopping_ && parents_[tree]->generation == generation;
+    };
+    std::shared_ptr<transport::Connection> link;
+    try {
+      link = transport_.connect(transport::Url::parse(url), options_.connect_timeout);
+      send_control(*link, Join{options_.rank, static_cast<uint32_t>(tree)}, options_.connect_timeout, epoch);
+      const auto held = store_.resume_state();
+      send_control(*link, Resume{options_.rank, static_cast<uint32_t>(tree), held.version, held.attempt, held.have},
+                   options_.connect_timeout, epoch);
+    } catch (const Error& e) {
+      if (link) link->close();
+      if (current())
+        report(Report{options_.rank, parent, static_cast<uint32_t>(tree), FailureCause::unreachable, e.what()});
+      continue;
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_ || parents_[tree]->generation != generation) {
+        link->close();
+        continue;
+      }
+      parents_[tree]->connection = link;
+      parents_[tree]->connected_generation = generation;
+    }
+    changed_.notify_all();
+    say_ready_when_up();
+    Status status = read_from_parent(tree, *link, generation);
+    {
+      std::lock_guard lock(mutex_);
+      if (parents_[tree]->connection == link) parents_[tree]->connection.reset();
+    }
+    link->close();
+    if (!status.ok() && current()) {
+      logger("tree")->warn("rank {}: link to parent rank {} in tree {} failed: {}", options_.rank, parent, tree,
+                           status.message);
+      const auto cause = status.code == Errc::corrupt_frame ? FailureCause::refused : failure_cause_of(status);
+      report(Report{options_.rank, parent, static_cast<uint32_t>(tree), cause, status.message});
+    }
+  }
+}
+
+void RelayEdges::say_ready_when_up() {
+  uint64_t epoch;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& slot : parents_)
+      if (!slot->connection || slot->connected_generation != slot->generation) return;
+    epoch = membership_->epoch();
+    if (epoch == ready_epoch_) return;
+    ready_epoch_ = epoch;
+  }
+  report(Ready{options_.rank, session_.version(), session_.digest()});
+}
+
+// Reads and relays until the link fails (its status), is replaced or this member stops
+// (Errc::cancelled).
+Status RelayEdges::read_from_parent(int tree, transport::Connection& parent, uint64_t generation) {
+  std::vector<std::byte> buffer(options_.max_message_bytes);
+  for (;;) {
+    drain_children(tree);
+    Status status;
+    auto bytes = receive(tree, parent, generation, buffer, status);
+    if (!bytes) return status;
+    std::span<const std::byte> message(buffer.data(), *bytes);
+    try {
+      switch (message_type(message)) {
+        case MessageType::frame:
+          handle_frame(tree, message);
+          break;
+        case MessageType::raw:
+          if (!handle_raw(tree, parent, generation, message, buffer, status)) return status;
+          break;
+        default: {
+          auto decoded = decode_message(message);
+          if (auto* refused = std::get_if<Refused>(&decoded))
+            return Status{Errc::corrupt_frame, "the parent refused our JOIN: " + refused->message};
+          throw Error(Errc::corrupt_frame, std::string("unexpected ") + message_type_name(message_type(message)) +
+                                               " on a data edge");
+        }
+      }
+    } catch (const Error& e) {
+      count(&RelayStats::frames_refused);
+      logger("tree")->warn("rank {}: refused a message from the parent in tree {}: {}", options_.rank, tree, e.what());
+    }
+    if (callbacks_.on_data) {
+      const uint64_t version = session_.in_flight_version().value_or(0);
+      uint64_t handled;
+      {
+        std::lock_guard lock(stats_mutex_);
+        if (version != data_version_) {
+          data_version_ = version;
+          data_handled_ = 0;
+        }
+        handled = ++data_handled_;
+      }
+      callbacks_.on_data(version, handled);
+    }
+  }
+}
+
+void RelayEdges::handle_frame(int tree, std::span<const std::byte> message) {
+  const FrameMessage fm = decode_frame_message(message);
+  const codec::FrameView view = codec::parse_frame(fm.frame);
+  const auto& h = view.header;
+  const uint64_t attempt = fm.envelope.attempt;
+  count(&RelayStats::frames_received);
+  count(&RelayStats::payload_bytes, fm.frame.size());
+  if (!session_.admit(Session::DataKind::frame, attempt, h.new_version)) {
+    count(&RelayStats::frames_refused);
+    logger("tree")->debug("rank {}: dropped a stale frame (attempt {}, version {})", options_.rank, attempt, h.new_version);
+    return;
+  }
+  const uint32_t chunk = h.kind == codec::FrameKind::seal ? h.chunk_count : h.chunk_index;
+  auto shared = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
+  bool first;
+  size_t forwarded;
+  {
+    std::lock_guard lock(mutex_);
+    first = store_.first_sight(attempt, h.new_version, chunk, tree, shared);
+    forwarded = forward_locked(tree, first, fm.envelope.route, shared, {}, nullptr);
+  }
+  count(&RelayStats::frames_forwarded, forwarded);
+  if (!first) {
+    count(&RelayStats::frames_replayed);
+    return;
+  }
+  auto outcome = session_.apply_frame(attempt, view);
+  if (outcome.replayed) count(&RelayStats::frames_replayed);
+  if (outcome.refused) count(&RelayStats::frames_refused);
+  if (outcome.reply) report(*outcome.reply);
+}
+
+// One RAW piece: its header (`message`, in `scratch`) is followed by its bare body, received
+// straight into the weights when the piece is new and claimed (into `scratch` otherwise, and
+// passed on from there when it must be), forwarded to the children from where it landed, hashed
+// there. Returns false when the link can not go on (failed, replaced, or a body that can not be
+// skipped); `status` then says why.
+bool RelayEdges::handle_raw(int tree, transport::Connection& parent, uint64_t generation,
+                            std::span<const std::byte> message, std::span<std::byte> scratch, Status& status) {
+  RawChunkHeader h;
+  try {
+    h = decode_raw_message(message);
+  } catch (const Error& e) {
+    // Without a header the body's length is unknown: the stream can not be resynchronised.
+    status = Status{Errc::corrupt_frame, std::string("unreadable RAW header: ") + e.what()};
+    return false;
+  }
+  const uint64_t attempt = h.envelope.attempt;
+  count(&RelayStats::frames_received);
+  count(&RelayStats::payload_bytes, h.byte_count);
+  const bool admitted = session_.admit(Session::DataKind::raw, attempt, h.version);
+  auto header = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
+  bool first = false;
+  if (admitted) {
+    std::lock_guard lock(mutex_);
+    first = store_.first_sight(attempt, h.version, h.chunk_index, tree, header);
+  }
+  std::optional<std::span<std::byte>> target;
+  if (first) {
+    std::optional<Message> refusal;
+    target = session_.claim_piece(attempt, h, refusal);
+    if (refusal) {
+      count(&RelayStats::frames_refused);
+      report(*refusal);
+    }
+  } else {
+    count(admitted ? &RelayStats::frames_replayed : &RelayStats::frames_refused);
+  }
+  std::span<std::byte> body;
+  if (target) {
+    body = *target;
+  } else {
+    if (h.byte_count > scratch.size()) {
+      status = Status{Errc::corrupt_frame, "RAW body of " + std::to_string(h.byte_count) +
+                                               " bytes exceeds the receive buffer"};
+      return false;
+    }
+    body = scratch.first(h.byte_count);
+  }
+  const auto received = receive(tree, parent, generation, body, status);
+  const bool whole = received && *received == h.byte_count;
+  if (target) {
+    std::optional<uint64_t> hash;
+    if (whole) hash = raw_piece_hash(h, body);
+    auto reply = session_.land_piece(h, hash);
+    if (whole) {
+      size_t forwarded;
+      {
+        std::lock_guard lock(mutex_);
+        store_.landed(attempt, h.chunk_index, body);
+        forwarded = forward_locked(tree, true, h.envelope.route, header, body, nullptr);
+      }
+      count(&RelayStats::frames_forwarded, forwarded);
+    } else {
+      store_.forget(attempt, h.chunk_index);
+    }
+    if (reply) report(*reply);
+  } else if (whole && admitted) {
+    // Refused here or seen before: the children decide for themselves (a refused piece goes on
+    // on first sight; a routed re-send goes on towards its member).
+    auto copy = std::make_shared<const std::vector<std::byte>>(body.begin(), body.end());
+    std::lock_guard lock(mutex_);
+    count(&RelayStats::frames_forwarded,
+          forward_locked(tree, first, h.envelope.route, header, std::span(*copy), copy));
+  }
+  if (received && !whole) status = Status{Errc::corrupt_frame, "RAW body shorter than announced"};
+  return whole;
+}
+
+}  // namespace deltacast::tree

@@ -1,0 +1,368 @@
+#include "tree/session.h"
+
+#include <cstring>
+#include <vector>
+
+#include "util/log.h"
+
+namespace deltacast::tree {
+namespace {
+
+// Deltas: codec::DeltaApplier (exactly once per chunk, verified by the seal's digests, undo log).
+class DeltaVersion final : public VersionApplier {
+ public:
+  explicit DeltaVersion(codec::DeltaApplier& applier) : applier_(applier) {}
+  uint64_t apply_frame(const codec::FrameView& view) override { return applier_.apply(view).changes; }
+  bool complete() const override { return applier_.complete(); }
+  uint64_t verify() override {
+    applier_.verify();
+    return applier_.digest().combined();
+  }
+  uint64_t commit() override {
+    applier_.commit();
+    return applier_.digest().combined();
+  }
+  void rollback() override {
+    if (applier_.pending_version()) applier_.rollback();
+  }
+
+ private:
+  codec::DeltaApplier& applier_;
+};
+
+// The bootstrap: version 1's raw bytes into the all-zero version 0. Each piece is claimed before
+// its body lands straight in the weights and hashed where it landed; the version is verified by
+// the sum of the pieces' hashes (order-free). Rollback is a memset to zero.
+class RawBootstrap final : public VersionApplier {
+ public:
+  RawBootstrap(const codec::Manifest& manifest, codec::MutableWeights weights)
+      : manifest_(manifest), weights_(std::move(weights)) {}
+
+  std::span<std::byte> claim_piece(const RawChunkHeader& h) override {
+    std::lock_guard lock(mutex_);
+    if (h.version != 1)
+      throw Error(Errc::version_mismatch, "raw bootstrap of version " + std::to_string(h.version) +
+                                              " needs the all-zero version 0 and version 1");
+    bool inside = h.tensor < manifest_.size();
+    if (inside) {
+      const auto& info = manifest_.at(h.tensor);
+      const uint64_t w = codec::dtype_size(info.dtype);
+      inside = h.byte_offset % w == 0 && h.byte_count % w == 0 && h.byte_offset <= info.nbytes() &&
+               h.byte_count <= info.nbytes() - h.byte_offset;
+    }
+    if (!inside)
+      throw Error(Errc::corrupt_frame, "raw chunk " + std::to_string(h.chunk_index) +
+                                           " lies outside its tensor or splits an element");
+    if (claimed_.empty()) {
+      claimed_.assign(h.chunk_count, false);
+      have_.assign(h.chunk_count, false);
+    }
+    if (h.chunk_count != have_.size() || h.chunk_index >= have_.size())
+      throw Error(Errc::corrupt_frame, "raw chunks disagree on the chunk count");
+    if (claimed_[h.chunk_index])
+      throw Error(Errc::replayed, "raw chunk " + std::to_string(h.chunk_index) + " arrived twice");
+    claimed_[h.chunk_index] = true;
+    return weights_.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
+  }
+
+  void land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash) override {
+    std::lock_guard lock(mutex_);
+    if (h.chunk_index >= have_.size()) return;
+    if (!hash) {  // cut short: the piece may come again (a resumed or re-sent copy)
+      claimed_[h.chunk_index] = false;
+      return;
+    }
+    hash_ += *hash;
+    have_[h.chunk_index] = true;
+    ++received_;
+  }
+
+  bool complete() const override {
+    std::lock_guard lock(mutex_);
+    return !have_.empty() && received_ == have_.size();
+  }
+  // Every piece was hashed where it lies in the buffers; the producer hashed the same pieces of
+  // its checkpoint, so equal sums mean equal bits (a misplaced piece hashes differently).
+  uint64_t verify() override {
+    std::lock_guard lock(mutex_);
+    return hash_;
+  }
+  uint64_t commit() override {
+    std::lock_guard lock(mutex_);
+    const uint64_t digest = hash_;
+    reset_locked();
+    return digest;
+  }
+  void rollback() override {
+    std::lock_guard lock(mutex_);
+    for (auto& t : weights_.tensors) std::memset(t.data(), 0, t.size());
+    reset_locked();
+  }
+
+ private:
+  void reset_locked() {
+    claimed_.clear();
+    have_.clear();
+    received_ = 0;
+    hash_ = 0;
+  }
+
+  const codec::Manifest& manifest_;
+  codec::MutableWeights weights_;
+  mutable std::mutex mutex_;
+  std::vector<bool> claimed_, have_;
+  uint32_t received_ = 0;
+  uint64_t hash_ = 0;
+};
+
+}  // namespace
+
+uint64_t VersionApplier::apply_frame(const codec::FrameView& view) {
+  throw Error(Errc::version_mismatch, "a delta frame of version " + std::to_string(view.header.new_version) +
+                                          " arrived during a raw bootstrap");
+}
+
+std::span<std::byte> VersionApplier::claim_piece(const RawChunkHeader& h) {
+  throw Error(Errc::version_mismatch, "raw bootstrap of version " + std::to_string(h.version) +
+                                          " needs the all-zero version 0");
+}
+
+void VersionApplier::land_piece(const RawChunkHeader&, std::optional<uint64_t>) {}
+
+Session::Session(const codec::Manifest& manifest, codec::MutableWeights weights, uint64_t version,
+                 codec::StateDigest digest, uint32_t rank)
+    : manifest_(manifest), weights_(std::move(weights)), rank_(rank), committed_version_(version) {
+  committed_digest_ = digest.combined();
+  delta_applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, version, std::move(digest));
+  delta_ = std::make_unique<DeltaVersion>(*delta_applier_);
+  raw_ = std::make_unique<RawBootstrap>(manifest_, weights_);
+}
+
+Session::~Session() = default;
+
+bool Session::admit(DataKind kind, uint64_t attempt, uint64_t version) {
+  std::lock_guard lock(state_mutex_);
+  if (attempt <= floor_) return false;
+  if (in_flight_) return in_flight_->attempt == attempt && in_flight_->version == version;
+  InFlight f;
+  f.attempt = attempt;
+  f.version = version;
+  // The bootstrap lands raw only on the all-zero version 0; anything else goes to the delta
+  // applier, which refuses what does not fit its state.
+  f.applier = kind == DataKind::raw && committed_version_ == 0 ? raw_.get() : delta_.get();
+  if (kind == DataKind::raw && committed_version_ != 0) f.applier = nullptr;
+  in_flight_ = f;
+  return true;
+}
+
+std::optional<Message> Session::refuse_locked(uint64_t version, const Error& e) {
+  if (!in_flight_ || in_flight_->nacked || in_flight_->acked) return std::nullopt;
+  in_flight_->nacked = true;
+  logger("tree")->warn("rank {}: refused version {}: {}", rank_, version, e.what());
+  return Nack{rank_, version, static_cast<uint32_t>(e.code()), e.what()};
+}
+
+Session::Outcome Session::apply_frame(uint64_t attempt, const codec::FrameView& view) {
+  Outcome out;
+  const uint64_t version = view.header.new_version;
+  std::shared_lock data(data_mutex_);
+  VersionApplier* applier;
+  {
+    std::lock_guard lock(state_mutex_);
+    if (!in_flight_ || in_flight_->attempt != attempt) return out;  // ended meanwhile: stale
+    applier = in_flight_->applier;
+  }
+  std::optional<Error> failure;
+  uint64_t changes = 0;
+  try {
+    if (!applier)
+      throw Error(Errc::version_mismatch, "raw bootstrap needs the all-zero version 0; this member holds " +
+                                              std::to_string(committed_version_));
+    changes = applier->apply_frame(view);
+  } catch (const Error& e) {
+    failure = e;
+  }
+  std::lock_guard lock(state_mutex_);
+  if (!in_flight_ || in_flight_->attempt != attempt) return out;
+  if (failure) {
+    if (failure->code() == Errc::replayed) {
+      out.replayed = true;
+      return out;
+    }
+    out.refused = true;
+    out.reply = refuse_locked(version, *failure);
+    return out;
+  }
+  in_flight_->changes += changes;
+  if (!in_flight_->acked && !in_flight_->nacked && applier->complete()) {
+    try {
+      const uint64_t digest = applier->verify();
+      in_flight_->acked = true;
+      out.reply = Ack{rank_, version, digest, in_flight_->changes};
+    } catch (const Error& e) {
+      out.reply = refuse_locked(version, e);
+    }
+  }
+  return out;
+}
+
+std::optional<std::span<std::byte>> Session::claim_piece(uint64_t attempt, const RawChunkHeader& h,
+                                                         std::optional<Message>& reply) {
+  // The shared lock stays held until land_piece: commit/abort wait for bodies still landing.
+  data_mutex_.lock_shared();
+  VersionApplier* applier = nullptr;
+  {
+    std::lock_guard lock(state_mutex_);
+    if (in_flight_ && in_flight_->attempt == attempt) applier = in_flight_->applier;
+    if (!in_flight_ || in_flight_->attempt != attempt) {
+      data_mutex_.unlock_shared();
+      return std::nullopt;
+    }
+  }
+  try {
+    if (!applier)
+      throw Error(Errc::version_mismatch, "raw bootstrap of version " + std::to_string(h.version) +
+                                              " needs the all-zero version 0; this member holds " +
+                                              std::to_string(committed_version_));
+    return applier->claim_piece(h);
+  } catch (const Error& e) {
+    if (e.code() != Errc::replayed) {
+      std::lock_guard lock(state_mutex_);
+      reply = refuse_locked(h.version, e);
+    }
+    data_mutex_.unlock_shared();
+    return std::nullopt;
+  }
+}
+
+std::optional<Message> Session::land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash) {
+  std::optional<Message> reply;
+  {
+    std::lock_guard lock(state_mutex_);
+    if (in_flight_ && in_flight_->applier) {
+      in_flight_->applier->land_piece(h, hash);
+      if (hash && !in_flight_->acked && !in_flight_->nacked && in_flight_->applier->complete()) {
+        in_flight_->acked = true;
+        reply = Ack{rank_, h.version, in_flight_->applier->verify(), 0};
+      }
+    }
+  }
+  data_mutex_.unlock_shared();
+  return reply;
+}
+
+void Session::end_in_flight_locked(uint64_t attempt) {
+  floor_ = std::max(floor_, attempt);
+  in_flight_.reset();
+}
+
+void Session::commit(const Commit& commit, const std::function<void(const Message&)>& send) {
+  std::unique_lock data(data_mutex_);
+  VersionApplier* applier = nullptr;
+  {
+    std::lock_guard lock(state_mutex_);
+    const bool ours = in_flight_ && in_flight_->attempt == commit.attempt &&
+                      in_flight_->version == commit.version && in_flight_->acked;
+    if (!ours) {
+      data.unlock();
+      send(Nack{rank_, commit.version, static_cast<uint32_t>(Errc::state),
+                "COMMIT for a version this member has not verified"});
+      return;
+    }
+    applier = in_flight_->applier;
+  }
+  const bool bootstrap = applier == raw_.get();
+  const uint64_t active_digest = applier->commit();
+  {
+    std::lock_guard lock(state_mutex_);
+    committed_version_ = commit.version;
+    end_in_flight_locked(commit.attempt);
+    if (!bootstrap) committed_digest_ = delta_applier_->digest().combined();
+  }
+  send(Active{rank_, commit.version, active_digest});
+  // Idle-time work, before the data lock is released so that frames of the next version wait:
+  // after a bootstrap, a fresh delta applier whose StateDigest is a full scan of the buffers;
+  // then the undo log's page faults (room for ~1.6% of the elements; it grows if needed).
+  if (bootstrap) {
+    auto digest = codec::StateDigest::full_scan(weights_.as_const(), 1);
+    std::lock_guard lock(state_mutex_);
+    committed_digest_ = digest.combined();
+    delta_applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, commit.version, std::move(digest));
+    delta_ = std::make_unique<DeltaVersion>(*delta_applier_);
+  }
+  delta_applier_->reserve(manifest_.total_elements() / 64);
+}
+
+Message Session::abort(const Abort& abort) {
+  std::unique_lock data(data_mutex_);
+  std::lock_guard lock(state_mutex_);
+  if (in_flight_ && in_flight_->attempt <= abort.attempt) {
+    if (in_flight_->applier) in_flight_->applier->rollback();
+    in_flight_.reset();
+  }
+  floor_ = std::max(floor_, abort.attempt);
+  return Active{rank_, committed_version_, committed_digest_};
+}
+
+void Session::drop_in_flight() {
+  std::unique_lock data(data_mutex_);
+  std::lock_guard lock(state_mutex_);
+  if (!in_flight_) return;
+  if (in_flight_->applier) in_flight_->applier->rollback();
+  end_in_flight_locked(in_flight_->attempt);
+}
+
+uint64_t Session::version() const {
+  std::lock_guard lock(state_mutex_);
+  return committed_version_;
+}
+
+uint64_t Session::digest() const {
+  std::lock_guard lock(state_mutex_);
+  return committed_digest_;
+}
+
+uint64_t Session::attempt_floor() const {
+  std::lock_guard lock(state_mutex_);
+  return floor_;
+}
+
+std::optional<uint64_t> Session::in_flight_version() const {
+  std::lock_guard lock(state_mutex_);
+  return in_flight_ ? std::optional(in_flight_->version) : std::nullopt;
+}
+
+std::optional<uint64_t> Session::in_flight_attempt() const {
+  std::lock_guard lock(state_mutex_);
+  return in_flight_ ? std::optional(in_flight_->attempt) : std::nullopt;
+}
+
+bool Session::replay_frame(const codec::FrameView& view) {
+  std::unique_lock data(data_mutex_);
+  {
+    std::lock_guard lock(state_mutex_);
+    if (in_flight_) throw Error(Errc::state, "a catch-up replay while a version is in flight");
+  }
+  try {
+    delta_applier_->apply(view);
+    if (!delta_applier_->complete()) return false;
+    delta_applier_->verify();
+    delta_applier_->commit();
+  } catch (const Error&) {
+    if (delta_applier_->pending_version()) delta_applier_->rollback();
+    throw;
+  }
+  std::lock_guard lock(state_mutex_);
+  committed_version_ = delta_applier_->version();
+  committed_digest_ = delta_applier_->digest().combined();
+  return true;
+}
+
+void Session::abandon_replay() {
+  std::unique_lock data(data_mutex_);
+  if (delta_applier_->pending_version()) delta_applier_->rollback();
+}
+
+std::unique_lock<std::shared_mutex> Session::lock_data() { return std::unique_lock(data_mutex_); }
+
+}  // namespace deltacast::tree

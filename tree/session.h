@@ -1,0 +1,141 @@
+#pragma once
+// A member's version state machine (docs/protocol.md, "Member: one version"), over the weights the
+// host owns:
+//
+//   idle(v) --first data message of attempt a > floor--> applying(v -> v', a)
+//   applying --every chunk (and the seal) held and verified--> ACK      (once)
+//   applying --a refused message or a failed verify--> NACK            (once)
+//   applying --COMMIT(v', a)--> idle(v'), ACTIVE(v')
+//   applying --ABORT(a)--> idle(v), bits rolled back, ACTIVE(v)
+//
+// The attempt floor is the highest attempt id that ended here (COMMIT/ABORT): data messages of an
+// attempt at or below it are stale and dropped, so a delayed frame of an aborted attempt is never
+// taken for the retry's. Data lands through a VersionApplier chosen when a version starts:
+// deltas through codec::DeltaApplier, the raw bootstrap (version 1 from the all-zero version 0)
+// through RawBootstrap. Neither the session nor its callers branch on which one it is.
+//
+// Thread-safety: every member function may be called from any thread. Data calls (apply_frame,
+// claim_piece/land_piece) run concurrently with each other; commit, abort and drop wait for them.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+
+#include "codec/applier.h"
+#include "codec/digest.h"
+#include "codec/frame.h"
+#include "codec/manifest.h"
+#include "tree/protocol.h"
+#include "util/error.h"
+
+namespace deltacast::tree {
+
+// Where one version's data lands. Implementations keep the contract of codec::DeltaApplier: on a
+// refusal the weights are as before the call; rollback() restores the committed bits exactly.
+class VersionApplier {
+ public:
+  virtual ~VersionApplier() = default;
+  // Applies one chunk or seal frame; returns the elements it wrote. Concurrent. Throws Error
+  // (corrupt_frame, version_mismatch, replayed); this default refuses FRAME data.
+  virtual uint64_t apply_frame(const codec::FrameView& view);
+  // Claims raw piece `h` and returns where its body must land. Concurrent with other pieces.
+  // Throws Error when the piece is refused; this default refuses RAW data.
+  virtual std::span<std::byte> claim_piece(const RawChunkHeader& h);
+  // A claimed piece landed with `hash` (raw_piece_hash of its bytes), or was cut short (nullopt:
+  // the claim is released and the piece may arrive again).
+  virtual void land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash);
+  // Every chunk (and seal) of the in-flight version is held.
+  virtual bool complete() const = 0;
+  // The digest to acknowledge once complete(). Throws Error(verify_failed).
+  virtual uint64_t verify() = 0;
+  // Makes the in-flight version current; returns its combined digest.
+  virtual uint64_t commit() = 0;
+  // Restores the committed bits exactly; idle afterwards.
+  virtual void rollback() = 0;
+};
+
+class Session {
+ public:
+  enum class DataKind { frame, raw };
+
+  // The host's buffers hold exactly `version` with `digest`. `weights` must outlive the session.
+  Session(const codec::Manifest& manifest, codec::MutableWeights weights, uint64_t version,
+          codec::StateDigest digest, uint32_t rank);
+  ~Session();
+
+  // Whether a data message of `attempt` creating `version` belongs to the in-flight attempt
+  // (starting it when idle). False: stale or foreign (drop it, do not forward it).
+  bool admit(DataKind kind, uint64_t attempt, uint64_t version);
+
+  // Applies a FRAME of the in-flight attempt. Returns the ACK or NACK to send, if this frame
+  // completed or failed the version. A replayed chunk is counted by the caller (Errc::replayed
+  // from `replayed`), never a NACK.
+  struct Outcome {
+    std::optional<Message> reply;
+    bool replayed = false;
+    bool refused = false;
+  };
+  Outcome apply_frame(uint64_t attempt, const codec::FrameView& view);
+  // RAW: claims a piece of the in-flight attempt; the span is where its body lands, nullopt when
+  // refused (the NACK, if any, is in `reply`).
+  std::optional<std::span<std::byte>> claim_piece(uint64_t attempt, const RawChunkHeader& h,
+                                                  std::optional<Message>& reply);
+  // RAW: the claimed piece landed (hash) or was cut short (nullopt). Returns the ACK once complete.
+  std::optional<Message> land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash);
+
+  // COMMIT: makes the in-flight version current. Calls `send` with ACTIVE (or with a NACK when
+  // this member has not verified that version), then does idle-time work while still holding the
+  // data lock (after a bootstrap: the full-scan digest the next delta needs).
+  void commit(const Commit& commit, const std::function<void(const Message&)>& send);
+  // ABORT: rolls back the in-flight attempt (if it is `abort.attempt` or older); returns ACTIVE.
+  Message abort(const Abort& abort);
+  // Rolls back whatever is in flight (the producer was lost, or this member was fenced).
+  void drop_in_flight();
+  // Catch-up outside the tree (idle only): applies one frame of a replayed committed version and
+  // commits that version once it is complete and verified. Returns true when it committed. On
+  // Error the replayed version is rolled back (the committed bits stay). Throws Error(state)
+  // while a version is in flight.
+  bool replay_frame(const codec::FrameView& view);
+  // Rolls back a partly replayed version (a fetch that broke off).
+  void abandon_replay();
+
+  uint64_t version() const;          // committed
+  uint64_t digest() const;           // combined StateDigest of the committed bits
+  uint64_t attempt_floor() const;
+  std::optional<uint64_t> in_flight_version() const;
+  std::optional<uint64_t> in_flight_attempt() const;
+  // Exclusive access to the committed bits (no data call runs meanwhile): for snapshots.
+  std::unique_lock<std::shared_mutex> lock_data();
+
+ private:
+  struct InFlight {
+    uint64_t attempt = 0;
+    uint64_t version = 0;
+    VersionApplier* applier = nullptr;
+    bool acked = false;
+    bool nacked = false;
+    uint64_t changes = 0;
+  };
+  std::optional<Message> refuse_locked(uint64_t version, const Error& e);
+  void end_in_flight_locked(uint64_t attempt);
+
+  const codec::Manifest& manifest_;
+  codec::MutableWeights weights_;
+  const uint32_t rank_;
+  // Data calls hold it shared, commit/abort/drop exclusively (they wait for bodies still landing).
+  mutable std::shared_mutex data_mutex_;
+  mutable std::mutex state_mutex_;  // in_flight_, floor_, committed_digest_ (after data_mutex_)
+  std::unique_ptr<VersionApplier> delta_;
+  std::unique_ptr<VersionApplier> raw_;
+  std::unique_ptr<codec::DeltaApplier> delta_applier_;
+  std::optional<InFlight> in_flight_;
+  uint64_t floor_ = 0;
+  uint64_t committed_version_ = 0;
+  uint64_t committed_digest_ = 0;
+};
+
+}  // namespace deltacast::tree
