@@ -530,6 +530,16 @@ void DeltaApplier::audit(unsigned threads) const {
                                            "' bytes do not match the maintained digest");
 }
 
+void DeltaApplier::for_each_written(
+    const std::function<void(uint32_t tensor, uint64_t element, uint32_t base_bits)>& visit) const {
+  auto& im = *impl_;
+  std::unique_lock lock(im.mu);
+  im.wait_for_writers(lock);
+  im.undo.for_each_segment_reverse([&](const UndoSegment& s) {
+    for (size_t k = 0; k < s.count; ++k) visit(s.tensor, s.element_begin + s.entries[k].position, s.entries[k].bits);
+  });
+}
+
 void DeltaApplier::rollback() {
   auto& im = *impl_;
   std::unique_lock lock(im.mu);

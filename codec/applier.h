@@ -12,6 +12,7 @@
 // may write, and restore, elements while the call runs. The applier never leaves a half-written
 // element, nor a refused frame's writes, behind.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -70,6 +71,11 @@ class DeltaApplier {
   // Full-scan audit: recomputes the digest from the bytes and compares with the maintained one.
   // Throws Error(verify_failed).
   void audit(unsigned threads = 1) const;
+  // Calls visit(tensor, element, base bits) for every element written since the last commit (each
+  // once: the chunks of a version cover disjoint elements), with the bits it had at version().
+  // For a reader that must see the committed bits while a version is in flight, or across a
+  // commit (a snapshot being served). Waits for writes in flight; thread-safe.
+  void for_each_written(const std::function<void(uint32_t tensor, uint64_t element, uint32_t base_bits)>& visit) const;
   // Restores every element written since the last commit; the applier is idle at version().
   void rollback();
   // Requires a successful verify() of the complete version; makes it current and drops the undo

@@ -64,6 +64,7 @@ struct Producer::Impl {
     bool catching_up = false;  // connected, not yet in the live set
     bool caught_up = false;    // said READY at the committed version: admit at the next version
     uint64_t caught_up_version = 0;
+    std::optional<uint64_t> last_catchup_from;  // a second plan from the same version is a snapshot
   };
   std::vector<ControlLink> control;            // [rank]
   std::vector<std::set<uint64_t>> replaced;    // [rank]: fenced-as-replaced instances
@@ -144,6 +145,15 @@ struct Producer::Impl {
   void handle_ready(uint32_t rank, const Ready& ready, uint64_t epoch);
   // Tells a member that is not live how to reach the committed version from `held` (CATCHUP).
   bool send_catchup(uint32_t rank, uint64_t held);
+  // Edge reports wait a moment: a peer that died is usually declared dead by its control link
+  // meanwhile, which makes the report moot (no needless move).
+  struct EdgeReport {
+    uint32_t from = 0;
+    Report report;
+    Clock::time_point at;
+  };
+  std::vector<EdgeReport> edge_reports;
+  void review_edge_reports();
   void idle_loop();
   void review_stalls();
   // Drops `rank` from the live set (fencing it), repairs the forest and tells every member.

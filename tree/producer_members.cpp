@@ -41,6 +41,7 @@ void Producer::Impl::idle_loop() {
     if (stopping) return;
     if (queued) pump(0ms);
     review_stalls();
+    review_edge_reports();
     admit_caught_up();
   }
 }
@@ -96,6 +97,7 @@ void Producer::Impl::pump(std::chrono::milliseconds wait) {
     first = events.pop(0ms);
   }
   review_stalls();
+  review_edge_reports();
 }
 
 void Producer::Impl::handle(ProducerEvent& event) {
@@ -213,10 +215,28 @@ void Producer::Impl::handle_report(uint32_t from, const Report& report, Clock::t
     stall_accusations.emplace(report.peer, at);
     return;
   }
-  if (peer_is_parent)
-    reparent(from, tree, "its link to parent rank " + std::to_string(report.peer) + " failed", at);
-  else
-    reparent(report.peer, tree, "its parent rank " + std::to_string(from) + " lost the link", at);
+  edge_reports.push_back({from, report, at});
+}
+
+void Producer::Impl::review_edge_reports() {
+  const auto grace = std::min<std::chrono::milliseconds>(250ms, options.peer_timeout / 4);
+  const auto now = Clock::now();
+  for (auto it = edge_reports.begin(); it != edge_reports.end();) {
+    if (now - it->at < grace) {
+      ++it;
+      continue;
+    }
+    const EdgeReport r = *it;
+    it = edge_reports.erase(it);
+    const int tree = static_cast<int>(r.report.tree);
+    const uint32_t peer = r.report.peer;
+    if (!membership->live(r.from) || !membership->live(peer)) continue;  // a death settled it
+    if (membership->parent(r.from, tree) == peer)
+      reparent(r.from, tree, "its link to parent rank " + std::to_string(peer) + " failed", r.at);
+    else if (membership->parent(peer, tree) == r.from)
+      reparent(peer, tree, "its parent rank " + std::to_string(r.from) + " lost the link", r.at);
+    it = edge_reports.begin();  // the epoch changed: look at the rest afresh
+  }
 }
 
 void Producer::Impl::review_stalls() {
@@ -361,7 +381,7 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
   auto& link = control[h.rank];
   if (!membership) {  // start: every rank once
     if (link.connection) return refuse(Errc::invalid_argument, "rank " + std::to_string(h.rank) + " said HELLO twice");
-    link = ControlLink{event.connection, next_generation++, h.instance, false, false};
+    link = ControlLink{event.connection, next_generation++, h.instance, false, false, 0, std::nullopt};
     members[h.rank] = Member{h.rank, h.data_url, h.cluster, true};
     readers->add(h.rank, link.generation, event.connection);
     return;
@@ -389,7 +409,7 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
     return refuse(Errc::verify_failed, "rank " + std::to_string(h.rank) + " " + text + "; nothing was written");
   }
   members[h.rank] = Member{h.rank, h.data_url, h.cluster, false};
-  link = ControlLink{event.connection, next_generation++, h.instance, true, false};
+  link = ControlLink{event.connection, next_generation++, h.instance, true, false, 0, std::nullopt};
   readers->add(h.rank, link.generation, event.connection);
 
   log->info("producer: rank {} rejoins holding version {}; the committed version is {}", h.rank, h.held_version,
@@ -411,8 +431,12 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
 
 bool Producer::Impl::send_catchup(uint32_t rank, uint64_t held) {
   Catchup plan{version, history.count(version) ? history.at(version) : 0, CatchupMode::none, {}};
-  // Replay needs every version after `held` retained by peers (deltas only: version 1 is raw).
-  if (held < version) plan.mode = held > 0 && history.count(held) ? CatchupMode::replay : CatchupMode::snapshot;
+  // Replay needs every version after `held` retained by peers (deltas only: version 1 is raw);
+  // when a replay did not get the member there, the next plan is a snapshot.
+  auto& link = control[rank];
+  const bool replayable = held > 0 && history.count(held) && link.last_catchup_from != held;
+  if (held < version) plan.mode = replayable ? CatchupMode::replay : CatchupMode::snapshot;
+  link.last_catchup_from = held;
   // Sources: live members of its own cluster first, then the others (never the producer's uplink
   // while a peer can serve).
   const std::string& cluster = members[rank].cluster;

@@ -1,5 +1,7 @@
 #include "tree/receiver.h"
 
+#include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -56,6 +58,7 @@ struct Receiver::Impl {
   uint64_t versions_committed = 0, versions_aborted = 0;
   std::atomic<uint64_t>* active_version = nullptr;
   uint64_t held_version = 0, held_digest = 0;  // what join() was told the host holds
+  FetchEnd snapshot_end;                       // the last snapshot's version and digest
 
   Impl(transport::Transport& t, ReceiverOptions o) : transport(t), options(std::move(o)) {}
 
@@ -78,6 +81,9 @@ struct Receiver::Impl {
   void take_welcome(Welcome w, uint64_t epoch);
   bool catch_up();
   bool fetch_replay(const Member& source, uint64_t version);
+  bool fetch_snapshot(const Member& source);
+  template <class Handle>
+  void fetch(const Member& source, const Fetch& request, Handle&& handle);
   void start_edges();
   void stop_edges();
   Ending serve();
@@ -169,59 +175,113 @@ bool Receiver::Impl::catch_up() {
       log->warn("{}: ignoring an unexpected message while catching up", who());
       continue;
     }
-    if (plan->mode == CatchupMode::replay) {
-      bool done = false;
-      for (const auto& source : plan->sources) {
-        if (fetch_replay(source, plan->version)) {
-          done = true;
-          break;
-        }
-      }
-      if (!done) log->warn("{}: no peer could replay versions {}..{}", who(), session->version() + 1, plan->version);
-    } else if (plan->mode == CatchupMode::snapshot) {
-      throw Error(Errc::unsupported, who() + " needs a snapshot to catch up from version " +
-                                         std::to_string(session->version()) + " to " +
-                                         std::to_string(plan->version) + "; snapshots are not served yet");
+    // Each source in turn (its own cluster first) until one brings this member to the version:
+    // a snapshot (when the producer says so) then the versions after it, or a replay alone.
+    bool done = plan->mode == CatchupMode::none;
+    for (const auto& source : plan->sources) {
+      if (done) break;
+      if (plan->mode == CatchupMode::snapshot && !fetch_snapshot(source)) continue;
+      done = session->version() >= plan->version || fetch_replay(source, plan->version);
     }
+    if (!done) log->warn("{}: no peer could bring version {} to {}", who(), session->version(), plan->version);
     log->info("{}: caught up to version {} (digest {:016x})", who(), session->version(), session->digest());
     send_to_producer(Ready{options.rank, session->version(), session->digest()});
   }
 }
 
-// Replays committed versions session->version()+1 .. version from a peer's retained frames.
-// Returns false when that peer could not serve them (the bits stay at the last whole version).
+// Opens a FETCH link to `source` and hands each message to `handle(bytes, link)` until FETCH_END,
+// which must report success. Throws Error (the link's, the peer's, or a silence of peer_timeout).
+template <class Handle>
+void Receiver::Impl::fetch(const Member& source, const Fetch& request, Handle&& handle) {
+  auto link = transport.connect(transport::Url::parse(source.url), options.connect_timeout);
+  send_control(*link, request, kControlSendTimeout);
+  std::vector<std::byte> buffer(welcome.max_message_bytes);
+  auto receive = [&](std::span<std::byte> into) {
+    auto r = link->post_recv(into);
+    Status status = r->wait(options.peer_timeout);
+    if (status.code == Errc::timeout) {
+      cancel_and_wait(*r);
+      throw Error(Errc::timeout, "rank " + std::to_string(source.rank) + " sent nothing for " +
+                                     std::to_string(options.peer_timeout.count()) + " ms");
+    }
+    if (!status.ok()) throw Error(status);
+    return r->bytes();
+  };
+  for (;;) {
+    std::span<const std::byte> bytes(buffer.data(), receive(buffer));
+    if (message_type(bytes) != MessageType::fetch_end && handle(bytes, receive)) continue;
+    auto message = decode_message(bytes);
+    auto* end = std::get_if<FetchEnd>(&message);
+    if (!end) throw Error(Errc::corrupt_frame, "unexpected message on a fetch link");
+    if (end->errc != 0) throw Error(static_cast<Errc>(end->errc), end->message);
+    if (request.mode == CatchupMode::snapshot) {
+      snapshot_end = *end;
+    }
+    return;
+  }
+}
+
+// Replays committed versions session->version()+1 .. version from a peer's retained frames, each
+// verified by its seal. Returns false when that peer could not serve them (the bits stay at the
+// last whole version).
 bool Receiver::Impl::fetch_replay(const Member& source, uint64_t version) {
   const uint64_t from = session->version();
   try {
-    auto link = transport.connect(transport::Url::parse(source.url), options.connect_timeout);
-    send_control(*link, Fetch{options.rank, CatchupMode::replay, from, version}, kControlSendTimeout);
-    std::vector<std::byte> buffer(welcome.max_message_bytes);
-    for (;;) {
-      auto request = link->post_recv(buffer);
-      Status status = request->wait(options.peer_timeout);
-      if (status.code == Errc::timeout) {
-        cancel_and_wait(*request);
-        throw Error(Errc::timeout, "rank " + std::to_string(source.rank) + " sent nothing for " +
-                                       std::to_string(options.peer_timeout.count()) + " ms");
-      }
-      if (!status.ok()) throw Error(status);
-      std::span<const std::byte> bytes(buffer.data(), request->bytes());
-      if (message_type(bytes) == MessageType::frame) {
-        session->replay_frame(codec::parse_frame(frame_payload(bytes)));
-        continue;
-      }
-      auto message = decode_message(bytes);
-      auto* end = std::get_if<FetchEnd>(&message);
-      if (!end) throw Error(Errc::corrupt_frame, "unexpected message in a replay");
-      if (end->errc != 0) throw Error(static_cast<Errc>(end->errc), end->message);
-      if (session->version() != version)
-        throw Error(Errc::state, "the replay ended at version " + std::to_string(session->version()));
+    fetch(source, Fetch{options.rank, CatchupMode::replay, from, version}, [&](std::span<const std::byte> bytes, auto&) {
+      if (message_type(bytes) != MessageType::frame) return false;
+      session->replay_frame(codec::parse_frame(frame_payload(bytes)));
       return true;
-    }
+    });
+    if (session->version() != version)
+      throw Error(Errc::state, "the replay ended at version " + std::to_string(session->version()));
+    return true;
   } catch (const Error& e) {
     session->abandon_replay();
     log->warn("{}: replay of versions {}..{} from rank {} failed: {}", who(), from + 1, version, source.rank,
               e.what());
+    return false;
+  }
+}
+
+// Receives a peer's snapshot of its committed version straight into this member's buffers (it is
+// not live: nobody reads them), then checks every byte with a full-scan digest against the one the
+// peer announced; later replays check it again against the producer's frames. A snapshot that
+// breaks off leaves the buffers zeroed at version 0, a state that is true. Returns false then.
+bool Receiver::Impl::fetch_snapshot(const Member& source) {
+  std::vector<bool> have;
+  try {
+    fetch(source, Fetch{options.rank, CatchupMode::snapshot, 0, 0}, [&](std::span<const std::byte> bytes, auto& receive) {
+      if (message_type(bytes) != MessageType::raw) return false;
+      const RawChunkHeader h = decode_raw_message(bytes);
+      if (have.empty()) have.assign(h.chunk_count, false);
+      bool inside = h.tensor < manifest->size() && h.chunk_count == have.size() && h.chunk_index < have.size();
+      if (inside) {
+        const auto& info = manifest->at(h.tensor);
+        const uint64_t w = codec::dtype_size(info.dtype);
+        inside = h.byte_offset % w == 0 && h.byte_count % w == 0 && h.byte_offset <= info.nbytes() &&
+                 h.byte_count <= info.nbytes() - h.byte_offset;
+      }
+      if (!inside) throw Error(Errc::corrupt_frame, "a snapshot piece lies outside its tensor");
+      auto into = weights.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
+      if (receive(into) != h.byte_count) throw Error(Errc::corrupt_frame, "a snapshot piece is shorter than announced");
+      have[h.chunk_index] = true;
+      return true;
+    });
+    if (have.empty() || std::count(have.begin(), have.end(), false) != 0)
+      throw Error(Errc::corrupt_frame, "the snapshot misses pieces");
+    auto digest = codec::StateDigest::full_scan(weights.as_const(), 1);
+    if (digest.combined() != snapshot_end.digest)
+      throw Error(Errc::verify_failed, "the snapshot's bits do not match the digest rank " + std::to_string(source.rank) +
+                                           " announced for version " + std::to_string(snapshot_end.version));
+    session->install(snapshot_end.version, std::move(digest));
+    log->info("{}: took a snapshot of version {} from rank {}", who(), snapshot_end.version, source.rank);
+    return true;
+  } catch (const Error& e) {
+    log->warn("{}: snapshot from rank {} failed: {}", who(), source.rank, e.what());
+    if (!have.empty()) {
+      for (auto& t : weights.tensors) std::memset(t.data(), 0, t.size());
+      session->install(0, codec::StateDigest::full_scan(weights.as_const(), 1));
+    }
     return false;
   }
 }

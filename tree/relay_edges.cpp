@@ -168,8 +168,8 @@ void RelayEdges::serve_connection(std::shared_ptr<transport::Connection> connect
     auto bytes = recv_message(*connection, kControlBufferBytes, options_.connect_timeout);
     const uint64_t epoch = message_header(bytes).epoch;
     auto message = decode_message(bytes);
-    if (auto* join = std::get_if<Join>(&message)) return serve_join(std::move(connection), *join, epoch);
-    if (auto* fetch = std::get_if<Fetch>(&message)) return serve_fetch(std::move(connection), *fetch);
+    if (auto* join = std::get_if<Join>(&message)) return serve_join(connection, *join, epoch);
+    if (auto* fetch = std::get_if<Fetch>(&message)) return serve_fetch(connection, *fetch);
     throw Error(Errc::corrupt_frame, std::string("first message is ") +
                                          message_type_name(message_header(bytes).type) +
                                          ", not JOIN or FETCH");
@@ -247,8 +247,21 @@ void RelayEdges::serve_join(std::shared_ptr<transport::Connection> connection, c
     report(Gap{options_.rank, join.rank, join.tree, plan.version, plan.attempt, plan.gaps});
 }
 
+// A rejoining peer's catch-up: the frames of committed versions it lacks (replay), or a snapshot
+// of this member's committed version (RAW pieces read through a Session::SnapshotReader, so they
+// are that version's bits although refits keep being applied here meanwhile), then FETCH_END.
 void RelayEdges::serve_fetch(std::shared_ptr<transport::Connection> connection, const Fetch& fetch) {
   OutboundLink link(std::make_unique<SharedConnection>(connection), fetch.rank, 0);
+  auto send = [&](const SharedBytes& message, SharedBytes body) {
+    if (body)
+      link.post_pair(message, *body, body);
+    else
+      link.post(message);
+    while (!link.wait_below(options_.max_inflight_bytes_per_child, 100ms))
+      if (link.stalled_for() > options_.peer_timeout || stopping_)
+        throw Error(Errc::connection, "rank " + std::to_string(fetch.rank) + " stopped fetching");
+    if (link.dead()) throw Error(Errc::connection, "rank " + std::to_string(fetch.rank) + " stopped fetching");
+  };
   FetchEnd end{fetch.version, 0, 0, ""};
   if (fetch.mode == CatchupMode::replay) {
     auto messages = store_.archived(fetch.from_version, fetch.version);
@@ -257,18 +270,38 @@ void RelayEdges::serve_fetch(std::shared_ptr<transport::Connection> connection, 
       end.message = "rank " + std::to_string(options_.rank) + " does not hold the frames of versions " +
                     std::to_string(fetch.from_version + 1) + ".." + std::to_string(fetch.version);
     } else {
-      for (const auto& m : *messages) {
-        if (stopping_) return;
-        link.post(m);
-        while (!link.wait_below(options_.max_inflight_bytes_per_child, 100ms))
-          if (link.stalled_for() > options_.peer_timeout || stopping_)
-            throw Error(Errc::connection, "rank " + std::to_string(fetch.rank) + " stopped fetching");
-        if (link.dead()) throw Error(Errc::connection, "rank " + std::to_string(fetch.rank) + " stopped fetching");
-      }
+      for (const auto& m : *messages) send(m, nullptr);
     }
+  } else if (fetch.mode == CatchupMode::snapshot) {
+    auto reader = session_.begin_snapshot();
+    // Pieces of at most a quarter of the largest message, whole elements, in manifest order.
+    const uint64_t piece_bytes = std::max<uint64_t>(options_.max_message_bytes / 4, 4096);
+    struct Piece {
+      uint32_t tensor;
+      uint64_t offset, size;
+    };
+    std::vector<Piece> pieces;
+    for (uint32_t t = 0; t < manifest_.size(); ++t) {
+      const uint64_t w = codec::dtype_size(manifest_.at(t).dtype);
+      const uint64_t size = manifest_.at(t).nbytes();
+      const uint64_t step = std::max(w, piece_bytes / w * w);
+      for (uint64_t off = 0; off < size; off += step) pieces.push_back({t, off, std::min(step, size - off)});
+    }
+    const uint32_t count = static_cast<uint32_t>(pieces.size());
+    for (uint32_t i = 0; i < count; ++i) {
+      const auto& p = pieces[i];
+      auto body = std::make_shared<std::vector<std::byte>>(p.size);
+      reader->read(p.tensor, p.offset, *body);
+      const RawChunkHeader h{{0, 0}, reader->version(), i, count, p.tensor, p.offset, p.size};
+      send(std::make_shared<const std::vector<std::byte>>(encode_raw_message(h)), std::move(body));
+    }
+    end.version = reader->version();
+    end.digest = reader->digest();
+    logger("tree")->info("rank {}: served a snapshot of version {} ({} pieces) to rank {}", options_.rank,
+                         end.version, count, fetch.rank);
   } else {
-    end.errc = static_cast<uint32_t>(Errc::unsupported);
-    end.message = "snapshots are not served by this member";
+    end.errc = static_cast<uint32_t>(Errc::invalid_argument);
+    end.message = "unknown fetch mode";
   }
   link.post(std::make_shared<const std::vector<std::byte>>(encode_message(end)));
   link.flush(options_.peer_timeout);

@@ -1,5 +1,6 @@
 #include "tree/session.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -272,6 +273,11 @@ void Session::commit(const Commit& commit, const std::function<void(const Messag
     applier = in_flight_->applier;
   }
   const bool bootstrap = applier == raw_.get();
+  {
+    std::lock_guard lock(state_mutex_);
+    if (!bootstrap)
+      for (auto* reader : snapshots_) reader->record(*delta_applier_);
+  }
   const uint64_t active_digest = applier->commit();
   {
     std::lock_guard lock(state_mutex_);
@@ -347,6 +353,10 @@ bool Session::replay_frame(const codec::FrameView& view) {
     delta_applier_->apply(view);
     if (!delta_applier_->complete()) return false;
     delta_applier_->verify();
+    {
+      std::lock_guard lock(state_mutex_);
+      for (auto* reader : snapshots_) reader->record(*delta_applier_);
+    }
     delta_applier_->commit();
   } catch (const Error&) {
     if (delta_applier_->pending_version()) delta_applier_->rollback();
@@ -356,6 +366,68 @@ bool Session::replay_frame(const codec::FrameView& view) {
   committed_version_ = delta_applier_->version();
   committed_digest_ = delta_applier_->digest().combined();
   return true;
+}
+
+void Session::install(uint64_t version, codec::StateDigest digest) {
+  std::unique_lock data(data_mutex_);
+  std::lock_guard lock(state_mutex_);
+  if (in_flight_) throw Error(Errc::state, "a snapshot installed while a version is in flight");
+  committed_version_ = version;
+  committed_digest_ = digest.combined();
+  delta_applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, version, std::move(digest));
+  delta_ = std::make_unique<DeltaVersion>(*delta_applier_);
+}
+
+std::unique_ptr<Session::SnapshotReader> Session::begin_snapshot() {
+  std::lock_guard lock(state_mutex_);
+  if (committed_version_ == 0) throw Error(Errc::state, "a member at version 0 has no snapshot to serve");
+  std::unique_ptr<SnapshotReader> reader(new SnapshotReader(*this, committed_version_, committed_digest_));
+  snapshots_.push_back(reader.get());
+  return reader;
+}
+
+Session::SnapshotReader::~SnapshotReader() {
+  std::lock_guard lock(session_.state_mutex_);
+  std::erase(session_.snapshots_, this);
+}
+
+void Session::SnapshotReader::record(const codec::DeltaApplier& applier) {
+  std::vector<Patch> layer;
+  applier.for_each_written([&](uint32_t tensor, uint64_t element, uint32_t bits) {
+    if (tensor > cursor_tensor_ || (tensor == cursor_tensor_ && element >= cursor_element_))
+      layer.push_back({tensor, element, bits});
+  });
+  std::sort(layer.begin(), layer.end());
+  layers_.push_back(std::move(layer));
+}
+
+void Session::SnapshotReader::patch(const std::vector<Patch>& layer, uint32_t tensor, uint64_t first, uint64_t end,
+                                    unsigned width, std::span<std::byte> out) const {
+  auto it = std::lower_bound(layer.begin(), layer.end(), Patch{tensor, first, 0});
+  for (; it != layer.end() && it->tensor == tensor && it->element < end; ++it)
+    std::memcpy(out.data() + (it->element - first) * width, &it->bits, width);  // little-endian host
+}
+
+void Session::SnapshotReader::read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) {
+  const unsigned width = static_cast<unsigned>(codec::dtype_size(session_.manifest_.at(tensor).dtype));
+  const uint64_t first = offset / width;
+  const uint64_t end = first + out.size() / width;
+  std::unique_lock data(session_.data_mutex_);  // no write runs while the bits are copied
+  std::lock_guard lock(session_.state_mutex_);
+  std::memcpy(out.data(), session_.weights_.tensors[tensor].data() + offset, out.size());
+  // Newest first: a version in flight, then each committed layer back to version_; the last
+  // patch written for an element is the oldest, its bits at version_.
+  if (session_.in_flight_ && session_.in_flight_->applier == session_.delta_.get()) {
+    session_.delta_applier_->for_each_written([&](uint32_t t, uint64_t element, uint32_t bits) {
+      if (t == tensor && element >= first && element < end)
+        std::memcpy(out.data() + (element - first) * width, &bits, width);
+    });
+  }
+  for (auto layer = layers_.rbegin(); layer != layers_.rend(); ++layer) patch(*layer, tensor, first, end, width, out);
+  cursor_tensor_ = tensor;
+  cursor_element_ = end;
+  for (auto& layer : layers_)
+    layer.erase(layer.begin(), std::lower_bound(layer.begin(), layer.end(), Patch{tensor, end, 0}));
 }
 
 void Session::abandon_replay() {

@@ -24,6 +24,7 @@
 #include <shared_mutex>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "codec/applier.h"
 #include "codec/digest.h"
@@ -102,6 +103,47 @@ class Session {
   bool replay_frame(const codec::FrameView& view);
   // Rolls back a partly replayed version (a fetch that broke off).
   void abandon_replay();
+  // Catch-up by snapshot (idle only): the buffers now hold `version`, whose StateDigest is
+  // `digest` (the caller checked it with a full scan). Throws Error(state) while in flight.
+  void install(uint64_t version, codec::StateDigest digest);
+
+  // A consistent read of the committed version while refits go on (a snapshot served to a peer):
+  // what it reads are that version's bits, whatever was applied or committed since. Before each
+  // commit the session hands every open reader the base bits of the elements that version wrote
+  // (those not read yet); reads patch them back, and undo a version in flight the same way.
+  // Memory: 16 bytes per element changed since the snapshot began, in the parts not read yet.
+  class SnapshotReader {
+   public:
+    ~SnapshotReader();
+    uint64_t version() const noexcept { return version_; }
+    uint64_t digest() const noexcept { return digest_; }
+    // Copies out.size() bytes (whole elements) of tensor `tensor` from byte `offset`, as of
+    // version(). Reads go forward in (tensor, offset) order: what lies before a read is forgotten.
+    void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out);
+
+   private:
+    friend class Session;
+    struct Patch {
+      uint32_t tensor;
+      uint64_t element;
+      uint32_t bits;
+      bool operator<(const Patch& o) const { return tensor != o.tensor ? tensor < o.tensor : element < o.element; }
+    };
+    SnapshotReader(Session& session, uint64_t version, uint64_t digest)
+        : session_(session), version_(version), digest_(digest) {}
+    // Keeps the base bits of what `applier` wrote, beyond the cursor (state lock held).
+    void record(const codec::DeltaApplier& applier);
+    void patch(const std::vector<Patch>& layer, uint32_t tensor, uint64_t first, uint64_t end, unsigned width,
+               std::span<std::byte> out) const;
+    Session& session_;
+    const uint64_t version_;
+    const uint64_t digest_;
+    std::vector<std::vector<Patch>> layers_;  // oldest first, each sorted
+    uint32_t cursor_tensor_ = 0;
+    uint64_t cursor_element_ = 0;
+  };
+  // Opens a reader of the committed version. Throws Error(state) at version 0 (nothing to serve).
+  std::unique_ptr<SnapshotReader> begin_snapshot();
 
   uint64_t version() const;          // committed
   uint64_t digest() const;           // combined StateDigest of the committed bits
@@ -134,6 +176,7 @@ class Session {
   std::unique_ptr<codec::DeltaApplier> delta_applier_;
   std::optional<InFlight> in_flight_;
   uint64_t floor_ = 0;
+  std::vector<SnapshotReader*> snapshots_;  // open readers (state lock)
   uint64_t committed_version_ = 0;
   uint64_t committed_digest_ = 0;
 };

@@ -56,7 +56,7 @@ class FailCluster {
  public:
   FailCluster(TopologyKind kind, const codec::Manifest& manifest, uint32_t n, const std::string& name,
               std::vector<std::string> clusters = {})
-      : name_(name), buffers_(n + 1), failures_(n + 1), threads_(n + 1) {
+      : name_(name), clusters_(clusters), buffers_(n + 1), failures_(n + 1), threads_(n + 1) {
     transport::TransportOptions to;
     to.peer_timeout = kPeerTimeout;
     producer_transport_ = transport::make_transport("loop", to);
@@ -110,6 +110,18 @@ class FailCluster {
                                                      }));
   }
   void frozen(uint32_t r) { frozen_.insert(r); }
+  // A new process for rank r (after the old one died): fresh buffers at version 0, same rank.
+  void restart(uint32_t r) {
+    loop::kill(*transports_[r]);
+    if (threads_[r].joinable()) threads_[r].join();
+    failures_[r].clear();
+    buffers_[r].clear();
+    transport::TransportOptions to;
+    to.peer_timeout = kPeerTimeout;
+    transports_[r] = transport::make_transport("loop", to);
+    receivers_[r] = make_receiver(r, clusters_.empty() ? "" : clusters_[r - 1]);
+    threads_[r] = std::thread([this, r] { serve(r); });
+  }
   void thawed(uint32_t r) { frozen_.erase(r); }
 
  private:
@@ -141,6 +153,7 @@ class FailCluster {
   }
 
   std::string name_;
+  std::vector<std::string> clusters_;
   std::unique_ptr<transport::Transport> producer_transport_;
   std::unique_ptr<Producer> producer_;
   std::vector<std::unique_ptr<transport::Transport>> transports_;
@@ -353,6 +366,33 @@ TEST_P(Failover, FrozenMemberIsDetectedWithinPeerTimeoutAndRejoinsAfterThaw) {
   }
   EXPECT_TRUE(back) << "the thawed member never rejoined";
   RefitReport last = run.step(c, 13);
+  ASSERT_TRUE(last.committed) << last.abort_reason;
+  EXPECT_EQ(last.verified_receivers, n);
+  c.finish();
+  for (uint32_t r = 1; r <= n; ++r) {
+    EXPECT_EQ(c.failure(r), "") << "rank " << r;
+    EXPECT_TRUE(c.holds(r, run.model.weights())) << "rank " << r << " differs";
+  }
+}
+
+// A member that died comes back as a new process (version 0): it takes a snapshot from a live
+// peer in its own cluster, replays what was committed after it, and is admitted again, while the
+// producer keeps refitting.
+TEST_P(Failover, RestartedMemberCatchesUpBySnapshotWhileRefitsFlow) {
+  const uint32_t n = 6;
+  Refits run;
+  FailCluster c(GetParam(), run.model.manifest, n, test_name(), {"a", "a", "a", "b", "b", "b"});
+  run.bootstrap_and_step(c);
+  c.restart(5);
+  bool back = false;
+  for (uint64_t v = 3; v <= 14 && !back; ++v) {
+    RefitReport r = run.step(c, v);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    back = r.receivers == n && r.verified_receivers == n;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(back) << "the restarted member never rejoined";
+  RefitReport last = run.step(c, 15);
   ASSERT_TRUE(last.committed) << last.abort_reason;
   EXPECT_EQ(last.verified_receivers, n);
   c.finish();
