@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 namespace deltacast::checkpoint {
@@ -99,8 +100,7 @@ std::string safetensors_header(const codec::Manifest& manifest, const Metadata& 
   std::string json = header.dump();
   json.append((8 - json.size() % 8) % 8, ' ');
   std::string out(8, '\0');
-  uint64_t len = json.size();
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((len >> (8 * i)) & 0xff);
+  store_le<uint64_t>(reinterpret_cast<std::byte*>(out.data()), json.size());
   return out + json;
 }
 

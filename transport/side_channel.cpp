@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "transport/auth.h"
+#include "util/bytes.h"
 
 namespace deltacast::transport::side {
 namespace {
@@ -219,9 +220,8 @@ void server_handshake(int fd, const std::string& secret, Clock::time_point deadl
 }
 
 void send_blob(int fd, std::span<const std::byte> blob, Clock::time_point deadline) {
-  uint32_t n = static_cast<uint32_t>(blob.size());
   std::byte header[4];
-  for (int i = 0; i < 4; ++i) header[i] = static_cast<std::byte>(n >> (8 * i));
+  store_le<uint32_t>(header, static_cast<uint32_t>(blob.size()));
   write_exact(fd, header, deadline);
   write_exact(fd, blob, deadline);
 }
@@ -229,8 +229,7 @@ void send_blob(int fd, std::span<const std::byte> blob, Clock::time_point deadli
 std::vector<std::byte> recv_blob(int fd, size_t max_bytes, Clock::time_point deadline) {
   std::byte header[4];
   read_exact(fd, header, deadline);
-  uint32_t n = 0;
-  for (int i = 0; i < 4; ++i) n |= static_cast<uint32_t>(header[i]) << (8 * i);
+  const uint32_t n = load_le<uint32_t>(header);
   if (n > max_bytes) {
     throw Error(Errc::corrupt_frame, "side channel: setup blob of " + std::to_string(n) + " bytes exceeds " + std::to_string(max_bytes));
   }

@@ -72,8 +72,7 @@ struct Producer::Impl {
   EventQueue<ProducerEvent> events;
   std::unique_ptr<ControlReaders> readers;
   std::thread acceptor;
-  std::vector<std::thread> greeters;  // one per accepted connection reading its first message
-  std::mutex greeters_mutex;
+  TaskThreads greeters;  // one per accepted connection reading its first message
   std::atomic<bool> stopping{false};
   std::mutex drive;   // held by whoever drives (see the top)
   std::thread idle;   // drives between public calls

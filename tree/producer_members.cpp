@@ -28,8 +28,7 @@ void Producer::Impl::start_acceptor() {
       }
       if (!connection) continue;
       std::shared_ptr<transport::Connection> shared(std::move(connection));
-      std::lock_guard lock(greeters_mutex);
-      greeters.emplace_back([this, shared] { greet(shared); });
+      greeters.spawn([this, shared] { greet(shared); });
     }
   });
 }
@@ -50,13 +49,7 @@ void Producer::Impl::stop_threads() {
   stopping = true;
   if (idle.joinable()) idle.join();
   if (acceptor.joinable()) acceptor.join();
-  std::vector<std::thread> done;
-  {
-    std::lock_guard lock(greeters_mutex);
-    done.swap(greeters);
-  }
-  for (auto& t : done)
-    if (t.joinable()) t.join();
+  greeters.join_all();
   if (readers) readers->stop();
 }
 

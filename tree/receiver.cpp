@@ -328,7 +328,7 @@ void Receiver::Impl::on_epoch(const EpochUpdate& update, uint64_t e) {
   }
   for (const auto& d : update.dead)
     log->info("{}: rank {} left at epoch {} ({})", who(), d.rank, e, failure_cause_name(d.cause));
-  if (edges) edges->update(*membership, update.joined);
+  if (edges) edges->update(*membership, update.joined, update.moves);
 }
 
 // Serves versions over the current producer link until BYE, the link's loss, or a fence.

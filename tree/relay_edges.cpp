@@ -76,7 +76,8 @@ void RelayEdges::start(const Membership& membership) {
   acceptor_ = std::thread([this] { accept_loop(); });
 }
 
-void RelayEdges::update(const Membership& membership, const std::vector<Member>& joined) {
+void RelayEdges::update(const Membership& membership, const std::vector<Member>& joined,
+                        const std::vector<TreeEdge>& moves) {
   std::vector<std::shared_ptr<OutboundLink>> dropped;
   {
     std::lock_guard lock(mutex_);
@@ -90,10 +91,12 @@ void RelayEdges::update(const Membership& membership, const std::vector<Member>&
     for (int t = 0; t < membership.trees(); ++t) {
       auto& slot = *parents_[t];
       const auto parent = membership.parent(options_.rank, t);
-      const auto old_parent = old.parent(options_.rank, t);
-      // Reconnect when the parent changed, or when the producer moved us back under the same
-      // parent (its link failed) — every move of ours names a new epoch.
-      const bool moved = parent != old_parent || !slot.connection || slot.connected_generation != slot.generation;
+      // Reconnect when the producer moved this member (possibly back under the same parent, when
+      // their edge failed).
+      const bool moved = parent != old.parent(options_.rank, t) ||
+                         std::any_of(moves.begin(), moves.end(), [&](const TreeEdge& e) {
+                           return e.rank == options_.rank && static_cast<int>(e.tree) == t;
+                         });
       if (parent && moved) {
         slot.parent = *parent;
         slot.epoch = membership.epoch();
@@ -129,17 +132,14 @@ void RelayEdges::stop() {
   for (auto& reader : readers_)
     if (reader.joinable()) reader.join();
   if (acceptor_.joinable()) acceptor_.join();
-  std::vector<std::thread> servers;
+  servers_.join_all();
   std::vector<std::shared_ptr<OutboundLink>> links;
   {
     std::lock_guard lock(mutex_);
-    servers.swap(servers_);
     for (auto& kids : children_)
       for (auto& link : kids) links.push_back(link);
     children_.clear();
   }
-  for (auto& server : servers)
-    if (server.joinable()) server.join();
   // What was posted to children still goes out (the last version's frames), within bounds.
   for (auto& link : links) link->flush(options_.peer_timeout);
   for (auto& link : links) link->cancel_all();
@@ -158,8 +158,7 @@ void RelayEdges::accept_loop() {
     }
     if (!connection) continue;
     std::shared_ptr<transport::Connection> shared(std::move(connection));
-    std::lock_guard lock(mutex_);
-    servers_.emplace_back([this, shared] { serve_connection(shared); });
+    servers_.spawn([this, shared] { serve_connection(shared); });
   }
 }
 

@@ -79,9 +79,10 @@ class RelayEdges {
 
   // Starts the acceptor and one reader per tree, connecting to the parents `membership` names.
   void start(const Membership& membership);
-  // Takes a new epoch: connects to changed parents, drops children that are no longer ours
-  // (dead or moved), refuses JOINs by them from now on. `joined` members' URLs are learnt.
-  void update(const Membership& membership, const std::vector<Member>& joined);
+  // Takes a new epoch: reconnects in the trees where `moves` moved this member, drops children
+  // that are no longer ours (dead or moved), refuses JOINs by them from now on. `joined` members'
+  // URLs are learnt.
+  void update(const Membership& membership, const std::vector<Member>& joined, const std::vector<TreeEdge>& moves);
   // Flushes children (bounded by peer_timeout), closes every link and joins every thread.
   // Idempotent.
   void stop();
@@ -129,7 +130,7 @@ class RelayEdges {
   std::vector<std::unique_ptr<ParentSlot>> parents_;                 // [tree]
   std::vector<std::thread> readers_;
   std::thread acceptor_;
-  std::vector<std::thread> servers_;  // one per accepted connection being served
+  TaskThreads servers_;  // one per accepted connection being served
   std::atomic<bool> stopping_{false};
   bool stopped_ = false;
   uint64_t ready_epoch_ = UINT64_MAX;  // epoch of the last READY sent

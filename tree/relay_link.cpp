@@ -164,6 +164,36 @@ bool OutboundLink::flush(std::chrono::milliseconds stall_timeout) {
   return true;
 }
 
+void TaskThreads::spawn(std::function<void()> task) {
+  std::vector<std::thread> finished;
+  std::lock_guard lock(mutex_);
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    if (it->done->load()) {
+      finished.push_back(std::move(it->thread));
+      it = entries_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& t : finished) t.join();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  entries_.push_back({std::thread([task = std::move(task), done] {
+                        task();
+                        done->store(true);
+                      }),
+                      done});
+}
+
+void TaskThreads::join_all() {
+  std::vector<Entry> entries;
+  {
+    std::lock_guard lock(mutex_);
+    entries.swap(entries_);
+  }
+  for (auto& e : entries)
+    if (e.thread.joinable()) e.thread.join();
+}
+
 ControlReaders::ControlReaders(size_t max_bytes, std::function<void(ControlEvent)> sink)
     : max_bytes_(max_bytes), sink_(std::move(sink)) {}
 

@@ -2,6 +2,7 @@
 // Building blocks shared by the producer and the receiver: blocking message helpers over a
 // transport::Connection, an outbound link with a cap on bytes in flight (back-pressure), a
 // blocking event queue, and control readers that turn connections into queued events.
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -151,6 +152,23 @@ class EventQueue {
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<T> items_;
+};
+
+// Threads for short tasks (serving one accepted connection). spawn() starts one and joins the
+// ones that finished before; join_all() waits for the rest. Thread-safe.
+class TaskThreads {
+ public:
+  ~TaskThreads() { join_all(); }
+  void spawn(std::function<void()> task);
+  void join_all();
+
+ private:
+  struct Entry {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::mutex mutex_;
+  std::vector<Entry> entries_;
 };
 
 // One control message from a member, or the failure of its link (message empty).
