@@ -62,7 +62,7 @@ FrameStore::ResumePlan FrameStore::plan_resume(int tree, uint64_t attempt,
     if (same && chunk < have.size() && have[chunk]) continue;
     // A RAW piece whose body is still landing here is forwarded once it landed, to every child
     // this member has then (the new one included): neither send it nor call it a gap.
-    if (stored.message && stored.raw && stored.body.empty()) continue;
+    if (stored.raw && stored.body.empty()) continue;
     if (stored.message)
       plan.send.push_back(stored);
     else

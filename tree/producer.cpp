@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 
 #include "tree/producer_impl.h"
@@ -189,6 +190,35 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
   d.baseline_digest = codec::StateDigest::full_scan(d.baseline_weights(), d.options.encode.threads);
   d.zero_digest = d.baseline_digest.combined();
   d.remember_version(0, d.zero_digest);
+  if (d.options.resume) {
+    // A restarted producer: the baseline is the committed version's bits, checked against the
+    // digest its predecessor recorded, and the version chain goes on from there.
+    const ProducerResume& r = *d.options.resume;
+    const std::string v = std::to_string(r.version);
+    if (r.version == 0) throw Error(Errc::invalid_argument, "resume: version 0 is a fresh start, not a resume");
+    const auto known = r.history.find(r.version);
+    if (known == r.history.end())
+      throw Error(Errc::invalid_argument, "resume: the history lacks the digest of version " + v);
+    if (r.history.rbegin()->first != r.version)
+      throw Error(Errc::invalid_argument, "resume: the history holds versions newer than version " + v);
+    codec::ConstWeights checked = r.baseline;
+    checked.manifest = &manifest;
+    codec::check_weights(checked);
+    d.adopt_baseline(checked);
+    d.baseline_digest = codec::StateDigest::full_scan(d.baseline_weights(), d.options.encode.threads);
+    if (d.baseline_digest.combined() != known->second) {
+      char text[128];
+      std::snprintf(text, sizeof text, "resume: the baseline's digest %016llx is not version %llu's %016llx",
+                    static_cast<unsigned long long>(d.baseline_digest.combined()),
+                    static_cast<unsigned long long>(r.version), static_cast<unsigned long long>(known->second));
+      throw Error(Errc::verify_failed, text);
+    }
+    d.version = r.version;
+    d.attempt = r.attempt;
+    d.history.clear();
+    for (const auto& [version, digest] : r.history) d.remember_version(version, digest);
+    d.options.resume.reset();  // its baseline spans need not outlive the constructor
+  }
 }
 
 Producer::~Producer() { impl_->stop_threads(); }
@@ -197,12 +227,13 @@ std::string Producer::url() const { return impl_->listener->local_url().str(); }
 uint64_t Producer::version() const noexcept { return impl_->version; }
 const codec::StateDigest& Producer::digest() const { return impl_->baseline_digest; }
 
-void Producer::start() {
+StartReport Producer::start() {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
   const uint32_t n = d.options.receivers;
   d.control.resize(n + 1);
   d.replaced.resize(n + 1);
+  d.start_hellos.assign(n + 1, {});
   d.members.assign(n + 1, Member{});
   for (uint32_t r = 0; r <= n; ++r) d.members[r].rank = r;
   d.members[0] = Member{0, url(), "", true};
@@ -218,7 +249,7 @@ void Producer::start() {
   const auto deadline = Clock::now() + d.options.join_timeout;
   auto said_hello = [&] {
     uint32_t k = 0;
-    for (uint32_t r = 1; r <= n; ++r) k += d.control[r].connection != nullptr;
+    for (uint32_t r = 1; r <= n; ++r) k += d.control[r].connection != nullptr || d.start_hellos[r].refused;
     return k;
   };
   while (said_hello() < n) {
@@ -227,9 +258,7 @@ void Producer::start() {
                                      std::to_string(n) + ")");
     d.pump(200ms);
   }
-  std::vector<std::string> labels;
-  for (uint32_t r = 1; r <= n; ++r) labels.push_back(d.members[r].cluster);
-  d.membership.emplace(d.options.topology, std::move(labels));
+  StartReport report = d.place_members_at_start();
   d.roots.assign(d.membership->trees(), nullptr);
   d.root_lost.assign(d.membership->trees(), Clock::now());
 
@@ -241,15 +270,23 @@ void Producer::start() {
   welcome.forest = d.membership->forest();
   welcome.tensors = d.manifest.tensors();
   welcome.committed_version = d.version;
-  welcome.committed_digest = d.zero_digest;
-  // The start's "repair": every member says READY once its parent links are up.
+  welcome.committed_digest = d.committed_digest();
+  // The start's "repair": every live member says READY once its parent links are up. It is
+  // registered first, so that a member failed while WELCOMEs go out is not waited for.
   Impl::Repair start{Clock::now(), d.epoch(), {}};
-  for (uint32_t r = 1; r <= n; ++r) {
-    start.waiting.insert(r);
-    welcome.instance = d.control[r].instance;
-    if (!d.send_to(r, welcome)) d.fail(r, FailureCause::link_closed, "WELCOME could not be sent", Clock::now());
-  }
+  for (uint32_t r : d.live_ranks()) start.waiting.insert(r);
   d.repairs.push_back(start);
+  for (uint32_t r = 1; r <= n; ++r) {
+    if (!d.control[r].connection) continue;  // refused
+    welcome.instance = d.control[r].instance;
+    if (d.membership->live(r)) {
+      if (!d.send_to(r, welcome)) d.fail(r, FailureCause::link_closed, "WELCOME could not be sent", Clock::now());
+      continue;
+    }
+    // Not at the committed version: it catches up from live peers, as a rejoining member does.
+    d.control[r].catching_up = true;
+    if (!d.send_to(r, welcome) || !d.send_catchup(r, d.start_hellos[r].held_version)) d.close_control(r);
+  }
   auto up = [&] {
     if (d.repairs.size() > 0 && !d.repairs.front().waiting.empty()) return false;
     for (auto& root : d.roots)
@@ -262,8 +299,11 @@ void Producer::start() {
     d.pump(50ms);
   }
   d.repair_seconds = 0;  // the start is not a repair
-  d.log->info("tree of {} receivers is up ({})", n, welcome.topology);
+  d.log->info("tree of {} receivers is up ({}) at version {}: {} live, {} catching up, {} refused", n,
+              welcome.topology, d.version, report.count(MemberAtStart::Role::live),
+              report.count(MemberAtStart::Role::catching_up), report.count(MemberAtStart::Role::refused));
   d.idle = std::thread([&d] { d.idle_loop(); });
+  return report;
 }
 
 RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_options) {

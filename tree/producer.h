@@ -7,10 +7,13 @@
 // as a delta from zero. Protocol: docs/protocol.md.
 //
 // Life cycle: Producer p(transport, manifest, options); p.start(); p.refit(w) ...; p.finish();
+// A restarted producer sets options.resume (its last committed version and bits) and goes on
+// with refit() after start(): no bootstrap.
 // Thread-safety: one host thread drives it; url() and version() are safe from any thread.
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -23,6 +26,16 @@
 #include "tree/topology.h"
 
 namespace deltacast::tree {
+
+// A producer restarted from its state (`deltacast run --resume`, docs/protocol.md "Producer
+// loss"): it continues the version chain at `version` instead of starting at the all-zero
+// version 0. Its members kept that version through the producer's loss.
+struct ProducerResume {
+  uint64_t version = 0;                  // the last committed version (>= 1)
+  codec::ConstWeights baseline;          // its bits; copied by the constructor (need not outlive it)
+  uint64_t attempt = 0;                  // the last attempt id the previous producer used
+  std::map<uint64_t, uint64_t> history;  // committed version -> combined StateDigest; holds `version`
+};
 
 struct ProducerOptions {
   std::string listen_url = "tcp://127.0.0.1:0";  // rendezvous address for HELLO and root JOINs
@@ -41,6 +54,32 @@ struct ProducerOptions {
   uint32_t retain_versions = 4;
   // Progress callback: (chunks sent, chunk count) after each frame leaves. Optional.
   std::function<void(uint32_t, uint32_t)> on_progress;
+  // Start at a committed version instead of version 0 (see ProducerResume). The attempt ids go on
+  // above every one a member saw: max(resume->attempt, every HELLO's attempt_floor) + 1.
+  std::optional<ProducerResume> resume;
+};
+
+// A member as start() found it: what it held at HELLO and what start() made of it.
+struct MemberAtStart {
+  enum class Role {
+    live,         // held the committed version with its digest: in the initial live set
+    catching_up,  // held another version: WELCOME + CATCHUP, admitted once it caught up
+    refused,      // held a version the producer cannot continue from (REFUSED was sent)
+  };
+  uint32_t rank = 0;
+  uint64_t held_version = 0;
+  Role role = Role::live;
+  std::string detail;  // refused: why
+};
+
+struct StartReport {
+  uint64_t version = 0;                // the committed version the session starts at
+  std::vector<MemberAtStart> members;  // ranks 1..N in order
+  uint32_t count(MemberAtStart::Role role) const {
+    uint32_t n = 0;
+    for (const auto& m : members) n += m.role == role;
+    return n;
+  }
 };
 
 struct RefitOptions {
@@ -93,8 +132,14 @@ class Producer {
   // The URL receivers rendezvous at (real port).
   std::string url() const;
   // Waits for every receiver's HELLO, sends WELCOME (membership, topology, manifest), accepts
-  // the root JOINs and waits for every READY. Throws Error(timeout | connection | corrupt_frame).
-  void start();
+  // the root JOINs and waits for every READY. Members holding the committed version (0 on a fresh
+  // start) with its digest are the initial live set; members holding an older version catch up
+  // from live peers (CATCHUP) and are admitted at a version boundary; a member holding a newer
+  // version, or a digest that differs from the producer's record of its version, is refused (it
+  // does not hold up the start). Throws Error(timeout | connection | corrupt_frame), and
+  // Error(state) naming what each member holds when no member holds the committed version (a
+  // resumed producer cannot continue the chain without one).
+  StartReport start();
   // Encodes `next` against the baseline as version()+1, sends it, and commits or aborts.
   // Throws Error(invalid_argument) when next does not match the manifest, Error(connection) when
   // a root link died. A refused/failed version is not an exception: see RefitReport::committed.
@@ -120,6 +165,11 @@ class Producer {
 
   uint64_t version() const noexcept;            // last committed version
   const codec::StateDigest& digest() const;     // its digest
+  // For the producer's state file (ProducerResume): the last attempt id used, and the combined
+  // digests of the committed versions it remembers (the last retain_versions, and `version()`).
+  // Host thread, between calls (not from on_progress).
+  uint64_t attempt() const noexcept;
+  std::map<uint64_t, uint64_t> history() const;
 
  private:
   struct Impl;

@@ -91,6 +91,16 @@ struct Producer::Impl {
   std::map<uint32_t, Clock::time_point> stall_accusations;  // rank -> when its parent said stalled
   std::map<uint64_t, uint64_t> history;  // committed version -> combined digest
   uint64_t zero_digest = 0;              // combined digest of the all-zero version 0
+  // start(): what each rank said at HELLO ([rank]). A rank refused at start counts as answered:
+  // it does not hold up the start, and is not in the initial live set.
+  struct StartHello {
+    uint64_t held_version = 0;
+    uint64_t held_digest = 0;
+    uint64_t attempt_floor = 0;
+    bool refused = false;
+    std::string why;  // refused
+  };
+  std::vector<StartHello> start_hellos;
 
   // ---- versions (tree/producer.cpp) ----
   std::vector<std::vector<std::byte>> baseline;  // [tensor]: bits of `version`
@@ -164,6 +174,17 @@ struct Producer::Impl {
   bool send_to(uint32_t rank, const Message& message);
   void close_control(uint32_t rank);
   void remember_version(uint64_t v, uint64_t digest);
+  // The committed version's combined digest (version 0: the all-zero state's).
+  uint64_t committed_digest() const;
+  // Why a member holding (held_version, held_digest) cannot join this producer at all (it holds a
+  // newer version, or bits that differ from the producer's record of its version): empty when it
+  // can, live or after catching up.
+  std::pair<Errc, std::string> refusal_for(uint64_t held_version, uint64_t held_digest) const;
+  // start(), once every rank said HELLO: builds the membership, leaves out of the live set every
+  // member that does not hold the committed version (refused or catching up), raises the attempt
+  // id above every member's floor. Throws Error(state), after refusing every member, when no
+  // member holds the committed version.
+  StartReport place_members_at_start();
 
   // producer.cpp
   // Posts to tree `tree`'s root once it has room, handling events meanwhile (a lost root is

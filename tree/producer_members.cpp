@@ -374,6 +374,16 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
   auto& link = control[h.rank];
   if (!membership) {  // start: every rank once
     if (link.connection) return refuse(Errc::invalid_argument, "rank " + std::to_string(h.rank) + " said HELLO twice");
+    // What it holds decides its place once every rank said HELLO (place_members_at_start); what
+    // this producer cannot take at all is refused now, and does not hold up the start.
+    auto& said = start_hellos[h.rank];
+    said = StartHello{h.held_version, h.held_digest, h.attempt_floor, false, {}};
+    if (auto [code, why] = refusal_for(h.held_version, h.held_digest); !why.empty()) {
+      members[h.rank] = Member{h.rank, h.data_url, h.cluster, false};  // its cluster, for the tree's shape
+      said.refused = true;
+      said.why = why;
+      return refuse(code, "rank " + std::to_string(h.rank) + " " + why);
+    }
     link = ControlLink{event.connection, next_generation++, h.instance, false, false, 0, std::nullopt};
     members[h.rank] = Member{h.rank, h.data_url, h.cluster, true};
     readers->add(h.rank, link.generation, event.connection);
@@ -420,6 +430,82 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
   w.committed_version = version;
   w.committed_digest = history.count(version) ? history.at(version) : 0;
   if (!send_to(h.rank, w) || !send_catchup(h.rank, h.held_version)) close_control(h.rank);
+}
+
+uint64_t Producer::Impl::committed_digest() const {
+  const auto known = history.find(version);
+  return known != history.end() ? known->second : zero_digest;
+}
+
+std::pair<Errc, std::string> Producer::Impl::refusal_for(uint64_t held_version, uint64_t held_digest) const {
+  if (held_version > version)
+    return {Errc::version_mismatch,
+            "holds version " + std::to_string(held_version) + ", newer than the producer's committed version " +
+                std::to_string(version) +
+                (version == 0 ? " (a fresh producer; continue the chain with `deltacast run --resume`)"
+                              : " (the producer's state is older than what this member committed)")};
+  // Version 0 is the all-zero state by definition; a version the producer no longer remembers is
+  // reached by a snapshot from a live peer, whatever it held.
+  const auto known = history.find(held_version);
+  if (held_version == 0 || known == history.end() || known->second == held_digest) return {Errc::ok, ""};
+  char text[160];
+  std::snprintf(text, sizeof text, "holds version %llu with digest %016llx; the producer's digest of that version is %016llx",
+                static_cast<unsigned long long>(held_version), static_cast<unsigned long long>(held_digest),
+                static_cast<unsigned long long>(known->second));
+  return {Errc::verify_failed, std::string(text) + "; nothing was written"};
+}
+
+// Members holding the committed version are live at epoch 0; the others leave the live set at
+// once (epoch 1; the WELCOME carries the result, so nobody needs an EPOCH for it) and catch up
+// from live peers, as a rejoin does.
+StartReport Producer::Impl::place_members_at_start() {
+  const uint32_t n = options.receivers;
+  StartReport report;
+  report.version = version;
+  for (uint32_t r = 1; r <= n; ++r) {
+    const StartHello& said = start_hellos[r];
+    MemberAtStart m{r, said.held_version, MemberAtStart::Role::live, {}};
+    if (said.refused) {
+      m.role = MemberAtStart::Role::refused;
+      m.detail = said.why;
+    } else if (said.held_version != version) {  // held digests were checked at HELLO
+      m.role = MemberAtStart::Role::catching_up;
+    }
+    report.members.push_back(std::move(m));
+  }
+  if (report.count(MemberAtStart::Role::live) == 0) {
+    // Catching up needs a live peer to serve a replay or snapshot: nobody could.
+    std::string held;
+    for (const auto& m : report.members) {
+      held += held.empty() ? "" : ", ";
+      held += "rank " + std::to_string(m.rank) +
+              (m.role == MemberAtStart::Role::refused ? " was refused (" + m.detail + ")"
+                                                      : " holds version " + std::to_string(m.held_version));
+    }
+    const std::string why = "no receiver holds the producer's committed version " + std::to_string(version) +
+                            ", so nobody can serve the others a catch-up (" + held + ")";
+    for (uint32_t r = 1; r <= n; ++r) {
+      if (!control[r].connection) continue;
+      try {
+        send_control(*control[r].connection, Refused{static_cast<uint32_t>(Errc::state), why}, kControlSendTimeout, 0);
+      } catch (const Error&) {
+      }
+      close_control(r);
+    }
+    throw Error(Errc::state, why);
+  }
+  std::vector<std::string> labels;
+  for (uint32_t r = 1; r <= n; ++r) labels.push_back(members[r].cluster);
+  membership.emplace(options.topology, std::move(labels));
+  std::vector<uint32_t> out;
+  for (const auto& m : report.members) {
+    members[m.rank].live = m.role == MemberAtStart::Role::live;
+    if (m.role != MemberAtStart::Role::live) out.push_back(m.rank);
+    // Every attempt id from here on is above every one a member saw end (its floor drops older data).
+    if (m.role != MemberAtStart::Role::refused) attempt = std::max(attempt, start_hellos[m.rank].attempt_floor);
+  }
+  if (!out.empty()) membership->remove(out);
+  return report;
 }
 
 bool Producer::Impl::send_catchup(uint32_t rank, uint64_t held) {
@@ -490,5 +576,10 @@ void Producer::Impl::handle_root_join(ProducerEvent& event) {
     }
   }
 }
+
+// The producer's state file reads these (tools/cmd_run.cpp); they change only in the version
+// calls, on the host thread.
+uint64_t Producer::attempt() const noexcept { return impl_->attempt; }
+std::map<uint64_t, uint64_t> Producer::history() const { return impl_->history; }
 
 }  // namespace deltacast::tree

@@ -152,8 +152,9 @@ bool OutboundLink::wait_below(size_t cap_bytes, std::chrono::milliseconds timeou
   }
 }
 
-std::chrono::milliseconds OutboundLink::stalled_for() const {
+std::chrono::milliseconds OutboundLink::stalled_for() {
   std::lock_guard lock(mutex_);
+  drain_finished_locked();
   if (pending_.empty()) return 0ms;
   return std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_progress_);
 }

@@ -91,7 +91,7 @@ class OutboundLink {
   bool wait_below(size_t cap_bytes, std::chrono::milliseconds timeout);
   // How long sends have been pending without any of them finishing (zero when none is pending):
   // a peer that drains nothing for timeouts.peer is stalled.
-  std::chrono::milliseconds stalled_for() const;
+  std::chrono::milliseconds stalled_for();
   // Waits until every posted send finished or the peer stalled for `stall_timeout`; true when
   // all finished (or the link is dead).
   bool flush(std::chrono::milliseconds stall_timeout);

@@ -148,12 +148,17 @@ bool Session::admit(DataKind kind, uint64_t attempt, uint64_t version) {
   InFlight f;
   f.attempt = attempt;
   f.version = version;
-  // The bootstrap lands raw only on the all-zero version 0; anything else goes to the delta
-  // applier, which refuses what does not fit its state.
-  f.applier = kind == DataKind::raw && committed_version_ == 0 ? raw_.get() : delta_.get();
-  if (kind == DataKind::raw && committed_version_ != 0) f.applier = nullptr;
+  f.kind = kind;
   in_flight_ = f;
   return true;
+}
+
+// The bootstrap lands raw only on the all-zero version 0; anything else goes to the delta
+// applier, which refuses what does not fit its state. Resolved under the data lock, so a commit
+// that replaces the delta applier (after a bootstrap) is never raced: data calls wait for it.
+VersionApplier* Session::applier_locked(DataKind kind) const {
+  if (kind == DataKind::raw) return committed_version_ == 0 ? raw_.get() : nullptr;
+  return delta_.get();
 }
 
 std::optional<Message> Session::refuse_locked(uint64_t version, const Error& e) {
@@ -171,7 +176,7 @@ Session::Outcome Session::apply_frame(uint64_t attempt, const codec::FrameView& 
   {
     std::lock_guard lock(state_mutex_);
     if (!in_flight_ || in_flight_->attempt != attempt) return out;  // ended meanwhile: stale
-    applier = in_flight_->applier;
+    applier = applier_locked(in_flight_->kind);
   }
   std::optional<Error> failure;
   uint64_t changes = 0;
@@ -214,7 +219,7 @@ std::optional<std::span<std::byte>> Session::claim_piece(uint64_t attempt, const
   VersionApplier* applier = nullptr;
   {
     std::lock_guard lock(state_mutex_);
-    if (in_flight_ && in_flight_->attempt == attempt) applier = in_flight_->applier;
+    if (in_flight_ && in_flight_->attempt == attempt) applier = applier_locked(in_flight_->kind);
     if (!in_flight_ || in_flight_->attempt != attempt) {
       data_mutex_.unlock_shared();
       return std::nullopt;
@@ -240,11 +245,12 @@ std::optional<Message> Session::land_piece(const RawChunkHeader& h, std::optiona
   std::optional<Message> reply;
   {
     std::lock_guard lock(state_mutex_);
-    if (in_flight_ && in_flight_->applier) {
-      in_flight_->applier->land_piece(h, hash);
-      if (hash && !in_flight_->acked && !in_flight_->nacked && in_flight_->applier->complete()) {
+    VersionApplier* applier = in_flight_ ? applier_locked(in_flight_->kind) : nullptr;
+    if (applier) {
+      applier->land_piece(h, hash);
+      if (hash && !in_flight_->acked && !in_flight_->nacked && applier->complete()) {
         in_flight_->acked = true;
-        reply = Ack{rank_, h.version, in_flight_->applier->verify(), 0};
+        reply = Ack{rank_, h.version, applier->verify(), 0};
       }
     }
   }
@@ -270,7 +276,7 @@ void Session::commit(const Commit& commit, const std::function<void(const Messag
                 "COMMIT for a version this member has not verified"});
       return;
     }
-    applier = in_flight_->applier;
+    applier = applier_locked(in_flight_->kind);
   }
   const bool bootstrap = applier == raw_.get();
   {
@@ -278,17 +284,19 @@ void Session::commit(const Commit& commit, const std::function<void(const Messag
     if (!bootstrap)
       for (auto* reader : snapshots_) reader->record(*delta_applier_);
   }
+  // ACTIVE names the digest the version was verified by (after a bootstrap: the pieces' hash sum).
   const uint64_t active_digest = applier->commit();
   {
     std::lock_guard lock(state_mutex_);
     committed_version_ = commit.version;
+    committed_digest_ = bootstrap ? active_digest : delta_applier_->digest().combined();
     end_in_flight_locked(commit.attempt);
-    if (!bootstrap) committed_digest_ = delta_applier_->digest().combined();
   }
   send(Active{rank_, commit.version, active_digest});
   // Idle-time work, before the data lock is released so that frames of the next version wait:
-  // after a bootstrap, a fresh delta applier whose StateDigest is a full scan of the buffers;
-  // then the undo log's page faults (room for ~1.6% of the elements; it grows if needed).
+  // after a bootstrap, a fresh delta applier whose StateDigest is a full scan of the buffers (the
+  // session says version 1 only with that digest); then the undo log's page faults (room for
+  // ~1.6% of the elements; it grows if needed).
   if (bootstrap) {
     auto digest = codec::StateDigest::full_scan(weights_.as_const(), 1);
     std::lock_guard lock(state_mutex_);
@@ -303,7 +311,7 @@ Message Session::abort(const Abort& abort) {
   std::unique_lock data(data_mutex_);
   std::lock_guard lock(state_mutex_);
   if (in_flight_ && in_flight_->attempt <= abort.attempt) {
-    if (in_flight_->applier) in_flight_->applier->rollback();
+    if (auto* applier = applier_locked(in_flight_->kind)) applier->rollback();
     in_flight_.reset();
   }
   floor_ = std::max(floor_, abort.attempt);
@@ -314,7 +322,7 @@ void Session::drop_in_flight() {
   std::unique_lock data(data_mutex_);
   std::lock_guard lock(state_mutex_);
   if (!in_flight_) return;
-  if (in_flight_->applier) in_flight_->applier->rollback();
+  if (auto* applier = applier_locked(in_flight_->kind)) applier->rollback();
   end_in_flight_locked(in_flight_->attempt);
 }
 
@@ -379,6 +387,7 @@ void Session::install(uint64_t version, codec::StateDigest digest) {
 }
 
 std::unique_ptr<Session::SnapshotReader> Session::begin_snapshot() {
+  std::shared_lock data(data_mutex_);  // not in the middle of a commit (its digest is final)
   std::lock_guard lock(state_mutex_);
   if (committed_version_ == 0) throw Error(Errc::state, "a member at version 0 has no snapshot to serve");
   std::unique_ptr<SnapshotReader> reader(new SnapshotReader(*this, committed_version_, committed_digest_));
@@ -417,7 +426,7 @@ void Session::SnapshotReader::read(uint32_t tensor, uint64_t offset, std::span<s
   std::memcpy(out.data(), session_.weights_.tensors[tensor].data() + offset, out.size());
   // Newest first: a version in flight, then each committed layer back to version_; the last
   // patch written for an element is the oldest, its bits at version_.
-  if (session_.in_flight_ && session_.in_flight_->applier == session_.delta_.get()) {
+  if (session_.delta_applier_->pending_version()) {  // a version in flight, or a replay under way
     session_.delta_applier_->for_each_written([&](uint32_t t, uint64_t element, uint32_t bits) {
       if (t == tensor && element >= first && element < end)
         std::memcpy(out.data() + (element - first) * width, &bits, width);

@@ -146,7 +146,9 @@ class Session {
   std::unique_ptr<SnapshotReader> begin_snapshot();
 
   uint64_t version() const;          // committed
-  uint64_t digest() const;           // combined StateDigest of the committed bits
+  // Combined StateDigest of the committed bits. Right after a bootstrap commits, until its full
+  // scan is done (idle-time work under the data lock), the pieces' hash sum stands in for it.
+  uint64_t digest() const;
   uint64_t attempt_floor() const;
   std::optional<uint64_t> in_flight_version() const;
   std::optional<uint64_t> in_flight_attempt() const;
@@ -157,12 +159,13 @@ class Session {
   struct InFlight {
     uint64_t attempt = 0;
     uint64_t version = 0;
-    VersionApplier* applier = nullptr;
+    DataKind kind = DataKind::frame;
     bool acked = false;
     bool nacked = false;
     uint64_t changes = 0;
   };
   std::optional<Message> refuse_locked(uint64_t version, const Error& e);
+  VersionApplier* applier_locked(DataKind kind) const;
   void end_in_flight_locked(uint64_t attempt);
 
   const codec::Manifest& manifest_;
