@@ -199,7 +199,13 @@ void Producer::Impl::handle_report(uint32_t from, const Report& report, Clock::t
   if (tree < 0 || tree >= membership->trees()) return;
   log->info("producer: rank {} reports its link to rank {} in tree {}: {} ({})", from, report.peer, tree,
             failure_cause_name(report.cause), report.detail);
-  if (report.peer == kProducerRank || !membership->live(report.peer)) return;
+  if (report.peer == kProducerRank) {
+    // A root lost (or never got) its link to the producer while its control link works: it
+    // joins again in a new epoch (a root's only place is under the producer).
+    if (membership->root(tree) == from) edge_reports.push_back({from, report, at});
+    return;
+  }
+  if (!membership->live(report.peer)) return;
   const bool peer_is_parent = membership->parent(from, tree) == report.peer;
   const bool peer_is_child = membership->parent(report.peer, tree) == from;
   if (!peer_is_parent && !peer_is_child) return;  // an edge that is gone already
@@ -223,6 +229,13 @@ void Producer::Impl::review_edge_reports() {
     it = edge_reports.erase(it);
     const int tree = static_cast<int>(r.report.tree);
     const uint32_t peer = r.report.peer;
+    if (peer == kProducerRank) {
+      if (membership->live(r.from) && membership->root(tree) == r.from) {
+        reparent(r.from, tree, "its link to the producer failed", r.at);
+        it = edge_reports.begin();
+      }
+      continue;
+    }
     if (!membership->live(r.from) || !membership->live(peer)) continue;  // a death settled it
     if (membership->parent(r.from, tree) == peer)
       reparent(r.from, tree, "its link to parent rank " + std::to_string(peer) + " failed", r.at);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "codec/frame.h"
+#include "tree/connect_retry.h"
 #include "util/log.h"
 
 namespace deltacast::tree {
@@ -419,7 +420,16 @@ void RelayEdges::read_loop(int tree) {
     };
     std::shared_ptr<transport::Connection> link;
     try {
-      link = transport_.connect(transport::Url::parse(url), options_.connect_timeout);
+      // A parent that is busy or briefly unreachable (connection setup under load) gets a few
+      // attempts before the producer hears of it.
+      ConnectRetry retry;
+      retry.attempt_timeout = options_.connect_timeout;
+      retry.give_up_after = std::max(options_.connect_timeout, 2 * options_.peer_timeout);
+      retry.who = "rank " + std::to_string(options_.rank);
+      retry.what = parent == kProducerRank ? "the producer (tree " + std::to_string(tree) + ")"
+                                           : "parent rank " + std::to_string(parent);
+      retry.cancelled = [&] { return !current(); };
+      link = connect_with_retry(transport_, transport::Url::parse(url), retry);
       send_control(*link, Join{options_.rank, static_cast<uint32_t>(tree)}, options_.connect_timeout, epoch);
       const auto held = store_.resume_state();
       send_control(*link, Resume{options_.rank, static_cast<uint32_t>(tree), held.version, held.attempt, held.have},
