@@ -6,16 +6,30 @@
 // exits 0 only when every version was verified and committed by every member live at its end,
 // a receiver only when it committed every version it saw (none aborted).
 //
+// After every committed version (the bootstrap included) the producer writes its state file,
+// <output.dir>/producer-state.json (docs/config.md). `--resume` (rank 0) restarts a producer from
+// it: the trainer is re-simulated to the state's step, its bits are checked against the state's
+// digest, and the version chain goes on where it stopped, with the members that kept the
+// committed version (docs/protocol.md, "Producer loss").
+//
 // --fault ACTION@VERSION[:N] is a testing aid (the tests and `deltacast demo --kill/--freeze`):
-// the receiver kills (SIGKILL) or freezes (SIGSTOP) itself after handling N data messages of
-// VERSION.
+// a receiver kills (SIGKILL) or freezes (SIGSTOP) itself after handling N data messages of
+// VERSION; the producer does so after sending N data messages of VERSION.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +38,7 @@
 #include <openssl/evp.h>
 #include <spdlog/sinks/basic_file_sink.h>
 
+#include "codec/digest.h"
 #include "config/config.h"
 #include "sim/trainer_simulator.h"
 #include "tools/cli.h"
@@ -45,7 +60,8 @@ struct RunOptions {
   std::vector<std::string> sets;
   std::string report_path;
   std::string summary_path;
-  std::string fault;  // ACTION@VERSION[:N], receivers only (testing aid)
+  std::string fault;    // ACTION@VERSION[:N] (testing aid)
+  bool resume = false;  // producer: continue from <output.dir>/producer-state.json
 };
 
 // A parsed --fault: after `after` data messages of `version`, raise `signal` at this process.
@@ -97,6 +113,23 @@ void install_fault(tree::ReceiverOptions& options, const Fault& f, int rank) {
   };
 }
 
+// The producer's fault (the same spec): it fires after the N-th data message of f.version the
+// producer sent (the messages posted to the roots, re-sends not counted). `sending` is the version
+// the host thread is sending.
+std::function<void(uint32_t, uint32_t)> producer_fault_hook(const Fault& f,
+                                                            std::shared_ptr<std::atomic<uint64_t>> sending) {
+  auto seen = std::make_shared<std::atomic<uint64_t>>(0);
+  return [f, sending, seen](uint32_t, uint32_t) {
+    if (sending->load() != f.version || seen->fetch_add(1) + 1 != f.after) return;
+    std::printf("producer: --fault %s@%llu:%llu: %s this process now\n", f.action.c_str(),
+                static_cast<unsigned long long>(f.version), static_cast<unsigned long long>(f.after),
+                f.signal == SIGKILL ? "killing" : "stopping");
+    std::fflush(stdout);
+    logger("run")->flush();
+    std::raise(f.signal);
+  };
+}
+
 // SHA-256 over every tensor's bytes in manifest order: an end-to-end bit-equality check that is
 // independent of the codec's own digests.
 std::string weights_sha256(const codec::ConstWeights& weights) {
@@ -122,6 +155,187 @@ void write_json(const std::string& path, const nlohmann::json& value) {
   std::ofstream out(path);
   if (!out) throw Error(Errc::io, "cannot write " + path);
   out << value.dump(2) << "\n";
+}
+
+// ---- the producer's state file (docs/config.md, output.dir) ----
+
+constexpr const char* kStateFormat = "deltacast.producer_state";
+constexpr int kStateFormatVersion = 1;
+
+// What `deltacast run --resume` needs to continue the version chain: the last committed version,
+// how to rebuild its bits (the trainer's config and step), and what the members may hold.
+struct ProducerState {
+  uint64_t version = 0;       // last committed version
+  uint64_t digest = 0;        // its combined StateDigest
+  uint64_t trainer_step = 0;  // trainer steps behind it (0: the bootstrap)
+  uint64_t attempt = 0;       // the producer's last attempt id
+  std::string topology;
+  uint64_t params = 0;                   // trainer.params
+  uint64_t seed = 0;                     // trainer.seed
+  double lr = 0;                         // trainer.lr
+  std::map<uint64_t, uint64_t> history;  // the committed versions' digests the producer remembers
+  double full_seconds = 0;               // the bootstrap's time: the reference of the speedup column
+};
+
+std::string state_path(const config::Config& c) {
+  return (std::filesystem::path(c.output.dir) / "producer-state.json").string();
+}
+
+std::string hex64(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+nlohmann::json state_json(const ProducerState& s) {
+  nlohmann::json history = nlohmann::json::array();
+  for (const auto& [version, digest] : s.history) history.push_back({{"version", version}, {"digest", hex64(digest)}});
+  return {{"format", kStateFormat},
+          {"format_version", kStateFormatVersion},
+          {"version", s.version},
+          {"digest", hex64(s.digest)},
+          {"trainer_step", s.trainer_step},
+          {"attempt", s.attempt},
+          {"topology", s.topology},
+          {"params", s.params},
+          {"seed", s.seed},
+          {"lr", s.lr},
+          {"history", history},
+          {"full_seconds", s.full_seconds}};
+}
+
+// Writes `text` to `path` so that a reader sees the old file or the new one, never a part: a
+// temporary file in the same directory, fsync, rename over the old one, fsync the directory.
+void write_file_atomically(const std::string& path, const std::string& text) {
+  namespace fs = std::filesystem;
+  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  auto fail = [&](const std::string& what) {
+    const std::string reason = std::strerror(errno);
+    ::unlink(temp.c_str());
+    throw Error(Errc::io, "cannot write " + path + ": " + what + ": " + reason);
+  };
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("open " + temp);
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      fail("write");
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) {
+    ::close(fd);
+    fail("fsync");
+  }
+  if (::close(fd) != 0) fail("close");
+  if (::rename(temp.c_str(), path.c_str()) != 0) fail("rename");
+  if (const int dir = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+// Reads and checks the state file. Throws Error(not_found) when it is missing and
+// Error(corrupt_frame) naming the problem when it does not parse.
+ProducerState read_state(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error(Errc::not_found, "--resume: no producer state at " + path +
+                                     " (the producer writes it into output.dir after every committed version; "
+                                     "is output.dir the one of the run to resume?)");
+  auto corrupt = [&](const std::string& why) {
+    return Error(Errc::corrupt_frame, "--resume: the producer state " + path + " is corrupt: " + why);
+  };
+  auto parse_hex = [&](const nlohmann::json& value, const std::string& key) {
+    const std::string text = value.get<std::string>();
+    uint64_t out = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out, 16);
+    if (text.size() != 16 || ec != std::errc() || end != text.data() + text.size())
+      throw corrupt(key + " '" + text + "' is not 16 hex digits");
+    return out;
+  };
+  ProducerState s;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(in);
+    if (j.value("format", "") != kStateFormat) throw corrupt("it is not a deltacast producer state");
+    if (j.at("format_version").get<int>() != kStateFormatVersion)
+      throw corrupt("format_version " + j.at("format_version").dump() + " (this build reads " +
+                    std::to_string(kStateFormatVersion) + ")");
+    s.version = j.at("version").get<uint64_t>();
+    s.digest = parse_hex(j.at("digest"), "digest");
+    s.trainer_step = j.at("trainer_step").get<uint64_t>();
+    s.attempt = j.at("attempt").get<uint64_t>();
+    s.topology = j.at("topology").get<std::string>();
+    s.params = j.at("params").get<uint64_t>();
+    s.seed = j.at("seed").get<uint64_t>();
+    s.lr = j.at("lr").get<double>();
+    s.full_seconds = j.value("full_seconds", 0.0);
+    for (const auto& h : j.at("history")) {
+      const uint64_t version = h.at("version").get<uint64_t>();
+      s.history[version] = parse_hex(h.at("digest"), "the digest of version " + std::to_string(version));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw corrupt(e.what());
+  }
+  if (s.version == 0) throw corrupt("version 0 (nothing was committed)");
+  const auto own = s.history.find(s.version);
+  if (own == s.history.end() || own->second != s.digest)
+    throw corrupt("its history does not give version " + std::to_string(s.version) + " the digest " + hex64(s.digest));
+  if (s.history.rbegin()->first != s.version)
+    throw corrupt("its history holds versions after version " + std::to_string(s.version));
+  return s;
+}
+
+// A state written under another trainer or tree cannot be continued with this config.
+void check_state_against_config(const ProducerState& s, const config::Config& c, const std::string& path) {
+  std::string diffs;
+  auto differ = [&](const std::string& key, const std::string& state, const std::string& config) {
+    if (state != config) diffs += (diffs.empty() ? "" : ", ") + key + " " + state + " there, " + config + " here";
+  };
+  differ("topology", s.topology, std::string(tree::topology_kind_name(tree::parse_topology_kind(c.topology))));
+  differ("trainer.params", std::to_string(s.params), std::to_string(c.trainer.params));
+  differ("trainer.seed", std::to_string(s.seed), std::to_string(c.trainer.seed));
+  if (s.lr != c.trainer.lr) differ("trainer.lr", nlohmann::json(s.lr).dump(), nlohmann::json(c.trainer.lr).dump());
+  if (!diffs.empty())
+    throw Error(Errc::config, "--resume: " + path + " was written by a run with another config (" + diffs +
+                                  "): the trainer could not re-simulate its bits");
+  if (s.trainer_step > static_cast<uint64_t>(c.trainer.steps))
+    throw Error(Errc::config, "--resume: " + path + " is at trainer step " + std::to_string(s.trainer_step) +
+                                  ", past trainer.steps " + std::to_string(c.trainer.steps));
+}
+
+// Steps the (freshly built) trainer to the state's step and checks that its BF16 weights are the
+// committed version's bits. The simulator's steps depend only on (seed, step, tensor, element),
+// not on its thread count (sim/trainer_simulator.h), so any machine re-simulates the same bits.
+void resimulate(sim::TrainerSimulator& trainer, const ProducerState& s, const std::string& path, unsigned threads) {
+  std::printf("producer: re-simulating the trainer to step %llu\n", static_cast<unsigned long long>(s.trainer_step));
+  std::fflush(stdout);
+  while (trainer.step_index() < s.trainer_step) trainer.step();
+  const uint64_t digest = codec::StateDigest::full_scan(trainer.bf16_weights(), threads).combined();
+  if (digest != s.digest)
+    throw Error(Errc::verify_failed, "--resume: the trainer did not re-simulate to the same bits: step " +
+                                         std::to_string(s.trainer_step) + " gives digest " + hex64(digest) + ", " +
+                                         path + " says version " + std::to_string(s.version) + " has " +
+                                         hex64(s.digest));
+}
+
+// "3 receivers hold it" / "2 receivers hold it, rank 3 catches up from version 0, rank 4 refused".
+std::string start_summary(const tree::StartReport& r) {
+  using Role = tree::MemberAtStart::Role;
+  const uint32_t live = r.count(Role::live);
+  std::string text = std::to_string(live) + (live == 1 ? " receiver holds it" : " receivers hold it");
+  for (const auto& m : r.members) {
+    if (m.role == Role::catching_up)
+      text += ", rank " + std::to_string(m.rank) + " catches up from version " + std::to_string(m.held_version);
+    else if (m.role == Role::refused)
+      text += ", rank " + std::to_string(m.rank) + " refused (" + m.detail + ")";
+  }
+  return text;
 }
 
 transport::TransportOptions transport_options(const config::Config& c) {
@@ -223,6 +437,12 @@ nlohmann::json step_json(int step, const tree::RefitReport& r, double full_secon
 void run_producer(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o) {
   auto log = logger("run");
   const auto members = config::member_list(c);
+  const std::string state_file = state_path(c);
+  std::optional<ProducerState> resumed;
+  if (o.resume) {
+    resumed = read_state(state_file);
+    check_state_against_config(*resumed, c, state_file);
+  }
   sim::SimConfig sim_config;
   sim_config.params = c.trainer.params;
   sim_config.lr = static_cast<float>(c.trainer.lr);
@@ -246,24 +466,72 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
   options.join_timeout = std::max(c.timeouts.join, c.timeouts.refit);
   options.peer_timeout = c.timeouts.peer;
   options.retain_versions = c.retain_versions;
+  auto sending = std::make_shared<std::atomic<uint64_t>>(0);  // the version being sent (--fault)
+  if (!o.fault.empty()) options.on_progress = producer_fault_hook(parse_fault(o.fault), sending);
+  if (resumed) {
+    resimulate(trainer, *resumed, state_file, sim_config.threads);
+    options.resume = tree::ProducerResume{resumed->version, trainer.bf16_weights(), resumed->attempt, resumed->history};
+  }
   tree::Producer producer(*transport, trainer.manifest(), options);
-  producer.start();
+  const tree::StartReport started = producer.start();
   std::printf("producer: %zu receivers joined at %s (%s tree, %s, chunks of %.1f MiB)\n",
               members.size(), producer.url().c_str(), c.topology.c_str(), c.transport.c_str(),
               mib(c.chunk_bytes));
   std::fflush(stdout);
 
-  tree::RefitReport full = producer.bootstrap(trainer.bf16_weights());
-  std::printf("full checkpoint (version 1): %.1f MiB raw through the tree in %.3f s, verified by "
-              "%u/%u receivers%s\n",
-              mib(full.checkpoint_bytes), full.refit_seconds, full.verified_receivers,
-              full.receivers, repair_suffix(full).c_str());
+  ProducerState state;
+  state.topology = std::string(tree::topology_kind_name(options.topology));
+  state.params = c.trainer.params;
+  state.seed = c.trainer.seed;
+  state.lr = c.trainer.lr;
+  // After every committed version, before its progress line: a line printed means its state is
+  // on disk. A state that cannot be written is no reason to stop refitting: the file keeps an
+  // older version, and a producer resumed from it refuses members that hold newer ones.
+  auto save_state = [&](uint64_t trainer_step) {
+    state.version = producer.version();
+    state.digest = producer.digest().combined();
+    state.trainer_step = trainer_step;
+    state.attempt = producer.attempt();
+    state.history = producer.history();
+    state.history.erase(0);  // version 0 needs no record (the all-zero state)
+    try {
+      write_file_atomically(state_file, state_json(state).dump(2) + "\n");
+    } catch (const Error& e) {
+      log->error("producer state not updated to version {}: {}", state.version, e.what());
+    }
+  };
+
+  tree::RefitReport full;
+  if (resumed) {
+    // No bootstrap: the members kept the committed version. The bootstrap time of the run that
+    // created the chain stays the reference of the speedup column.
+    full.version = 1;
+    full.committed = true;
+    full.refit_seconds = resumed->full_seconds;
+    state.full_seconds = resumed->full_seconds;
+    std::printf("producer: resumed at version %llu (step %llu) from %s; %s\n",
+                static_cast<unsigned long long>(resumed->version),
+                static_cast<unsigned long long>(resumed->trainer_step), state_file.c_str(),
+                start_summary(started).c_str());
+  } else {
+    sending->store(1);
+    full = producer.bootstrap(trainer.bf16_weights());
+    state.full_seconds = full.refit_seconds;
+    if (full.committed) save_state(0);
+    std::printf("full checkpoint (version 1): %.1f MiB raw through the tree in %.3f s, verified by "
+                "%u/%u receivers%s\n",
+                mib(full.checkpoint_bytes), full.refit_seconds, full.verified_receivers,
+                full.receivers, repair_suffix(full).c_str());
+  }
   std::fflush(stdout);
   bool ok = full.committed;
   nlohmann::json steps = nlohmann::json::array();
-  for (int step = 1; ok && step <= c.trainer.steps; ++step) {
+  const int first_step = resumed ? static_cast<int>(resumed->trainer_step) + 1 : 1;
+  for (int step = first_step; ok && step <= c.trainer.steps; ++step) {
     trainer.step();
+    sending->store(producer.version() + 1);
     tree::RefitReport r = producer.refit(trainer.bf16_weights());
+    if (r.committed) save_state(static_cast<uint64_t>(step));
     steps.push_back(step_json(step, r, full.refit_seconds));
     std::printf("step %d: version %llu  changed %.3f%%  payload %.2f MiB  refit %.3f s  "
                 "full %.3f s  speedup %.1fx  verified %u/%u%s%s\n",
@@ -298,6 +566,19 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
       {"chunk_bytes", c.chunk_bytes},
       {"full", full_json},
       {"steps", steps}};
+  if (resumed) {
+    // This process sent no bootstrap: `full` is the original run's time, steps[] only the steps
+    // this process ran.
+    full_json["from_state"] = true;
+    report["full"] = full_json;
+    using Role = tree::MemberAtStart::Role;
+    report["resumed"] = {{"state_file", state_file},
+                         {"version", resumed->version},
+                         {"trainer_step", resumed->trainer_step},
+                         {"live", started.count(Role::live)},
+                         {"catching_up", started.count(Role::catching_up)},
+                         {"refused", started.count(Role::refused)}};
+  }
   report["version"] = producer.version();
   report["sha256"] = weights_sha256(trainer.bf16_weights());
   std::string path = !o.report_path.empty() ? o.report_path : c.output.metrics_file;
@@ -364,11 +645,12 @@ void run(const RunOptions& o) {
     throw Error(Errc::config, "the job has " + std::to_string(env.size) + " processes but " +
                                   o.config_path + " lists " + std::to_string(members) +
                                   " receivers (+1 producer)");
-  if (!o.fault.empty()) {
-    if (env.is_producer())
-      throw Error(Errc::invalid_argument, "--fault applies to receivers (rank >= 1), not the producer");
-    parse_fault(o.fault);  // a bad spec fails before the job starts
-  }
+  if (!o.fault.empty()) parse_fault(o.fault);  // a bad spec fails before the job starts
+  if (o.resume && !env.is_producer())
+    throw Error(Errc::invalid_argument,
+                "--resume applies to the producer (rank 0), not to rank " + std::to_string(env.rank) +
+                    ": a receiver keeps its committed version and rejoins a restarted producer by itself "
+                    "(within timeouts.producer_loss)");
   auto log_file = open_log_file(c, env.rank);
   try {
     if (env.is_producer())
@@ -396,10 +678,14 @@ void setup(CLI::App& parent) {
   cmd->add_option("--report", options->report_path, "Producer: write the JSON report here (default: output.metrics_file)");
   cmd->add_option("--summary", options->summary_path,
                   "Receiver: write {rank, version, sha256 of the weights} as JSON here");
+  cmd->add_flag("--resume", options->resume,
+                "Producer (rank 0): continue the version chain from <output.dir>/producer-state.json "
+                "after the producer process was lost; receivers rejoin by themselves");
   cmd->add_option("--fault", options->fault,
-                  "TESTING AID, receivers only: ACTION@VERSION[:N] with ACTION kill (SIGKILL) or stop "
-                  "(SIGSTOP): this process kills or freezes itself once it has handled N (default 1) "
-                  "data messages of VERSION (version 1 = the full checkpoint, step s = version s+1)")
+                  "TESTING AID: ACTION@VERSION[:N] with ACTION kill (SIGKILL) or stop (SIGSTOP): this "
+                  "process kills or freezes itself once it has handled (a receiver) or sent (the "
+                  "producer) N (default 1) data messages of VERSION (version 1 = the full checkpoint, "
+                  "step s = version s+1)")
       ->group("Testing aids");
   cmd->callback([options] { run(*options); });
 }

@@ -560,6 +560,8 @@ void Producer::finish() {
   d.stop_threads();
   // Nobody answers any more: a member trying to (re)join must fail fast, not wait for WELCOME.
   d.listener->close();
+  while (auto event = d.events.pop(0ms))
+    if (event->connection) event->connection->close();
 }
 
 }  // namespace deltacast::tree

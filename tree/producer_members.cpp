@@ -410,6 +410,9 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
   } else if (link.connection) {
     close_control(h.rank);  // an earlier attempt to catch up
   }
+  // Attempt ids stay above every attempt any member saw end (a member may have outlived an
+  // earlier producer).
+  attempt = std::max(attempt, h.attempt_floor);
   if (h.held_version > version)
     return refuse(Errc::version_mismatch, "rank " + std::to_string(h.rank) + " holds version " +
                                               std::to_string(h.held_version) + ", newer than the producer's " +
