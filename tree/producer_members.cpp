@@ -218,9 +218,13 @@ void Producer::Impl::handle_report(uint32_t from, const Report& report, Clock::t
 }
 
 void Producer::Impl::review_edge_reports() {
-  const auto grace = std::min<std::chrono::milliseconds>(250ms, options.peer_timeout / 4);
+  // A closed link is usually a death the control link shows within moments; a silent one a
+  // freeze the control link shows within a heartbeat interval or so of the child's timer.
+  const auto closed_grace = std::min<std::chrono::milliseconds>(250ms, options.peer_timeout / 4);
+  const auto silent_grace = std::clamp<std::chrono::milliseconds>(options.peer_timeout / 2, closed_grace, 2500ms);
   const auto now = Clock::now();
   for (auto it = edge_reports.begin(); it != edge_reports.end();) {
+    const auto grace = it->report.cause == FailureCause::silent ? silent_grace : closed_grace;
     if (now - it->at < grace) {
       ++it;
       continue;

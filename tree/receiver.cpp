@@ -348,9 +348,13 @@ Ending Receiver::Impl::serve() {
     }
     if (std::holds_alternative<Bye>(message)) return Ending::bye;
     if (auto* commit = std::get_if<Commit>(&message)) {
-      session->commit(*commit, [&](const Message& m) { send_to_producer(m); });
+      // The version's frames are archived before ACTIVE goes out: once the producer counts the
+      // version committed, a rejoining peer may ask this member to replay it.
+      session->commit(*commit, [&](const Message& m) {
+        if (std::holds_alternative<Active>(m)) store->end_attempt(commit->attempt, true);
+        send_to_producer(m);
+      });
       if (session->version() == commit->version) {
-        store->end_attempt(commit->attempt, true);
         ++versions_committed;
         active_version->store(commit->version);
         if (options.on_active) options.on_active(commit->version);

@@ -423,7 +423,9 @@ void RelayEdges::read_loop(int tree) {
       // A parent that is busy or briefly unreachable (connection setup under load) gets a few
       // attempts before the producer hears of it.
       ConnectRetry retry;
-      retry.attempt_timeout = options_.connect_timeout;
+      // An attempt to a frozen parent hangs in its handshake: keep attempts short, so that a
+      // reassignment (checked between attempts) is not held up by a whole connect timeout.
+      retry.attempt_timeout = std::min(options_.connect_timeout, std::max<std::chrono::milliseconds>(1000ms, options_.peer_timeout / 2));
       retry.give_up_after = std::max(options_.connect_timeout, 2 * options_.peer_timeout);
       retry.who = "rank " + std::to_string(options_.rank);
       retry.what = parent == kProducerRank ? "the producer (tree " + std::to_string(tree) + ")"
