@@ -15,7 +15,7 @@ bool FrameStore::first_sight(uint64_t attempt, uint64_t version, uint32_t chunk,
     kept_bytes_ = 0;
   }
   if (in_flight_.count(chunk)) return false;
-  StoredMessage stored{chunk, tree, nullptr, {}, message && message_type(*message) == MessageType::raw};
+  StoredMessage stored{chunk, tree, nullptr, {}, nullptr, message && message_type(*message) == MessageType::raw};
   if (message && kept_bytes_ + message->size() <= budget_) {
     stored.message = message;
     kept_bytes_ += message->size();
@@ -24,11 +24,13 @@ bool FrameStore::first_sight(uint64_t attempt, uint64_t version, uint32_t chunk,
   return true;
 }
 
-void FrameStore::landed(uint64_t attempt, uint32_t chunk, std::span<const std::byte> body) {
+void FrameStore::landed(uint64_t attempt, uint32_t chunk, std::span<const std::byte> body, SharedBytes owner) {
   std::lock_guard lock(mutex_);
   if (attempt != attempt_) return;
   auto it = in_flight_.find(chunk);
-  if (it != in_flight_.end()) it->second.body = body;
+  if (it == in_flight_.end()) return;
+  it->second.body = body;
+  it->second.body_owner = std::move(owner);
 }
 
 void FrameStore::forget(uint64_t attempt, uint32_t chunk) {

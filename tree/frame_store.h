@@ -23,7 +23,8 @@ struct StoredMessage {
   uint32_t chunk = 0;
   int tree = 0;                       // the tree it travels (and arrived) on
   SharedBytes message;                // the FRAME or RAW message; null when over the budget
-  std::span<const std::byte> body;    // RAW: the piece's bytes in the weights (empty until landed)
+  std::span<const std::byte> body;    // RAW: the piece's bytes (empty until landed)
+  SharedBytes body_owner;             // RAW: keeps `body` alive when it is a copy, not the weights
   bool raw = false;                   // a RAW piece (its body follows the message)
 };
 
@@ -34,8 +35,9 @@ class FrameStore {
   // Records that chunk `chunk` of (attempt, version) arrived on `tree`. Returns true at its first
   // sight; then `message` is kept while the budget lasts. A new attempt forgets the previous one.
   bool first_sight(uint64_t attempt, uint64_t version, uint32_t chunk, int tree, const SharedBytes& message);
-  // RAW: the piece's body landed at `body` (servable from now on).
-  void landed(uint64_t attempt, uint32_t chunk, std::span<const std::byte> body);
+  // RAW: the piece's body is at `body` (servable from now on): where it landed in the weights, or
+  // a copy `owner` keeps alive (a piece this member refused but passes on).
+  void landed(uint64_t attempt, uint32_t chunk, std::span<const std::byte> body, SharedBytes owner = nullptr);
   // Forgets a sighting (a RAW body cut short: the piece may arrive again).
   void forget(uint64_t attempt, uint32_t chunk);
 

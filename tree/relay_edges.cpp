@@ -235,7 +235,7 @@ void RelayEdges::serve_join(std::shared_ptr<transport::Connection> connection, c
       if (stored.body.empty())
         link->post(stored.message);
       else
-        link->post_pair(stored.message, stored.body);
+        link->post_pair(stored.message, stored.body, stored.body_owner);
     }
     kids.push_back(link);
   }
@@ -629,6 +629,7 @@ bool RelayEdges::handle_raw(int tree, transport::Connection& parent, uint64_t ge
     // on first sight; a routed re-send goes on towards its member).
     auto copy = std::make_shared<const std::vector<std::byte>>(body.begin(), body.end());
     std::lock_guard lock(mutex_);
+    if (first) store_.landed(attempt, h.chunk_index, *copy, copy);  // served to a child that joins later
     count(&RelayStats::frames_forwarded,
           forward_locked(tree, first, h.envelope.route, header, std::span(*copy), copy));
   }
