@@ -390,6 +390,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
                                           " bytes exceeds the announced message limit");
         d.deliver(f.tree_of(i), Outgoing{message, {}});
         f.sent[i] = true;
+        if (i == 0) d.log->debug("version {}: first chunk posted at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
         report.frames_bytes += message->size() - kMessageHeaderSize - kEnvelopeSize;
         if (d.options.on_progress) d.options.on_progress(i + 1, count);
       }
@@ -403,6 +404,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
     const Outgoing seal = f.make(count, 0);
     d.deliver(0, seal);
     f.sent[count] = true;
+    d.log->debug("version {}: seal posted at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
     report.frames_bytes += seal_frame->size();
     report.changes = total.changes;
     report.elements = total.elements;

@@ -308,13 +308,7 @@ void Receiver::Impl::stop_edges() {
   if (!edges) return;
   edges->stop();
   std::lock_guard lock(edges_mutex);
-  const RelayStats s = edges->stats();
-  relay_totals.frames_received += s.frames_received;
-  relay_totals.frames_forwarded += s.frames_forwarded;
-  relay_totals.frames_replayed += s.frames_replayed;
-  relay_totals.frames_refused += s.frames_refused;
-  relay_totals.frames_resumed += s.frames_resumed;
-  relay_totals.payload_bytes += s.payload_bytes;
+  relay_totals += edges->stats();
   edges.reset();
 }
 
@@ -460,14 +454,7 @@ ReceiverStats Receiver::stats() const {
   auto& d = *impl_;
   std::lock_guard lock(d.edges_mutex);
   RelayStats s = d.relay_totals;
-  if (d.edges) {
-    const RelayStats live = d.edges->stats();
-    s.frames_received += live.frames_received;
-    s.frames_forwarded += live.frames_forwarded;
-    s.frames_replayed += live.frames_replayed;
-    s.frames_refused += live.frames_refused;
-    s.payload_bytes += live.payload_bytes;
-  }
+  if (d.edges) s += d.edges->stats();
   ReceiverStats r;
   r.frames_received = s.frames_received;
   r.frames_forwarded = s.frames_forwarded;

@@ -398,7 +398,7 @@ std::optional<size_t> RelayEdges::receive(int tree, transport::Connection& paren
 }
 
 void RelayEdges::read_loop(int tree) {
-  std::vector<std::byte> buffer(options_.max_message_bytes);
+  std::vector<std::byte> buffer(options_.max_message_bytes);  // the receive buffer, for every parent link
   uint64_t seen = 0;
   while (!stopping_) {
     uint32_t parent;
@@ -453,7 +453,7 @@ void RelayEdges::read_loop(int tree) {
     }
     changed_.notify_all();
     say_ready_when_up();
-    Status status = read_from_parent(tree, *link, generation);
+    Status status = read_from_parent(tree, *link, generation, buffer);
     {
       std::lock_guard lock(mutex_);
       if (parents_[tree]->connection == link) parents_[tree]->connection.reset();
@@ -483,8 +483,8 @@ void RelayEdges::say_ready_when_up() {
 
 // Reads and relays until the link fails (its status), is replaced or this member stops
 // (Errc::cancelled).
-Status RelayEdges::read_from_parent(int tree, transport::Connection& parent, uint64_t generation) {
-  std::vector<std::byte> buffer(options_.max_message_bytes);
+Status RelayEdges::read_from_parent(int tree, transport::Connection& parent, uint64_t generation,
+                                    std::vector<std::byte>& buffer) {
   for (;;) {
     drain_children(tree);
     Status status;
@@ -556,7 +556,11 @@ void RelayEdges::handle_frame(int tree, std::span<const std::byte> message) {
   auto outcome = session_.apply_frame(attempt, view);
   if (outcome.replayed) count(&RelayStats::frames_replayed);
   if (outcome.refused) count(&RelayStats::frames_refused);
-  if (outcome.reply) report(*outcome.reply);
+  if (outcome.reply) {
+    if (std::holds_alternative<Ack>(*outcome.reply))
+      logger("tree")->debug("rank {}: ack version {}", options_.rank, h.new_version);
+    report(*outcome.reply);
+  }
 }
 
 // One RAW piece: its header (`message`, in `scratch`) is followed by its bare body, received

@@ -60,6 +60,15 @@ struct RelayStats {
   uint64_t frames_refused = 0;    // wrong base, corrupt, stale attempt, ...
   uint64_t frames_resumed = 0;    // retained messages sent to a re-parented child
   uint64_t payload_bytes = 0;     // data message bytes received
+  RelayStats& operator+=(const RelayStats& o) {
+    frames_received += o.frames_received;
+    frames_forwarded += o.frames_forwarded;
+    frames_replayed += o.frames_replayed;
+    frames_refused += o.frames_refused;
+    frames_resumed += o.frames_resumed;
+    payload_bytes += o.payload_bytes;
+    return *this;
+  }
 };
 
 class RelayEdges {
@@ -97,7 +106,7 @@ class RelayEdges {
   void serve_join(std::shared_ptr<transport::Connection> connection, const Join& join, uint64_t epoch);
   void serve_fetch(std::shared_ptr<transport::Connection> connection, const Fetch& fetch);
   void read_loop(int tree);
-  Status read_from_parent(int tree, transport::Connection& parent, uint64_t generation);
+  Status read_from_parent(int tree, transport::Connection& parent, uint64_t generation, std::vector<std::byte>& buffer);
   std::optional<size_t> receive(int tree, transport::Connection& parent, uint64_t generation,
                                 std::span<std::byte> into, Status& status);
   void handle_frame(int tree, std::span<const std::byte> message);
