@@ -43,7 +43,9 @@
 #include "sim/trainer_simulator.h"
 #include "tools/cli.h"
 #include "transport/transport.h"
+#include "tree/config_options.h"
 #include "tree/launch_env.h"
+#include "tree/report_json.h"
 #include "tree/producer.h"
 #include "tree/receiver.h"
 #include "util/error.h"
@@ -338,15 +340,6 @@ std::string start_summary(const tree::StartReport& r) {
   return text;
 }
 
-transport::TransportOptions transport_options(const config::Config& c) {
-  transport::TransportOptions options;
-  if (!c.secret_file.empty()) options.secret = transport::load_secret(c.secret_file);
-  options.connect_timeout = c.timeouts.connect;
-  options.heartbeat_interval = c.timeouts.heartbeat;
-  options.peer_timeout = c.timeouts.peer;
-  return options;
-}
-
 // Every subsystem that logs (util/log.h creates loggers on first use; creating them here means
 // set_log_level and the log file reach all of them).
 constexpr const char* kSubsystems[] = {"tree", "transport", "codec", "run", "cli"};
@@ -386,21 +379,6 @@ std::shared_ptr<spdlog::logger> open_log_file(const config::Config& c, int rank)
 
 double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-// Failures during (or before) a version and their repair: the keys every steps[] entry and `full`
-// carry.
-void add_repair_json(nlohmann::json& out, const tree::RefitReport& r) {
-  nlohmann::json failed = nlohmann::json::array();
-  for (const auto& m : r.failed_members)
-    failed.push_back({{"rank", m.rank},
-                      {"cause", m.cause},
-                      {"detected_at_s", m.detected_at_s},
-                      {"detection_seconds", m.detection_seconds}});
-  out["failed_members"] = failed;
-  out["epoch"] = r.epoch;
-  out["repair_seconds"] = r.repair_seconds;
-  out["resent_chunks"] = r.resent_chunks;
-}
-
 // Appended to a progress line (after its existing text, which scripts parse) when members failed:
 // "  repaired: rank 3 (link_closed), rank 5 (silent) in 0.120 s, 4 chunks re-sent".
 std::string repair_suffix(const tree::RefitReport& r) {
@@ -416,21 +394,10 @@ std::string repair_suffix(const tree::RefitReport& r) {
 }
 
 nlohmann::json step_json(int step, const tree::RefitReport& r, double full_seconds) {
-  double changed = r.elements ? static_cast<double>(r.changes) / static_cast<double>(r.elements) : 0;
-  nlohmann::json out = {{"step", step},
-                        {"version", r.version},
-                        {"committed", r.committed},
-                        {"changed_fraction", changed},
-                        {"changes", r.changes},
-                        {"payload_bytes", r.frames_bytes},
-                        {"chunks", r.chunks},
-                        {"encode_seconds", r.encode_seconds},
-                        {"refit_seconds", r.refit_seconds},
-                        {"full_seconds", full_seconds},
-                        {"speedup", r.refit_seconds > 0 ? full_seconds / r.refit_seconds : 0.0},
-                        {"receivers", r.receivers},
-                        {"verified_receivers", r.verified_receivers}};
-  add_repair_json(out, r);
+  nlohmann::json out = tree::refit_report_json(r);
+  out["step"] = step;
+  out["full_seconds"] = full_seconds;
+  out["speedup"] = r.refit_seconds > 0 ? full_seconds / r.refit_seconds : 0.0;
   return out;
 }
 
@@ -453,19 +420,11 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
   std::fflush(stdout);
   sim::TrainerSimulator trainer(sim_config);
 
-  auto transport = transport::make_transport(c.transport, transport_options(c));
-  tree::ProducerOptions options;
+  auto transport = transport::make_transport(c.transport, tree::transport_options_from(c));
+  tree::ProducerOptions options = tree::producer_options_from(c);
   options.listen_url = env.require_rendezvous();
   options.receivers = static_cast<uint32_t>(members.size());
-  options.topology = tree::parse_topology_kind(c.topology);
-  options.encode.chunk_bytes = c.chunk_bytes;
   options.encode.threads = sim_config.threads;
-  options.version_timeout = c.timeouts.refit;
-  // Every member's HELLO + READY: timeouts.join, but never less than the refit bound this always
-  // allowed (launchers may start receivers long after the producer on a busy machine).
-  options.join_timeout = std::max(c.timeouts.join, c.timeouts.refit);
-  options.peer_timeout = c.timeouts.peer;
-  options.retain_versions = c.retain_versions;
   auto sending = std::make_shared<std::atomic<uint64_t>>(0);  // the version being sent (--fault)
   if (!o.fault.empty()) options.on_progress = producer_fault_hook(parse_fault(o.fault), sending);
   if (resumed) {
@@ -554,7 +513,7 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
                                {"committed", full.committed},
                                {"receivers", full.receivers},
                                {"verified_receivers", full.verified_receivers}};
-  add_repair_json(full_json, full);
+  tree::add_repair_json(full_json, full);
   // ok: every version committed, each on every member live at its end.
   nlohmann::json report = {
       {"ok", ok},
@@ -590,18 +549,12 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
 void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o) {
   const auto members = config::member_list(c);
   const auto& me = members.at(static_cast<size_t>(env.member_rank()));
-  auto transport = transport::make_transport(c.transport, transport_options(c));
-  tree::ReceiverOptions options;
+  auto transport = transport::make_transport(c.transport, tree::transport_options_from(c));
+  tree::ReceiverOptions options = tree::receiver_options_from(c);
   options.rank = static_cast<uint32_t>(env.rank);
   options.producer_url = env.require_rendezvous();
   options.listen_url = me.url;
   options.cluster = me.cluster;
-  options.retain_versions = c.retain_versions;
-  options.connect_timeout = c.timeouts.connect;
-  options.join_timeout = c.timeouts.join;
-  options.peer_timeout = c.timeouts.peer;
-  options.producer_loss_timeout = c.timeouts.producer_loss;
-  options.idle_timeout = c.timeouts.refit * 4;
   if (!o.fault.empty()) install_fault(options, parse_fault(o.fault), env.rank);
   tree::Receiver receiver(*transport, options);
   const codec::Manifest& manifest = receiver.join();

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   using namespace deltacast;
   CLI::App app{"deltacast: bit-exact delta refit of model weights through a relay tree"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "deltacast 0.1.0");
+  app.set_version_flag("--version", "deltacast 0.2.0");
   auto& registry = tools::command_registry();
   std::sort(registry.begin(), registry.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });

@@ -227,7 +227,7 @@ std::string Producer::url() const { return impl_->listener->local_url().str(); }
 uint64_t Producer::version() const noexcept { return impl_->version; }
 const codec::StateDigest& Producer::digest() const { return impl_->baseline_digest; }
 
-StartReport Producer::start() {
+StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
   const uint32_t n = d.options.receivers;
@@ -246,7 +246,7 @@ StartReport Producer::start() {
   });
   d.session_start = Clock::now();
   d.start_acceptor();
-  const auto deadline = Clock::now() + d.options.join_timeout;
+  const auto deadline = Clock::now() + timeout.value_or(d.options.join_timeout);
   auto said_hello = [&] {
     uint32_t k = 0;
     for (uint32_t r = 1; r <= n; ++r) k += d.control[r].connection != nullptr || d.start_hellos[r].refused;

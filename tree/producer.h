@@ -139,7 +139,8 @@ class Producer {
   // does not hold up the start). Throws Error(timeout | connection | corrupt_frame), and
   // Error(state) naming what each member holds when no member holds the committed version (a
   // resumed producer cannot continue the chain without one).
-  StartReport start();
+  // `timeout` replaces options.join_timeout for this wait.
+  StartReport start(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   // Encodes `next` against the baseline as version()+1, sends it, and commits or aborts.
   // Throws Error(invalid_argument) when next does not match the manifest, Error(connection) when
   // a root link died. A refused/failed version is not an exception: see RefitReport::committed.

@@ -59,6 +59,7 @@ struct Receiver::Impl {
   std::atomic<uint64_t>* active_version = nullptr;
   uint64_t held_version = 0, held_digest = 0;  // what join() was told the host holds
   FetchEnd snapshot_end;                       // the last snapshot's version and digest
+  std::atomic<bool> leaving{false};            // stop(): run() returns instead of rejoining
 
   Impl(transport::Transport& t, ReceiverOptions o) : transport(t), options(std::move(o)) {}
 
@@ -360,6 +361,7 @@ Ending Receiver::Impl::serve() {
       log->info("{}: version {} aborted ({}), back at version {}", who(), abort->version, abort->reason,
                 session->version());
       send_to_producer(reply);
+      if (options.on_aborted) options.on_aborted(abort->version);
     } else if (auto* update = std::get_if<EpochUpdate>(&message)) {
       on_epoch(*update, e);
     } else if (auto* fenced = std::get_if<Fenced>(&message)) {
@@ -422,6 +424,10 @@ RunSummary Receiver::run() {
     }
     d.stop_edges();
     if (ending == Ending::bye) break;
+    if (d.leaving) {
+      d.session->drop_in_flight();
+      break;
+    }
     // The producer is gone (or fenced us): what was in flight is rolled back, the committed
     // version stays, and this member tries to rejoin (a restarted producer, or the same one).
     d.session->drop_in_flight();
@@ -448,6 +454,18 @@ RunSummary Receiver::run() {
   summary.digest = d.session->digest();
   summary.stats = stats();
   return summary;
+}
+
+void Receiver::stop() {
+  auto& d = *impl_;
+  d.leaving = true;
+  std::lock_guard lock(d.control_mutex);
+  if (d.control) d.control->close();
+}
+
+uint64_t Receiver::digest() const {
+  auto& d = *impl_;
+  return d.session ? d.session->digest() : 0;
 }
 
 ReceiverStats Receiver::stats() const {

@@ -50,6 +50,9 @@ struct ReceiverOptions {
   std::chrono::milliseconds idle_timeout{1'800'000};   // silence from the producer ends run()
   // Called on the control thread after a version became active (committed). Optional.
   std::function<void(uint64_t version)> on_active;
+  // Called on the control thread after a version was aborted and rolled back (the buffers hold
+  // the committed version again). Optional.
+  std::function<void(uint64_t version)> on_aborted;
   // Called on a relay thread after each data message (FRAME or RAW piece) of `version` was
   // handled, with how many data messages of that version this member handled so far. For fault
   // injection (`deltacast run --fault`); optional.
@@ -98,9 +101,16 @@ class Receiver {
   // Error(state) when called before attach().
   RunSummary run();
 
+  // Leaves: from any thread, makes a running run() return (its summary as for BYE) after closing
+  // this member's links; the producer sees the member gone and repairs the tree around it. A
+  // version in flight here is rolled back; the committed version stays in the buffers.
+  void stop();
+
   // The URL children connect to (with the real port).
   std::string listen_url() const;
   uint64_t version() const noexcept { return active_version_.load(); }
+  // The combined StateDigest of the committed version (0 before attach()). Any thread.
+  uint64_t digest() const;
   ReceiverStats stats() const;
 
  private:

@@ -1,0 +1,206 @@
+#include "capi/capi_common.h"
+
+#include <array>
+
+#include "util/log.h"
+
+namespace deltacast::capi {
+namespace {
+
+thread_local std::string last_error;
+
+constexpr const char* kSubsystems[] = {"tree", "transport", "codec", "run", "cli", "capi"};
+
+}  // namespace
+
+int status_of(Errc code) noexcept {
+  switch (code) {
+    case Errc::ok: return DC_OK;
+    case Errc::invalid_argument: return DC_ERR_INVALID_ARGUMENT;
+    case Errc::corrupt_frame: return DC_ERR_CORRUPT;
+    case Errc::version_mismatch: return DC_ERR_VERSION_MISMATCH;
+    case Errc::replayed: return DC_ERR_REPLAYED;
+    case Errc::verify_failed: return DC_ERR_VERIFY_FAILED;
+    case Errc::not_found: return DC_ERR_NOT_FOUND;
+    case Errc::io: return DC_ERR_IO;
+    case Errc::timeout: return DC_ERR_TIMEOUT;
+    case Errc::connection: return DC_ERR_CONNECTION;
+    case Errc::auth: return DC_ERR_AUTH;
+    case Errc::unsupported: return DC_ERR_UNSUPPORTED;
+    case Errc::cancelled: return DC_ERR_CANCELLED;
+    case Errc::config: return DC_ERR_CONFIG;
+    case Errc::state: return DC_ERR_STATE;
+    case Errc::internal: return DC_ERR_INTERNAL;
+  }
+  return DC_ERR_INTERNAL;
+}
+
+const char* last_error_cstr() noexcept { return last_error.c_str(); }
+
+void clear_last_error() noexcept { last_error.clear(); }
+
+int fail(int status, const std::string& message) noexcept {
+  try {
+    last_error = message;
+  } catch (...) {
+    last_error.clear();
+  }
+  return status;
+}
+
+void require(const void* pointer, const char* what) {
+  if (!pointer) throw Error(Errc::invalid_argument, std::string(what) + " is NULL");
+}
+
+Options::Options(const char* who, std::initializer_list<const char*> process_keys) : who_(who) {
+  for (const char* key : process_keys) process_[key] = std::nullopt;
+  config_.log_level = "warn";  // an embedded library says little unless asked
+  set_log_level(config_.log_level);
+}
+
+void Options::set(const std::string& key, const std::string& value) {
+  const std::string source = who_ + "(\"" + key + "\")";
+  if (auto it = process_.find(key); it != process_.end()) {
+    it->second = value;
+  } else if (key == "config") {
+    // The file's keys replace the current config; process-level keys set so far stay.
+    config::Config loaded = config::load_config(value, [](const std::string&) { return std::nullopt; });
+    config_ = std::move(loaded);
+  } else if (key == "env") {
+    if (value != "0") config::apply_env_overrides(config_, config::process_env());
+  } else {
+    config::apply_override(config_, key, value, source);
+  }
+  set_log_level(config_.log_level);
+}
+
+std::optional<std::string> Options::process(const std::string& key) const {
+  auto it = process_.find(key);
+  return it == process_.end() ? std::nullopt : it->second;
+}
+
+void set_log_level(const std::string& level) {
+  for (const char* subsystem : kSubsystems) logger(subsystem)->set_level(spdlog::level::from_str(level));
+}
+
+codec::DType codec_dtype(int dtype) {
+  switch (dtype) {
+    case DC_DTYPE_BF16: return codec::DType::bf16;
+    case DC_DTYPE_F16: return codec::DType::f16;
+    case DC_DTYPE_F32: return codec::DType::f32;
+    case DC_DTYPE_F8_E4M3: return codec::DType::f8_e4m3;
+    case DC_DTYPE_F8_E5M2: return codec::DType::f8_e5m2;
+    case DC_DTYPE_I8: return codec::DType::i8;
+    case DC_DTYPE_U8: return codec::DType::u8;
+    default: break;
+  }
+  const char* name = dc_dtype_name(dtype);
+  if (!name) throw Error(Errc::invalid_argument, "dtype " + std::to_string(dtype) + " is not a dc_dtype");
+  throw Error(Errc::unsupported, std::string("dtype ") + name +
+                                     " is not handled by the codec yet (it handles BF16, F16, F32, F8_E4M3, "
+                                     "F8_E5M2, I8 and U8)");
+}
+
+int dc_dtype_of(codec::DType dtype) noexcept {
+  switch (dtype) {
+    case codec::DType::bf16: return DC_DTYPE_BF16;
+    case codec::DType::f16: return DC_DTYPE_F16;
+    case codec::DType::f32: return DC_DTYPE_F32;
+    case codec::DType::f8_e4m3: return DC_DTYPE_F8_E4M3;
+    case codec::DType::f8_e5m2: return DC_DTYPE_F8_E5M2;
+    case codec::DType::i8: return DC_DTYPE_I8;
+    case codec::DType::u8: return DC_DTYPE_U8;
+  }
+  return -1;
+}
+
+void require_host(int device, int device_id) {
+  if (device == DC_DEVICE_HOST) return;
+  if (device == DC_DEVICE_CUDA)
+    throw Error(Errc::unsupported, "CUDA memory (device " + std::to_string(device_id) +
+                                       ") cannot be registered yet: deltacast has no CUDA apply path; "
+                                       "register host memory");
+  throw Error(Errc::invalid_argument, "device " + std::to_string(device) + " is not a dc_device");
+}
+
+}  // namespace deltacast::capi
+
+// ---- the exported basics -------------------------------------------------------------------
+
+using namespace deltacast;
+
+static_assert(DC_VERSION_MAJOR == DC_PROJECT_VERSION_MAJOR && DC_VERSION_MINOR == DC_PROJECT_VERSION_MINOR &&
+                  DC_VERSION_PATCH == DC_PROJECT_VERSION_PATCH,
+              "deltacast.h's DC_VERSION_* must equal the CMake project version");
+
+extern "C" {
+
+unsigned dc_version_number(void) { return DC_VERSION_NUMBER; }
+
+const char* dc_version_string(void) {
+#define DC_STR2(x) #x
+#define DC_STR(x) DC_STR2(x)
+  return DC_STR(DC_VERSION_MAJOR) "." DC_STR(DC_VERSION_MINOR) "." DC_STR(DC_VERSION_PATCH);
+}
+
+int dc_is_error(int status) { return status < 0 ? 1 : 0; }
+
+const char* dc_status_name(int status) {
+  switch (status) {
+    case DC_OK: return "DC_OK";
+    case DC_PENDING: return "DC_PENDING";
+    case DC_ERR_INVALID_ARGUMENT: return "DC_ERR_INVALID_ARGUMENT";
+    case DC_ERR_STATE: return "DC_ERR_STATE";
+    case DC_ERR_UNSUPPORTED: return "DC_ERR_UNSUPPORTED";
+    case DC_ERR_CONFIG: return "DC_ERR_CONFIG";
+    case DC_ERR_NOT_FOUND: return "DC_ERR_NOT_FOUND";
+    case DC_ERR_CONNECTION: return "DC_ERR_CONNECTION";
+    case DC_ERR_TIMEOUT: return "DC_ERR_TIMEOUT";
+    case DC_ERR_AUTH: return "DC_ERR_AUTH";
+    case DC_ERR_CORRUPT: return "DC_ERR_CORRUPT";
+    case DC_ERR_VERSION_MISMATCH: return "DC_ERR_VERSION_MISMATCH";
+    case DC_ERR_VERIFY_FAILED: return "DC_ERR_VERIFY_FAILED";
+    case DC_ERR_REPLAYED: return "DC_ERR_REPLAYED";
+    case DC_ERR_ABORTED: return "DC_ERR_ABORTED";
+    case DC_ERR_IO: return "DC_ERR_IO";
+    case DC_ERR_CANCELLED: return "DC_ERR_CANCELLED";
+    case DC_ERR_NO_MEMORY: return "DC_ERR_NO_MEMORY";
+    case DC_ERR_INTERNAL: return "DC_ERR_INTERNAL";
+    default: return "DC_UNKNOWN_STATUS";
+  }
+}
+
+const char* dc_last_error(void) { return capi::last_error_cstr(); }
+
+const char* dc_dtype_name(int dtype) {
+  static constexpr std::array<const char*, 15> kNames = {"BOOL", "U8",  "I8",  "I16", "U16",
+                                                         "I32",  "U32", "I64", "U64", "F16",
+                                                         "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2"};
+  if (dtype < 0 || dtype >= static_cast<int>(kNames.size())) return nullptr;
+  return kNames[static_cast<size_t>(dtype)];
+}
+
+int dc_dtype_from_name(const char* name, int* dtype) {
+  return capi::guarded([&]() -> int {
+    capi::require(name, "name");
+    capi::require(dtype, "dtype");
+    for (int d = 0; d < 15; ++d)
+      if (std::string_view(name) == dc_dtype_name(d)) {
+        *dtype = d;
+        return DC_OK;
+      }
+    throw Error(Errc::invalid_argument, std::string("unknown dtype '") + name + "' (safetensors spellings: BF16, F32, ...)");
+  });
+}
+
+size_t dc_dtype_size(int dtype) {
+  switch (dtype) {
+    case DC_DTYPE_BOOL: case DC_DTYPE_U8: case DC_DTYPE_I8: case DC_DTYPE_F8_E4M3: case DC_DTYPE_F8_E5M2: return 1;
+    case DC_DTYPE_I16: case DC_DTYPE_U16: case DC_DTYPE_F16: case DC_DTYPE_BF16: return 2;
+    case DC_DTYPE_I32: case DC_DTYPE_U32: case DC_DTYPE_F32: return 4;
+    case DC_DTYPE_I64: case DC_DTYPE_U64: case DC_DTYPE_F64: return 8;
+    default: return 0;
+  }
+}
+
+}  // extern "C"

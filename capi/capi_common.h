@@ -1,0 +1,75 @@
+#pragma once
+// Shared by the C API's entry points (capi/*.cpp): the status mapping, the thread-local last
+// error, the exception guard every entry point runs in, options by key, and dtype mapping.
+// Nothing here is exported: the library exports only the dc_* functions of deltacast.h.
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "codec/dtype.h"
+#include "config/config.h"
+#include "deltacast/deltacast.h"
+#include "util/error.h"
+
+namespace deltacast::capi {
+
+// The dc_status for an Errc.
+int status_of(Errc code) noexcept;
+// The calling thread's last error message, and clearing it.
+const char* last_error_cstr() noexcept;
+void clear_last_error() noexcept;
+// Records `message` as the calling thread's last error and returns `status`.
+int fail(int status, const std::string& message) noexcept;
+
+// Runs `body` (returning an int status, usually DC_OK) and turns every exception into a status
+// plus the thread's last error: Error by its code, std::bad_alloc as DC_ERR_NO_MEMORY, anything
+// else as DC_ERR_INTERNAL. No exception leaves.
+template <class Body>
+int guarded(Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const Error& e) {
+    return fail(status_of(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(DC_ERR_NO_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(DC_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return fail(DC_ERR_INTERNAL, "unknown exception");
+  }
+}
+
+// A NULL handle or output pointer: DC_ERR_INVALID_ARGUMENT naming it (throws Error).
+void require(const void* pointer, const char* what);
+
+// Options by key, as dc_receiver_set / dc_producer_set take them: the YAML keys of docs/config.md
+// go to a config::Config through config::apply_override (so a bad value is refused exactly as in
+// a file); "config" loads a YAML file's keys; "env" ("1") applies the DELTACAST_* environment;
+// `process_keys` (e.g. rank, listen) are kept as strings for the caller. log_level takes effect
+// at once for every subsystem.
+class Options {
+ public:
+  Options(const char* who, std::initializer_list<const char*> process_keys);
+  void set(const std::string& key, const std::string& value);
+  const config::Config& config() const noexcept { return config_; }
+  std::optional<std::string> process(const std::string& key) const;
+
+ private:
+  std::string who_;
+  std::map<std::string, std::optional<std::string>> process_;
+  config::Config config_;
+};
+
+// log_level for every subsystem that logs.
+void set_log_level(const std::string& level);
+
+// The codec's dtype for a dc_dtype. DC_ERR_INVALID_ARGUMENT for a value outside the enum,
+// DC_ERR_UNSUPPORTED for the safetensors dtypes the codec does not handle yet (throws Error).
+codec::DType codec_dtype(int dtype);
+// The dc_dtype of a codec dtype.
+int dc_dtype_of(codec::DType dtype) noexcept;
+// Refuses a device other than host (CUDA: DC_ERR_UNSUPPORTED until the CUDA apply path exists).
+void require_host(int device, int device_id);
+
+}  // namespace deltacast::capi

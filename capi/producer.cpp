@@ -1,0 +1,216 @@
+// dc_producer_*: a tree::Producer fed from the host's own tensors (deltacast.h). One host thread
+// drives it; the calls block (start, refit) while deltacast's threads send.
+#include <algorithm>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "capi/capi_common.h"
+#include "transport/transport.h"
+#include "tree/config_options.h"
+#include "tree/producer.h"
+#include "tree/report_json.h"
+
+using namespace deltacast;
+
+struct dc_producer {
+  enum class Phase { created, listening, started, finished };
+  capi::Options options{"dc_producer_set", {"listen", "receivers", "threads"}};
+  std::vector<codec::TensorInfo> tensors;
+  std::vector<std::span<const std::byte>> data;  // [tensor]: the host's bytes (borrowed)
+  std::optional<codec::Manifest> manifest;
+  std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<tree::Producer> producer;
+  Phase phase = Phase::created;
+  std::string url;
+  std::string report = "{}";
+
+  const char* phase_name() const {
+    static const char* names[] = {"created", "listening", "started", "finished"};
+    return names[static_cast<int>(phase)];
+  }
+  codec::ConstWeights weights() const { return codec::ConstWeights{&*manifest, data}; }
+};
+
+namespace {
+
+unsigned parse_count(const std::string& key, const std::string& text, unsigned minimum) {
+  try {
+    size_t used = 0;
+    const unsigned long n = std::stoul(text, &used);
+    if (used == text.size() && n >= minimum && n <= 1u << 20) return static_cast<unsigned>(n);
+  } catch (const std::exception&) {
+  }
+  throw Error(Errc::config, key + " must be an integer >= " + std::to_string(minimum) + ", not '" + text + "'");
+}
+
+void listen(dc_producer& p) {
+  if (p.phase != dc_producer::Phase::created) return;
+  if (p.tensors.empty()) throw Error(Errc::state, "dc_producer_listen: add the tensors first (dc_producer_add_tensor)");
+  const config::Config& c = p.options.config();
+  const auto receivers = p.options.process("receivers");
+  if (!receivers) throw Error(Errc::config, "set \"receivers\" (how many members start waits for) first");
+  tree::ProducerOptions options = tree::producer_options_from(c);
+  options.receivers = parse_count("receivers", *receivers, 1);
+  options.listen_url = p.options.process("listen").value_or(c.transport + "://127.0.0.1:0");
+  options.encode.threads = p.options.process("threads")
+                               ? parse_count("threads", *p.options.process("threads"), 1)
+                               : std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
+  p.manifest.emplace(p.tensors);
+  p.transport = transport::make_transport(c.transport, tree::transport_options_from(c));
+  p.producer = std::make_unique<tree::Producer>(*p.transport, *p.manifest, options);
+  p.url = p.producer->url();
+  p.phase = dc_producer::Phase::listening;
+}
+
+// The report of one version as JSON; DC_OK when it committed (or a dry run verified everywhere).
+int finish_version(dc_producer& p, const tree::RefitReport& r, bool dry_run) {
+  p.report = tree::refit_report_json(r).dump();
+  const bool verified = r.receivers > 0 && r.verified_receivers == r.receivers;
+  if (r.committed || (dry_run && verified)) return DC_OK;
+  return capi::fail(DC_ERR_ABORTED, "version " + std::to_string(r.version) + " was aborted: " + r.abort_reason);
+}
+
+}  // namespace
+
+extern "C" {
+
+int dc_producer_create(dc_producer** out) {
+  return capi::guarded([&]() -> int {
+    capi::require(out, "out");
+    *out = nullptr;
+    *out = new dc_producer();
+    return DC_OK;
+  });
+}
+
+void dc_producer_free(dc_producer* p) {
+  if (!p) return;
+  capi::guarded([&]() -> int {
+    if (p->producer && p->phase == dc_producer::Phase::started) p->producer->finish();
+    return DC_OK;
+  });
+  delete p;
+}
+
+int dc_producer_set(dc_producer* p, const char* key, const char* value) {
+  return capi::guarded([&]() -> int {
+    capi::require(p, "producer");
+    capi::require(key, "key");
+    capi::require(value, "value");
+    if (p->phase != dc_producer::Phase::created)
+      throw Error(Errc::state, std::string("dc_producer_set needs a created producer; this one is ") + p->phase_name());
+    p->options.set(key, value);
+    return DC_OK;
+  });
+}
+
+int dc_producer_add_tensor(dc_producer* p, const char* name, int dtype, int ndim, const int64_t* shape,
+                           const void* data, size_t nbytes, int device, int device_id) {
+  return capi::guarded([&]() -> int {
+    capi::require(p, "producer");
+    capi::require(name, "name");
+    if (p->phase != dc_producer::Phase::created)
+      throw Error(Errc::state, std::string("dc_producer_add_tensor after the producer listens (") + p->phase_name() + ")");
+    capi::require_host(device, device_id);
+    codec::TensorInfo t;
+    t.name = name;
+    t.dtype = capi::codec_dtype(dtype);
+    if (ndim < 0 || (ndim > 0 && !shape)) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': bad ndim/shape");
+    for (int i = 0; i < ndim; ++i) {
+      if (shape[i] < 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': negative dimension");
+      t.shape.push_back(static_cast<uint64_t>(shape[i]));
+    }
+    if (nbytes != t.nbytes())
+      throw Error(Errc::invalid_argument, "tensor '" + t.name + "' needs " + std::to_string(t.nbytes()) +
+                                              " bytes for its shape and dtype; the buffer has " + std::to_string(nbytes));
+    if (!data && nbytes > 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': data is NULL");
+    for (const auto& other : p->tensors)
+      if (other.name == t.name) throw Error(Errc::invalid_argument, "tensor '" + t.name + "' was added twice");
+    p->tensors.push_back(std::move(t));
+    p->data.emplace_back(static_cast<const std::byte*>(data), nbytes);
+    return DC_OK;
+  });
+}
+
+int dc_producer_listen(dc_producer* p) {
+  return capi::guarded([&]() -> int {
+    capi::require(p, "producer");
+    listen(*p);
+    return DC_OK;
+  });
+}
+
+int dc_producer_url(dc_producer* p, const char** url) {
+  return capi::guarded([&]() -> int {
+    capi::require(p, "producer");
+    capi::require(url, "url");
+    listen(*p);
+    *url = p->url.c_str();
+    return DC_OK;
+  });
+}
+
+int dc_producer_start(dc_producer* p, int64_t timeout_ms) {
+  return capi::guarded([&]() -> int {
+    capi::require(p, "producer");
+    listen(*p);
+    if (p->phase != dc_producer::Phase::listening)
+      throw Error(Errc::state, std::string("dc_producer_start on a ") + p->phase_name() + " producer");
+    std::optional<std::chrono::milliseconds> timeout;
+    if (timeout_ms > 0) timeout = std::chrono::milliseconds(timeout_ms);
+    p->producer->start(timeout);
+    p->phase = dc_producer::Phase::started;
+    return finish_version(*p, p->producer->bootstrap(p->weights()), false);
+  });
+}
+
+int dc_producer_set_data(dc_producer* p, const char* name, const void* data, size_t nbytes) {
+  return capi::guarded([&]() -> int {
+    capi::require(p, "producer");
+    capi::require(name, "name");
+    for (size_t i = 0; i < p->tensors.size(); ++i) {
+      if (p->tensors[i].name != name) continue;
+      if (nbytes != p->tensors[i].nbytes())
+        throw Error(Errc::invalid_argument, "tensor '" + p->tensors[i].name + "' needs " +
+                                                std::to_string(p->tensors[i].nbytes()) + " bytes; the buffer has " +
+                                                std::to_string(nbytes));
+      if (!data && nbytes > 0) throw Error(Errc::invalid_argument, std::string("tensor '") + name + "': data is NULL");
+      p->data[i] = std::span<const std::byte>(static_cast<const std::byte*>(data), nbytes);
+      return DC_OK;
+    }
+    throw Error(Errc::not_found, std::string("no tensor '") + name + "' in the manifest");
+  });
+}
+
+int dc_producer_refit(dc_producer* p, int dry_run) {
+  return capi::guarded([&]() -> int {
+    capi::require(p, "producer");
+    if (p->phase != dc_producer::Phase::started)
+      throw Error(Errc::state, std::string("dc_producer_refit before dc_producer_start (the producer is ") +
+                                   p->phase_name() + ")");
+    tree::RefitOptions options;
+    options.dry_run = dry_run != 0;
+    return finish_version(*p, p->producer->refit(p->weights(), options), options.dry_run);
+  });
+}
+
+int dc_producer_report(const dc_producer* p, const char** json) {
+  return capi::guarded([&]() -> int {
+    capi::require(p, "producer");
+    capi::require(json, "json");
+    *json = p->report.c_str();
+    return DC_OK;
+  });
+}
+
+int dc_producer_version(const dc_producer* p, uint64_t* version) {
+  return capi::guarded([&]() -> int {
+    capi::require(p, "producer");
+    capi::require(version, "version");
+    *version = p->producer ? p->producer->version() : 0;
+    return DC_OK;
+  });
+}
+
+}  // extern "C"

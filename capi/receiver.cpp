@@ -1,0 +1,316 @@
+// dc_receiver_*: a tree::Receiver serving refits into the host's own buffers on a thread of its
+// own (deltacast.h; docs/embedding.md for the life cycle and threading rules).
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "capi/capi_common.h"
+#include "transport/transport.h"
+#include "tree/config_options.h"
+#include "tree/receiver.h"
+
+using namespace deltacast;
+
+struct dc_receiver {
+  enum class Phase { created, joined, started, ended };
+  struct Event {
+    int kind;
+    uint64_t version;
+    int status;
+    std::string message;
+  };
+  static constexpr size_t kMaxEvents = 1024;
+
+  capi::Options options{"dc_receiver_set", {"producer", "rank", "listen", "cluster"}};
+  std::unique_ptr<transport::Transport> transport;
+  std::unique_ptr<tree::Receiver> receiver;
+  const codec::Manifest* manifest = nullptr;
+  std::vector<std::span<std::byte>> buffers;  // [tensor]: the host's memory, empty until attached
+  std::thread runner;
+
+  mutable std::mutex mutex;  // everything below
+  std::condition_variable changed;
+  Phase phase = Phase::created;
+  uint64_t committed = 0;
+  int end_status = DC_OK;  // when ended: DC_OK after BYE or a leave, else the failure
+  std::string end_message;
+  std::deque<Event> events;
+  std::string polled_message;  // the last polled event's message (dc_receiver_poll_event)
+  dc_event_callback callback = nullptr;
+  void* callback_user = nullptr;
+
+  // Queues an event and calls the callback (outside the lock).
+  void emit(int kind, uint64_t version, int status, std::string message) {
+    dc_event_callback cb;
+    void* user;
+    {
+      std::lock_guard lock(mutex);
+      if (kind == DC_EVENT_COMMITTED) committed = std::max(committed, version);
+      if (events.size() == kMaxEvents) events.pop_front();
+      events.push_back({kind, version, status, message});
+      cb = callback;
+      user = callback_user;
+    }
+    changed.notify_all();
+    if (cb) cb(user, kind, version, status, message.c_str());
+  }
+
+  void require_phase(Phase want, const char* call) const {
+    std::lock_guard lock(mutex);
+    if (phase == want) return;
+    static const char* names[] = {"created", "joined", "started", "ended"};
+    throw Error(Errc::state, std::string(call) + " needs a " + names[static_cast<int>(want)] +
+                                 " receiver; this one is " + names[static_cast<int>(phase)]);
+  }
+};
+
+namespace {
+
+uint32_t parse_rank(const std::string& text) {
+  try {
+    size_t used = 0;
+    const unsigned long rank = std::stoul(text, &used);
+    if (used == text.size() && rank >= 1 && rank <= 0xffffffffUL) return static_cast<uint32_t>(rank);
+  } catch (const std::exception&) {
+  }
+  throw Error(Errc::config, "rank must be an integer >= 1 (0 is the producer), not '" + text + "'");
+}
+
+// The manifest's index of `name`, or Error(not_found).
+uint32_t tensor_index(const codec::Manifest& manifest, const char* name) {
+  capi::require(name, "name");
+  auto index = manifest.find(name);
+  if (!index) throw Error(Errc::not_found, std::string("no tensor '") + name + "' in the producer's manifest");
+  return *index;
+}
+
+void check_described(const codec::TensorInfo& t, int dtype, int ndim, const int64_t* shape, size_t nbytes) {
+  const codec::DType d = capi::codec_dtype(dtype);
+  if (d != t.dtype)
+    throw Error(Errc::invalid_argument, "tensor '" + t.name + "' is " + std::string(codec::dtype_name(t.dtype)) +
+                                            " in the manifest, not " + dc_dtype_name(dtype));
+  bool same = ndim >= 0 && static_cast<size_t>(ndim) == t.shape.size() && (ndim == 0 || shape);
+  for (int i = 0; same && i < ndim; ++i) same = shape[i] >= 0 && static_cast<uint64_t>(shape[i]) == t.shape[i];
+  if (!same) {
+    std::string want = "[";
+    for (size_t i = 0; i < t.shape.size(); ++i) want += (i ? ", " : "") + std::to_string(t.shape[i]);
+    throw Error(Errc::invalid_argument, "tensor '" + t.name + "' has shape " + want + "] in the manifest; the buffer's shape differs");
+  }
+  if (nbytes != t.nbytes())
+    throw Error(Errc::invalid_argument, "tensor '" + t.name + "' needs " + std::to_string(t.nbytes()) +
+                                            " bytes; the buffer has " + std::to_string(nbytes));
+}
+
+}  // namespace
+
+extern "C" {
+
+int dc_receiver_create(dc_receiver** out) {
+  return capi::guarded([&]() -> int {
+    capi::require(out, "out");
+    *out = nullptr;
+    *out = new dc_receiver();
+    return DC_OK;
+  });
+}
+
+void dc_receiver_free(dc_receiver* r) {
+  if (!r) return;
+  capi::guarded([&]() -> int {
+    if (r->receiver) r->receiver->stop();
+    if (r->runner.joinable()) r->runner.join();
+    return DC_OK;
+  });
+  delete r;
+}
+
+int dc_receiver_set(dc_receiver* r, const char* key, const char* value) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    capi::require(key, "key");
+    capi::require(value, "value");
+    r->require_phase(dc_receiver::Phase::created, "dc_receiver_set");
+    r->options.set(key, value);
+    return DC_OK;
+  });
+}
+
+int dc_receiver_join(dc_receiver* r, int64_t timeout_ms) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    r->require_phase(dc_receiver::Phase::created, "dc_receiver_join");
+    const config::Config& c = r->options.config();
+    const auto producer = r->options.process("producer");
+    const auto rank = r->options.process("rank");
+    if (!producer || producer->empty()) throw Error(Errc::config, "dc_receiver_join: set \"producer\" (the rendezvous URL) first");
+    if (!rank) throw Error(Errc::config, "dc_receiver_join: set \"rank\" (1..N) first");
+    tree::ReceiverOptions options = tree::receiver_options_from(c);
+    options.rank = parse_rank(*rank);
+    options.producer_url = *producer;
+    options.listen_url = r->options.process("listen").value_or(c.transport + "://127.0.0.1:0");
+    options.cluster = r->options.process("cluster").value_or("default");
+    if (timeout_ms > 0) options.join_timeout = std::chrono::milliseconds(timeout_ms);
+    options.on_active = [r](uint64_t version) { r->emit(DC_EVENT_COMMITTED, version, DC_OK, ""); };
+    options.on_aborted = [r](uint64_t version) {
+      r->emit(DC_EVENT_ROLLED_BACK, version, DC_ERR_ABORTED, "version " + std::to_string(version) + " was aborted");
+    };
+    if (!r->transport) r->transport = transport::make_transport(c.transport, tree::transport_options_from(c));
+    r->receiver = std::make_unique<tree::Receiver>(*r->transport, options);
+    r->manifest = &r->receiver->join();
+    r->buffers.assign(r->manifest->size(), {});
+    std::lock_guard lock(r->mutex);
+    r->phase = dc_receiver::Phase::joined;
+    return DC_OK;
+  });
+}
+
+int dc_receiver_tensor_count(const dc_receiver* r, size_t* count) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    capi::require(count, "count");
+    if (!r->manifest) throw Error(Errc::state, "dc_receiver_tensor_count before dc_receiver_join");
+    *count = r->manifest->size();
+    return DC_OK;
+  });
+}
+
+int dc_receiver_tensor(const dc_receiver* r, size_t index, const char** name, int* dtype, int* ndim, int64_t* shape,
+                       int shape_capacity) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    if (!r->manifest) throw Error(Errc::state, "dc_receiver_tensor before dc_receiver_join");
+    if (index >= r->manifest->size())
+      throw Error(Errc::not_found, "tensor index " + std::to_string(index) + " is past the manifest's " +
+                                       std::to_string(r->manifest->size()) + " tensors");
+    const auto& t = r->manifest->tensors()[index];
+    if (name) *name = t.name.c_str();
+    if (dtype) *dtype = capi::dc_dtype_of(t.dtype);
+    if (ndim) *ndim = static_cast<int>(t.shape.size());
+    if (shape)
+      for (size_t i = 0; i < t.shape.size() && static_cast<int>(i) < shape_capacity; ++i)
+        shape[i] = static_cast<int64_t>(t.shape[i]);
+    return DC_OK;
+  });
+}
+
+int dc_receiver_attach(dc_receiver* r, const char* name, int dtype, int ndim, const int64_t* shape, void* data,
+                       size_t nbytes, int device, int device_id) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    r->require_phase(dc_receiver::Phase::joined, "dc_receiver_attach");
+    const uint32_t index = tensor_index(*r->manifest, name);
+    const auto& t = r->manifest->tensors()[index];
+    capi::require_host(device, device_id);
+    check_described(t, dtype, ndim, shape, nbytes);
+    if (!data && nbytes > 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': data is NULL");
+    r->buffers[index] = std::span<std::byte>(static_cast<std::byte*>(data), nbytes);
+    return DC_OK;
+  });
+}
+
+int dc_receiver_start(dc_receiver* r) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    r->require_phase(dc_receiver::Phase::joined, "dc_receiver_start");
+    std::string missing;
+    size_t n_missing = 0;
+    for (size_t i = 0; i < r->buffers.size(); ++i)
+      if (r->buffers[i].data() == nullptr && r->manifest->tensors()[i].nbytes() > 0) {
+        if (n_missing++ < 5) missing += (missing.empty() ? "'" : ", '") + r->manifest->tensors()[i].name + "'";
+      }
+    if (n_missing > 0)
+      throw Error(Errc::state, "dc_receiver_start: " + std::to_string(n_missing) + " tensors are not attached (" +
+                                   missing + (n_missing > 5 ? ", ..." : "") + ")");
+    codec::MutableWeights weights{r->manifest, r->buffers};
+    // The bootstrap lands on version 0, which is all zeros: the host's buffers must hold it.
+    r->receiver->attach(weights, 0);
+    {
+      std::lock_guard lock(r->mutex);
+      r->phase = dc_receiver::Phase::started;
+    }
+    r->runner = std::thread([r] {
+      int status = DC_OK;
+      std::string message;
+      try {
+        const tree::RunSummary summary = r->receiver->run();
+        message = "ended at version " + std::to_string(summary.version);
+      } catch (const Error& e) {
+        status = capi::status_of(e.code());
+        message = e.what();
+      } catch (const std::exception& e) {
+        status = DC_ERR_INTERNAL;
+        message = e.what();
+      }
+      {
+        std::lock_guard lock(r->mutex);
+        r->phase = dc_receiver::Phase::ended;
+        r->end_status = status;
+        r->end_message = message;
+      }
+      r->emit(status == DC_OK ? DC_EVENT_ENDED : DC_EVENT_FAILED, r->receiver->version(), status, message);
+    });
+    return DC_OK;
+  });
+}
+
+int dc_receiver_version(const dc_receiver* r, uint64_t* version, uint64_t* digest) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    if (version) *version = r->receiver ? r->receiver->version() : 0;
+    if (digest) *digest = r->receiver ? r->receiver->digest() : 0;
+    return DC_OK;
+  });
+}
+
+int dc_receiver_wait_version(dc_receiver* r, uint64_t version, int64_t timeout_ms) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    std::unique_lock lock(r->mutex);
+    if (r->phase == dc_receiver::Phase::created || r->phase == dc_receiver::Phase::joined)
+      throw Error(Errc::state, "dc_receiver_wait_version before dc_receiver_start");
+    auto done = [&] { return r->committed >= version || r->phase == dc_receiver::Phase::ended; };
+    if (timeout_ms < 0)
+      r->changed.wait(lock, done);
+    else if (!r->changed.wait_for(lock, std::chrono::milliseconds(timeout_ms), done))
+      throw Error(Errc::timeout, "version " + std::to_string(version) + " was not committed within " +
+                                     std::to_string(timeout_ms) + " ms (committed: " + std::to_string(r->committed) + ")");
+    if (r->committed >= version) return DC_OK;
+    if (r->end_status != DC_OK) return capi::fail(r->end_status, r->end_message);
+    throw Error(Errc::state, "the receiver ended at version " + std::to_string(r->committed) + " before version " +
+                                 std::to_string(version) + " (" + r->end_message + ")");
+  });
+}
+
+int dc_receiver_set_event_callback(dc_receiver* r, dc_event_callback callback, void* user) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    std::lock_guard lock(r->mutex);
+    if (r->phase == dc_receiver::Phase::started)
+      throw Error(Errc::state, "dc_receiver_set_event_callback after dc_receiver_start");
+    r->callback = callback;
+    r->callback_user = user;
+    return DC_OK;
+  });
+}
+
+int dc_receiver_poll_event(dc_receiver* r, int* kind, uint64_t* version, int* status, const char** message) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    std::lock_guard lock(r->mutex);
+    if (r->events.empty()) return DC_PENDING;
+    auto& e = r->events.front();
+    if (kind) *kind = e.kind;
+    if (version) *version = e.version;
+    if (status) *status = e.status;
+    r->polled_message = std::move(e.message);
+    if (message) *message = r->polled_message.c_str();
+    r->events.pop_front();
+    return DC_OK;
+  });
+}
+
+}  // extern "C"

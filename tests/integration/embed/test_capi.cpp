@@ -1,0 +1,421 @@
+// The C API (include/deltacast/deltacast.h) end to end through libdeltacast.so: a producer and
+// receivers in this process, each with its own handle, over tcp on 127.0.0.1. Every applied
+// version is compared bit for bit (memcmp) with the producer's tensors; refusals must leave the
+// registered buffers byte-identical.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "deltacast/deltacast.h"
+
+namespace {
+
+#define DC_EXPECT_OK(call)                                                           \
+  do {                                                                               \
+    const int dc_status_ = (call);                                                   \
+    ASSERT_EQ(dc_status_, DC_OK) << dc_status_name(dc_status_) << ": " << dc_last_error(); \
+  } while (0)
+
+uint16_t bf16_of(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+// A small model: BF16 matrices (odd sizes), an F32 vector, an F16 scalar-ish tensor, an I8 and a
+// U8 tensor, one 0-dim tensor and one empty tensor.
+struct Model {
+  struct Tensor {
+    std::string name;
+    int dtype;
+    std::vector<int64_t> shape;
+    std::vector<std::byte> bytes;
+  };
+  std::vector<Tensor> tensors;
+
+  Model() {
+    add("layers.0.weight", DC_DTYPE_BF16, {257, 129});
+    add("layers.0.bias", DC_DTYPE_BF16, {257});
+    add("layers.1.weight", DC_DTYPE_BF16, {33, 1031});
+    add("norm.scale", DC_DTYPE_F32, {1031});
+    add("head.f16", DC_DTYPE_F16, {3, 5, 7});
+    add("codes.i8", DC_DTYPE_I8, {999});
+    add("mask.u8", DC_DTYPE_U8, {17});
+    add("temperature", DC_DTYPE_F32, {});
+    add("empty", DC_DTYPE_BF16, {0, 4});
+    std::mt19937 rng(7);
+    for (auto& t : tensors)
+      for (auto& b : t.bytes) b = static_cast<std::byte>(rng());
+  }
+  void add(std::string name, int dtype, std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (auto d : shape) n *= d;
+    tensors.push_back({std::move(name), dtype, std::move(shape),
+                       std::vector<std::byte>(static_cast<size_t>(n) * dc_dtype_size(dtype))});
+  }
+  // Changes ~frac of the bytes of every tensor; step 2 also writes NaN, +-inf, -0.0 and a
+  // subnormal into the BF16 and F32 tensors.
+  void step(int k, double frac) {
+    std::mt19937 rng(100 + k);
+    for (auto& t : tensors) {
+      if (t.bytes.empty()) continue;
+      std::uniform_int_distribution<size_t> at(0, t.bytes.size() - 1);
+      const size_t n = std::max<size_t>(1, static_cast<size_t>(frac * static_cast<double>(t.bytes.size())));
+      for (size_t i = 0; i < n; ++i) t.bytes[at(rng)] ^= static_cast<std::byte>(1 + rng() % 255);
+    }
+    if (k == 2) {
+      const float specials[] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                                -std::numeric_limits<float>::infinity(), -0.0f,
+                                std::numeric_limits<float>::denorm_min()};
+      auto& w = tensors[0].bytes;
+      auto& v = tensors[3].bytes;
+      for (size_t i = 0; i < 5; ++i) {
+        const uint16_t b = bf16_of(specials[i]);
+        std::memcpy(w.data() + 2 * (11 * i + 3), &b, 2);
+        std::memcpy(v.data() + 4 * (13 * i + 1), &specials[i], 4);
+      }
+    }
+  }
+};
+
+struct Server {
+  dc_receiver* r = nullptr;
+  std::vector<std::vector<std::byte>> buffers;  // the "server's" own memory
+  ~Server() { dc_receiver_free(r); }
+};
+
+class CApi : public ::testing::Test {
+ protected:
+  Model model;
+  dc_producer* p = nullptr;
+  std::vector<std::unique_ptr<Server>> servers;
+
+  void TearDown() override {
+    dc_producer_free(p);
+    servers.clear();
+  }
+
+  void make_producer(int receivers) {
+    ASSERT_EQ(dc_producer_create(&p), DC_OK);
+    DC_EXPECT_OK(dc_producer_set(p, "receivers", std::to_string(receivers).c_str()));
+    DC_EXPECT_OK(dc_producer_set(p, "listen", "tcp://127.0.0.1:0"));
+    DC_EXPECT_OK(dc_producer_set(p, "topology", "binary"));
+    DC_EXPECT_OK(dc_producer_set(p, "chunk_bytes", "64KiB"));
+    DC_EXPECT_OK(dc_producer_set(p, "timeouts.join", "60s"));
+    for (auto& t : model.tensors)
+      DC_EXPECT_OK(dc_producer_add_tensor(p, t.name.c_str(), t.dtype, static_cast<int>(t.shape.size()),
+                                          t.shape.data(), t.bytes.data(), t.bytes.size(), DC_DEVICE_HOST, 0));
+  }
+  void point_producer_at_model() {
+    for (auto& t : model.tensors) DC_EXPECT_OK(dc_producer_set_data(p, t.name.c_str(), t.bytes.data(), t.bytes.size()));
+  }
+  // Creates, joins and attaches a receiver (join runs on `joiner` threads: the producer's start
+  // waits for all of them).
+  static void join_server(Server& s, const std::string& url, int rank, int* status) {
+    *status = DC_OK;
+    auto check = [&](int st) {
+      if (st != DC_OK && *status == DC_OK) *status = st;
+      return st == DC_OK;
+    };
+    if (!check(dc_receiver_create(&s.r))) return;
+    if (!check(dc_receiver_set(s.r, "producer", url.c_str()))) return;
+    if (!check(dc_receiver_set(s.r, "rank", std::to_string(rank).c_str()))) return;
+    if (!check(dc_receiver_set(s.r, "listen", "tcp://127.0.0.1:0"))) return;
+    if (!check(dc_receiver_join(s.r, 60'000))) return;
+    size_t n = 0;
+    check(dc_receiver_tensor_count(s.r, &n));
+    for (size_t i = 0; i < n; ++i) {
+      const char* name;
+      int dtype, ndim;
+      int64_t shape[8];
+      if (!check(dc_receiver_tensor(s.r, i, &name, &dtype, &ndim, shape, 8))) return;
+      int64_t count = 1;
+      for (int d = 0; d < ndim; ++d) count *= shape[d];
+      s.buffers.emplace_back(static_cast<size_t>(count) * dc_dtype_size(dtype));
+      if (!check(dc_receiver_attach(s.r, name, dtype, ndim, shape, s.buffers.back().data(), s.buffers.back().size(),
+                                    DC_DEVICE_HOST, 0)))
+        return;
+    }
+    check(dc_receiver_start(s.r));
+  }
+  void start_all(int receivers) {
+    make_producer(receivers);
+    const char* url = nullptr;
+    DC_EXPECT_OK(dc_producer_url(p, &url));
+    std::vector<std::thread> joiners;
+    std::vector<int> statuses(static_cast<size_t>(receivers));
+    for (int i = 0; i < receivers; ++i) {
+      servers.push_back(std::make_unique<Server>());
+      joiners.emplace_back(join_server, std::ref(*servers.back()), std::string(url), i + 1, &statuses[static_cast<size_t>(i)]);
+    }
+    const int started = dc_producer_start(p, 60'000);
+    for (auto& t : joiners) t.join();
+    for (int st : statuses) ASSERT_EQ(st, DC_OK) << dc_status_name(st);
+    ASSERT_EQ(started, DC_OK) << dc_status_name(started) << ": " << dc_last_error();
+  }
+  void expect_servers_hold_model(uint64_t version) {
+    for (size_t s = 0; s < servers.size(); ++s) {
+      ASSERT_EQ(dc_receiver_wait_version(servers[s]->r, version, 60'000), DC_OK) << dc_last_error();
+      uint64_t v = 0, digest = 0;
+      DC_EXPECT_OK(dc_receiver_version(servers[s]->r, &v, &digest));
+      EXPECT_EQ(v, version);
+      EXPECT_NE(digest, 0u);
+      for (size_t i = 0; i < model.tensors.size(); ++i) {
+        const auto& want = model.tensors[i].bytes;
+        const auto& got = servers[s]->buffers[i];
+        ASSERT_EQ(got.size(), want.size());
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size()), 0)
+            << "server " << s + 1 << " tensor " << model.tensors[i].name << " at version " << version;
+      }
+    }
+  }
+};
+
+TEST(CApiBasics, VersionStatusNamesAndDtypes) {
+  EXPECT_EQ(dc_version_number(), static_cast<unsigned>(DC_VERSION_NUMBER));
+  EXPECT_STREQ(dc_version_string(), "0.2.0");
+  EXPECT_STREQ(dc_status_name(DC_OK), "DC_OK");
+  EXPECT_STREQ(dc_status_name(DC_ERR_TIMEOUT), "DC_ERR_TIMEOUT");
+  EXPECT_STREQ(dc_status_name(DC_ERR_INTERNAL), "DC_ERR_INTERNAL");
+  EXPECT_STREQ(dc_status_name(12345), "DC_UNKNOWN_STATUS");
+  for (int s = DC_ERR_INTERNAL; s <= DC_PENDING; ++s) EXPECT_STRNE(dc_status_name(s), "DC_UNKNOWN_STATUS") << s;
+  EXPECT_EQ(dc_is_error(DC_OK), 0);
+  EXPECT_EQ(dc_is_error(DC_PENDING), 0);
+  EXPECT_EQ(dc_is_error(DC_ERR_STATE), 1);
+  for (int d = DC_DTYPE_BOOL; d <= DC_DTYPE_F8_E5M2; ++d) {
+    int back = -1;
+    ASSERT_EQ(dc_dtype_from_name(dc_dtype_name(d), &back), DC_OK);
+    EXPECT_EQ(back, d);
+    EXPECT_GT(dc_dtype_size(d), 0u);
+  }
+  EXPECT_EQ(dc_dtype_size(DC_DTYPE_I64), 8u);
+  EXPECT_EQ(dc_dtype_name(15), nullptr);
+  int d = 0;
+  EXPECT_EQ(dc_dtype_from_name("bfloat", &d), DC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dc_last_error()).find("bfloat"), std::string::npos);
+}
+
+TEST(CApiBasics, NullHandlesAndWrongStatesAreRefused) {
+  dc_receiver_free(nullptr);
+  dc_producer_free(nullptr);
+  EXPECT_EQ(dc_receiver_create(nullptr), DC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(dc_receiver_set(nullptr, "rank", "1"), DC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dc_last_error()).find("NULL"), std::string::npos);
+  EXPECT_EQ(dc_receiver_start(nullptr), DC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(dc_producer_refit(nullptr, 0), DC_ERR_INVALID_ARGUMENT);
+  uint64_t v;
+  EXPECT_EQ(dc_receiver_version(nullptr, &v, nullptr), DC_ERR_INVALID_ARGUMENT);
+
+  dc_receiver* r = nullptr;
+  ASSERT_EQ(dc_receiver_create(&r), DC_OK);
+  EXPECT_EQ(dc_receiver_attach(r, "w", DC_DTYPE_BF16, 0, nullptr, nullptr, 0, DC_DEVICE_HOST, 0), DC_ERR_STATE);
+  EXPECT_EQ(dc_receiver_start(r), DC_ERR_STATE);
+  EXPECT_EQ(dc_receiver_wait_version(r, 1, 10), DC_ERR_STATE);
+  EXPECT_EQ(dc_receiver_join(r, 100), DC_ERR_CONFIG);  // no producer set
+  EXPECT_NE(std::string(dc_last_error()).find("producer"), std::string::npos);
+  EXPECT_EQ(dc_receiver_set(r, "timeouts.peer", "soon"), DC_ERR_CONFIG);
+  EXPECT_EQ(dc_receiver_set(r, "no_such_key", "1"), DC_ERR_CONFIG);
+  EXPECT_EQ(dc_receiver_set(r, "timeouts.peer", "5s"), DC_OK);
+  int kind;
+  EXPECT_EQ(dc_receiver_poll_event(r, &kind, nullptr, nullptr, nullptr), DC_PENDING);
+  dc_receiver_free(r);
+
+  dc_producer* p = nullptr;
+  ASSERT_EQ(dc_producer_create(&p), DC_OK);
+  EXPECT_EQ(dc_producer_refit(p, 0), DC_ERR_STATE);
+  EXPECT_EQ(dc_producer_listen(p), DC_ERR_STATE);  // no tensors yet
+  const int64_t shape[] = {4};
+  uint16_t w[4] = {};
+  EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 1, shape, w, 6, DC_DEVICE_HOST, 0), DC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_I64, 1, shape, w, 32, DC_DEVICE_HOST, 0), DC_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(dc_last_error()).find("I64"), std::string::npos);
+  EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 1, shape, w, 8, DC_DEVICE_CUDA, 0), DC_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(dc_last_error()).find("CUDA"), std::string::npos);
+  EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 1, shape, w, 8, DC_DEVICE_HOST, 0), DC_OK);
+  EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 1, shape, w, 8, DC_DEVICE_HOST, 0), DC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(dc_producer_listen(p), DC_ERR_CONFIG);  // receivers not set
+  EXPECT_EQ(dc_producer_set(p, "receivers", "0"), DC_OK);
+  EXPECT_EQ(dc_producer_listen(p), DC_ERR_CONFIG);
+  dc_producer_free(p);
+}
+
+TEST_F(CApi, RefitsLandBitExactInTheServersOwnBuffers) {
+  start_all(3);
+  // Buffers are never reallocated: remember where they are.
+  std::vector<const std::byte*> where;
+  for (auto& s : servers)
+    for (auto& b : s->buffers) where.push_back(b.data());
+  expect_servers_hold_model(1);
+  for (int k = 1; k <= 3; ++k) {
+    model.step(k, k == 3 ? 1.0 : 0.01);  // step 3 changes (nearly) everything
+    point_producer_at_model();
+    ASSERT_EQ(dc_producer_refit(p, 0), DC_OK) << dc_last_error();
+    const char* json = nullptr;
+    DC_EXPECT_OK(dc_producer_report(p, &json));
+    const std::string report(json);
+    EXPECT_NE(report.find("\"committed\":true"), std::string::npos) << report;
+    EXPECT_NE(report.find("\"verified_receivers\":3"), std::string::npos) << report;
+    EXPECT_NE(report.find("\"failed_members\":[]"), std::string::npos) << report;
+    uint64_t pv = 0;
+    DC_EXPECT_OK(dc_producer_version(p, &pv));
+    EXPECT_EQ(pv, static_cast<uint64_t>(k + 1));
+    expect_servers_hold_model(static_cast<uint64_t>(k + 1));
+  }
+  size_t i = 0;
+  for (auto& s : servers)
+    for (auto& b : s->buffers) EXPECT_EQ(b.data(), where[i++]);
+  // A refit with nothing changed still commits a version.
+  ASSERT_EQ(dc_producer_refit(p, 0), DC_OK) << dc_last_error();
+  expect_servers_hold_model(5);
+  // Every server saw a COMMITTED event per version, in order.
+  for (auto& s : servers) {
+    uint64_t expected = 1;
+    int kind, status;
+    uint64_t version;
+    const char* message;
+    while (dc_receiver_poll_event(s->r, &kind, &version, &status, &message) == DC_OK) {
+      EXPECT_EQ(kind, DC_EVENT_COMMITTED);
+      EXPECT_EQ(version, expected++);
+    }
+    EXPECT_EQ(expected, 6u);
+  }
+}
+
+TEST_F(CApi, DryRunIsVerifiedThenRolledBackWithAnEvent) {
+  start_all(2);
+  expect_servers_hold_model(1);
+  const Model before = model;
+  model.step(1, 0.05);
+  point_producer_at_model();
+  ASSERT_EQ(dc_producer_refit(p, 1), DC_OK) << dc_last_error();
+  const char* json = nullptr;
+  DC_EXPECT_OK(dc_producer_report(p, &json));
+  EXPECT_NE(std::string(json).find("\"committed\":false"), std::string::npos) << json;
+  EXPECT_NE(std::string(json).find("\"verified_receivers\":2"), std::string::npos) << json;
+  uint64_t pv = 0;
+  DC_EXPECT_OK(dc_producer_version(p, &pv));
+  EXPECT_EQ(pv, 1u);
+  for (auto& s : servers) {
+    // The ROLLED_BACK event arrives once the receiver rolled back.
+    int kind = 0, status = 0;
+    uint64_t version = 0;
+    for (int tries = 0; tries < 500 && kind != DC_EVENT_ROLLED_BACK; ++tries) {
+      if (dc_receiver_poll_event(s->r, &kind, &version, &status, nullptr) != DC_OK)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_EQ(kind, DC_EVENT_ROLLED_BACK);
+    EXPECT_EQ(version, 2u);
+    EXPECT_EQ(status, DC_ERR_ABORTED);
+    uint64_t v = 0;
+    DC_EXPECT_OK(dc_receiver_version(s->r, &v, nullptr));
+    EXPECT_EQ(v, 1u);
+    for (size_t i = 0; i < before.tensors.size(); ++i)
+      EXPECT_EQ(std::memcmp(s->buffers[i].data(), before.tensors[i].bytes.data(), before.tensors[i].bytes.size()), 0)
+          << before.tensors[i].name;
+  }
+  // The chain goes on from version 1.
+  ASSERT_EQ(dc_producer_refit(p, 0), DC_OK) << dc_last_error();
+  expect_servers_hold_model(2);
+}
+
+TEST_F(CApi, BadAttachesAreRefusedWithNothingWritten) {
+  make_producer(1);
+  const char* url = nullptr;
+  DC_EXPECT_OK(dc_producer_url(p, &url));
+  int started = DC_ERR_INTERNAL;
+  std::thread producer([&] { started = dc_producer_start(p, 60'000); });
+  Server s;
+  ASSERT_EQ(dc_receiver_create(&s.r), DC_OK);
+  DC_EXPECT_OK(dc_receiver_set(s.r, "producer", url));
+  DC_EXPECT_OK(dc_receiver_set(s.r, "rank", "1"));
+  DC_EXPECT_OK(dc_receiver_join(s.r, 60'000));
+  const auto& t = model.tensors[0];  // BF16 [257, 129]
+  std::vector<std::byte> buffer(t.bytes.size(), std::byte{0x5a});
+  const auto pristine = buffer;
+  const int64_t wrong_shape[] = {129, 257};
+  EXPECT_EQ(dc_receiver_attach(s.r, t.name.c_str(), DC_DTYPE_F16, 2, t.shape.data(), buffer.data(), buffer.size(),
+                               DC_DEVICE_HOST, 0),
+            DC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dc_last_error()).find("BF16"), std::string::npos) << dc_last_error();
+  EXPECT_EQ(dc_receiver_attach(s.r, t.name.c_str(), DC_DTYPE_BF16, 2, wrong_shape, buffer.data(), buffer.size(),
+                               DC_DEVICE_HOST, 0),
+            DC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(dc_receiver_attach(s.r, t.name.c_str(), DC_DTYPE_BF16, 1, t.shape.data(), buffer.data(), buffer.size(),
+                               DC_DEVICE_HOST, 0),
+            DC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(dc_receiver_attach(s.r, t.name.c_str(), DC_DTYPE_BF16, 2, t.shape.data(), buffer.data(), buffer.size() - 2,
+                               DC_DEVICE_HOST, 0),
+            DC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(dc_receiver_attach(s.r, "no.such.tensor", DC_DTYPE_BF16, 2, t.shape.data(), buffer.data(), buffer.size(),
+                               DC_DEVICE_HOST, 0),
+            DC_ERR_NOT_FOUND);
+  EXPECT_EQ(dc_receiver_attach(s.r, t.name.c_str(), DC_DTYPE_BF16, 2, t.shape.data(), buffer.data(), buffer.size(),
+                               DC_DEVICE_CUDA, 0),
+            DC_ERR_UNSUPPORTED);
+  EXPECT_EQ(buffer, pristine);
+  // Missing tensors at start: refused, naming them.
+  EXPECT_EQ(dc_receiver_start(s.r), DC_ERR_STATE);
+  EXPECT_NE(std::string(dc_last_error()).find("not attached"), std::string::npos) << dc_last_error();
+  EXPECT_EQ(buffer, pristine);
+  // Now attach everything properly and serve; attaching after start is refused.
+  for (auto& m : model.tensors) {
+    s.buffers.emplace_back(m.bytes.size());
+    DC_EXPECT_OK(dc_receiver_attach(s.r, m.name.c_str(), m.dtype, static_cast<int>(m.shape.size()), m.shape.data(),
+                                    s.buffers.back().data(), s.buffers.back().size(), DC_DEVICE_HOST, 0));
+  }
+  DC_EXPECT_OK(dc_receiver_start(s.r));
+  EXPECT_EQ(dc_receiver_attach(s.r, t.name.c_str(), DC_DTYPE_BF16, 2, t.shape.data(), buffer.data(), buffer.size(),
+                               DC_DEVICE_HOST, 0),
+            DC_ERR_STATE);
+  EXPECT_EQ(dc_receiver_set(s.r, "rank", "2"), DC_ERR_STATE);
+  producer.join();
+  ASSERT_EQ(started, DC_OK);
+  ASSERT_EQ(dc_receiver_wait_version(s.r, 1, 60'000), DC_OK) << dc_last_error();
+  EXPECT_EQ(buffer, pristine);
+  for (size_t i = 0; i < model.tensors.size(); ++i)
+    EXPECT_EQ(std::memcmp(s.buffers[i].data(), model.tensors[i].bytes.data(), model.tensors[i].bytes.size()), 0);
+  // A wait for a version that never comes times out.
+  EXPECT_EQ(dc_receiver_wait_version(s.r, 7, 50), DC_ERR_TIMEOUT);
+}
+
+TEST_F(CApi, ALeavingReceiverIsRepairedAroundAndTheOthersGoOn) {
+  start_all(3);
+  expect_servers_hold_model(1);
+  // Rank 1 (the root of the binary tree) leaves: free() closes its links.
+  dc_receiver_free(servers[0]->r);
+  servers[0]->r = nullptr;
+  servers.erase(servers.begin());
+  model.step(1, 0.01);
+  point_producer_at_model();
+  ASSERT_EQ(dc_producer_refit(p, 0), DC_OK) << dc_last_error();
+  const char* json = nullptr;
+  DC_EXPECT_OK(dc_producer_report(p, &json));
+  EXPECT_NE(std::string(json).find("\"verified_receivers\":2"), std::string::npos) << json;
+  expect_servers_hold_model(2);
+}
+
+TEST_F(CApi, TheProducersEndEndsTheReceivers) {
+  start_all(2);
+  expect_servers_hold_model(1);
+  dc_producer_free(p);  // BYE
+  p = nullptr;
+  for (auto& s : servers) {
+    EXPECT_EQ(dc_receiver_wait_version(s->r, 2, 30'000), DC_ERR_STATE);  // ended at version 1
+    EXPECT_NE(std::string(dc_last_error()).find("ended"), std::string::npos) << dc_last_error();
+    int kind = 0;
+    uint64_t version = 0;
+    int status = 0;
+    while (dc_receiver_poll_event(s->r, &kind, &version, &status, nullptr) == DC_OK && kind != DC_EVENT_ENDED) {
+    }
+    EXPECT_EQ(kind, DC_EVENT_ENDED);
+    EXPECT_EQ(status, DC_OK);
+  }
+}
+
+}  // namespace

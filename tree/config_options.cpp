@@ -1,0 +1,40 @@
+#include "tree/config_options.h"
+
+#include <algorithm>
+
+namespace deltacast::tree {
+
+transport::TransportOptions transport_options_from(const config::Config& c) {
+  transport::TransportOptions options;
+  if (!c.secret_file.empty()) options.secret = transport::load_secret(c.secret_file);
+  options.connect_timeout = c.timeouts.connect;
+  options.heartbeat_interval = c.timeouts.heartbeat;
+  options.peer_timeout = c.timeouts.peer;
+  return options;
+}
+
+ReceiverOptions receiver_options_from(const config::Config& c) {
+  ReceiverOptions options;
+  options.retain_versions = c.retain_versions;
+  options.connect_timeout = c.timeouts.connect;
+  options.join_timeout = c.timeouts.join;
+  options.peer_timeout = c.timeouts.peer;
+  options.producer_loss_timeout = c.timeouts.producer_loss;
+  options.idle_timeout = c.timeouts.refit * 4;
+  return options;
+}
+
+ProducerOptions producer_options_from(const config::Config& c) {
+  ProducerOptions options;
+  options.topology = parse_topology_kind(c.topology);
+  options.encode.chunk_bytes = c.chunk_bytes;
+  options.version_timeout = c.timeouts.refit;
+  // Every member's HELLO + READY: timeouts.join, but never less than the refit bound this always
+  // allowed (launchers may start receivers long after the producer on a busy machine).
+  options.join_timeout = std::max(c.timeouts.join, c.timeouts.refit);
+  options.peer_timeout = c.timeouts.peer;
+  options.retain_versions = c.retain_versions;
+  return options;
+}
+
+}  // namespace deltacast::tree

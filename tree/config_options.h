@@ -1,0 +1,22 @@
+#pragma once
+// The tree's and the transports' options from a run config (docs/config.md): one mapping for the
+// CLI (`deltacast run`) and the C API, so a key means the same wherever it is set.
+#include "config/config.h"
+#include "transport/transport.h"
+#include "tree/producer.h"
+#include "tree/receiver.h"
+
+namespace deltacast::tree {
+
+// secret_file (loaded now: throws what transport::load_secret throws), timeouts.connect,
+// timeouts.heartbeat, timeouts.peer.
+transport::TransportOptions transport_options_from(const config::Config& c);
+// retain_versions and the receiver's timeouts (connect, join, peer, producer_loss; the producer's
+// silence ends run() after 4 x timeouts.refit). Rank, URLs and cluster are the caller's.
+ReceiverOptions receiver_options_from(const config::Config& c);
+// topology, chunk_bytes, retain_versions and the producer's timeouts (refit bounds one version;
+// start waits max(join, refit) for every member). Listen URL, receivers and encoder threads are
+// the caller's.
+ProducerOptions producer_options_from(const config::Config& c);
+
+}  // namespace deltacast::tree
