@@ -43,13 +43,20 @@ struct dc_receiver {
   dc_event_callback callback = nullptr;
   void* callback_user = nullptr;
 
-  // Queues an event and calls the callback (outside the lock).
-  void emit(int kind, uint64_t version, int status, std::string message) {
+  // Queues an event and calls the callback (outside the lock). `ending`: the receiver stopped
+  // with `status`; the phase changes under the same lock, so a waiter woken by the end sees the
+  // event already queued.
+  void emit(int kind, uint64_t version, int status, std::string message, bool ending = false) {
     dc_event_callback cb;
     void* user;
     {
       std::lock_guard lock(mutex);
       if (kind == DC_EVENT_COMMITTED) committed = std::max(committed, version);
+      if (ending) {
+        phase = Phase::ended;
+        end_status = status;
+        end_message = message;
+      }
       if (events.size() == kMaxEvents) events.pop_front();
       events.push_back({kind, version, status, message});
       cb = callback;
@@ -245,13 +252,7 @@ int dc_receiver_start(dc_receiver* r) {
         status = DC_ERR_INTERNAL;
         message = e.what();
       }
-      {
-        std::lock_guard lock(r->mutex);
-        r->phase = dc_receiver::Phase::ended;
-        r->end_status = status;
-        r->end_message = message;
-      }
-      r->emit(status == DC_OK ? DC_EVENT_ENDED : DC_EVENT_FAILED, r->receiver->version(), status, message);
+      r->emit(status == DC_OK ? DC_EVENT_ENDED : DC_EVENT_FAILED, r->receiver->version(), status, message, true);
     });
     return DC_OK;
   });

@@ -51,7 +51,7 @@ void restore_entries(std::byte* base, unsigned width, const UndoEntry* entries, 
 // pays for them once, not on every refit). rollback() and commit() wait for every writer first.
 class UndoLog {
  public:
-  static constexpr size_t kPage = size_t{1} << 20;  // entries per page (8 MiB)
+  static constexpr size_t kPage = size_t{1} << 18;  // entries per page (2 MiB)
   // A run of n entries (mu held).
   UndoEntry* reserve_run(size_t n) {
     while (page_ < pages_.size() && pages_[page_].capacity - used_ < n) {

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages deltacast needs, only those missing. Idempotent, non-interactive.
+#   install-deps.sh          what building and the demo need
+#   install-deps.sh --test   also what the tests need (the Python binding's tests: torch, numpy)
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config ccache git
   libfabric-dev libfabric-bin libucx-dev ucx-utils libzstd-dev zstd libboost-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev libxxhash-dev libcli11-dev libspdlog-dev libssl-dev
   nlohmann-json3-dev openmpi-bin libopenmpi-dev iperf3 xdelta3 bsdiff iproute2 ethtool
   slurm-wlm munge procps psmisc)
+if [ "${1:-}" = "--test" ]; then
+  PKGS+=(python3 python3-numpy python3-torch)
+fi
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

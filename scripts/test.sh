@@ -4,6 +4,7 @@
 # Extra arguments go to ctest (e.g. -L codec, -R Golden).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bash "$root/scripts/install-deps.sh" --test
 bash "$root/scripts/build.sh"
 build="${DELTACAST_BUILD_DIR:-$root/build}"
 cd "$build"

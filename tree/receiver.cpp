@@ -338,7 +338,10 @@ Ending Receiver::Impl::serve() {
       message = recv_control(options.idle_timeout, buffer, &e);
     } catch (const Error& error) {
       if (error.code() != Errc::connection) throw;
-      log->warn("{}: {}", who(), error.what());
+      if (leaving)
+        log->info("{}: leaving ({})", who(), error.what());
+      else
+        log->warn("{}: {}", who(), error.what());
       return Ending::producer_lost;
     }
     if (std::holds_alternative<Bye>(message)) return Ending::bye;

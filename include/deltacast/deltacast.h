@@ -120,7 +120,9 @@ typedef struct dc_receiver dc_receiver;
 /* Creates a receiver with default options into *out. */
 DC_API int dc_receiver_create(dc_receiver** out);
 /* Leaves (closes its links; the producer repairs the tree around it), stops deltacast's threads
- * and frees. The registered buffers keep the last committed version. NULL is accepted. */
+ * and frees. The registered buffers keep the last committed version. NULL is accepted. No other
+ * call on this receiver may be running or start (a thread blocked in dc_receiver_wait_version
+ * must have returned): free is the last call. */
 DC_API void dc_receiver_free(dc_receiver* receiver);
 
 /* Sets an option by key (before join). Keys: the YAML keys of docs/config.md that a receiver
@@ -144,7 +146,9 @@ DC_API int dc_receiver_tensor(const dc_receiver* receiver, size_t index, const c
 
 /* Registers the caller's buffer for tensor `name` (after join, before start): refits are written
  * into it in place. dtype, ndim and shape must equal the manifest's; `nbytes` must be the
- * tensor's size. The buffer must hold version 0 (all zeros) at start: the bootstrap fills it. */
+ * tensor's size. Its content at start does not matter: the bootstrap (version 1) overwrites all
+ * of it. Refused with nothing written: a wrong dtype, shape or size (DC_ERR_INVALID_ARGUMENT), an
+ * unknown name (DC_ERR_NOT_FOUND), CUDA memory (DC_ERR_UNSUPPORTED). */
 DC_API int dc_receiver_attach(dc_receiver* receiver, const char* name, int dtype, int ndim, const int64_t* shape,
                               void* data, size_t nbytes, int device, int device_id);
 /* Replaces the buffer of an attached tensor (a server that reallocated it). The new buffer must

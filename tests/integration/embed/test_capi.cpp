@@ -14,6 +14,15 @@
 
 #include "deltacast/deltacast.h"
 
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <sstream>
+
+extern char** environ;
+
 namespace {
 
 #define DC_EXPECT_OK(call)                                                           \
@@ -417,5 +426,79 @@ TEST_F(CApi, TheProducersEndEndsTheReceivers) {
     EXPECT_EQ(status, DC_OK);
   }
 }
+
+#ifdef DELTACAST_EMBED_RECEIVER
+// A server process (examples/embed/receiver.c) registers its own buffers: deltacast keeps no
+// shadow copy, so the process's peak resident size stays within 1.2x the model plus the frames
+// it retains (the deltas of the versions it keeps to serve replays, and the one in flight).
+TEST(CApiMemory, AServerHoldsNoShadowCopyOfItsModel) {
+  constexpr size_t kElements = size_t{192} << 20;  // 384 MiB of BF16: fixed costs (buffers, threads) do not dominate
+  std::vector<uint16_t> weights(kElements);
+  std::mt19937 rng(3);
+  for (auto& w : weights) w = static_cast<uint16_t>(0x3c00 + rng() % 0x200);
+  dc_producer* p = nullptr;
+  ASSERT_EQ(dc_producer_create(&p), DC_OK);
+  DC_EXPECT_OK(dc_producer_set(p, "receivers", "1"));
+  DC_EXPECT_OK(dc_producer_set(p, "timeouts.join", "120s"));
+  const int64_t shape[] = {static_cast<int64_t>(kElements / 1024), 1024};
+  DC_EXPECT_OK(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 2, shape, weights.data(), kElements * 2, DC_DEVICE_HOST, 0));
+  const char* url = nullptr;
+  DC_EXPECT_OK(dc_producer_url(p, &url));
+  constexpr int kRefits = 3;
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  std::string url_arg = url, last = std::to_string(1 + kRefits);
+  char* argv[] = {const_cast<char*>(DELTACAST_EMBED_RECEIVER), url_arg.data(), const_cast<char*>("1"), last.data(), nullptr};
+  pid_t child = 0;
+  ASSERT_EQ(posix_spawn(&child, DELTACAST_EMBED_RECEIVER, &actions, nullptr, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(out[1]);
+  ASSERT_EQ(dc_producer_start(p, 120'000), DC_OK) << dc_last_error();
+  uint64_t retained = 0;
+  for (int k = 0; k < kRefits; ++k) {
+    for (size_t i = static_cast<size_t>(k); i < kElements; i += 97) weights[i] ^= 0x5;  // ~1%
+    ASSERT_EQ(dc_producer_refit(p, 0), DC_OK) << dc_last_error();
+    const char* json = nullptr;
+    DC_EXPECT_OK(dc_producer_report(p, &json));
+    const std::string report(json);
+    const auto at = report.find("\"payload_bytes\":");
+    ASSERT_NE(at, std::string::npos);
+    retained += std::stoull(report.substr(at + 16));
+  }
+  dc_producer_free(p);
+  std::string text;
+  char chunk[4096];
+  for (ssize_t n; (n = ::read(out[0], chunk, sizeof chunk)) > 0;) text.append(chunk, static_cast<size_t>(n));
+  ::close(out[0]);
+  int wstatus = 0;
+  ASSERT_EQ(::waitpid(child, &wstatus, 0), child);
+  ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0) << text;
+  const auto done = text.find("done ");
+  ASSERT_NE(done, std::string::npos) << text;
+  auto field = [&](const char* key) {
+    const auto at = text.find(std::string(key) + "=", done);
+    EXPECT_NE(at, std::string::npos) << key;
+    return std::stoull(text.substr(at + std::strlen(key) + 1));
+  };
+  const double model = static_cast<double>(field("model_bytes"));
+  const double before = 1024.0 * static_cast<double>(field("rss_before_kib"));
+  const double peak = 1024.0 * static_cast<double>(field("rss_peak_kib"));
+  EXPECT_EQ(field("model_bytes"), kElements * 2);
+  EXPECT_EQ(field("version"), static_cast<uint64_t>(1 + kRefits));
+  // rss_before holds the model (allocated and zeroed) plus the process's own baseline.
+  const double held = peak - before;
+  RecordProperty("model_bytes", std::to_string(model));
+  RecordProperty("deltacast_peak_extra_bytes", std::to_string(held));
+  std::printf("model %.1f MiB, rss before start %.1f MiB, peak %.1f MiB: deltacast held at most %.1f MiB "
+              "(%.3f of the model; retained deltas %.1f MiB)\n",
+              model / 1048576, before / 1048576, peak / 1048576, held / 1048576, held / model,
+              static_cast<double>(retained) / 1048576);
+  EXPECT_LE(held, 0.2 * model + static_cast<double>(retained));
+}
+#endif
 
 }  // namespace
