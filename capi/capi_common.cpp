@@ -55,6 +55,9 @@ void require(const void* pointer, const char* what) {
 Options::Options(const char* who, std::initializer_list<const char*> process_keys) : who_(who) {
   for (const char* key : process_keys) process_[key] = std::nullopt;
   config_.log_level = "warn";  // an embedded library says little unless asked
+  // As the CLI: DELTACAST_* variables override the defaults (and a "config" file); keys set in
+  // code override both.
+  config::apply_env_overrides(config_, config::process_env());
   set_log_level(config_.log_level);
 }
 
@@ -63,11 +66,9 @@ void Options::set(const std::string& key, const std::string& value) {
   if (auto it = process_.find(key); it != process_.end()) {
     it->second = value;
   } else if (key == "config") {
-    // The file's keys replace the current config; process-level keys set so far stay.
-    config::Config loaded = config::load_config(value, [](const std::string&) { return std::nullopt; });
-    config_ = std::move(loaded);
-  } else if (key == "env") {
-    if (value != "0") config::apply_env_overrides(config_, config::process_env());
+    // The file's keys (then the environment's) replace the current config; process-level keys
+    // set so far stay.
+    config_ = config::load_config(value, config::process_env());
   } else {
     config::apply_override(config_, key, value, source);
   }

@@ -45,9 +45,9 @@ void require(const void* pointer, const char* what);
 
 // Options by key, as dc_receiver_set / dc_producer_set take them: the YAML keys of docs/config.md
 // go to a config::Config through config::apply_override (so a bad value is refused exactly as in
-// a file); "config" loads a YAML file's keys; "env" ("1") applies the DELTACAST_* environment;
-// `process_keys` (e.g. rank, listen) are kept as strings for the caller. log_level takes effect
-// at once for every subsystem.
+// a file); the DELTACAST_* environment is applied at creation, as the CLI applies it; "config"
+// loads a YAML file's keys (and the environment over them); `process_keys` (e.g. rank, listen)
+// are kept as strings for the caller. log_level takes effect at once for every subsystem.
 class Options {
  public:
   Options(const char* who, std::initializer_list<const char*> process_keys);

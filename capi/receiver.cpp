@@ -233,7 +233,8 @@ int dc_receiver_start(dc_receiver* r) {
       throw Error(Errc::state, "dc_receiver_start: " + std::to_string(n_missing) + " tensors are not attached (" +
                                    missing + (n_missing > 5 ? ", ..." : "") + ")");
     codec::MutableWeights weights{r->manifest, r->buffers};
-    // The bootstrap lands on version 0, which is all zeros: the host's buffers must hold it.
+    // A fresh member holds version 0; the bootstrap (or a snapshot) overwrites every byte, so
+    // what the buffers hold now does not matter.
     r->receiver->attach(weights, 0);
     {
       std::lock_guard lock(r->mutex);

@@ -328,7 +328,15 @@ void Receiver::Impl::on_epoch(const EpochUpdate& update, uint64_t e) {
 
 // Serves versions over the current producer link until BYE, the link's loss, or a fence.
 Ending Receiver::Impl::serve() {
-  if (!membership->live(options.rank) && !catch_up()) return Ending::bye;
+  if (!membership->live(options.rank)) {
+    if (!catch_up()) return Ending::bye;
+    // Caught up (a snapshot and/or replayed versions): the host holds a committed version now.
+    const uint64_t held = session->version();
+    if (held > active_version->load()) {
+      active_version->store(held);
+      if (options.on_active) options.on_active(held);
+    }
+  }
   start_edges();
   std::vector<std::byte> buffer(kControlBufferBytes);
   for (;;) {

@@ -48,7 +48,8 @@ struct ReceiverOptions {
   // (restarted) producer before run() gives up with Error(connection) (timeouts.producer_loss).
   std::chrono::milliseconds producer_loss_timeout{60'000};
   std::chrono::milliseconds idle_timeout{1'800'000};   // silence from the producer ends run()
-  // Called on the control thread after a version became active (committed). Optional.
+  // Called on the control thread after a version became active: committed, or reached by catching
+  // up (a snapshot and/or replayed versions) when this member rejoined. Optional.
   std::function<void(uint64_t version)> on_active;
   // Called on the control thread after a version was aborted and rolled back (the buffers hold
   // the committed version again). Optional.

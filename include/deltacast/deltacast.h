@@ -130,8 +130,9 @@ DC_API void dc_receiver_free(dc_receiver* receiver);
  * timeouts.peer, timeouts.join, timeouts.producer_loss, timeouts.refit, log_level), plus the
  * process-level ones: "producer" (the rendezvous URL), "rank" (1..N), "listen" (where children
  * connect, e.g. "tcp://127.0.0.1:0"), "cluster" (its label), "config" (a YAML file whose keys it
- * loads; "members" there is ignored), "env" ("1": apply DELTACAST_* environment variables now, as
- * the CLI does). Values are strings in the YAML spelling ("5s", "4MiB"). */
+ * loads, then the environment over them; "members" there is ignored). Values are strings in the
+ * YAML spelling ("5s", "4MiB"). Layers as in the CLI: defaults (log_level "warn"), then the
+ * DELTACAST_* environment (DELTACAST_TIMEOUTS_PEER=5s, ...; read at create), then these calls. */
 DC_API int dc_receiver_set(dc_receiver* receiver, const char* key, const char* value);
 
 /* Reaches the producer (retrying up to timeouts.join, or timeout_ms when > 0), says HELLO and
@@ -151,11 +152,6 @@ DC_API int dc_receiver_tensor(const dc_receiver* receiver, size_t index, const c
  * unknown name (DC_ERR_NOT_FOUND), CUDA memory (DC_ERR_UNSUPPORTED). */
 DC_API int dc_receiver_attach(dc_receiver* receiver, const char* name, int dtype, int ndim, const int64_t* shape,
                               void* data, size_t nbytes, int device, int device_id);
-/* Replaces the buffer of an attached tensor (a server that reallocated it). The new buffer must
- * already hold the same bits as the old one; deltacast pauses its writes while it switches. */
-DC_API int dc_receiver_reattach(dc_receiver* receiver, const char* name, void* data, size_t nbytes, int device,
-                                int device_id);
-
 /* Starts serving (returns at once): deltacast's threads connect to the tree, forward and apply
  * refits into the registered buffers. Every tensor must be attached. */
 DC_API int dc_receiver_start(dc_receiver* receiver);
@@ -163,18 +159,21 @@ DC_API int dc_receiver_start(dc_receiver* receiver);
 /* The committed version and its combined digest. Any thread, any time after create. */
 DC_API int dc_receiver_version(const dc_receiver* receiver, uint64_t* version, uint64_t* digest);
 /* Blocks until the committed version is >= `version` (DC_OK), timeout_ms passes (DC_ERR_TIMEOUT;
- * < 0 waits forever), or the receiver failed or ended (its status). */
+ * < 0 waits forever), or the receiver stopped first: its failure's status, or DC_ERR_STATE when
+ * it ended cleanly (the producer's BYE, or a leave) at an older version. */
 DC_API int dc_receiver_wait_version(dc_receiver* receiver, uint64_t version, int64_t timeout_ms);
 
 typedef enum dc_event_kind {
-  DC_EVENT_COMMITTED = 1,   /* a version is committed and in the buffers */
+  DC_EVENT_COMMITTED = 1,   /* a version is committed and in the buffers (also after catching up) */
   DC_EVENT_ROLLED_BACK = 2, /* a version was aborted; the buffers hold the previous one */
   DC_EVENT_FAILED = 3,      /* the receiver stopped with an error (status and message given) */
   DC_EVENT_ENDED = 4        /* the producer said BYE; the receiver stopped cleanly */
 } dc_event_kind;
 
-/* Called on a deltacast thread for every event. It must return quickly and must not call
- * dc_receiver_free on this receiver. `message` is valid during the call only. */
+/* Called on a deltacast thread for every event (the control thread: a slow callback delays the
+ * next COMMIT or ABORT). It must return quickly and must not call dc_receiver_free on this
+ * receiver; `user` must stay valid until dc_receiver_free returns (ENDED may come during it).
+ * `message` is valid during the call only. */
 typedef void (*dc_event_callback)(void* user, int kind, uint64_t version, int status, const char* message);
 /* Installs (or with NULL removes) the callback (before start). Events are also queued for
  * dc_receiver_poll_event whether or not a callback is set (the queue keeps the last 1024). */
@@ -194,7 +193,7 @@ DC_API void dc_producer_free(dc_producer* producer);
 /* Sets an option by key (before start): the YAML keys a producer uses (transport, topology,
  * chunk_bytes, retain_versions, secret_file, timeouts.*, log_level), plus "listen" (the
  * rendezvous URL, port 0 picks one), "receivers" (exactly how many members start waits for),
- * "threads" (encoder threads), "config" and "env" as for the receiver. */
+ * "threads" (encoder threads), and "config" as for the receiver; the environment likewise. */
 DC_API int dc_producer_set(dc_producer* producer, const char* key, const char* value);
 
 /* Adds the next tensor of the manifest (before start), with its data for version 1. The data is

@@ -87,8 +87,9 @@ def _option_text(key: str, value: Any) -> str:
 
 
 def _flatten_options(options: Mapping, prefix: str = "") -> List[Tuple[str, str]]:
-    """[(dotted key, text)]: nested dicts become dotted keys, None values are skipped, "config"
-    comes first (a YAML file replaces what was set before it) and "env" last."""
+    """[(dotted key, text)]: nested dicts become dotted keys, None values are skipped, and "config"
+    comes first (a YAML file replaces what was set before it; the DELTACAST_* environment is
+    applied by the library at create and over a config file, as the CLI does)."""
     flat = []
     for key, value in options.items():
         if value is None:
@@ -99,7 +100,7 @@ def _flatten_options(options: Mapping, prefix: str = "") -> List[Tuple[str, str]
         else:
             flat.append((dotted, _option_text(dotted, value)))
     if not prefix:
-        flat.sort(key=lambda kv: {"config": 0, "env": 2}.get(kv[0], 1))
+        flat.sort(key=lambda kv: 0 if kv[0] == "config" else 1)
     return flat
 
 

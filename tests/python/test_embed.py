@@ -91,10 +91,10 @@ class TestBinding(unittest.TestCase):
             self.assertEqual(_api.LIB.dc_status_name(value).decode(), name)
 
     def test_options_flatten(self):
-        flat = _api._flatten_options({"env": True, "timeouts": {"peer": "5s", "join": 2.5}, "retain_versions": 4,
+        flat = _api._flatten_options({"timeouts": {"peer": "5s", "join": 2.5}, "retain_versions": 4,
                                       "config": "a.yaml", "skipped": None, "verbose": False})
         self.assertEqual(flat, [("config", "a.yaml"), ("timeouts.peer", "5s"), ("timeouts.join", "2500ms"),
-                                ("retain_versions", "4"), ("verbose", "false"), ("env", "true")])
+                                ("retain_versions", "4"), ("verbose", "false")])
         with self.assertRaises(deltacast.Error):
             _api._flatten_options({"listen": ["a"]})
 

@@ -15,6 +15,7 @@
 #include "deltacast/deltacast.h"
 
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -252,6 +253,69 @@ TEST(CApiBasics, NullHandlesAndWrongStatesAreRefused) {
   EXPECT_EQ(dc_producer_set(p, "receivers", "0"), DC_OK);
   EXPECT_EQ(dc_producer_listen(p), DC_ERR_CONFIG);
   dc_producer_free(p);
+}
+
+TEST(CApiErrors, TheEnvironmentIsAppliedAsTheCliAppliesIt) {
+  ::setenv("DELTACAST_TIMEOUTS_PEER", "soon", 1);
+  dc_receiver* r = nullptr;
+  EXPECT_EQ(dc_receiver_create(&r), DC_ERR_CONFIG);
+  EXPECT_EQ(r, nullptr);
+  EXPECT_NE(std::string(dc_last_error()).find("DELTACAST_TIMEOUTS_PEER"), std::string::npos) << dc_last_error();
+  dc_producer* p = nullptr;
+  EXPECT_EQ(dc_producer_create(&p), DC_ERR_CONFIG);
+  ::setenv("DELTACAST_TIMEOUTS_PEER", "3s", 1);
+  ASSERT_EQ(dc_receiver_create(&r), DC_OK) << dc_last_error();
+  ::unsetenv("DELTACAST_TIMEOUTS_PEER");
+  dc_receiver_free(r);
+}
+
+TEST(CApiErrors, AnUnreachableProducerIsAConnectionError) {
+  dc_receiver* r = nullptr;
+  ASSERT_EQ(dc_receiver_create(&r), DC_OK);
+  DC_EXPECT_OK(dc_receiver_set(r, "producer", "tcp://127.0.0.1:1"));  // nothing listens on port 1
+  DC_EXPECT_OK(dc_receiver_set(r, "rank", "1"));
+  DC_EXPECT_OK(dc_receiver_set(r, "timeouts.connect", "500ms"));
+  EXPECT_EQ(dc_receiver_join(r, 1500), DC_ERR_CONNECTION);
+  EXPECT_NE(std::string(dc_last_error()).find("cannot reach the producer"), std::string::npos) << dc_last_error();
+  EXPECT_EQ(dc_receiver_start(r), DC_ERR_STATE);
+  dc_receiver_free(r);
+}
+
+TEST(CApiErrors, AReceiverWithAnotherSecretIsRefused) {
+  char dir[] = "/tmp/dc-capi-secret.XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string a = std::string(dir) + "/a", b = std::string(dir) + "/b";
+  for (const auto& [path, text] : {std::pair{a, std::string(64, 'a')}, std::pair{b, std::string(64, 'b')}}) {
+    FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    ::chmod(path.c_str(), 0600);
+  }
+  dc_producer* p = nullptr;
+  ASSERT_EQ(dc_producer_create(&p), DC_OK);
+  DC_EXPECT_OK(dc_producer_set(p, "receivers", "1"));
+  DC_EXPECT_OK(dc_producer_set(p, "secret_file", a.c_str()));
+  const int64_t shape[] = {8};
+  uint16_t w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  DC_EXPECT_OK(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 1, shape, w, sizeof w, DC_DEVICE_HOST, 0));
+  const char* url = nullptr;
+  DC_EXPECT_OK(dc_producer_url(p, &url));
+  dc_receiver* r = nullptr;
+  ASSERT_EQ(dc_receiver_create(&r), DC_OK);
+  DC_EXPECT_OK(dc_receiver_set(r, "producer", url));
+  DC_EXPECT_OK(dc_receiver_set(r, "rank", "1"));
+  DC_EXPECT_OK(dc_receiver_set(r, "secret_file", b.c_str()));
+  DC_EXPECT_OK(dc_receiver_set(r, "timeouts.connect", "1s"));
+  const int joined = dc_receiver_join(r, 2000);
+  EXPECT_TRUE(joined == DC_ERR_AUTH || joined == DC_ERR_CONNECTION) << dc_status_name(joined);
+  const std::string why = dc_last_error();
+  EXPECT_NE(why.find("auth"), std::string::npos) << why;
+  dc_receiver_free(r);
+  dc_producer_free(p);
+  std::remove(a.c_str());
+  std::remove(b.c_str());
+  ::rmdir(dir);
 }
 
 TEST_F(CApi, RefitsLandBitExactInTheServersOwnBuffers) {
