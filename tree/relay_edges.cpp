@@ -553,6 +553,9 @@ void RelayEdges::handle_frame(int tree, std::span<const std::byte> message) {
     count(&RelayStats::frames_replayed);
     return;
   }
+  if (chunk == 0 || h.kind == codec::FrameKind::seal)
+    logger("tree")->debug("rank {}: {} of version {} received", options_.rank,
+                          h.kind == codec::FrameKind::seal ? "seal" : "first chunk", h.new_version);
   auto outcome = session_.apply_frame(attempt, view);
   if (outcome.replayed) count(&RelayStats::frames_replayed);
   if (outcome.refused) count(&RelayStats::frames_refused);
