@@ -360,6 +360,7 @@ Ending Receiver::Impl::serve() {
         if (std::holds_alternative<Active>(m)) store->end_attempt(commit->attempt, true);
         send_to_producer(m);
       });
+      if (edges) edges->prepare_next_version();
       if (session->version() == commit->version) {
         ++versions_committed;
         active_version->store(commit->version);

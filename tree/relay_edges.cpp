@@ -53,6 +53,15 @@ RelayStats RelayEdges::stats() const {
   return stats_;
 }
 
+void RelayEdges::prepare_next_version() {
+  std::vector<size_t> sizes;
+  {
+    std::lock_guard lock(sizes_mutex_);
+    sizes.swap(frame_sizes_);
+  }
+  copies_.prewarm(sizes);
+}
+
 void RelayEdges::report(const Message& message) {
   try {
     callbacks_.to_producer(message);
@@ -540,7 +549,11 @@ void RelayEdges::handle_frame(int tree, std::span<const std::byte> message) {
     return;
   }
   const uint32_t chunk = h.kind == codec::FrameKind::seal ? h.chunk_count : h.chunk_index;
-  auto shared = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
+  auto shared = copies_.copy(message);
+  {
+    std::lock_guard lock(sizes_mutex_);
+    frame_sizes_.push_back(message.size());
+  }
   bool first;
   size_t forwarded;
   {

@@ -37,6 +37,7 @@
 
 #include "codec/manifest.h"
 #include "transport/transport.h"
+#include "tree/byte_pool.h"
 #include "tree/frame_store.h"
 #include "tree/membership.h"
 #include "tree/relay_link.h"
@@ -97,6 +98,9 @@ class RelayEdges {
   void stop();
 
   RelayStats stats() const;
+  // Idle-time work after a version ended (the receiver calls it after ACTIVE): pre-faults
+  // buffers shaped like that version's frames for the next one's copies (BytePool).
+  void prepare_next_version();
 
  private:
   struct ParentSlot;
@@ -127,6 +131,9 @@ class RelayEdges {
   transport::Listener& listener_;
   Session& session_;
   FrameStore& store_;
+  BytePool copies_{size_t{64} << 20};     // the buffers of the frames this member keeps
+  std::mutex sizes_mutex_;
+  std::vector<size_t> frame_sizes_;       // of the frames copied since the last prepare
   const codec::Manifest& manifest_;
   const RelayOptions options_;
   const Callbacks callbacks_;
