@@ -221,7 +221,33 @@ def _event(kind: int, version: int, status: int, message: Optional[bytes]) -> Ev
                  message.decode("utf-8", "replace") if message else "")
 
 
-class Receiver:
+class _HandleOwner:
+    """What Receiver and Producer share: `closed`, the context manager, and a finalizer that
+    closes the handle while keeping the borrowed buffers alive until it is closed."""
+
+    _handle: Optional[_Handle] = None
+
+    def _borrowed(self) -> Tuple[Any, ...]:
+        return ()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None or self._handle.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            _close_from_finalizer(self._handle, self._borrowed())
+        except Exception:  # noqa: BLE001 (a finalizer must not raise)
+            pass
+
+
+class Receiver(_HandleOwner):
     """A server's end: joins the producer, then deltacast's threads write every committed version
     into the caller's own tensors, in place.
 
@@ -402,21 +428,8 @@ class Receiver:
             self._handle.close()
         self._attached = {}
 
-    @property
-    def closed(self) -> bool:
-        return self._handle is None or self._handle.closed
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            _close_from_finalizer(self._handle, (self._attached, self._callbacks))
-        except Exception:  # noqa: BLE001 (a finalizer must not raise)
-            pass
+    def _borrowed(self) -> Tuple[Any, ...]:
+        return (self._attached, self._callbacks)
 
     def __repr__(self):
         state = "closed" if self.closed else f"version {self.version}"
@@ -425,7 +438,7 @@ class Receiver:
 
 # ---- producer ---------------------------------------------------------------------------------
 
-class Producer:
+class Producer(_HandleOwner):
     """A trainer's end: serves `tensors` (dict name -> torch.Tensor/numpy.ndarray, in checkpoint
     order: the manifest) to `receivers` receivers through a relay tree.
 
@@ -571,21 +584,8 @@ class Producer:
             self._handle.close()
         self._data = {}
 
-    @property
-    def closed(self) -> bool:
-        return self._handle is None or self._handle.closed
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            _close_from_finalizer(self._handle, (self._data,))
-        except Exception:  # noqa: BLE001 (a finalizer must not raise)
-            pass
+    def _borrowed(self) -> Tuple[Any, ...]:
+        return (self._data,)
 
     def __repr__(self):  # without a C call: one would wait for a refit in flight
         state = "closed" if self.closed else self._url
