@@ -215,6 +215,10 @@ def run_trial(dc: str, plan: dict, hang_s: float, work: Path, peer_s: float) -> 
         result["hang_what"] = hang
         report = fleet.report()
         logs = {r: fleet.current[r].log.read_text(errors="replace") for r in range(1, plan["receivers"] + 1)}
+        # A listener that lost its randomly picked port to another process: the harness's fault,
+        # not a finding (main() runs the trial again on other ports).
+        result["bind_failed"] = any("Address already in use" in text for text in
+                                    [fleet.current[0].log.read_text(errors="replace"), *logs.values()])
         for v in result["victims"]:
             if v["moment"]["kind"] == "fault":
                 v["fired"] = "--fault" in logs[v["rank"]] and "this process now" in logs[v["rank"]]
@@ -441,8 +445,15 @@ def main() -> int:
     with open(out, "a") as sink:
         for t in trials:
             plan = plan_trial(args.seed, t)
-            work = Path(tempfile.mkdtemp(prefix=f"dc-chaos-s{args.seed}-t{t}."))
-            r = run_trial(dc, plan, args.hang, work, args.peer)
+            for attempt in range(3):
+                work = Path(tempfile.mkdtemp(prefix=f"dc-chaos-s{args.seed}-t{t}."))
+                r = run_trial(dc, plan, args.hang, work, args.peer)
+                r["bind_retries"] = attempt
+                if not r["bind_failed"] or attempt == 2:
+                    break
+                print(f"trial {t:3d}: a listener's port was taken (Address already in use); running it again",
+                      flush=True)
+                shutil.rmtree(work, ignore_errors=True)
             r["peer_s"] = args.peer
             r["deltacast"] = dc
             if not r["clean"] or args.keep_all:
