@@ -80,6 +80,17 @@ std::optional<std::string> Options::process(const std::string& key) const {
   return it == process_.end() ? std::nullopt : it->second;
 }
 
+uint64_t parse_count(const std::string& key, const std::string& text, uint64_t minimum, uint64_t maximum) {
+  try {
+    size_t used = 0;
+    const unsigned long long n = std::stoull(text, &used);
+    if (used == text.size() && !text.empty() && text[0] != '-' && n >= minimum && n <= maximum) return n;
+  } catch (const std::exception&) {
+  }
+  throw Error(Errc::config, key + " must be a whole number in " + std::to_string(minimum) + ".." +
+                                std::to_string(maximum) + ", not '" + text + "'");
+}
+
 void set_log_level(const std::string& level) {
   for (const char* subsystem : kSubsystems) logger(subsystem)->set_level(spdlog::level::from_str(level));
 }

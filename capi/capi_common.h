@@ -61,6 +61,10 @@ class Options {
   config::Config config_;
 };
 
+// A process-level option that is a whole number in [minimum, maximum] ("rank", "receivers",
+// "threads"); Error(config) naming `key` otherwise.
+uint64_t parse_count(const std::string& key, const std::string& text, uint64_t minimum, uint64_t maximum);
+
 // log_level for every subsystem that logs.
 void set_log_level(const std::string& level);
 

@@ -34,16 +34,6 @@ struct dc_producer {
 
 namespace {
 
-unsigned parse_count(const std::string& key, const std::string& text, unsigned minimum) {
-  try {
-    size_t used = 0;
-    const unsigned long n = std::stoul(text, &used);
-    if (used == text.size() && n >= minimum && n <= 1u << 20) return static_cast<unsigned>(n);
-  } catch (const std::exception&) {
-  }
-  throw Error(Errc::config, key + " must be an integer >= " + std::to_string(minimum) + ", not '" + text + "'");
-}
-
 void listen(dc_producer& p) {
   if (p.phase != dc_producer::Phase::created) return;
   if (p.tensors.empty()) throw Error(Errc::state, "dc_producer_listen: add the tensors first (dc_producer_add_tensor)");
@@ -51,10 +41,10 @@ void listen(dc_producer& p) {
   const auto receivers = p.options.process("receivers");
   if (!receivers) throw Error(Errc::config, "set \"receivers\" (how many members start waits for) first");
   tree::ProducerOptions options = tree::producer_options_from(c);
-  options.receivers = parse_count("receivers", *receivers, 1);
+  options.receivers = static_cast<uint32_t>(capi::parse_count("receivers", *receivers, 1, 1u << 20));
   options.listen_url = p.options.process("listen").value_or(c.transport + "://127.0.0.1:0");
   options.encode.threads = p.options.process("threads")
-                               ? parse_count("threads", *p.options.process("threads"), 1)
+                               ? static_cast<unsigned>(capi::parse_count("threads", *p.options.process("threads"), 1, 1024))
                                : std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
   p.manifest.emplace(p.tensors);
   p.transport = transport::make_transport(c.transport, tree::transport_options_from(c));

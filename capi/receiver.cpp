@@ -77,16 +77,6 @@ struct dc_receiver {
 
 namespace {
 
-uint32_t parse_rank(const std::string& text) {
-  try {
-    size_t used = 0;
-    const unsigned long rank = std::stoul(text, &used);
-    if (used == text.size() && rank >= 1 && rank <= 0xffffffffUL) return static_cast<uint32_t>(rank);
-  } catch (const std::exception&) {
-  }
-  throw Error(Errc::config, "rank must be an integer >= 1 (0 is the producer), not '" + text + "'");
-}
-
 // The manifest's index of `name`, or Error(not_found).
 uint32_t tensor_index(const codec::Manifest& manifest, const char* name) {
   capi::require(name, "name");
@@ -156,7 +146,7 @@ int dc_receiver_join(dc_receiver* r, int64_t timeout_ms) {
     if (!producer || producer->empty()) throw Error(Errc::config, "dc_receiver_join: set \"producer\" (the rendezvous URL) first");
     if (!rank) throw Error(Errc::config, "dc_receiver_join: set \"rank\" (1..N) first");
     tree::ReceiverOptions options = tree::receiver_options_from(c);
-    options.rank = parse_rank(*rank);
+    options.rank = static_cast<uint32_t>(capi::parse_count("rank (0 is the producer)", *rank, 1, 0xffffffffu));
     options.producer_url = *producer;
     options.listen_url = r->options.process("listen").value_or(c.transport + "://127.0.0.1:0");
     options.cluster = r->options.process("cluster").value_or("default");

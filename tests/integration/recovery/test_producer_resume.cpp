@@ -107,6 +107,13 @@ class ResumeCluster {
   }
   const std::string& failure(uint32_t r) const { return members_[r]->failure; }
   bool holds(uint32_t r, const Model& model) const { return same_bits(members_[r]->buffers, model.weights()); }
+  // Every member ended without failure, bit-exact with `model` (the resumed producer's bits).
+  void expect_every_member_holds(const Model& model) const {
+    for (uint32_t r = 1; r <= n_; ++r) {
+      EXPECT_EQ(failure(r), "") << "rank " << r;
+      EXPECT_TRUE(holds(r, model)) << "rank " << r << " differs from the resumed producer";
+    }
+  }
 
  private:
   struct Member {
@@ -214,10 +221,7 @@ TEST(ProducerResume, EveryMemberKeptTheVersion) {
   EXPECT_GT(c.producer().attempt(), life.attempt);
   EXPECT_EQ(c.producer().history().at(5), c.producer().digest().combined());
   c.finish();
-  for (uint32_t r = 1; r <= n; ++r) {
-    EXPECT_EQ(c.failure(r), "") << "rank " << r;
-    EXPECT_TRUE(c.holds(r, life.model)) << "rank " << r << " differs from the resumed producer";
-  }
+  c.expect_every_member_holds(life.model);
 }
 
 TEST(ProducerResume, MembersBehindCatchUpFromLivePeers) {
@@ -246,10 +250,7 @@ TEST(ProducerResume, MembersBehindCatchUpFromLivePeers) {
   }
   EXPECT_EQ(in, n) << "the members behind never joined the live set";
   c.finish();
-  for (uint32_t r = 1; r <= n; ++r) {
-    EXPECT_EQ(c.failure(r), "") << "rank " << r;
-    EXPECT_TRUE(c.holds(r, life.model)) << "rank " << r << " differs from the resumed producer";
-  }
+  c.expect_every_member_holds(life.model);
 }
 
 TEST(ProducerResume, MemberWithAnotherDigestIsRefused) {

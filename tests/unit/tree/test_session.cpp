@@ -745,6 +745,21 @@ struct BootstrapFixture : ::testing::Test {
     std::memcpy(target->data(), source(h).data(), h.byte_count);
     return session.land_piece(h, raw_piece_hash(h, *target));
   }
+
+  // Every piece in order under `attempt`: no reply until the last, then one ACK with the sum of
+  // the pieces' hashes, and the weights hold the checkpoint.
+  void deliver_all_expecting_one_ack(uint64_t attempt) {
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      auto ack = deliver(piece(i, attempt));
+      if (i + 1 < pieces.size()) {
+        EXPECT_FALSE(ack) << "a reply before the last piece";
+      } else {
+        ASSERT_NE(as<Ack>(ack), nullptr);
+        EXPECT_EQ(as<Ack>(ack)->digest, expected_sum());
+      }
+    }
+    EXPECT_TRUE(same_bits(held, checkpoint));
+  }
 };
 
 TEST_F(BootstrapFixture, PiecesLandedGiveOneAckWithTheSumOfTheirHashes) {
@@ -781,15 +796,7 @@ TEST_F(BootstrapFixture, APieceCutShortIsReleasedAndMayComeAgain) {
   std::memcpy(target->data(), source(h).data(), h.byte_count / 2);  // half the body came
   EXPECT_FALSE(session.land_piece(h, std::nullopt));
   // It may be claimed again (a resumed or re-sent copy) and then counts once.
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    auto ack = deliver(piece(i, 1));
-    if (i + 1 < pieces.size()) EXPECT_FALSE(ack);
-    else {
-      ASSERT_NE(as<Ack>(ack), nullptr);
-      EXPECT_EQ(as<Ack>(ack)->digest, expected_sum());
-    }
-  }
-  EXPECT_TRUE(same_bits(held, checkpoint));
+  deliver_all_expecting_one_ack(1);
 }
 
 TEST_F(BootstrapFixture, ALastPieceCutShortDoesNotAck) {
@@ -908,15 +915,7 @@ TEST_F(BootstrapFixture, AbortZeroesEverythingAndARetryStartsAfresh) {
   EXPECT_EQ(session.attempt_floor(), 1u);
   EXPECT_FALSE(session.admit(Session::DataKind::raw, 1, 1));
   // The retry: every piece again (none is taken for replayed), the same sum.
-  for (size_t i = 0; i < pieces.size(); ++i) {
-    auto ack = deliver(piece(i, 2));
-    if (i + 1 < pieces.size()) EXPECT_FALSE(ack);
-    else {
-      ASSERT_NE(as<Ack>(ack), nullptr);
-      EXPECT_EQ(as<Ack>(ack)->digest, expected_sum());
-    }
-  }
-  EXPECT_TRUE(same_bits(held, checkpoint));
+  deliver_all_expecting_one_ack(2);
 }
 
 TEST_F(BootstrapFixture, AbortWaitsForABodyStillLanding) {
