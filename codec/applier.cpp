@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <shared_mutex>
 #include <zstd.h>
 
 #include "codec/chunk_plan.h"
@@ -23,13 +25,39 @@ struct UndoEntry {
   uint32_t position;
   uint32_t bits;
 };
-// The undo entries of one segment's writes.
+// The undo entries of one segment's writes (segment elements [element_begin, element_end)).
 struct UndoSegment {
   uint32_t tensor;
   uint64_t element_begin;
   const UndoEntry* entries;
   size_t count;
+  uint64_t element_end;
 };
+
+// Staged mode: one committed version not yet written into the buffers. `segments` are its
+// segments sorted by (tensor, element_begin) (disjoint: the chunks of a version cover disjoint
+// elements); their entries point into `entries` and hold (position, new bits).
+struct StagedVersion {
+  uint64_t version = 0;
+  std::vector<UndoSegment> segments;
+  std::vector<UndoEntry> entries;
+  StateDigest digest;  // of the buffers once this version is written
+};
+
+uint32_t load_bits(const std::byte* base, unsigned width, uint32_t position) noexcept {
+  switch (width) {
+    case 1: return reinterpret_cast<const uint8_t*>(base)[position];
+    case 2: return reinterpret_cast<const uint16_t*>(base)[position];
+    default: return reinterpret_cast<const uint32_t*>(base)[position];
+  }
+}
+void store_bits(std::byte* base, unsigned width, uint32_t position, uint32_t bits) noexcept {
+  switch (width) {
+    case 1: reinterpret_cast<uint8_t*>(base)[position] = static_cast<uint8_t>(bits); return;
+    case 2: reinterpret_cast<uint16_t*>(base)[position] = static_cast<uint16_t>(bits); return;
+    default: reinterpret_cast<uint32_t*>(base)[position] = bits; return;
+  }
+}
 
 // Puts back entries[count-1], ..., entries[0] into the segment starting at `base`.
 template <class T>
@@ -180,6 +208,7 @@ struct DecodeScratch {
   UndoEntry* undo = nullptr;  // the chunk's run of undo entries (reserved under the lock)
   size_t first_undo_segment = 0;
   std::vector<std::pair<uint32_t, uint64_t>> digest_delta;  // (tensor, digest change)
+  ScratchBuffer staged_base;  // staged mode: the segment's base bits, written instead of the buffers
   static DecodeScratch& local() {
     thread_local DecodeScratch scratch;
     return scratch;
@@ -208,6 +237,15 @@ void write_positions(const ScanVector<uint32_t>& positions, const SegmentWrite& 
 struct DeltaApplier::Impl {
   const Manifest* manifest;
   MutableWeights weights;
+  Mode mode = Mode::in_place;
+  // Staged mode: committed versions not in the buffers yet (oldest first), and what the buffers
+  // hold. Guarded by buffers_mu, which writers of the buffers hold exclusively (apply_next_staged,
+  // rebind) and readers of them (staging a chunk) shared; never taken before mu is released
+  // except by commit and rebind, which hold mu with no writer running.
+  std::deque<StagedVersion> staged;
+  uint64_t buffers_version = 0;
+  StateDigest buffers_digest;
+  mutable std::shared_mutex buffers_mu;
   uint64_t version;
   StateDigest digest;       // of the bytes currently in the buffers
   StateDigest base_digest;  // of the committed version
@@ -318,15 +356,29 @@ struct DeltaApplier::Impl {
   // segments are selected and written in one pass over the base bits; the one error it can meet
   // (a class rank beyond its class) shows only there, so on that error every element this chunk
   // wrote is restored before the exception leaves: the weights hold what they held before.
+  // In staged mode the segment is written into a copy of its base bits (sc.staged_base) instead,
+  // the buffers are only read, and each undo entry ends up holding the element's new bits.
   void write(DecodeScratch& sc) const {
     UndoEntry* run = sc.undo;
     size_t i = 0;
     SegmentLog log;
+    if (mode == Mode::staged) {
+      for (; i < sc.segment_count; ++i) {
+        const SegmentDecode& d = sc.segments[i];
+        log = SegmentLog{run, 0, d.tensor, d.element_begin, 0};
+        std::byte* base = stage_base(d, sc.staged_base);
+        write_segment(d, log, base);  // an error leaves only the copy written
+        for (size_t k = 0; k < log.written; ++k) run[k].bits = load_bits(base, d.width, run[k].position);
+        sc.digest_delta.emplace_back(d.tensor, log.digest);
+        run += d.changes;
+      }
+      return;
+    }
     try {
       for (; i < sc.segment_count; ++i) {
         const SegmentDecode& d = sc.segments[i];
         log = SegmentLog{run, 0, d.tensor, d.element_begin, 0};
-        write_segment(d, log);
+        write_segment(d, log, segment_base(d));
         sc.digest_delta.emplace_back(d.tensor, log.digest);
         run += d.changes;
       }
@@ -345,8 +397,28 @@ struct DeltaApplier::Impl {
   std::byte* segment_base(const UndoSegment& s) const {
     return weights.tensors[s.tensor].data() + s.element_begin * dtype_size(manifest->at(s.tensor).dtype);
   }
-  void write_segment(const SegmentDecode& d, SegmentLog& log) const {
-    const SegmentWrite w{segment_base(d), d.mode, d.is_float, d.tokens.data(), ChangeLog{&SegmentLog::flush, &log}};
+  // Staged mode: a copy of segment d's elements as the buffers will hold them once every staged
+  // version is written (the buffers' bits, then each staged version's changes, oldest first).
+  std::byte* stage_base(const SegmentDecode& d, ScratchBuffer& scratch) const {
+    std::byte* out = scratch.get(d.element_count * d.width);
+    const uint64_t end = d.element_begin + d.element_count;
+    std::shared_lock lock(buffers_mu);
+    std::memcpy(out, segment_base(d), d.element_count * d.width);
+    for (const StagedVersion& v : staged) {
+      auto it = std::lower_bound(v.segments.begin(), v.segments.end(), d, [](const UndoSegment& s, const SegmentDecode& x) {
+        return s.tensor != x.tensor ? s.tensor < x.tensor : s.element_end <= x.element_begin;
+      });
+      for (; it != v.segments.end() && it->tensor == d.tensor && it->element_begin < end; ++it)
+        for (size_t k = 0; k < it->count; ++k) {
+          const uint64_t element = it->element_begin + it->entries[k].position;
+          if (element >= d.element_begin && element < end)
+            store_bits(out, d.width, static_cast<uint32_t>(element - d.element_begin), it->entries[k].bits);
+        }
+    }
+    return out;
+  }
+  void write_segment(const SegmentDecode& d, SegmentLog& log, std::byte* base) const {
+    const SegmentWrite w{base, d.mode, d.is_float, d.tokens.data(), ChangeLog{&SegmentLog::flush, &log}};
     if (d.locations.coding == LocationCoding::classed_gaps)
       return select_and_write(d.width, d.abs_mask, d.element_count, d.locations.classes, d.locations.ranks, w);
     switch (d.width) {
@@ -381,6 +453,45 @@ struct DeltaApplier::Impl {
         covered.erase({d.tensor, d.element_begin});
     }
   }
+  // Staged mode, at commit (mu held, no writer running): the in-flight version's changes, kept from
+  // the undo log (which holds new bits in this mode), join the staged queue.
+  void stage_version() {
+    StagedVersion v;
+    v.version = *pending;
+    v.digest = digest;
+    undo.for_each_segment_reverse([&](const UndoSegment& s) {
+      if (s.count == 0) return;
+      v.segments.push_back(s);
+      v.entries.insert(v.entries.end(), s.entries, s.entries + s.count);
+    });
+    size_t at = 0;
+    for (auto& s : v.segments) {
+      s.entries = v.entries.data() + at;  // now into v.entries (a vector that moves with v)
+      at += s.count;
+    }
+    std::sort(v.segments.begin(), v.segments.end(), [](const UndoSegment& a, const UndoSegment& b) {
+      return a.tensor != b.tensor ? a.tensor < b.tensor : a.element_begin < b.element_begin;
+    });
+    std::unique_lock lock(buffers_mu);
+    staged.push_back(std::move(v));
+  }
+  // Writes staged.front() into the buffers and drops it (buffers_mu held exclusively).
+  uint64_t write_front_staged(const std::function<void(uint32_t, uint64_t, uint32_t)>& before) {
+    StagedVersion& v = staged.front();
+    for (const UndoSegment& s : v.segments) {
+      const unsigned width = static_cast<unsigned>(dtype_size(manifest->at(s.tensor).dtype));
+      std::byte* base = segment_base(s);
+      for (size_t k = 0; k < s.count; ++k) {
+        if (before) before(s.tensor, s.element_begin + s.entries[k].position, load_bits(base, width, s.entries[k].position));
+        store_bits(base, width, s.entries[k].position, s.entries[k].bits);
+      }
+    }
+    buffers_version = v.version;
+    buffers_digest = std::move(v.digest);
+    staged.pop_front();
+    return buffers_version;
+  }
+
   // After a failed write (mu held): the chunk's undo segments are void (their writer restored
   // them), the chunk is not applied, and a version this chunk began with nothing else in it is
   // abandoned, so the applier is in the state it was in before the frame.
@@ -397,7 +508,8 @@ struct DeltaApplier::Impl {
   }
 };
 
-DeltaApplier::DeltaApplier(const Manifest& manifest, MutableWeights weights, uint64_t version, StateDigest digest)
+DeltaApplier::DeltaApplier(const Manifest& manifest, MutableWeights weights, uint64_t version, StateDigest digest,
+                           Mode mode)
     : impl_(std::make_unique<Impl>()) {
   if (weights.manifest == nullptr) weights.manifest = &manifest;
   check_weights(weights.as_const());
@@ -408,7 +520,10 @@ DeltaApplier::DeltaApplier(const Manifest& manifest, MutableWeights weights, uin
   auto& im = *impl_;
   im.manifest = &manifest;
   im.weights = std::move(weights);
+  im.mode = mode;
   im.version = version;
+  im.buffers_version = version;
+  im.buffers_digest = digest;
   im.digest = digest;
   im.base_digest = std::move(digest);
   im.base_combined = im.base_digest.combined();
@@ -466,7 +581,8 @@ ApplyResult DeltaApplier::apply(const FrameView& view) {
   const UndoEntry* run = sc.undo;
   for (size_t i = 0; i < sc.segment_count; ++i) {
     const SegmentDecode& d = sc.segments[i];
-    const size_t index = im.undo.add_segment(UndoSegment{d.tensor, d.element_begin, run, d.changes});
+    const size_t index =
+        im.undo.add_segment(UndoSegment{d.tensor, d.element_begin, run, d.changes, d.element_begin + d.element_count});
     if (i == 0) sc.first_undo_segment = index;
     run += d.changes;
   }
@@ -521,9 +637,10 @@ void DeltaApplier::verify() const {
 }
 
 void DeltaApplier::audit(unsigned threads) const {
+  std::shared_lock buffers(impl_->buffers_mu);
   const StateDigest scanned = StateDigest::full_scan(impl_->weights.as_const(), threads);
   std::lock_guard lock(impl_->mu);
-  const auto& have = impl_->digest.per_tensor();
+  const auto& have = (impl_->mode == Mode::staged ? impl_->buffers_digest : impl_->digest).per_tensor();
   for (uint32_t t = 0; t < have.size(); ++t)
     if (scanned.per_tensor()[t] != have[t])
       throw Error(Errc::verify_failed, "audit: tensor '" + impl_->manifest->at(t).name +
@@ -535,6 +652,7 @@ void DeltaApplier::for_each_written(
   auto& im = *impl_;
   std::unique_lock lock(im.mu);
   im.wait_for_writers(lock);
+  if (im.mode == Mode::staged) return;  // nothing was written into the buffers
   im.undo.for_each_segment_reverse([&](const UndoSegment& s) {
     for (size_t k = 0; k < s.count; ++k) visit(s.tensor, s.element_begin + s.entries[k].position, s.entries[k].bits);
   });
@@ -544,7 +662,7 @@ void DeltaApplier::rollback() {
   auto& im = *impl_;
   std::unique_lock lock(im.mu);
   im.wait_for_writers(lock);
-  im.undo.for_each_segment_reverse([&](const UndoSegment& s) {
+  if (im.mode == Mode::in_place) im.undo.for_each_segment_reverse([&](const UndoSegment& s) {
     restore_entries(im.segment_base(s), static_cast<unsigned>(dtype_size(im.manifest->at(s.tensor).dtype)), s.entries,
                     s.count);
   });
@@ -562,6 +680,7 @@ void DeltaApplier::commit() {
   std::unique_lock lock(im.mu);
   im.wait_for_writers(lock);
   if (!im.pending || !im.verified) throw Error(Errc::state, "commit: no verified version to commit");
+  if (im.mode == Mode::staged) im.stage_version();
   im.version = *im.pending;
   im.base_digest = im.digest;
   im.base_combined = im.base_digest.combined();
@@ -579,5 +698,50 @@ void DeltaApplier::reserve(uint64_t changes) {
 }
 
 const StateDigest& DeltaApplier::digest() const noexcept { return impl_->digest; }
+
+DeltaApplier::Mode DeltaApplier::mode() const noexcept { return impl_->mode; }
+
+std::vector<uint64_t> DeltaApplier::staged_versions() const {
+  std::shared_lock lock(impl_->buffers_mu);
+  std::vector<uint64_t> out;
+  for (const auto& v : impl_->staged) out.push_back(v.version);
+  return out;
+}
+
+uint64_t DeltaApplier::buffers_version() const {
+  if (impl_->mode == Mode::in_place) return impl_->version;
+  std::shared_lock lock(impl_->buffers_mu);
+  return impl_->buffers_version;
+}
+
+StateDigest DeltaApplier::buffers_digest() const {
+  std::shared_lock lock(impl_->buffers_mu);
+  return impl_->mode == Mode::staged ? impl_->buffers_digest : impl_->base_digest;
+}
+
+std::optional<uint64_t> DeltaApplier::apply_next_staged(
+    const std::function<void(uint32_t tensor, uint64_t element, uint32_t old_bits)>& before) {
+  std::unique_lock lock(impl_->buffers_mu);
+  if (impl_->staged.empty()) return std::nullopt;
+  return impl_->write_front_staged(before);
+}
+
+void DeltaApplier::rebind(uint32_t tensor, std::span<std::byte> memory) {
+  auto& im = *impl_;
+  std::unique_lock lock(im.mu);
+  im.wait_for_writers(lock);
+  if (im.pending && im.mode == Mode::in_place)
+    throw Error(Errc::state, "rebind: version " + std::to_string(*im.pending) + " is being written into the buffers");
+  const auto& info = im.manifest->at(tensor);
+  if (memory.size() != info.nbytes())
+    throw Error(Errc::invalid_argument, "rebind: tensor '" + info.name + "' needs " + std::to_string(info.nbytes()) +
+                                            " bytes, the new buffer has " + std::to_string(memory.size()));
+  std::unique_lock buffers(im.buffers_mu);
+  const auto& want = (im.mode == Mode::staged ? im.buffers_digest : im.digest).per_tensor()[tensor];
+  if (tensor_digest(tensor, info.dtype, memory) != want)
+    throw Error(Errc::invalid_argument, "rebind: the new buffer of tensor '" + info.name +
+                                            "' does not hold the bits of version " + std::to_string(im.buffers_version));
+  im.weights.tensors[tensor] = memory;
+}
 
 }  // namespace deltacast::codec

@@ -11,6 +11,16 @@
 // version until commit/rollback (or must apply into a shadow copy): even a frame that is refused
 // may write, and restore, elements while the call runs. The applier never leaves a half-written
 // element, nor a refused frame's writes, behind.
+//
+// Two modes:
+//  * in_place (the default): frames write into the buffers as they are applied (above).
+//  * staged (the apply gate): the buffers are only read until the host asks for the writes. Each
+//    chunk is decoded and written into a copy of its segments' base bits (the buffers' bits plus
+//    the changes of the versions already staged), so verify() proves the version exactly as in
+//    place; commit() then queues the version's changes (8 bytes per changed element) and
+//    apply_next_staged() writes the oldest queued version into the buffers. That write was fully
+//    validated before the version could commit: it cannot fail. version() and digest() are the
+//    committed version's, buffers_version() and buffers_digest() what the buffers hold.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -34,8 +44,9 @@ class DeltaApplier {
  public:
   // weights: the receiver's buffers, holding exactly `version`; digest: their StateDigest (from
   // StateDigest::full_scan or carried over from the previous commit). Buffers must outlive this.
+  enum class Mode { in_place, staged };
   DeltaApplier(const Manifest& manifest, MutableWeights weights, uint64_t version,
-               StateDigest digest);
+               StateDigest digest, Mode mode = Mode::in_place);
   ~DeltaApplier();
   DeltaApplier(const DeltaApplier&) = delete;
   DeltaApplier& operator=(const DeltaApplier&) = delete;
@@ -82,7 +93,28 @@ class DeltaApplier {
   // log. Throws Error(state) otherwise.
   void commit();
 
-  const StateDigest& digest() const noexcept;  // digests of the bits currently in the buffers
+  // Digests of the bits in the buffers (in place), or of the committed version plus the in-flight
+  // version's changes so far (staged).
+  const StateDigest& digest() const noexcept;
+  Mode mode() const noexcept;
+
+  // Staged mode. Committed versions whose changes are not in the buffers yet, oldest first (always
+  // empty in place). Thread-safe.
+  std::vector<uint64_t> staged_versions() const;
+  // The version the buffers hold, and its digest (in place: version() and its digest). Thread-safe.
+  uint64_t buffers_version() const;
+  StateDigest buffers_digest() const;
+  // Writes the oldest staged version into the buffers; returns it, or nullopt when none is staged.
+  // `before`, when given, sees each element about to be written with the bits it holds (for
+  // readers that must keep seeing the previous version). Runs concurrently with apply() of the
+  // next version (whose staging waits while the buffers are written). Cannot fail.
+  std::optional<uint64_t> apply_next_staged(
+      const std::function<void(uint32_t tensor, uint64_t element, uint32_t old_bits)>& before = {});
+  // Re-points tensor `tensor` at `memory` (the host reallocated it), which must already hold the
+  // bits the buffers hold (checked by the tensor's digest). Only while no version is being written
+  // in place. Throws Error(invalid_argument) for a wrong size or other bits, Error(state) while a
+  // version is in flight. Thread-safe; the old memory is not read afterwards.
+  void rebind(uint32_t tensor, std::span<std::byte> memory);
   // Pre-allocates (and touches) undo space for `changes` written elements, so a host can pay for
   // it while idle instead of during its first refit. Memory: 8 bytes per change. Thread-safe.
   void reserve(uint64_t changes);
