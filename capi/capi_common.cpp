@@ -91,6 +91,14 @@ uint64_t parse_count(const std::string& key, const std::string& text, uint64_t m
                                 std::to_string(maximum) + ", not '" + text + "'");
 }
 
+bool parse_bool(const std::string& key, const std::string& text) {
+  for (const char* yes : {"true", "True", "TRUE", "yes", "on", "1"})
+    if (text == yes) return true;
+  for (const char* no : {"false", "False", "FALSE", "no", "off", "0"})
+    if (text == no) return false;
+  throw Error(Errc::config, key + " must be true or false, not '" + text + "'");
+}
+
 void set_log_level(const std::string& level) {
   for (const char* subsystem : kSubsystems) logger(subsystem)->set_level(spdlog::level::from_str(level));
 }

@@ -65,6 +65,10 @@ class Options {
 // "threads"); Error(config) naming `key` otherwise.
 uint64_t parse_count(const std::string& key, const std::string& text, uint64_t minimum, uint64_t maximum);
 
+// A process-level yes/no option ("gated"): true/false, yes/no, on/off, 1/0 as YAML spells them;
+// Error(config) naming `key` otherwise.
+bool parse_bool(const std::string& key, const std::string& text);
+
 // log_level for every subsystem that logs.
 void set_log_level(const std::string& level);
 

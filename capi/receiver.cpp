@@ -25,7 +25,7 @@ struct dc_receiver {
   };
   static constexpr size_t kMaxEvents = 1024;
 
-  capi::Options options{"dc_receiver_set", {"producer", "rank", "listen", "cluster"}};
+  capi::Options options{"dc_receiver_set", {"producer", "rank", "listen", "cluster", "gated"}};
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<tree::Receiver> receiver;
   const codec::Manifest* manifest = nullptr;
@@ -150,6 +150,7 @@ int dc_receiver_join(dc_receiver* r, int64_t timeout_ms) {
     options.producer_url = *producer;
     options.listen_url = r->options.process("listen").value_or(c.transport + "://127.0.0.1:0");
     options.cluster = r->options.process("cluster").value_or("default");
+    options.gated = capi::parse_bool("gated", r->options.process("gated").value_or("false"));
     if (timeout_ms > 0) options.join_timeout = std::chrono::milliseconds(timeout_ms);
     options.on_active = [r](uint64_t version) { r->emit(DC_EVENT_COMMITTED, version, DC_OK, ""); };
     options.on_aborted = [r](uint64_t version) {
@@ -274,6 +275,61 @@ int dc_receiver_wait_version(dc_receiver* r, uint64_t version, int64_t timeout_m
     if (r->end_status != DC_OK) return capi::fail(r->end_status, r->end_message);
     throw Error(Errc::state, "the receiver ended at version " + std::to_string(r->committed) + " before version " +
                                  std::to_string(version) + " (" + r->end_message + ")");
+  });
+}
+
+int dc_receiver_pending(const dc_receiver* r, uint64_t* applied_version, size_t* count) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    uint64_t applied = 0;
+    size_t n = 0;
+    if (r->receiver) {
+      applied = r->receiver->version();
+      const std::vector<uint64_t> pending = r->receiver->pending();  // consecutive versions
+      if (!pending.empty()) {
+        applied = pending.front() - 1;
+        n = pending.size();
+      }
+    }
+    if (applied_version) *applied_version = applied;
+    if (count) *count = n;
+    return DC_OK;
+  });
+}
+
+int dc_receiver_apply(dc_receiver* r, uint64_t* applied_version) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    {
+      std::lock_guard lock(r->mutex);
+      if (r->phase == dc_receiver::Phase::created || r->phase == dc_receiver::Phase::joined)
+        throw Error(Errc::state, "dc_receiver_apply before dc_receiver_start");
+    }
+    const uint64_t applied = r->receiver->apply_pending();
+    if (applied_version) *applied_version = applied;
+    return DC_OK;
+  });
+}
+
+int dc_receiver_reattach(dc_receiver* r, const char* name, void* data, size_t nbytes, int device, int device_id) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    {
+      std::lock_guard lock(r->mutex);
+      if (r->phase != dc_receiver::Phase::started)
+        throw Error(Errc::state, "dc_receiver_reattach needs a started receiver (before start, use dc_receiver_attach)");
+    }
+    const uint32_t index = tensor_index(*r->manifest, name);
+    const auto& t = r->manifest->tensors()[index];
+    capi::require_host(device, device_id);
+    if (nbytes != t.nbytes())
+      throw Error(Errc::invalid_argument, "tensor '" + t.name + "' needs " + std::to_string(t.nbytes()) +
+                                              " bytes; the new buffer has " + std::to_string(nbytes));
+    if (!data && nbytes > 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': data is NULL");
+    const std::span<std::byte> memory(static_cast<std::byte*>(data), nbytes);
+    r->receiver->reattach(index, memory);
+    r->buffers[index] = memory;
+    return DC_OK;
   });
 }
 

@@ -50,6 +50,7 @@ struct Receiver::Impl {
   std::optional<Membership> membership;
 
   codec::MutableWeights weights;
+  std::mutex weights_mutex;  // weights' spans: a snapshot landing vs reattach()
   std::unique_ptr<Session> session;
   std::unique_ptr<FrameStore> store;
   std::unique_ptr<RelayEdges> edges;
@@ -249,6 +250,7 @@ bool Receiver::Impl::fetch_replay(const Member& source, uint64_t version) {
 // peer announced; later replays check it again against the producer's frames. A snapshot that
 // breaks off leaves the buffers zeroed at version 0, a state that is true. Returns false then.
 bool Receiver::Impl::fetch_snapshot(const Member& source) {
+  std::lock_guard weights_lock(weights_mutex);  // no reattach while pieces land
   std::vector<bool> have;
   try {
     fetch(source, Fetch{options.rank, CatchupMode::snapshot, 0, 0}, [&](std::span<const std::byte> bytes, auto& receive) {
@@ -418,7 +420,8 @@ void Receiver::attach(codec::MutableWeights weights, uint64_t version,
   codec::check_weights(weights.as_const());
   if (!digest) digest = codec::StateDigest::full_scan(weights.as_const());
   d.weights = weights;
-  d.session = std::make_unique<Session>(*d.manifest, weights, version, std::move(*digest), d.options.rank);
+  d.session =
+      std::make_unique<Session>(*d.manifest, weights, version, std::move(*digest), d.options.rank, d.options.gated);
   d.store = std::make_unique<FrameStore>(d.options.retain_bytes, d.options.retain_versions);
   active_version_ = version;
 }
@@ -473,6 +476,30 @@ void Receiver::stop() {
   d.leaving = true;
   std::lock_guard lock(d.control_mutex);
   if (d.control) d.control->close();
+}
+
+std::vector<uint64_t> Receiver::pending() const {
+  auto& d = *impl_;
+  return d.session ? d.session->pending() : std::vector<uint64_t>{};
+}
+
+uint64_t Receiver::applied_version() const {
+  auto& d = *impl_;
+  return d.session ? d.session->applied_version() : 0;
+}
+
+uint64_t Receiver::apply_pending() {
+  auto& d = *impl_;
+  if (!d.session) throw Error(Errc::state, "Receiver::apply_pending before attach()");
+  return d.session->apply_pending();
+}
+
+void Receiver::reattach(uint32_t tensor, std::span<std::byte> memory) {
+  auto& d = *impl_;
+  if (!d.session) throw Error(Errc::state, "Receiver::reattach before attach()");
+  std::lock_guard lock(d.weights_mutex);
+  d.session->rebind(tensor, memory);
+  d.weights.tensors[tensor] = memory;
 }
 
 uint64_t Receiver::digest() const {

@@ -20,7 +20,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "codec/digest.h"
 #include "codec/manifest.h"
@@ -48,6 +50,10 @@ struct ReceiverOptions {
   // (restarted) producer before run() gives up with Error(connection) (timeouts.producer_loss).
   std::chrono::milliseconds producer_loss_timeout{60'000};
   std::chrono::milliseconds idle_timeout{1'800'000};   // silence from the producer ends run()
+  // The apply gate (docs/embedding.md): refits are verified, acked and committed without writing
+  // the host's buffers; committed versions queue until the host calls apply_pending() at a safe
+  // point. The bootstrap and catch-up snapshots are written at once (nothing is served yet).
+  bool gated = false;
   // Called on the control thread after a version became active: committed, or reached by catching
   // up (a snapshot and/or replayed versions) when this member rejoined. Optional.
   std::function<void(uint64_t version)> on_active;
@@ -106,6 +112,21 @@ class Receiver {
   // this member's links; the producer sees the member gone and repairs the tree around it. A
   // version in flight here is rolled back; the committed version stays in the buffers.
   void stop();
+
+  // The apply gate (options.gated). Committed versions not yet written into the buffers, oldest
+  // first; always empty ungated. Any thread.
+  std::vector<uint64_t> pending() const;
+  // The version the buffers hold (version() unless versions are pending). Any thread.
+  uint64_t applied_version() const;
+  // Writes every pending version into the buffers, in order, and returns applied_version(). Call
+  // it at the host's safe point (nothing reads the buffers meanwhile); refits keep flowing. Never
+  // fails on data: what it writes was verified before commit. Error(state) before attach().
+  uint64_t apply_pending();
+  // The host moved tensor `tensor` (manifest index) to `memory`, which already holds the bits the
+  // buffers hold (checked against their digest). From then on refits land there and the old
+  // memory is never read again. Error(invalid_argument): other bits or size; Error(state): before
+  // the bootstrap committed, or while an ungated version is being written (retry after it ends).
+  void reattach(uint32_t tensor, std::span<std::byte> memory);
 
   // The URL children connect to (with the real port).
   std::string listen_url() const;

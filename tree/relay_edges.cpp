@@ -282,7 +282,16 @@ void RelayEdges::serve_fetch(std::shared_ptr<transport::Connection> connection, 
       for (const auto& m : *messages) send(m, nullptr);
     }
   } else if (fetch.mode == CatchupMode::snapshot) {
-    auto reader = session_.begin_snapshot();
+    std::unique_ptr<Session::SnapshotReader> reader;
+    try {
+      reader = session_.begin_snapshot();
+    } catch (const Error& e) {  // version 0: nothing to serve
+      end.errc = static_cast<uint32_t>(e.code());
+      end.message = "rank " + std::to_string(options_.rank) + ": " + e.what();
+      link.post(std::make_shared<const std::vector<std::byte>>(encode_message(end)));
+      link.flush(options_.peer_timeout);
+      return;
+    }
     // Pieces of at most a quarter of the largest message, whole elements, in manifest order.
     const uint64_t piece_bytes = std::max<uint64_t>(options_.max_message_bytes / 4, 4096);
     struct Piece {

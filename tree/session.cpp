@@ -131,12 +131,20 @@ std::span<std::byte> VersionApplier::claim_piece(const RawChunkHeader& h) {
 void VersionApplier::land_piece(const RawChunkHeader&, std::optional<uint64_t>) {}
 
 Session::Session(const codec::Manifest& manifest, codec::MutableWeights weights, uint64_t version,
-                 codec::StateDigest digest, uint32_t rank)
-    : manifest_(manifest), weights_(std::move(weights)), rank_(rank), committed_version_(version) {
+                 codec::StateDigest digest, uint32_t rank, bool gated)
+    : manifest_(manifest),
+      weights_(std::move(weights)),
+      rank_(rank),
+      delta_mode_(gated ? codec::DeltaApplier::Mode::staged : codec::DeltaApplier::Mode::in_place),
+      committed_version_(version) {
   committed_digest_ = digest.combined();
-  delta_applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, version, std::move(digest));
-  delta_ = std::make_unique<DeltaVersion>(*delta_applier_);
+  reset_delta_locked(version, std::move(digest));
   raw_ = std::make_unique<RawBootstrap>(manifest_, weights_);
+}
+
+void Session::reset_delta_locked(uint64_t version, codec::StateDigest digest) {
+  delta_applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, version, std::move(digest), delta_mode_);
+  delta_ = std::make_unique<DeltaVersion>(*delta_applier_);
 }
 
 Session::~Session() = default;
@@ -301,8 +309,7 @@ void Session::commit(const Commit& commit, const std::function<void(const Messag
     auto digest = codec::StateDigest::full_scan(weights_.as_const(), 1);
     std::lock_guard lock(state_mutex_);
     committed_digest_ = digest.combined();
-    delta_applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, commit.version, std::move(digest));
-    delta_ = std::make_unique<DeltaVersion>(*delta_applier_);
+    reset_delta_locked(commit.version, std::move(digest));
   }
   delta_applier_->reserve(manifest_.total_elements() / 64);
 }
@@ -382,15 +389,19 @@ void Session::install(uint64_t version, codec::StateDigest digest) {
   if (in_flight_) throw Error(Errc::state, "a snapshot installed while a version is in flight");
   committed_version_ = version;
   committed_digest_ = digest.combined();
-  delta_applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, version, std::move(digest));
-  delta_ = std::make_unique<DeltaVersion>(*delta_applier_);
+  reset_delta_locked(version, std::move(digest));  // pending gated versions are superseded
 }
 
 std::unique_ptr<Session::SnapshotReader> Session::begin_snapshot() {
   std::shared_lock data(data_mutex_);  // not in the middle of a commit (its digest is final)
   std::lock_guard lock(state_mutex_);
   if (committed_version_ == 0) throw Error(Errc::state, "a member at version 0 has no snapshot to serve");
-  std::unique_ptr<SnapshotReader> reader(new SnapshotReader(*this, committed_version_, committed_digest_));
+  // Gated with versions pending: the buffers hold an older committed version; serve that one (the
+  // fetcher replays the rest from the retained frames). apply_pending() keeps it consistent.
+  const bool older = !delta_applier_->staged_versions().empty();
+  std::unique_ptr<SnapshotReader> reader(
+      older ? new SnapshotReader(*this, delta_applier_->buffers_version(), delta_applier_->buffers_digest().combined())
+            : new SnapshotReader(*this, committed_version_, committed_digest_));
   snapshots_.push_back(reader.get());
   return reader;
 }
@@ -401,13 +412,63 @@ Session::SnapshotReader::~SnapshotReader() {
 }
 
 void Session::SnapshotReader::record(const codec::DeltaApplier& applier) {
-  std::vector<Patch> layer;
+  std::vector<Patch> written;
   applier.for_each_written([&](uint32_t tensor, uint64_t element, uint32_t bits) {
-    if (tensor > cursor_tensor_ || (tensor == cursor_tensor_ && element >= cursor_element_))
-      layer.push_back({tensor, element, bits});
+    written.push_back({tensor, element, bits});
   });
-  std::sort(layer.begin(), layer.end());
-  layers_.push_back(std::move(layer));
+  record(std::move(written));
+}
+
+void Session::SnapshotReader::record(std::vector<Patch> written) {
+  std::erase_if(written, [&](const Patch& p) {
+    return p.tensor < cursor_tensor_ || (p.tensor == cursor_tensor_ && p.element < cursor_element_);
+  });
+  std::sort(written.begin(), written.end());
+  layers_.push_back(std::move(written));
+}
+
+std::vector<uint64_t> Session::pending() const {
+  std::shared_lock data(data_mutex_);
+  return delta_applier_->staged_versions();
+}
+
+uint64_t Session::applied_version() const {
+  std::shared_lock data(data_mutex_);
+  std::lock_guard lock(state_mutex_);
+  return delta_applier_->staged_versions().empty() ? committed_version_ : delta_applier_->buffers_version();
+}
+
+uint64_t Session::apply_pending() {
+  // Shared: snapshot reads (exclusive) never see a half-written version; staging of the next
+  // version goes on (the applier orders it with these writes).
+  std::shared_lock data(data_mutex_);
+  for (;;) {
+    std::unique_lock lock(state_mutex_);  // no reader opens or closes meanwhile
+    if (snapshots_.empty()) {
+      lock.unlock();
+      if (!delta_applier_->apply_next_staged()) break;
+      continue;
+    }
+    std::vector<SnapshotReader::Patch> written;
+    if (!delta_applier_->apply_next_staged([&](uint32_t tensor, uint64_t element, uint32_t bits) {
+          written.push_back({tensor, element, bits});
+        }))
+      break;
+    for (auto* reader : snapshots_) reader->record(written);
+  }
+  std::lock_guard lock(state_mutex_);
+  return delta_applier_->staged_versions().empty() ? committed_version_ : delta_applier_->buffers_version();
+}
+
+void Session::rebind(uint32_t tensor, std::span<std::byte> memory) {
+  std::unique_lock data(data_mutex_);
+  std::lock_guard lock(state_mutex_);
+  if (committed_version_ == 0 || (in_flight_ && in_flight_->kind == DataKind::raw))
+    throw Error(Errc::state, "a tensor can be re-registered once the bootstrap committed");
+  if (tensor >= manifest_.size()) throw Error(Errc::not_found, "no tensor " + std::to_string(tensor));
+  delta_applier_->rebind(tensor, memory);  // checks the size, the bits, and that nothing is written
+  weights_.tensors[tensor] = memory;
+  raw_ = std::make_unique<RawBootstrap>(manifest_, weights_);
 }
 
 void Session::SnapshotReader::patch(const std::vector<Patch>& layer, uint32_t tensor, uint64_t first, uint64_t end,

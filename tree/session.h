@@ -64,8 +64,10 @@ class Session {
   enum class DataKind { frame, raw };
 
   // The host's buffers hold exactly `version` with `digest`. `weights` must outlive the session.
+  // gated: deltas are staged (verified and committed without writing the buffers) and written
+  // by apply_pending() at the host's safe point; the bootstrap and snapshots are never gated.
   Session(const codec::Manifest& manifest, codec::MutableWeights weights, uint64_t version,
-          codec::StateDigest digest, uint32_t rank);
+          codec::StateDigest digest, uint32_t rank, bool gated = false);
   ~Session();
 
   // Whether a data message of `attempt` creating `version` belongs to the in-flight attempt
@@ -133,6 +135,8 @@ class Session {
         : session_(session), version_(version), digest_(digest) {}
     // Keeps the base bits of what `applier` wrote, beyond the cursor (state lock held).
     void record(const codec::DeltaApplier& applier);
+    // The same for writes listed as (tensor, element, bits before), unsorted (state lock held).
+    void record(std::vector<Patch> written);
     void patch(const std::vector<Patch>& layer, uint32_t tensor, uint64_t first, uint64_t end, unsigned width,
                std::span<std::byte> out) const;
     Session& session_;
@@ -142,8 +146,23 @@ class Session {
     uint32_t cursor_tensor_ = 0;
     uint64_t cursor_element_ = 0;
   };
-  // Opens a reader of the committed version. Throws Error(state) at version 0 (nothing to serve).
+  // Opens a reader of the committed version (gated, with versions pending: of the version the
+  // buffers hold). Throws Error(state) at version 0 (nothing to serve).
   std::unique_ptr<SnapshotReader> begin_snapshot();
+
+  // The apply gate. Committed versions not in the buffers yet, oldest first (empty ungated).
+  std::vector<uint64_t> pending() const;
+  // The version the buffers hold (version() unless gated versions are pending).
+  uint64_t applied_version() const;
+  // Writes every pending version into the buffers, oldest first, while refits keep flowing (the
+  // next version's staging waits only while the buffers are written); open snapshot readers keep
+  // reading their version. Returns applied_version(). Cannot fail on data: everything written was
+  // verified before it committed.
+  uint64_t apply_pending();
+  // The host moved tensor `tensor` to `memory`, which holds the bits the buffers hold (checked).
+  // Throws Error(invalid_argument) for other bits or size, Error(state) before the bootstrap
+  // committed or while an ungated version is being written (retry once it ended).
+  void rebind(uint32_t tensor, std::span<std::byte> memory);
 
   uint64_t version() const;          // committed
   // Combined StateDigest of the committed bits. Right after a bootstrap commits, until its full
@@ -177,6 +196,9 @@ class Session {
   std::unique_ptr<VersionApplier> delta_;
   std::unique_ptr<VersionApplier> raw_;
   std::unique_ptr<codec::DeltaApplier> delta_applier_;
+  const codec::DeltaApplier::Mode delta_mode_;
+  // A fresh delta applier over the buffers holding `version` (data and state locks held).
+  void reset_delta_locked(uint64_t version, codec::StateDigest digest);
   std::optional<InFlight> in_flight_;
   uint64_t floor_ = 0;
   std::vector<SnapshotReader*> snapshots_;  // open readers (state lock)

@@ -17,6 +17,7 @@
  *     dc_receiver_attach(r, ...) per tensor       dc_producer_set_data(p, name, ptr) ...
  *     dc_receiver_start(r)                        dc_producer_refit(p, dry_run)
  *     dc_receiver_wait_version(r, v, timeout)     dc_producer_report(p)  (JSON)
+ *     dc_receiver_apply(r, &v)  (gated only)
  *     dc_receiver_free(r)                         dc_producer_free(p)
  *
  * Buffers are borrowed: deltacast writes refits into the receiver's registered memory in place,
@@ -129,7 +130,8 @@ DC_API void dc_receiver_free(dc_receiver* receiver);
  * uses (transport, secret_file, retain_versions, timeouts.connect, timeouts.heartbeat,
  * timeouts.peer, timeouts.join, timeouts.producer_loss, timeouts.refit, log_level), plus the
  * process-level ones: "producer" (the rendezvous URL), "rank" (1..N), "listen" (where children
- * connect, e.g. "tcp://127.0.0.1:0"), "cluster" (its label), "config" (a YAML file whose keys it
+ * connect, e.g. "tcp://127.0.0.1:0"), "cluster" (its label), "gated" ("true": the apply gate,
+ * see dc_receiver_apply; default "false"), "config" (a YAML file whose keys it
  * loads, then the environment over them; "members" there is ignored). Values are strings in the
  * YAML spelling ("5s", "4MiB"). Layers as in the CLI: defaults (log_level "warn"), then the
  * DELTACAST_* environment (DELTACAST_TIMEOUTS_PEER=5s, ...; read at create), then these calls. */
@@ -163,8 +165,38 @@ DC_API int dc_receiver_version(const dc_receiver* receiver, uint64_t* version, u
  * it ended cleanly (the producer's BYE, or a leave) at an older version. */
 DC_API int dc_receiver_wait_version(dc_receiver* receiver, uint64_t version, int64_t timeout_ms);
 
+/* ---- the apply gate ("gated" = "true") ----
+ * A gated receiver forwards every frame at once and verifies each version against the bits its
+ * buffers will hold (their bits plus the versions queued before it), then acks: the joint commit
+ * never waits for the server. Committed versions queue, and nothing is written into the buffers
+ * until the server calls dc_receiver_apply at a safe point of its own. The bootstrap (version 1)
+ * and catch-up snapshots are written at once: there is nothing to serve yet. An aborted version
+ * never reaches the queue. Ungated (the default), versions are written as they arrive: pause
+ * reading the buffers while a refit flows (docs/embedding.md). */
+
+/* The version the buffers hold (`applied_version`) and how many committed versions wait for
+ * dc_receiver_apply (`count`: versions applied_version+1 .. applied_version+count; always 0 when
+ * ungated). Any thread; either pointer may be NULL. */
+DC_API int dc_receiver_pending(const dc_receiver* receiver, uint64_t* applied_version, size_t* count);
+/* Writes every pending version into the buffers, oldest first, and returns the version they hold
+ * in *applied_version (may be NULL). Call it when nothing reads the buffers (between generation
+ * steps); refits keep flowing meanwhile. It cannot fail on data (each version was verified before
+ * it committed). Ungated it writes nothing and returns DC_OK. DC_ERR_STATE before start. */
+DC_API int dc_receiver_apply(dc_receiver* receiver, uint64_t* applied_version);
+/* The server moved tensor `name` to new memory (vLLM re-binds parameters after loading): `data`
+ * must already hold the bits the old buffer holds (checked by its digest), with the same size.
+ * From then on refits land there; the old memory is never read again and may be freed once this
+ * returns. After the bootstrap committed. Refused with nothing changed: other bits or size
+ * (DC_ERR_INVALID_ARGUMENT), an unknown name (DC_ERR_NOT_FOUND), CUDA memory (DC_ERR_UNSUPPORTED),
+ * before start or before version 1, or while an ungated version is being written (DC_ERR_STATE:
+ * retry once it committed). */
+DC_API int dc_receiver_reattach(dc_receiver* receiver, const char* name, void* data, size_t nbytes, int device,
+                                int device_id);
+
 typedef enum dc_event_kind {
-  DC_EVENT_COMMITTED = 1,   /* a version is committed and in the buffers (also after catching up) */
+  /* a version is committed (also after catching up): in the buffers, or (gated) pending until
+   * dc_receiver_apply */
+  DC_EVENT_COMMITTED = 1,
   DC_EVENT_ROLLED_BACK = 2, /* a version was aborted; the buffers hold the previous one */
   DC_EVENT_FAILED = 3,      /* the receiver stopped with an error (status and message given) */
   DC_EVENT_ENDED = 4        /* the producer said BYE; the receiver stopped cleanly */

@@ -257,13 +257,18 @@ class Receiver(_HandleOwner):
         r.start()
         r.wait_version(2, timeout=300)
 
-    Options: producer, rank (1..N), listen, cluster, secret_file, and any key of docs/config.md a
-    receiver uses, as keywords or through options= (a nested dict gives dotted keys:
-    timeouts={"peer": "5s"}; a bare number under timeouts.* is seconds).
+    Options: producer, rank (1..N), listen, cluster, secret_file, gated, and any key of
+    docs/config.md a receiver uses, as keywords or through options= (a nested dict gives dotted
+    keys: timeouts={"peer": "5s"}; a bare number under timeouts.* is seconds).
+
+    gated=True is the apply gate: refits are verified and committed without touching the
+    tensors; committed versions queue (pending()) until the server calls apply() at a safe point,
+    e.g. between generation steps. The bootstrap and catch-up snapshots are written at once.
     """
 
     def __init__(self, producer: Optional[str] = None, rank: Optional[int] = None, listen: Optional[str] = None,
-                 *, cluster: Optional[str] = None, secret_file=None, options: Optional[Mapping] = None, **more):
+                 *, cluster: Optional[str] = None, secret_file=None, gated: bool = False,
+                 options: Optional[Mapping] = None, **more):
         self._handle: Optional[_Handle] = None
         self._attached: Dict[str, Any] = {}
         self._manifest: Optional[List[TensorSpec]] = None
@@ -274,7 +279,7 @@ class Receiver(_HandleOwner):
         self._handle = _Handle("receiver", address.value, LIB.dc_receiver_free, serialized=False)
         _live.add(self)
         named = {"producer": producer, "rank": rank, "listen": listen, "cluster": cluster,
-                 "secret_file": secret_file}
+                 "secret_file": secret_file, "gated": bool(gated)}
         try:
             with self._handle.use() as h:
                 for key, text in _flatten_options(_merge_options(named, options, more)):
@@ -374,6 +379,49 @@ class Receiver(_HandleOwner):
         with self._handle_use() as h:
             _check(LIB.dc_receiver_version(h, ctypes.byref(version), ctypes.byref(digest)), "dc_receiver_version")
         return version.value, digest.value
+
+    # -- the apply gate --
+
+    def pending(self) -> List[int]:
+        """Committed versions not yet written into the tensors, oldest first (gated=True; always
+        [] otherwise)."""
+        applied, count = ctypes.c_uint64(), ctypes.c_size_t()
+        with self._handle_use() as h:
+            _check(LIB.dc_receiver_pending(h, ctypes.byref(applied), ctypes.byref(count)), "dc_receiver_pending")
+        return list(range(applied.value + 1, applied.value + 1 + count.value))
+
+    @property
+    def applied_version(self) -> int:
+        """The version the tensors hold (the committed version unless versions are pending)."""
+        applied = ctypes.c_uint64()
+        with self._handle_use() as h:
+            _check(LIB.dc_receiver_pending(h, ctypes.byref(applied), None), "dc_receiver_pending")
+        return applied.value
+
+    def apply(self) -> int:
+        """Writes every pending version into the tensors, in order, and returns the version they
+        hold. Call it where nothing reads them (a safe point); refits keep flowing meanwhile. It
+        cannot fail on data: every version was verified before it committed. Without gated=True
+        it does nothing. Runs without the GIL."""
+        applied = ctypes.c_uint64()
+        with self._handle_use() as h:
+            _check(LIB.dc_receiver_apply(h, ctypes.byref(applied)), "dc_receiver_apply")
+        return applied.value
+
+    def reattach(self, name: str, tensor, dtype: Optional[str] = None) -> None:
+        """The server moved tensor `name` to `tensor` (a new contiguous, writable CPU buffer that
+        already holds the same bits, e.g. after re-binding parameters): refits land there from
+        now on, and the old one is released. After start and the bootstrap. Refused with nothing
+        changed when the bits, dtype or shape differ."""
+        b = _buffers.as_buffer(name, tensor, dtype, writable=True)
+        spec = {t.name: t for t in (self._manifest or [])}.get(name)
+        if spec is not None and (spec.dtype != b.dtype or tuple(spec.shape) != tuple(b.shape)):
+            raise Error("DC_ERR_INVALID_ARGUMENT", f"reattach('{name}'): the manifest says {spec.dtype} "
+                                                   f"{list(spec.shape)}, the new buffer is {b.dtype} {list(b.shape)}")
+        with self._handle_use() as h:
+            _check(LIB.dc_receiver_reattach(h, name.encode(), b.address, b.nbytes, b.device, b.device_id),
+                   f"dc_receiver_reattach('{name}')")
+        self._attached[name] = b.owner
 
     # -- events --
 

@@ -55,8 +55,13 @@ Sent classify(std::span<const std::byte> message) {
 class FailCluster {
  public:
   FailCluster(TopologyKind kind, const codec::Manifest& manifest, uint32_t n, const std::string& name,
-              std::vector<std::string> clusters = {})
-      : name_(name), clusters_(clusters), buffers_(n + 1), failures_(n + 1), threads_(n + 1) {
+              std::vector<std::string> clusters = {}, std::set<uint32_t> gated = {})
+      : name_(name),
+        clusters_(clusters),
+        gated_(std::move(gated)),
+        buffers_(n + 1),
+        failures_(n + 1),
+        threads_(n + 1) {
     transport::TransportOptions to;
     to.peer_timeout = kPeerTimeout;
     producer_transport_ = transport::make_transport("loop", to);
@@ -136,6 +141,7 @@ class FailCluster {
     ro.connect_timeout = 2s;
     ro.join_timeout = 10s;
     ro.producer_loss_timeout = 1s;
+    ro.gated = gated_.count(r) > 0;
     return std::make_unique<Receiver>(*transports_[r], ro);
   }
   void serve(uint32_t r) {
@@ -154,6 +160,7 @@ class FailCluster {
 
   std::string name_;
   std::vector<std::string> clusters_;
+  std::set<uint32_t> gated_;
   std::unique_ptr<transport::Transport> producer_transport_;
   std::unique_ptr<Producer> producer_;
   std::vector<std::unique_ptr<transport::Transport>> transports_;
@@ -440,6 +447,127 @@ TEST(Rejoin, WrongDigestIsRefusedAndNothingIsWritten) {
   ASSERT_TRUE(r4.committed) << r4.abort_reason;
   c.finish();
   expect_survivors_exact(c, n, {3}, run.model);
+}
+
+
+// --- The apply gate: gated members verify, ack and commit without writing their buffers; the
+// server writes the queued versions at its safe point (Receiver::apply_pending).
+
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+TEST(Gate, GatedMembersCommitWithoutWritingAndApplyQueuedVersionsInOrder) {
+  const uint32_t n = 5;
+  Refits run;
+  // Rank 1 is the root: a gated relay still forwards every frame at once.
+  FailCluster c(TopologyKind::binary, run.model.manifest, n, test_name(), {}, {1, 4});
+  RefitReport full = c.producer().bootstrap(run.model.weights());
+  ASSERT_TRUE(full.committed) << full.abort_reason;
+  ASSERT_TRUE(eventually([&] { return c.receiver(4).version() == 1 && c.receiver(1).version() == 1; }));
+  EXPECT_TRUE(c.holds(1, run.model.weights())) << "the bootstrap is never gated";
+  const Model v1 = run.model;
+  std::vector<Model> versions;
+  for (uint64_t v = 2; v <= 4; ++v) {
+    RefitReport r = run.step(c, v);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    EXPECT_EQ(r.verified_receivers, n);
+    ASSERT_TRUE(eventually([&] { return c.receiver(1).version() == v && c.receiver(4).version() == v; }));
+    for (uint32_t g : {1u, 4u}) {
+      EXPECT_TRUE(c.holds(g, v1.weights())) << "gated rank " << g << " wrote version " << v << " before apply";
+      EXPECT_EQ(c.receiver(g).applied_version(), 1u);
+    }
+    versions.push_back(run.model);
+  }
+  EXPECT_EQ(c.receiver(4).pending(), (std::vector<uint64_t>{2, 3, 4}));
+  EXPECT_TRUE(c.receiver(2).pending().empty());
+  // Ungated members hold every version as it commits.
+  ASSERT_TRUE(eventually([&] { return c.receiver(5).version() == 4; }));
+  EXPECT_TRUE(c.holds(5, run.model.weights()));
+  // Rank 4 applies everything queued; rank 1 applies between the next versions.
+  EXPECT_EQ(c.receiver(4).apply_pending(), 4u);
+  EXPECT_TRUE(c.holds(4, run.model.weights()));
+  EXPECT_TRUE(c.receiver(4).pending().empty());
+  EXPECT_EQ(c.receiver(1).apply_pending(), 4u);
+  EXPECT_TRUE(c.holds(1, run.model.weights()));
+  RefitReport r5 = run.step(c, 5);
+  ASSERT_TRUE(r5.committed) << r5.abort_reason;
+  ASSERT_TRUE(eventually([&] { return c.receiver(1).version() == 5; }));
+  EXPECT_TRUE(c.holds(1, versions.back().weights()));
+  EXPECT_EQ(c.receiver(1).apply_pending(), 5u);
+  EXPECT_TRUE(c.holds(1, run.model.weights()));
+  c.finish();
+  // The digest a gated member reports is the committed version's, not the buffers'.
+  EXPECT_EQ(c.receiver(4).digest(), codec::StateDigest::full_scan(run.model.weights()).combined());
+  for (uint32_t r : {2u, 3u, 5u}) EXPECT_TRUE(c.holds(r, run.model.weights())) << "rank " << r;
+  EXPECT_EQ(c.receiver(4).pending(), (std::vector<uint64_t>{5}));
+}
+
+TEST(Gate, AnAbortedVersionNeverReachesTheQueueOrTheBuffers) {
+  const uint32_t n = 3;
+  Refits run;
+  FailCluster c(TopologyKind::binary, run.model.manifest, n, test_name(), {}, {2});
+  RefitReport full = c.producer().bootstrap(run.model.weights());
+  ASSERT_TRUE(full.committed) << full.abort_reason;
+  const Model v1 = run.model;
+  Model tried = run.model;
+  tried.step(77);
+  RefitOptions dry;
+  dry.dry_run = true;
+  RefitReport r = c.producer().refit(tried.weights(), dry);
+  EXPECT_FALSE(r.committed);
+  EXPECT_EQ(r.verified_receivers, n) << "a dry run delivers and verifies everywhere";
+  ASSERT_TRUE(eventually([&] { return c.receiver(2).stats().versions_aborted == 1; }));
+  EXPECT_TRUE(c.receiver(2).pending().empty());
+  EXPECT_TRUE(c.holds(2, v1.weights()));
+  // The next real version stages on the committed one, not on the aborted one.
+  run.model.step(3);
+  RefitReport r2 = c.producer().refit(run.model.weights());
+  ASSERT_TRUE(r2.committed) << r2.abort_reason;
+  ASSERT_TRUE(eventually([&] { return c.receiver(2).version() == 2; }));
+  EXPECT_TRUE(c.holds(2, v1.weights()));
+  EXPECT_EQ(c.receiver(2).apply_pending(), 2u);
+  EXPECT_TRUE(c.holds(2, run.model.weights()));
+  c.finish();
+  for (uint32_t m = 1; m <= n; ++m) EXPECT_TRUE(c.holds(m, run.model.weights())) << "rank " << m;
+}
+
+// A restarted member takes its snapshot from gated peers whose servers have not applied: what
+// their buffers hold (an older committed version), then replays the versions after it from the
+// same peer's retained frames. A gated relay that dies mid-delta is repaired like any other.
+TEST(Gate, RejoinAndRepairAroundGatedMembers) {
+  const uint32_t n = 6;
+  Refits run;
+  FailCluster c(TopologyKind::binary, run.model.manifest, n, test_name(), {}, {1, 2, 3, 4, 6});
+  run.bootstrap_and_step(c);
+  c.hook(2, at_forwarded_frame(3, 2, loop::Fault::Kind::die));
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  expect_failed(r3, 2, "link_closed");
+  c.restart(5);
+  bool back = false;
+  for (uint64_t v = 4; v <= 14 && !back; ++v) {
+    RefitReport r = run.step(c, v);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    back = r.receivers == n - 1 && r.verified_receivers == n - 1;
+    std::this_thread::sleep_for(100ms);
+  }
+  EXPECT_TRUE(back) << "the restarted member never rejoined";
+  RefitReport last = run.step(c, 15);
+  ASSERT_TRUE(last.committed) << last.abort_reason;
+  c.finish();
+  EXPECT_TRUE(c.holds(5, run.model.weights())) << "the rejoined member differs";
+  for (uint32_t r : {1u, 3u, 4u, 6u}) {
+    EXPECT_EQ(c.failure(r), "") << "rank " << r;
+    EXPECT_FALSE(c.receiver(r).pending().empty());
+    c.receiver(r).apply_pending();
+    EXPECT_TRUE(c.holds(r, run.model.weights())) << "gated rank " << r << " differs after apply";
+  }
 }
 
 }  // namespace
