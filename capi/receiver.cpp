@@ -131,6 +131,7 @@ int dc_receiver_set(dc_receiver* r, const char* key, const char* value) {
     capi::require(key, "key");
     capi::require(value, "value");
     r->require_phase(dc_receiver::Phase::created, "dc_receiver_set");
+    if (std::string_view(key) == "gated") capi::parse_bool(key, value);  // refused now, not at join
     r->options.set(key, value);
     return DC_OK;
   });

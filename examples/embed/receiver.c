@@ -1,11 +1,14 @@
 /* A server embedding a deltacast receiver through the C API: it joins the producer, allocates its
  * own buffers from the manifest (as a server allocates its weights), registers them, starts
- * serving, and waits for each committed version while it "serves" in between.
+ * serving, and waits for each committed version while it "serves" in between. With gated=true
+ * (the apply gate) the buffers change only at its safe points: after each wait it calls
+ * dc_receiver_apply, which writes the versions committed since (without the gate, refits are
+ * written while they flow and dc_receiver_apply has nothing to do).
  *
  *   embed_receiver PRODUCER_URL RANK LAST_VERSION [KEY=VALUE ...]
  *
- * KEY=VALUE pairs are receiver options (docs/config.md keys, e.g. timeouts.peer=5s). On success it
- * prints one line per committed version, then
+ * KEY=VALUE pairs are receiver options (docs/config.md keys, e.g. timeouts.peer=5s, or gated=true).
+ * On success it prints one line per committed version, then
  *   done version=V digest=D model_bytes=M rss_before_kib=A rss_peak_kib=P
  * where rss_before is the resident size with the buffers allocated and touched (before joining
  * the tree's traffic) and rss_peak the high-water mark (VmHWM) at the end: their difference is
@@ -80,12 +83,21 @@ int main(int argc, char** argv) {
   const long rss_before = status_kib("VmRSS");
   ok = ok && check(dc_receiver_start(r), "start");
   for (unsigned long long v = 1; ok && v <= last; ++v) {
-    /* A real server would generate here; at a safe point it checks for the next version. */
+    /* A real server would generate here; at a safe point it checks for the next version and
+     * (gated) writes what committed since into its buffers. */
     ok = check(dc_receiver_wait_version(r, v, 300000), "wait_version");
-    if (ok) printf("committed version %llu\n", v);
+    uint64_t applied = 0;
+    ok = ok && check(dc_receiver_apply(r, &applied), "apply");
+    if (ok) printf("committed version %llu, buffers hold version %llu\n", v, (unsigned long long)applied);
   }
-  uint64_t version = 0, digest = 0;
+  uint64_t version = 0, digest = 0, applied = 0;
   if (ok) ok = check(dc_receiver_version(r, &version, &digest), "version");
+  if (ok) ok = check(dc_receiver_apply(r, &applied), "apply");
+  if (ok && applied != version) {
+    fprintf(stderr, "embed_receiver: the buffers hold version %llu after apply, not %llu\n",
+            (unsigned long long)applied, (unsigned long long)version);
+    ok = 0;
+  }
   if (ok)
     printf("done version=%llu digest=%016llx model_bytes=%llu rss_before_kib=%ld rss_peak_kib=%ld\n",
            (unsigned long long)version, (unsigned long long)digest, model_bytes, rss_before, status_kib("VmHWM"));

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # The Python embedding demo on 127.0.0.1: one trainer (trainer.py, a deltacast.Producer over its
 # torch model) and two servers (server.py, each a deltacast.Receiver writing refits into its own
-# model's parameters). Exit status 0 only when every server verified every committed version, and
-# the dry run's rollback, bit-exactly (SHA-256 of the raw bits against the trainer's).
+# model's parameters). By default the servers are gated: they apply committed versions at safe
+# points between generation steps and the trainer never waits for them; --pause runs them ungated
+# with the trainer's pause handshake instead. Exit status 0 only when every server verified what it
+# applied (ungated: every committed version), and the dry run's rollback, bit-exactly (SHA-256 of
+# the raw bits against the trainer's).
 #
-#   examples/embed/run_demo.sh [--servers N] [--steps K]
+#   examples/embed/run_demo.sh [--servers N] [--steps K] [--pause]
 #
 # Overridable: PYTHON (default /usr/bin/python3: Debian's, with torch), DELTACAST_LIB (default
 # <repo>/build/capi/libdeltacast.so), DELTACAST_PYTHON_DIR (where the deltacast package is;
@@ -15,11 +18,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 servers=2
 steps=4
+mode=gated
 while [ $# -gt 0 ]; do
   case "$1" in
     --servers) servers="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
-    *) echo "usage: $0 [--servers N] [--steps K]" >&2; exit 2 ;;
+    --pause) mode=pause; shift ;;
+    *) echo "usage: $0 [--servers N] [--steps K] [--pause]" >&2; exit 2 ;;
   esac
 done
 
@@ -41,11 +46,14 @@ cleanup() {
 trap cleanup EXIT
 
 started=$SECONDS
+trainer_flags=() server_flags=(--gated)
+[ "$mode" = pause ] && trainer_flags=(--pause) server_flags=()
 timeout "$limit" "$PYTHON" "$here/trainer.py" --workdir "$work" --servers "$servers" --steps "$steps" \
-  > "$work/trainer.log" 2>&1 &
+  "${trainer_flags[@]}" > "$work/trainer.log" 2>&1 &
 pids+=($!)
 for rank in $(seq 1 "$servers"); do
-  timeout "$limit" "$PYTHON" "$here/server.py" --workdir "$work" --rank "$rank" > "$work/server$rank.log" 2>&1 &
+  timeout "$limit" "$PYTHON" "$here/server.py" --workdir "$work" --rank "$rank" "${server_flags[@]}" \
+    > "$work/server$rank.log" 2>&1 &
   pids+=($!)
 done
 
@@ -64,4 +72,4 @@ if [ "$failed" -ne 0 ]; then
   exit 1
 fi
 versions="$("$PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["final"])' "$work/hashes.json")"
-echo "run_demo: OK in $((SECONDS - started)) s: $servers servers verified versions 1..$versions and the dry run's rollback bit-exactly"
+echo "run_demo: OK in $((SECONDS - started)) s ($mode): $servers servers verified versions 1..$versions and the dry run's rollback bit-exactly"

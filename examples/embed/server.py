@@ -1,28 +1,29 @@
 """An inference "server" that embeds a deltacast receiver (the Python binding) and serves refits
 into its own model's parameters, in place.
 
-    server.py --workdir DIR --rank R
+    server.py --workdir DIR --rank R [--gated]
 
 It reads the producer's URL from DIR/url (written by trainer.py), joins as rank R, builds the same
 architecture as the trainer (demo_model.py) with zeroed parameters, attaches those parameters
 (param.data: the model's own memory; deltacast keeps no copy of it) and starts. Then it
-"generates": a forward pass on a fixed input per step. Between steps, at a safe point, it takes
-the receiver's events:
-    committed V     the parameters hold version V: compare the SHA-256 of their raw bits with the
-                    one the trainer wrote into DIR/hashes.json for V
-    rolled_back V   version V (a dry run) was aborted: the parameters hold the committed version
-                    again, bit for bit (deltacast restored them from its undo log)
-    ended           the trainer said BYE
-After each check it writes DIR/ack.r<R>.<tag>: the trainer sends the next version only then.
+"generates": a forward pass on a fixed input per step. Between steps, at a safe point:
 
-Safe points today: the receiver is ungated. A refit is written into the parameters while it flows,
-so "which version is committed now" is all a safe point can ask, and the trainer's handshake is
-what keeps a refit from landing in the middle of a forward pass (as pause_generation does for
-vLLM). The gated apply (docs/embedding.md, the next step) changes this loop to: at a safe point,
-apply the verified versions queued so far; the trainer then no longer waits for the servers.
+--gated (the apply gate): versions are verified and committed without touching the parameters,
+    so a forward pass never sees a refit in flight. At each safe point the server calls
+    receiver.apply(), which writes every committed version queued since the last one, and compares
+    the SHA-256 of the parameters' raw bits with the trainer's for the version they now hold
+    (DIR/hashes.json). A dry run's rollback never touched them: they still hold what they held.
+    The trainer does not wait for servers; a server that applies rarely may skip versions (it
+    writes them all, in order, and checks the last).
+ungated (the trainer's --pause): refits are written while they flow, so the trainer's handshake
+    keeps them out of forward passes: the server takes the receiver's events (committed V: the
+    parameters hold V, check them; rolled_back V: they hold the committed version again, restored
+    from the undo log, check them) and writes DIR/ack.r<R>.<tag> after each check; the trainer
+    sends the next version only then (as pause_generation does for vLLM).
 
-Exit status 0 when every version the trainer committed (and every dry run's rollback) was
-verified bit-exactly and the parameters never moved.
+Exit status 0 when every version checked (gated: each one applied, always the last; ungated:
+every committed version) and every dry run's rollback were bit-exact, and the parameters never
+moved.
 """
 
 import argparse
@@ -41,6 +42,7 @@ def parse_args():
     parser.add_argument("--workdir", required=True)
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--timeout", type=float, default=60, help="seconds to wait for the trainer")
+    parser.add_argument("--gated", action="store_true", help="apply refits at safe points (the apply gate)")
     return parser.parse_args()
 
 
@@ -88,7 +90,7 @@ class Server:
                        lambda: open(os.path.join(args.workdir, "url")).read() if os.path.exists(
                            os.path.join(args.workdir, "url")) else None, args.timeout)
         # Options are the YAML keys of docs/config.md; a bare number under timeouts.* is seconds.
-        receiver = deltacast.Receiver(producer=url, rank=args.rank, listen="tcp://127.0.0.1:0",
+        receiver = deltacast.Receiver(producer=url, rank=args.rank, listen="tcp://127.0.0.1:0", gated=args.gated,
                                       timeouts={"peer": 5, "producer_loss": 5})
         with receiver:
             manifest = receiver.join(timeout=args.timeout)  # [TensorSpec(name, dtype, shape)]
@@ -117,6 +119,15 @@ class Server:
 
                 # A safe point: no forward pass is running. Take what happened since the last one.
                 while (event := receiver.poll_event()) is not None:
+                    if args.gated and event.kind in ("committed", "rolled_back"):
+                        # Gated: nothing was written; a rollback left the parameters alone.
+                        if event.kind == "rolled_back":
+                            held = receiver.applied_version
+                            digest = self.check(held, params)
+                            self.rolled_back.append(event.version)
+                            self.log(f"version {event.version} rolled back before it reached the parameters: "
+                                     f"they hold version {held}, bit-exact (sha256 {digest[:16]}..)")
+                        continue
                     if event.kind == "committed":
                         if receiver.version != event.version:
                             raise RuntimeError(f"version {event.version} committed, but {receiver.version} "
@@ -140,6 +151,8 @@ class Server:
                     else:  # "failed": the receiver stopped with an error
                         raise deltacast.Error(event.status_name, event.message, event.status)
 
+                if args.gated:
+                    self.apply_and_check(receiver, params, model, x)
                 if not ended:
                     # Idle until the next version or 50 ms (a busy server would just keep generating).
                     try:
@@ -158,11 +171,30 @@ class Server:
         dry_runs = [d["version"] for d in hashes.get("dry_runs", [])]
         if hashes.get("final") is None or committed != list(range(1, hashes["final"] + 1)):
             raise RuntimeError(f"the trainer did not finish (hashes.json: {hashes})")
-        if sorted(self.verified) != committed or sorted(self.rolled_back) != sorted(dry_runs):
+        checked_all = set(self.verified) <= set(committed) and self.verified[-1:] == committed[-1:] \
+            if args.gated else sorted(self.verified) == committed
+        if not checked_all or sorted(self.rolled_back) != sorted(dry_runs):
             raise RuntimeError(f"verified versions {self.verified} and rollbacks {self.rolled_back}; "
                                f"the trainer committed {committed} and dry-ran {dry_runs}")
-        self.log(f"OK: versions {committed[0]}..{committed[-1]} bit-exact, {len(dry_runs)} rollback(s) "
+        what = f"applied {len(self.verified)} times at safe points, each bit-exact" if args.gated else "bit-exact"
+        self.log(f"OK: versions {committed[0]}..{committed[-1]} {what}, {len(dry_runs)} rollback(s) "
                  f"bit-exact, {self.generation_steps} generation steps, parameters never moved")
+
+    def apply_and_check(self, receiver, params, model, x):
+        """Gated: writes the queued versions into the parameters (no forward pass runs now) and
+        checks the version they hold against the trainer's hash."""
+        queued = receiver.pending()
+        held = receiver.apply()
+        if queued and held != queued[-1]:
+            raise RuntimeError(f"apply() wrote up to {held}, but {queued} were pending")
+        if held == 0 or held in self.verified:
+            return
+        digest = self.check(held, params)
+        self.verified.append(held)
+        with torch.no_grad():
+            y = model(x)
+        self.log(f"applied {queued or [held]}: the parameters hold version {held}, bit-exact "
+                 f"(sha256 {digest[:16]}..), output sum {y.float().sum().item():.4f}")
 
 
 def main():

@@ -13,12 +13,14 @@ What it writes into DIR, for the servers and for run_demo.sh:
     hashes.json   {"versions": {"1": sha256, ...}, "dry_runs": [...], "final": V}: the SHA-256 of the
                   raw bits of every committed version, which each server compares with its own
 
-The pause handshake: today's receivers are ungated (a refit is written into the servers'
-parameters while it flows), so, as an RL orchestrator pauses generation around a weight update
-(vLLM pause_generation(mode="keep"), SGLang's in-place update), this trainer sends the next
-version only after every server said it reached a safe point and checked the last one (the files
-DIR/ack.r<rank>.<tag>). With the gated apply (the next step, docs/embedding.md), a server applies a
-verified version at its own safe point and this handshake goes away.
+Two ways to keep a refit out of a forward pass:
+  gated servers (the default; server.py --gated): a server's receiver verifies and commits each
+      version without touching its parameters, and the server applies the queued versions at its
+      own safe points. The trainer never waits for the servers.
+  --pause (ungated servers): a refit is written into the parameters while it flows, so, as an RL
+      orchestrator pauses generation around a weight update (vLLM pause_generation(mode="keep"),
+      SGLang's in-place update), this trainer sends the next version only after every server said
+      it reached a safe point and checked the last one (the files DIR/ack.r<rank>.<tag>).
 """
 
 import argparse
@@ -40,6 +42,8 @@ def parse_args():
     parser.add_argument("--dry-run-at", type=int, default=2,
                         help="this step is first sent as a dry run (verified everywhere, then rolled back); 0: none")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--pause", action="store_true",
+                        help="ungated servers: wait for every server's ack before the next version")
     parser.add_argument("--timeout", type=float, default=60, help="seconds for the servers to join / to ack")
     return parser.parse_args()
 
@@ -66,7 +70,10 @@ class Trainer:
         demo_model.write_json_atomically(self.hashes_path, self.hashes)
 
     def wait_for_servers(self, tag):
-        """Waits until every server has checked `tag` at a safe point (or one of them failed)."""
+        """--pause: waits until every server has checked `tag` at a safe point (or one of them
+        failed). Gated servers apply at their own safe points: nothing to wait for."""
+        if not self.args.pause:
+            return
         deadline = time.monotonic() + self.args.timeout
         missing = list(range(1, self.args.servers + 1))
         while missing:

@@ -6,6 +6,8 @@
 TestBinding      no network: options, errors, closed handles, buffer checks, where the library is found
 TestNumpy        numpy only: uint16 arrays as BF16 end to end (one producer, one receiver, in process)
 TestAttach       torch: what attach/start/refit refuse, with nothing written (in process)
+TestGate         torch: a gated and an ungated receiver in process: versions queue untouched until
+                 apply(), a dry run never queues; reattach() moves a tensor to new memory
 TestRelayTree    torch: a trainer (this process) and 3 server processes (embed_server.py) on
                  127.0.0.1, a binary tree: versions with ~1% changes, special values, new tensor
                  objects, a dry run that rolls back, a version with no change; every server checked
@@ -383,6 +385,84 @@ class TestAttach(unittest.TestCase):
             deltacast.Producer({"w": torch.zeros(8, device="cuda", dtype=torch.bfloat16)}, receivers=1)
         self.assertEqual(caught.exception.status_name, "DC_ERR_UNSUPPORTED")
         self.assertIn("CUDA", caught.exception.message)
+
+
+@unittest.skipIf(torch is None, NO_TORCH)
+class TestGate(unittest.TestCase):
+    """gated=True: versions commit without touching the server's tensors; apply() writes them in
+    order at the server's safe point. reattach() moves a tensor to new memory."""
+
+    def test_gated_apply_and_reattach(self):
+        trainer = embed_model.trainer_tensors(3)
+        g = torch.Generator().manual_seed(5)
+        with deltacast.Producer(trainer, receivers=2, listen=LOOPBACK, chunk_bytes="64KiB",
+                                log_level="warn") as p:
+            starter = _Starter(p)
+            with deltacast.Receiver(producer=p.url, rank=1, listen=LOOPBACK, gated=True) as gated, \
+                    deltacast.Receiver(producer=p.url, rank=2, listen=LOOPBACK) as plain:
+                joiners = [threading.Thread(target=r.join, kwargs={"timeout": 30}) for r in (gated, plain)]
+                for j in joiners:  # WELCOME comes once every receiver said HELLO
+                    j.start()
+                for j in joiners:
+                    j.join(40)
+                servers = []
+                for r in (gated, plain):
+                    _, tensors = embed_model.server_tensors()
+                    r.attach(tensors)
+                    r.start()
+                    servers.append(tensors)
+                self.assertTrue(starter.result()["committed"])
+                for r in (gated, plain):
+                    self.assertEqual(r.wait_version(1, timeout=30), 1)
+                self.assertEqual(embed_model.hashes(servers[0]), embed_model.hashes(trainer))  # never gated
+                v1 = embed_model.hashes(trainer)
+                pointers = {name: t.data_ptr() for name, t in servers[0].items()}
+                self.assertEqual((gated.pending(), gated.applied_version), ([], 1))
+
+                for version in (2, 3):
+                    embed_model.perturb(trainer, 0.01, g)
+                    self.assertTrue(p.refit(trainer)["committed"])
+                    self.assertEqual(gated.wait_version(version, timeout=30), version)
+                    self.assertEqual(plain.wait_version(version, timeout=30), version)
+                    self.assertEqual(embed_model.hashes(servers[0]), v1, "a gated server was written before apply()")
+                    self.assertEqual(embed_model.hashes(servers[1]), embed_model.hashes(trainer))
+                self.assertEqual((gated.pending(), gated.applied_version, gated.version), ([2, 3], 1, 3))
+                self.assertEqual(plain.pending(), [])
+
+                # A dry run never reaches the queue.
+                tried = {name: t.clone() for name, t in trainer.items()}
+                embed_model.perturb(tried, 0.01, g)
+                self.assertFalse(p.refit(tried, dry_run=True)["committed"])
+                self.assertEqual(gated.pending(), [2, 3])
+
+                self.assertEqual(gated.apply(), 3)
+                self.assertEqual(embed_model.hashes(servers[0]), embed_model.hashes(trainer))
+                self.assertEqual({name: t.data_ptr() for name, t in servers[0].items()}, pointers)
+                self.assertEqual((gated.pending(), gated.applied_version), ([], 3))
+                self.assertEqual(plain.apply(), 3)  # ungated: nothing to do
+
+                # reattach: the plain server moves one tensor; refits land in the new memory.
+                name = "model.0.weight"
+                old = servers[1][name]
+                moved = old.clone()
+                wrong = old.clone()
+                embed_model.int_view(wrong)[0] += 1
+                with self.assertRaises(deltacast.Error) as caught:
+                    plain.reattach(name, wrong)
+                self.assertEqual(caught.exception.status_name, "DC_ERR_INVALID_ARGUMENT")
+                with self.assertRaises(deltacast.Error) as caught:
+                    plain.reattach(name, old.float())
+                self.assertEqual(caught.exception.status_name, "DC_ERR_INVALID_ARGUMENT")
+                plain.reattach(name, moved)
+                before = embed_model.tensor_bytes(old)
+                embed_model.perturb(trainer, 0.01, g)
+                self.assertTrue(p.refit(trainer)["committed"])
+                self.assertEqual(plain.wait_version(4, timeout=30), 4)
+                self.assertEqual(embed_model.tensor_bytes(old), before, "the old tensor was written after reattach")
+                self.assertEqual(embed_model.sha(moved), embed_model.sha(trainer[name]))
+                self.assertEqual(gated.wait_version(4, timeout=30), 4)
+                self.assertEqual(gated.apply(), 4)
+                self.assertEqual(embed_model.hashes(servers[0]), embed_model.hashes(trainer))
 
 
 class _Server:
