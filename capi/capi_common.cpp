@@ -91,6 +91,24 @@ uint64_t parse_count(const std::string& key, const std::string& text, uint64_t m
                                 std::to_string(maximum) + ", not '" + text + "'");
 }
 
+uint64_t parse_digest(const std::string& key, const std::string& text) {
+  std::string digits = text;
+  int base = 10;
+  if (digits.rfind("0x", 0) == 0 || digits.rfind("0X", 0) == 0) {
+    digits = digits.substr(2);
+    base = 16;
+  } else if (digits.size() == 16) {
+    base = 16;
+  }
+  try {
+    size_t used = 0;
+    const unsigned long long value = std::stoull(digits, &used, base);
+    if (used == digits.size() && !digits.empty() && digits[0] != '-' && digits[0] != '+') return value;
+  } catch (const std::exception&) {
+  }
+  throw Error(Errc::config, key + " must be a 64-bit digest (16 hex digits, 0x..., or decimal), not '" + text + "'");
+}
+
 bool parse_bool(const std::string& key, const std::string& text) {
   for (const char* yes : {"true", "True", "TRUE", "yes", "on", "1"})
     if (text == yes) return true;

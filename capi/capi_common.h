@@ -65,6 +65,10 @@ class Options {
 // "threads"); Error(config) naming `key` otherwise.
 uint64_t parse_count(const std::string& key, const std::string& text, uint64_t minimum, uint64_t maximum);
 
+// A 64-bit digest as dc_receiver_version prints it: 16 hex digits (optionally 0x-prefixed) or a
+// decimal number; Error(config) naming `key` otherwise.
+uint64_t parse_digest(const std::string& key, const std::string& text);
+
 // A process-level yes/no option ("gated"): true/false, yes/no, on/off, 1/0 as YAML spells them;
 // Error(config) naming `key` otherwise.
 bool parse_bool(const std::string& key, const std::string& text);

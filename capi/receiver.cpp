@@ -1,6 +1,7 @@
 // dc_receiver_*: a tree::Receiver serving refits into the host's own buffers on a thread of its
 // own (deltacast.h; docs/embedding.md for the life cycle and threading rules).
 #include <condition_variable>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -25,7 +26,9 @@ struct dc_receiver {
   };
   static constexpr size_t kMaxEvents = 1024;
 
-  capi::Options options{"dc_receiver_set", {"producer", "rank", "listen", "cluster", "gated"}};
+  capi::Options options{"dc_receiver_set",
+                        {"producer", "rank", "listen", "cluster", "gated", "held_version", "held_digest"}};
+  uint64_t held_version = 0, held_digest = 0;  // what the server says its buffers hold at join
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<tree::Receiver> receiver;
   const codec::Manifest* manifest = nullptr;
@@ -131,7 +134,10 @@ int dc_receiver_set(dc_receiver* r, const char* key, const char* value) {
     capi::require(key, "key");
     capi::require(value, "value");
     r->require_phase(dc_receiver::Phase::created, "dc_receiver_set");
-    if (std::string_view(key) == "gated") capi::parse_bool(key, value);  // refused now, not at join
+    // Refused now, not at join.
+    if (std::string_view(key) == "gated") capi::parse_bool(key, value);
+    if (std::string_view(key) == "held_version") capi::parse_count(key, value, 0, UINT64_MAX);
+    if (std::string_view(key) == "held_digest") capi::parse_digest(key, value);
     r->options.set(key, value);
     return DC_OK;
   });
@@ -158,8 +164,14 @@ int dc_receiver_join(dc_receiver* r, int64_t timeout_ms) {
       r->emit(DC_EVENT_ROLLED_BACK, version, DC_ERR_ABORTED, "version " + std::to_string(version) + " was aborted");
     };
     if (!r->transport) r->transport = transport::make_transport(c.transport, tree::transport_options_from(c));
+    r->held_version = capi::parse_count("held_version", r->options.process("held_version").value_or("0"), 0, UINT64_MAX);
+    const auto held_digest = r->options.process("held_digest");
+    if (r->held_version > 0 && !held_digest)
+      throw Error(Errc::config, "held_version " + std::to_string(r->held_version) +
+                                    " needs held_digest (the digest dc_receiver_version gave for that version)");
+    r->held_digest = held_digest ? capi::parse_digest("held_digest", *held_digest) : 0;
     r->receiver = std::make_unique<tree::Receiver>(*r->transport, options);
-    r->manifest = &r->receiver->join();
+    r->manifest = &r->receiver->join(r->held_version, r->held_digest);
     r->buffers.assign(r->manifest->size(), {});
     std::lock_guard lock(r->mutex);
     r->phase = dc_receiver::Phase::joined;
@@ -225,9 +237,18 @@ int dc_receiver_start(dc_receiver* r) {
       throw Error(Errc::state, "dc_receiver_start: " + std::to_string(n_missing) + " tensors are not attached (" +
                                    missing + (n_missing > 5 ? ", ..." : "") + ")");
     codec::MutableWeights weights{r->manifest, r->buffers};
-    // A fresh member holds version 0; the bootstrap (or a snapshot) overwrites every byte, so
-    // what the buffers hold now does not matter.
-    r->receiver->attach(weights, 0);
+    if (r->held_version == 0) {
+      // A fresh member holds version 0; the bootstrap (or a snapshot) overwrites every byte, so
+      // what the buffers hold now does not matter.
+      r->receiver->attach(weights, 0);
+    } else {
+      // A restarted server offering the version it kept: its buffers must hold exactly that.
+      auto digest = codec::StateDigest::full_scan(weights.as_const(), 0);
+      if (digest.combined() != r->held_digest)
+        throw Error(Errc::verify_failed, "the attached buffers do not hold version " + std::to_string(r->held_version) +
+                                             " (their digest differs from held_digest); nothing was written");
+      r->receiver->attach(weights, r->held_version, std::move(digest));
+    }
     {
       std::lock_guard lock(r->mutex);
       r->phase = dc_receiver::Phase::started;

@@ -82,7 +82,7 @@ Proof ClientHandshake::answer(std::span<const std::byte> challenge) {
   auto server_nonce = challenge.first(kNonceSize);
   auto expected = transcript_mac(secret_, kServerLabel, client_nonce_, server_nonce);
   if (!equal_constant_time(expected, challenge.subspan(kNonceSize, kMacSize))) {
-    throw Error(Errc::auth, "auth: server failed to prove the shared secret (secret mismatch)");
+    throw Error(Errc::auth, "auth: the server did not prove the shared secret (a different secret_file, or not a deltacast endpoint)");
   }
   return transcript_mac(secret_, kClientLabel, client_nonce_, server_nonce);
 }
@@ -108,7 +108,7 @@ void ServerHandshake::verify(std::span<const std::byte> proof) {
   if (!challenged_) throw Error(Errc::state, "auth: verify() before challenge()");
   auto expected = transcript_mac(secret_, kClientLabel, client_nonce_, server_nonce_);
   if (!equal_constant_time(expected, proof)) {
-    throw Error(Errc::auth, "auth: client failed to prove the shared secret (secret mismatch)");
+    throw Error(Errc::auth, "auth: the client did not prove the shared secret (a different secret_file, or not a deltacast endpoint)");
   }
 }
 

@@ -131,7 +131,12 @@ DC_API void dc_receiver_free(dc_receiver* receiver);
  * timeouts.peer, timeouts.join, timeouts.producer_loss, timeouts.refit, log_level), plus the
  * process-level ones: "producer" (the rendezvous URL), "rank" (1..N), "listen" (where children
  * connect, e.g. "tcp://127.0.0.1:0"), "cluster" (its label), "gated" ("true": the apply gate,
- * see dc_receiver_apply; default "false"), "config" (a YAML file whose keys it
+ * see dc_receiver_apply; default "false"), "held_version" and "held_digest" (a restarted server
+ * whose buffers still hold a committed version: the version and the digest dc_receiver_version
+ * gave for it, 16 hex digits; it rejoins by replaying the deltas after it instead of a full
+ * snapshot; the producer refuses a digest it does not know for that version with
+ * DC_ERR_VERIFY_FAILED, a version it never committed with DC_ERR_VERSION_MISMATCH, and start
+ * refuses buffers whose bits differ with DC_ERR_VERIFY_FAILED, nothing written), "config" (a YAML file whose keys it
  * loads, then the environment over them; "members" there is ignored). Values are strings in the
  * YAML spelling ("5s", "4MiB"). Layers as in the CLI: defaults (log_level "warn"), then the
  * DELTACAST_* environment (DELTACAST_TIMEOUTS_PEER=5s, ...; read at create), then these calls. */
@@ -149,8 +154,8 @@ DC_API int dc_receiver_tensor(const dc_receiver* receiver, size_t index, const c
 
 /* Registers the caller's buffer for tensor `name` (after join, before start): refits are written
  * into it in place. dtype, ndim and shape must equal the manifest's; `nbytes` must be the
- * tensor's size. Its content at start does not matter: the bootstrap (version 1) overwrites all
- * of it. Refused with nothing written: a wrong dtype, shape or size (DC_ERR_INVALID_ARGUMENT), an
+ * tensor's size. Its content at start does not matter (the bootstrap, version 1, overwrites all
+ * of it) unless "held_version" was set: then it must hold that version's bits. Refused with nothing written: a wrong dtype, shape or size (DC_ERR_INVALID_ARGUMENT), an
  * unknown name (DC_ERR_NOT_FOUND), CUDA memory (DC_ERR_UNSUPPORTED). */
 DC_API int dc_receiver_attach(dc_receiver* receiver, const char* name, int dtype, int ndim, const int64_t* shape,
                               void* data, size_t nbytes, int device, int device_id);

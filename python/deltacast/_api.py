@@ -72,6 +72,8 @@ def _timeout_ms(timeout: Optional[float], none_means: int) -> int:
 # ---- options ----------------------------------------------------------------------------------
 
 def _option_text(key: str, value: Any) -> str:
+    if key == "held_digest" and isinstance(value, int) and not isinstance(value, bool):
+        return f"0x{value:016x}"  # Receiver.digest is an int; the C API reads 0x-prefixed hex
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, datetime.timedelta):
@@ -260,6 +262,9 @@ class Receiver(_HandleOwner):
     Options: producer, rank (1..N), listen, cluster, secret_file, gated, and any key of
     docs/config.md a receiver uses, as keywords or through options= (a nested dict gives dotted
     keys: timeouts={"peer": "5s"}; a bare number under timeouts.* is seconds).
+
+    held_version=, held_digest= (an int, as `digest` gave it): a restarted server whose tensors
+    still hold that committed version rejoins by replaying the deltas after it (docs/embedding.md).
 
     gated=True is the apply gate: refits are verified and committed without touching the
     tensors; committed versions queue (pending()) until the server calls apply() at a safe point,

@@ -97,6 +97,9 @@ class TestBinding(unittest.TestCase):
                                       "config": "a.yaml", "skipped": None, "verbose": False})
         self.assertEqual(flat, [("config", "a.yaml"), ("timeouts.peer", "5s"), ("timeouts.join", "2500ms"),
                                 ("retain_versions", "4"), ("verbose", "false")])
+        # A held digest (Receiver.digest is an int) goes as 0x-prefixed hex, which the C API reads.
+        self.assertEqual(_api._flatten_options({"held_version": 3, "held_digest": 255}),
+                         [("held_version", "3"), ("held_digest", "0x00000000000000ff")])
         with self.assertRaises(deltacast.Error):
             _api._flatten_options({"listen": ["a"]})
 

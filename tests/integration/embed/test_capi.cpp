@@ -15,7 +15,10 @@
 
 #include "deltacast/deltacast.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -470,6 +473,112 @@ TEST_F(CApi, GatedServersCommitWithoutWritingAndApplyAtTheirSafePoint) {
     EXPECT_EQ(version, expected++);
   }
   EXPECT_EQ(expected, 5u);
+}
+
+// A restarted server that kept its weights offers the version it held (held_version/held_digest
+// from dc_receiver_version before it went down) and rejoins without a full snapshot. A digest the
+// producer does not know for that version, a version it never committed, and buffers that do not
+// hold the offered bits are each refused with their own status and nothing written.
+TEST_F(CApi, ARestartedServerRejoinsWithTheVersionItHeld) {
+  start_all(3);
+  expect_servers_hold_model(1);
+  model.step(1, 0.01);
+  point_producer_at_model();
+  ASSERT_EQ(dc_producer_refit(p, 0), DC_OK) << dc_last_error();
+  expect_servers_hold_model(2);
+  uint64_t held = 0, digest = 0;
+  DC_EXPECT_OK(dc_receiver_version(servers[2]->r, &held, &digest));
+  ASSERT_EQ(held, 2u);
+  std::vector<std::vector<std::byte>> kept = servers[2]->buffers;  // what the server saved
+  servers.pop_back();  // rank 3 leaves; the others go on
+  model.step(2, 0.01);
+  point_producer_at_model();
+  ASSERT_EQ(dc_producer_refit(p, 0), DC_OK) << dc_last_error();
+  char hex[32];
+  auto rejoin = [&](uint64_t version, uint64_t d, std::vector<std::vector<std::byte>> buffers, int* join_status) {
+    auto s = std::make_unique<Server>();
+    *join_status = DC_OK;
+    const char* url = nullptr;
+    EXPECT_EQ(dc_producer_url(p, &url), DC_OK);
+    EXPECT_EQ(dc_receiver_create(&s->r), DC_OK);
+    EXPECT_EQ(dc_receiver_set(s->r, "producer", url), DC_OK);
+    EXPECT_EQ(dc_receiver_set(s->r, "rank", "3"), DC_OK);
+    EXPECT_EQ(dc_receiver_set(s->r, "listen", "tcp://127.0.0.1:0"), DC_OK);
+    EXPECT_EQ(dc_receiver_set(s->r, "held_version", std::to_string(version).c_str()), DC_OK);
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(d));
+    EXPECT_EQ(dc_receiver_set(s->r, "held_digest", hex), DC_OK);
+    *join_status = dc_receiver_join(s->r, 30'000);
+    if (*join_status != DC_OK) return s;
+    s->buffers = std::move(buffers);
+    for (size_t i = 0; i < model.tensors.size(); ++i) {
+      const auto& t = model.tensors[i];
+      EXPECT_EQ(dc_receiver_attach(s->r, t.name.c_str(), t.dtype, static_cast<int>(t.shape.size()), t.shape.data(),
+                                   s->buffers[i].data(), s->buffers[i].size(), DC_DEVICE_HOST, 0),
+                DC_OK);
+    }
+    return s;
+  };
+  int status = DC_OK;
+  auto wrong_digest = rejoin(2, digest ^ 1, kept, &status);
+  EXPECT_EQ(status, DC_ERR_VERIFY_FAILED) << dc_last_error();
+  auto ahead = rejoin(9, digest, kept, &status);
+  EXPECT_EQ(status, DC_ERR_VERSION_MISMATCH) << dc_last_error();
+  auto other_bits = kept;
+  other_bits[0][3] ^= std::byte{1};
+  auto mismatched = rejoin(2, digest, other_bits, &status);
+  ASSERT_EQ(status, DC_OK) << dc_last_error();
+  EXPECT_EQ(dc_receiver_start(mismatched->r), DC_ERR_VERIFY_FAILED);
+  EXPECT_NE(std::string(dc_last_error()).find("held_digest"), std::string::npos) << dc_last_error();
+  EXPECT_EQ(mismatched->buffers, other_bits) << "a refused start wrote into the buffers";
+  mismatched.reset();
+  auto back = rejoin(2, digest, kept, &status);
+  ASSERT_EQ(status, DC_OK) << dc_last_error();
+  ASSERT_EQ(dc_receiver_start(back->r), DC_OK) << dc_last_error();
+  servers.push_back(std::move(back));
+  expect_servers_hold_model(3);
+  model.step(3, 0.01);
+  point_producer_at_model();
+  ASSERT_EQ(dc_producer_refit(p, 0), DC_OK) << dc_last_error();
+  const char* json = nullptr;
+  DC_EXPECT_OK(dc_producer_report(p, &json));
+  EXPECT_NE(std::string(json).find("\"verified_receivers\":3"), std::string::npos) << json;
+  expect_servers_hold_model(4);
+}
+
+// A "producer" that answers with bytes that are not deltacast's: its answer to the authentication
+// handshake (which runs with or without a secret_file) fails, and join says so at once.
+TEST(CApiErrors, GarbageFromTheProducerFailsAuthentication) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(listener, 4), 0);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::thread junk([listener] {
+    const int c = ::accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    std::vector<unsigned char> bytes(4096);
+    std::mt19937 rng(1);
+    for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+    for (int i = 0; i < 16; ++i)
+      if (::send(c, bytes.data(), bytes.size(), MSG_NOSIGNAL) < 0) break;
+    ::sleep(1);
+    ::close(c);
+  });
+  dc_receiver* r = nullptr;
+  ASSERT_EQ(dc_receiver_create(&r), DC_OK);
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  DC_EXPECT_OK(dc_receiver_set(r, "producer", url.c_str()));
+  DC_EXPECT_OK(dc_receiver_set(r, "rank", "1"));
+  const int status = dc_receiver_join(r, 2000);
+  EXPECT_EQ(status, DC_ERR_AUTH) << dc_status_name(status) << ": " << dc_last_error();
+  EXPECT_NE(std::string(dc_last_error()).find("not a deltacast endpoint"), std::string::npos) << dc_last_error();
+  dc_receiver_free(r);
+  junk.join();
+  ::close(listener);
 }
 
 // A server that reallocated a tensor hands deltacast the new memory; refits land there and the
