@@ -204,8 +204,7 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
     codec::ConstWeights checked = r.baseline;
     checked.manifest = &manifest;
     codec::check_weights(checked);
-    d.adopt_baseline(checked);
-    d.baseline_digest = codec::StateDigest::full_scan(d.baseline_weights(), d.options.encode.threads);
+    d.adopt_baseline(checked, r.version, std::nullopt);
     if (d.baseline_digest.combined() != known->second) {
       char text[128];
       std::snprintf(text, sizeof text, "resume: the baseline's digest %016llx is not version %llu's %016llx",
@@ -420,8 +419,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
       },
       refit_options.dry_run,
       [&] {
-        d.adopt_baseline(checked);
-        d.baseline_digest = new_digest;
+        d.adopt_baseline(checked, new_version, new_digest);
         d.version = new_version;
       });
   d.log->info("version {} {} in {:.3f} s ({} chunks, {} payload bytes, {} changes)", report.version,
@@ -492,8 +490,7 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   // The baseline's StateDigest (the next delta's base digest) is computed once the receivers
   // are active, off the bootstrap's critical path; receivers compute theirs the same way.
   RefitReport report = d.run_version(std::move(flight), send_all, [&] { return expected; }, false, [&] {
-    d.adopt_baseline(checked);
-    d.baseline_digest = codec::StateDigest::full_scan(d.baseline_weights(), d.options.encode.threads);
+    d.adopt_baseline(checked, 1, std::nullopt);
     d.version = 1;
     // Rejoining members compare with the StateDigest of version 1, not the pieces' hash sum.
     d.remember_version(1, d.baseline_digest.combined());

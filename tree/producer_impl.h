@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <thread>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "tree/producer.h"
 #include "tree/protocol.h"
 #include "tree/relay_link.h"
+#include "tree/snapshot_serve.h"
 #include "util/log.h"
 #include "util/worker_threads.h"
 
@@ -197,10 +199,18 @@ struct Producer::Impl {
   RefitReport run_version(InFlight flight, const std::function<void(InFlight&)>& send_all,
                           const std::function<uint64_t()>& expected_digest, bool dry_run,
                           const std::function<void()>& on_commit);
-  void adopt_baseline(const codec::ConstWeights& next) {
-    for (size_t t = 0; t < baseline.size(); ++t)
-      std::memcpy(baseline[t].data(), next.tensors[t].data(), baseline[t].size());
-  }
+  // ---- the baseline as a snapshot source (tree/producer_snapshot.cpp) ----
+  // The baseline changes only here, on the driving thread: `next` (version `v`) becomes it, with
+  // StateDigest `digest` (a full scan of it when absent). Snapshots being served keep reading the
+  // version they began with: each open reader is handed the old bits of what changes.
+  void adopt_baseline(const codec::ConstWeights& next, uint64_t v, std::optional<codec::StateDigest> digest);
+  // A rejoining member's FETCH on the producer's listener, when no peer could serve it: a
+  // snapshot of the baseline (the committed version), streamed while refits go on. Replays are
+  // refused (the producer keeps no frames of committed versions).
+  void serve_fetch(std::shared_ptr<transport::Connection> connection, const Fetch& fetch);
+  std::shared_mutex baseline_mutex;  // baseline, baseline_digest, baseline_version vs serving threads
+  uint64_t baseline_version = 0;
+  std::vector<SnapshotPatches*> baseline_readers;  // open snapshot streams (baseline_mutex)
   void settle_roots() noexcept;
 };
 

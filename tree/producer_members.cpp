@@ -53,8 +53,9 @@ void Producer::Impl::stop_threads() {
   if (readers) readers->stop();
 }
 
-// Reads a new connection's first message: HELLO (a member's control link) or JOIN + RESUME (a
-// tree root's data edge). Anything else, or silence, drops the connection.
+// Reads a new connection's first message: HELLO (a member's control link), JOIN + RESUME (a
+// tree root's data edge) or FETCH (a rejoining member no peer could serve). Anything else, or
+// silence, drops the connection.
 void Producer::Impl::greet(std::shared_ptr<transport::Connection> connection) {
   try {
     auto bytes = recv_message(*connection, kControlBufferBytes, kControlSendTimeout);
@@ -65,6 +66,9 @@ void Producer::Impl::greet(std::shared_ptr<transport::Connection> connection) {
     if (auto* hello = std::get_if<Hello>(&message)) {
       event.kind = ProducerEvent::Kind::hello;
       event.hello = *hello;
+    } else if (auto* fetch = std::get_if<Fetch>(&message)) {
+      serve_fetch(connection, *fetch);  // on this greeter thread: no event for the driver
+      return;
     } else if (auto* join = std::get_if<Join>(&message)) {
       auto next = decode_message(recv_message(*connection, kControlBufferBytes, kControlSendTimeout));
       auto* resume = std::get_if<Resume>(&next);
@@ -536,12 +540,13 @@ bool Producer::Impl::send_catchup(uint32_t rank, uint64_t held) {
   const bool replayable = held > 0 && history.count(held) && link.last_catchup_from != held;
   if (held < version) plan.mode = replayable ? CatchupMode::replay : CatchupMode::snapshot;
   link.last_catchup_from = held;
-  // Sources: live members of its own cluster first, then the others (never the producer's uplink
-  // while a peer can serve).
+  // Sources: live members of its own cluster first, then the others, and the producer last (its
+  // uplink only when no peer could serve: a snapshot of its baseline).
   const std::string& cluster = members[rank].cluster;
   for (int pass = 0; pass < 2; ++pass)
     for (uint32_t r : live_ranks())
       if ((membership->cluster(r) == cluster) == (pass == 0)) plan.sources.push_back(members[r]);
+  if (plan.mode == CatchupMode::snapshot) plan.sources.push_back(members[0]);
   log->info("producer: rank {} catches up from version {} to {} by {}", rank, held, version,
             plan.mode == CatchupMode::none ? "nothing" : plan.mode == CatchupMode::replay ? "replay" : "snapshot");
   return send_to(rank, plan);

@@ -177,13 +177,20 @@ bool Receiver::Impl::catch_up() {
       log->warn("{}: ignoring an unexpected message while catching up", who());
       continue;
     }
-    // Each source in turn (its own cluster first) until one brings this member to the version:
-    // a snapshot (when the producer says so) then the versions after it, or a replay alone.
+    // Each source in turn (its own cluster first, the producer last) until one brings this member
+    // to the version: a snapshot (when the producer says so; one from a peer at most, which may be
+    // older than the version when that peer is gated) then the versions after it by replay, from
+    // that peer or the next ones; the producer serves snapshots only.
     bool done = plan->mode == CatchupMode::none;
+    bool have_snapshot = false;
     for (const auto& source : plan->sources) {
       if (done) break;
-      if (plan->mode == CatchupMode::snapshot && !fetch_snapshot(source)) continue;
-      done = session->version() >= plan->version || fetch_replay(source, plan->version);
+      const bool from_producer = source.rank == kProducerRank;
+      if (plan->mode == CatchupMode::snapshot && (!have_snapshot || from_producer)) {
+        if (!fetch_snapshot(source)) continue;
+        have_snapshot = true;
+      }
+      done = session->version() >= plan->version || (!from_producer && fetch_replay(source, plan->version));
     }
     if (!done) log->warn("{}: no peer could bring version {} to {}", who(), session->version(), plan->version);
     log->info("{}: caught up to version {} (digest {:016x})", who(), session->version(), session->digest());

@@ -4,6 +4,7 @@
 
 #include "codec/frame.h"
 #include "tree/connect_retry.h"
+#include "tree/snapshot_serve.h"
 #include "util/log.h"
 
 namespace deltacast::tree {
@@ -260,17 +261,8 @@ void RelayEdges::serve_join(std::shared_ptr<transport::Connection> connection, c
 // of this member's committed version (RAW pieces read through a Session::SnapshotReader, so they
 // are that version's bits although refits keep being applied here meanwhile), then FETCH_END.
 void RelayEdges::serve_fetch(std::shared_ptr<transport::Connection> connection, const Fetch& fetch) {
-  OutboundLink link(std::make_unique<SharedConnection>(connection), fetch.rank, 0);
-  auto send = [&](const SharedBytes& message, SharedBytes body) {
-    if (body)
-      link.post_pair(message, *body, body);
-    else
-      link.post(message);
-    while (!link.wait_below(options_.max_inflight_bytes_per_child, 100ms))
-      if (link.stalled_for() > options_.peer_timeout || stopping_)
-        throw Error(Errc::connection, "rank " + std::to_string(fetch.rank) + " stopped fetching");
-    if (link.dead()) throw Error(Errc::connection, "rank " + std::to_string(fetch.rank) + " stopped fetching");
-  };
+  CatchupSender sender(std::move(connection), fetch.rank, options_.max_inflight_bytes_per_child, options_.peer_timeout,
+                       stopping_);
   FetchEnd end{fetch.version, 0, 0, ""};
   if (fetch.mode == CatchupMode::replay) {
     auto messages = store_.archived(fetch.from_version, fetch.version);
@@ -279,7 +271,7 @@ void RelayEdges::serve_fetch(std::shared_ptr<transport::Connection> connection, 
       end.message = "rank " + std::to_string(options_.rank) + " does not hold the frames of versions " +
                     std::to_string(fetch.from_version + 1) + ".." + std::to_string(fetch.version);
     } else {
-      for (const auto& m : *messages) send(m, nullptr);
+      for (const auto& m : *messages) sender.send(m);
     }
   } else if (fetch.mode == CatchupMode::snapshot) {
     std::unique_ptr<Session::SnapshotReader> reader;
@@ -288,41 +280,30 @@ void RelayEdges::serve_fetch(std::shared_ptr<transport::Connection> connection, 
     } catch (const Error& e) {  // version 0: nothing to serve
       end.errc = static_cast<uint32_t>(e.code());
       end.message = "rank " + std::to_string(options_.rank) + ": " + e.what();
-      link.post(std::make_shared<const std::vector<std::byte>>(encode_message(end)));
-      link.flush(options_.peer_timeout);
-      return;
     }
-    // Pieces of at most a quarter of the largest message, whole elements, in manifest order.
-    const uint64_t piece_bytes = std::max<uint64_t>(options_.max_message_bytes / 4, 4096);
-    struct Piece {
-      uint32_t tensor;
-      uint64_t offset, size;
-    };
-    std::vector<Piece> pieces;
-    for (uint32_t t = 0; t < manifest_.size(); ++t) {
-      const uint64_t w = codec::dtype_size(manifest_.at(t).dtype);
-      const uint64_t size = manifest_.at(t).nbytes();
-      const uint64_t step = std::max(w, piece_bytes / w * w);
-      for (uint64_t off = 0; off < size; off += step) pieces.push_back({t, off, std::min(step, size - off)});
+    // A gated member serves what its buffers hold, possibly older than the committed version:
+    // worth it only when its retained frames bring the fetcher the rest of the way.
+    if (reader && reader->version() < session_.version() && !store_.archived(reader->version(), session_.version())) {
+      end.errc = static_cast<uint32_t>(Errc::not_found);
+      end.message = "rank " + std::to_string(options_.rank) + "'s buffers hold version " +
+                    std::to_string(reader->version()) + " (its server has not applied the versions after it) " +
+                    "and it no longer holds their frames";
+      reader.reset();
     }
-    const uint32_t count = static_cast<uint32_t>(pieces.size());
-    for (uint32_t i = 0; i < count; ++i) {
-      const auto& p = pieces[i];
-      auto body = std::make_shared<std::vector<std::byte>>(p.size);
-      reader->read(p.tensor, p.offset, *body);
-      const RawChunkHeader h{{0, 0}, reader->version(), i, count, p.tensor, p.offset, p.size};
-      send(std::make_shared<const std::vector<std::byte>>(encode_raw_message(h)), std::move(body));
+    if (reader) {
+      const uint32_t count = sender.send_snapshot(
+          manifest_, options_.max_message_bytes, reader->version(),
+          [&](uint32_t tensor, uint64_t offset, std::span<std::byte> out) { reader->read(tensor, offset, out); });
+      end.version = reader->version();
+      end.digest = reader->digest();
+      logger("tree")->info("rank {}: served a snapshot of version {} ({} pieces) to rank {}", options_.rank,
+                           end.version, count, fetch.rank);
     }
-    end.version = reader->version();
-    end.digest = reader->digest();
-    logger("tree")->info("rank {}: served a snapshot of version {} ({} pieces) to rank {}", options_.rank,
-                         end.version, count, fetch.rank);
   } else {
     end.errc = static_cast<uint32_t>(Errc::invalid_argument);
     end.message = "unknown fetch mode";
   }
-  link.post(std::make_shared<const std::vector<std::byte>>(encode_message(end)));
-  link.flush(options_.peer_timeout);
+  sender.finish(end);
 }
 
 void RelayEdges::drop_child(int tree, uint32_t rank, FailureCause cause, const std::string& detail, bool tell) {

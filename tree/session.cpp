@@ -412,19 +412,11 @@ Session::SnapshotReader::~SnapshotReader() {
 }
 
 void Session::SnapshotReader::record(const codec::DeltaApplier& applier) {
-  std::vector<Patch> written;
+  std::vector<SnapshotPatches::Patch> written;
   applier.for_each_written([&](uint32_t tensor, uint64_t element, uint32_t bits) {
     written.push_back({tensor, element, bits});
   });
-  record(std::move(written));
-}
-
-void Session::SnapshotReader::record(std::vector<Patch> written) {
-  std::erase_if(written, [&](const Patch& p) {
-    return p.tensor < cursor_tensor_ || (p.tensor == cursor_tensor_ && p.element < cursor_element_);
-  });
-  std::sort(written.begin(), written.end());
-  layers_.push_back(std::move(written));
+  patches_.record(std::move(written));
 }
 
 std::vector<uint64_t> Session::pending() const {
@@ -449,12 +441,12 @@ uint64_t Session::apply_pending() {
       if (!delta_applier_->apply_next_staged()) break;
       continue;
     }
-    std::vector<SnapshotReader::Patch> written;
+    std::vector<SnapshotPatches::Patch> written;
     if (!delta_applier_->apply_next_staged([&](uint32_t tensor, uint64_t element, uint32_t bits) {
           written.push_back({tensor, element, bits});
         }))
       break;
-    for (auto* reader : snapshots_) reader->record(written);
+    for (auto* reader : snapshots_) reader->patches_.record(written);
   }
   std::lock_guard lock(state_mutex_);
   return delta_applier_->staged_versions().empty() ? committed_version_ : delta_applier_->buffers_version();
@@ -469,13 +461,6 @@ void Session::rebind(uint32_t tensor, std::span<std::byte> memory) {
   delta_applier_->rebind(tensor, memory);  // checks the size, the bits, and that nothing is written
   weights_.tensors[tensor] = memory;
   raw_ = std::make_unique<RawBootstrap>(manifest_, weights_);
-}
-
-void Session::SnapshotReader::patch(const std::vector<Patch>& layer, uint32_t tensor, uint64_t first, uint64_t end,
-                                    unsigned width, std::span<std::byte> out) const {
-  auto it = std::lower_bound(layer.begin(), layer.end(), Patch{tensor, first, 0});
-  for (; it != layer.end() && it->tensor == tensor && it->element < end; ++it)
-    std::memcpy(out.data() + (it->element - first) * width, &it->bits, width);  // little-endian host
 }
 
 void Session::SnapshotReader::read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) {
@@ -493,11 +478,7 @@ void Session::SnapshotReader::read(uint32_t tensor, uint64_t offset, std::span<s
         std::memcpy(out.data() + (element - first) * width, &bits, width);
     });
   }
-  for (auto layer = layers_.rbegin(); layer != layers_.rend(); ++layer) patch(*layer, tensor, first, end, width, out);
-  cursor_tensor_ = tensor;
-  cursor_element_ = end;
-  for (auto& layer : layers_)
-    layer.erase(layer.begin(), std::lower_bound(layer.begin(), layer.end(), Patch{tensor, end, 0}));
+  patches_.restore_and_advance(tensor, first, end, width, out);
 }
 
 void Session::abandon_replay() {

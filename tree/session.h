@@ -31,6 +31,7 @@
 #include "codec/frame.h"
 #include "codec/manifest.h"
 #include "tree/protocol.h"
+#include "tree/snapshot_serve.h"
 #include "util/error.h"
 
 namespace deltacast::tree {
@@ -125,26 +126,14 @@ class Session {
 
    private:
     friend class Session;
-    struct Patch {
-      uint32_t tensor;
-      uint64_t element;
-      uint32_t bits;
-      bool operator<(const Patch& o) const { return tensor != o.tensor ? tensor < o.tensor : element < o.element; }
-    };
     SnapshotReader(Session& session, uint64_t version, uint64_t digest)
         : session_(session), version_(version), digest_(digest) {}
     // Keeps the base bits of what `applier` wrote, beyond the cursor (state lock held).
     void record(const codec::DeltaApplier& applier);
-    // The same for writes listed as (tensor, element, bits before), unsorted (state lock held).
-    void record(std::vector<Patch> written);
-    void patch(const std::vector<Patch>& layer, uint32_t tensor, uint64_t first, uint64_t end, unsigned width,
-               std::span<std::byte> out) const;
     Session& session_;
     const uint64_t version_;
     const uint64_t digest_;
-    std::vector<std::vector<Patch>> layers_;  // oldest first, each sorted
-    uint32_t cursor_tensor_ = 0;
-    uint64_t cursor_element_ = 0;
+    SnapshotPatches patches_;  // state lock
   };
   // Opens a reader of the committed version (gated, with versions pending: of the version the
   // buffers hold). Throws Error(state) at version 0 (nothing to serve).

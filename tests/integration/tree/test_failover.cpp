@@ -224,6 +224,15 @@ void expect_survivors_exact(FailCluster& c, uint32_t n, const std::set<uint32_t>
   }
 }
 
+bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
 class Failover : public ::testing::TestWithParam<TopologyKind> {};
 
 TEST_P(Failover, InteriorMemberDiesMidDelta) {
@@ -450,17 +459,27 @@ TEST(Rejoin, WrongDigestIsRefusedAndNothingIsWritten) {
 }
 
 
+// The last resort: no live peer can serve a snapshot (the only member restarted empty), so the
+// producer streams its baseline, and the member is back for the next version.
+TEST(Rejoin, TheProducerServesTheSnapshotWhenNoPeerCan) {
+  const uint32_t n = 1;
+  Refits run;
+  FailCluster c(TopologyKind::binary, run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  c.restart(1);
+  ASSERT_TRUE(eventually([&] { return c.receiver(1).version() == 2; }, 20s)) << "no snapshot came";
+  EXPECT_TRUE(c.holds(1, run.model.weights())) << "the snapshot differs from version 2";
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  EXPECT_EQ(r3.verified_receivers, n);
+  c.finish();
+  EXPECT_EQ(c.failure(1), "");
+  EXPECT_TRUE(c.holds(1, run.model.weights())) << "rank 1 differs from the producer";
+}
+
 // --- The apply gate: gated members verify, ack and commit without writing their buffers; the
 // server writes the queued versions at its safe point (Receiver::apply_pending).
 
-bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
-  const auto until = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(5ms);
-  }
-  return true;
-}
 
 TEST(Gate, GatedMembersCommitWithoutWritingAndApplyQueuedVersionsInOrder) {
   const uint32_t n = 5;
