@@ -70,6 +70,10 @@ class SafetensorsFile {
 void write_safetensors(const std::filesystem::path& path, const codec::ConstWeights& weights,
                        const Metadata& metadata = {});
 
+// Writes `bytes` as the file `path` the same way: a temporary file beside it, fsync, rename, then
+// the directory fsync'ed. Throws Error(io); on failure `path` is untouched and the temporary removed.
+void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes);
+
 // The header bytes (8-byte length + padded JSON) write_safetensors would produce. Exposed so that
 // tests and tools can build files and deliberately broken variants.
 std::string safetensors_header(const codec::Manifest& manifest, const Metadata& metadata = {});

@@ -115,4 +115,10 @@ void write_safetensors(const std::filesystem::path& path, const codec::ConstWeig
   tmp.commit_to(path);
 }
 
+void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  TempFile tmp(path);
+  tmp.write_all(bytes.data(), bytes.size());
+  tmp.commit_to(path);
+}
+
 }  // namespace deltacast::checkpoint

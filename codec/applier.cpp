@@ -243,6 +243,7 @@ struct DeltaApplier::Impl {
   // rebind) and readers of them (staging a chunk) shared; never taken before mu is released
   // except by commit and rebind, which hold mu with no writer running.
   std::deque<StagedVersion> staged;
+  std::vector<StagedVersion> spare;  // written versions whose storage the next ones reuse
   uint64_t buffers_version = 0;
   StateDigest buffers_digest;
   mutable std::shared_mutex buffers_mu;
@@ -457,6 +458,18 @@ struct DeltaApplier::Impl {
   // the undo log (which holds new bits in this mode), join the staged queue.
   void stage_version() {
     StagedVersion v;
+    {
+      std::unique_lock lock(buffers_mu);
+      if (!spare.empty()) {  // storage of a version already written: no fresh page faults
+        v = std::move(spare.back());
+        spare.pop_back();
+      }
+    }
+    v.segments.clear();
+    v.entries.clear();
+    size_t total = 0;
+    undo.for_each_segment_reverse([&](const UndoSegment& s) { total += s.count; });
+    v.entries.reserve(total);
     v.version = *pending;
     v.digest = digest;
     undo.for_each_segment_reverse([&](const UndoSegment& s) {
@@ -488,6 +501,7 @@ struct DeltaApplier::Impl {
     }
     buffers_version = v.version;
     buffers_digest = std::move(v.digest);
+    if (spare.size() < 2) spare.push_back(std::move(v));  // its vectors keep their capacity
     staged.pop_front();
     return buffers_version;
   }

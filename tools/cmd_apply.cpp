@@ -1,14 +1,16 @@
-// `deltacast apply`: applies a .dcx delta to a checkpoint, bit-exactly or not at all.
-// Everything that can be checked before writing is checked first (all frames parsed, model and
-// base digest matched); the result is verified against the seal's digests and audited by a full
-// scan before it is published. On any error the target file is byte-identical to before:
-//   --out: the delta goes into a private copy, written to OUT atomically (temp file + rename);
-//   --in-place: the delta goes into the mapped target, and any failure rolls it back.
+// `deltacast apply`: applies a .dcx delta to a checkpoint (a .safetensors file or a sharded
+// directory), bit-exactly or not at all. Everything that can be checked before writing is checked
+// first (all frames parsed, model and base digest matched); the result is verified against the
+// seal's digests and audited by a full scan before it is published. On any error the target is
+// byte-identical to before:
+//   --out: the delta goes into a private copy, written to OUT in the target's layout (the same
+//          shard files with the same tensors, each written atomically, the index last);
+//   --in-place: the delta goes into the mapped target files, and any failure rolls it back.
 #include <cstdio>
 #include <optional>
 #include <string>
 
-#include "checkpoint/safetensors.h"
+#include "checkpoint/checkpoint.h"
 #include "codec/applier.h"
 #include "tools/cli.h"
 #include "tools/lib_delta_file.h"
@@ -45,7 +47,7 @@ ApplyOutcome apply_all(codec::DeltaApplier& applier, const DeltaFile& delta, uns
   return outcome;
 }
 
-void check_base(const checkpoint::SafetensorsFile& target, const DeltaFile& delta, const codec::StateDigest& digest) {
+void check_base(const checkpoint::Checkpoint& target, const DeltaFile& delta, const codec::StateDigest& digest) {
   const auto& h = delta.first_header();
   if (target.manifest().digest() != h.manifest_digest) {
     throw Error(Errc::version_mismatch, "delta was made for another model than " + target.path().string() +
@@ -66,15 +68,15 @@ void run_apply(const ApplyOptions& o) {
   const uint64_t version = o.base_version.value_or(delta.first_header().base_version);
   ApplyOutcome outcome;
   if (!o.in_place) {
-    const auto target = checkpoint::SafetensorsFile::open(o.target);
+    const auto target = checkpoint::Checkpoint::open(o.target);
     const auto digest = codec::StateDigest::full_scan(target.weights(), o.threads);
     check_base(target, delta, digest);
     codec::OwnedWeights copy(target.weights());
     codec::DeltaApplier applier(copy.manifest(), copy.mutable_view(), version, digest);
     outcome = apply_all(applier, delta, o.threads);
-    checkpoint::write_safetensors(o.out, copy.view(), target.metadata());
+    checkpoint::write_checkpoint(o.out, copy.view(), target.layout());
   } else {
-    auto target = checkpoint::SafetensorsFile::open_for_update(o.target);
+    auto target = checkpoint::Checkpoint::open_for_update(o.target);
     const auto digest = codec::StateDigest::full_scan(target.weights(), o.threads);
     check_base(target, delta, digest);
     codec::DeltaApplier applier(target.manifest(), target.mutable_weights(), version, digest);
@@ -97,9 +99,9 @@ void run_apply(const ApplyOptions& o) {
 void setup(CLI::App& parent) {
   auto o = std::make_shared<ApplyOptions>();
   auto* cmd = parent.add_subcommand("apply", "apply a .dcx delta to a checkpoint (verified, all or nothing)");
-  cmd->add_option("--target", o->target, "checkpoint holding the delta's base")->required();
+  cmd->add_option("--target", o->target, "checkpoint holding the delta's base (a file or a sharded directory)")->required();
   cmd->add_option("--delta", o->delta, ".dcx file from `deltacast diff`")->required();
-  auto* out = cmd->add_option("--out", o->out, "write the result here (atomically)");
+  auto* out = cmd->add_option("--out", o->out, "write the result here in the target's layout (a file, or a directory for shards)");
   auto* in_place = cmd->add_flag("--in-place", o->in_place, "apply into the target itself (rolled back on failure)");
   out->excludes(in_place);
   cmd->add_option("--base-version", o->base_version, "version the target holds (default: the delta's base version)");

@@ -1,4 +1,5 @@
-// `deltacast diff`: encodes the delta between two checkpoints into a .dcx file (the chunk frames
+// `deltacast diff`: encodes the delta between two checkpoints (each a .safetensors file or a
+// Hugging Face sharded directory, checkpoint/checkpoint.h) into a .dcx file (the chunk frames
 // followed by the seal frame, concatenated) and reports its size.
 #include <algorithm>
 #include <chrono>
@@ -8,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/safetensors.h"
+#include "checkpoint/checkpoint.h"
 #include "codec/encoder.h"
 #include "tools/cli.h"
 #include "tools/lib_files.h"
@@ -44,8 +45,8 @@ std::vector<bool> overwrite_mask(const codec::Manifest& manifest, const std::str
 }
 
 void run_diff(const DiffOptions& o) {
-  const auto base = checkpoint::SafetensorsFile::open(o.base);
-  const auto next = checkpoint::SafetensorsFile::open(o.next);
+  const auto base = checkpoint::Checkpoint::open(o.base);
+  const auto next = checkpoint::Checkpoint::open(o.next);
   if (auto why = manifest_difference(base.manifest(), next.manifest())) {
     throw Error(Errc::invalid_argument, "cannot diff " + o.base + " and " + o.next + ": different tensors: " + *why);
   }
@@ -120,9 +121,10 @@ void run_diff(const DiffOptions& o) {
 
 void setup(CLI::App& parent) {
   auto o = std::make_shared<DiffOptions>();
-  auto* cmd = parent.add_subcommand("diff", "encode the delta between two safetensors checkpoints into a .dcx file");
-  cmd->add_option("--base", o->base, "checkpoint the receivers hold")->required();
-  cmd->add_option("--new", o->next, "checkpoint to move them to")->required();
+  auto* cmd = parent.add_subcommand(
+      "diff", "encode the delta between two checkpoints (.safetensors files or sharded directories) into a .dcx file");
+  cmd->add_option("--base", o->base, "checkpoint the receivers hold (a file or a sharded directory)")->required();
+  cmd->add_option("--new", o->next, "checkpoint to move them to (any layout of the same tensors)")->required();
   cmd->add_option("--out", o->out, "output .dcx file")->required();
   cmd->add_option("--overwrite", o->overwrite_regex, "regex (std::regex search) on tensor names not XOR-safe: sent as overwrite");
   cmd->add_flag("--json", o->json, "print one JSON object instead of the summary");

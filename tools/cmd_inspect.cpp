@@ -1,10 +1,15 @@
 // `deltacast inspect`: describes a .dcx file frame by frame (versions, digests, segments with their
-// location coding and value mode, section sizes). Every frame is fully validated first.
+// location coding and value mode, section sizes; every frame fully validated first), or a
+// checkpoint (a .safetensors file or a sharded directory: its layout and its tensors in canonical
+// order, with the index each has in deltas and the file holding it).
 #include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/checkpoint.h"
+#include "codec/digest.h"
 #include "tools/cli.h"
 #include "tools/lib_delta_file.h"
 #include "util/error.h"
@@ -108,7 +113,52 @@ void print_text(const std::string& path, const DeltaFile& d) {
   }
 }
 
+bool is_checkpoint(const std::string& path) {
+  const std::filesystem::path p(path);
+  return std::filesystem::is_directory(p) || p.extension() == ".safetensors";
+}
+
+void inspect_checkpoint(const std::string& path, bool json) {
+  const auto c = checkpoint::Checkpoint::open(path);
+  const auto& m = c.manifest();
+  const auto& layout = c.layout();
+  const uint64_t digest = codec::StateDigest::full_scan(c.weights(), 2).combined();
+  if (json) {
+    Json j;
+    j["checkpoint"] = path;
+    j["sharded"] = layout.sharded;
+    Json files = Json::array();
+    for (const auto& shard : layout.shards) files.push_back(Json{{"file", shard.file}, {"tensors", shard.tensors.size()}});
+    j["files"] = files;
+    j["tensors"] = m.size();
+    j["bytes"] = m.total_bytes();
+    j["manifest_digest"] = hex64(m.digest());
+    j["state_digest"] = hex64(digest);
+    Json tensors = Json::array();
+    for (uint32_t i = 0; i < m.size(); ++i) {
+      Json shape = Json::array();
+      for (uint64_t d : m.at(i).shape) shape.push_back(d);
+      tensors.push_back(Json{{"index", i}, {"name", m.at(i).name}, {"dtype", std::string(codec::dtype_name(m.at(i).dtype))},
+                             {"shape", shape}, {"file", c.file_of(i)}});
+    }
+    j["tensor_list"] = tensors;
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%s: %s, %zu file%s, %zu tensors, %llu bytes, manifest %s, state digest %s\n", path.c_str(),
+              layout.sharded ? "sharded checkpoint" : "single-file checkpoint", layout.shards.size(),
+              layout.shards.size() == 1 ? "" : "s", m.size(), static_cast<unsigned long long>(m.total_bytes()),
+              hex64(m.digest()).c_str(), hex64(digest).c_str());
+  for (uint32_t i = 0; i < m.size(); ++i) {
+    std::string shape;
+    for (uint64_t d : m.at(i).shape) shape += (shape.empty() ? "" : ",") + std::to_string(d);
+    std::printf("  %4u %-40s %-8s [%s] %s\n", i, m.at(i).name.c_str(), std::string(codec::dtype_name(m.at(i).dtype)).c_str(),
+                shape.c_str(), c.file_of(i).c_str());
+  }
+}
+
 void run_inspect(const std::string& path, bool json) {
+  if (is_checkpoint(path)) return inspect_checkpoint(path, json);
   const DeltaFile d = read_delta_file(path);
   if (!json) {
     print_text(path, d);
@@ -128,8 +178,8 @@ void run_inspect(const std::string& path, bool json) {
 void setup(CLI::App& parent) {
   auto path = std::make_shared<std::string>();
   auto json = std::make_shared<bool>(false);
-  auto* cmd = parent.add_subcommand("inspect", "describe the frames of a .dcx delta file");
-  cmd->add_option("file", *path, ".dcx file")->required();
+  auto* cmd = parent.add_subcommand("inspect", "describe a .dcx delta file frame by frame, or a checkpoint's tensors");
+  cmd->add_option("path", *path, ".dcx file, .safetensors file or sharded checkpoint directory")->required();
   cmd->add_flag("--json", *json, "print one JSON object");
   cmd->callback([path, json] { run_inspect(*path, *json); });
 }

@@ -1,11 +1,12 @@
 // `deltacast synth`: writes the checkpoints of a SIMULATED training run (sim/trainer_simulator.h):
-// DIR/step-0000.safetensors (initial weights) ... DIR/step-NNNN.safetensors.
+// DIR/step-0000.safetensors (initial weights) ... DIR/step-NNNN.safetensors, or with --shards K
+// each step as a Hugging Face sharded directory DIR/step-NNNN/ (K shards and the index).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
 
-#include "checkpoint/safetensors.h"
+#include "checkpoint/checkpoint.h"
 #include "sim/trainer_simulator.h"
 #include "tools/cli.h"
 #include "util/error.h"
@@ -20,11 +21,12 @@ struct SynthOptions {
   double lr = 2e-6;
   uint64_t seed = 0;
   unsigned threads = 2;
+  unsigned shards = 0;  // 0: single files
 };
 
-std::filesystem::path step_path(const std::filesystem::path& dir, uint64_t step) {
+std::filesystem::path step_path(const std::filesystem::path& dir, uint64_t step, bool sharded) {
   char name[64];
-  std::snprintf(name, sizeof name, "step-%04llu.safetensors", static_cast<unsigned long long>(step));
+  std::snprintf(name, sizeof name, "step-%04llu%s", static_cast<unsigned long long>(step), sharded ? "" : ".safetensors");
   return dir / name;
 }
 
@@ -49,8 +51,15 @@ void run_synth(const SynthOptions& o) {
   for (uint64_t step = 0;; ++step) {
     auto meta = base_meta;
     meta["step"] = std::to_string(step);
-    const auto path = step_path(o.out_dir, step);
-    checkpoint::write_safetensors(path, trainer.bf16_weights(), meta);
+    const auto path = step_path(o.out_dir, step, o.shards > 0);
+    const auto weights = trainer.bf16_weights();
+    if (o.shards == 0) {
+      checkpoint::write_safetensors(path, weights, meta);
+    } else {
+      auto layout = checkpoint::even_layout(*weights.manifest, o.shards);
+      for (auto& shard : layout.shards) shard.metadata = meta;
+      checkpoint::write_checkpoint(path, weights, layout);
+    }
     std::printf("wrote %s\n", path.c_str());
     if (step == o.steps) break;
     trainer.step();
@@ -68,6 +77,8 @@ void setup(CLI::App& parent) {
   cmd->add_option("--lr", opts->lr, "Adam learning rate")->capture_default_str();
   cmd->add_option("--seed", opts->seed, "random seed")->capture_default_str();
   cmd->add_option("--threads", opts->threads, "worker threads")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--shards", opts->shards, "write each step as a sharded directory of this many shards (0: one file)")
+      ->capture_default_str();
   cmd->callback([opts] { run_synth(*opts); });
 }
 

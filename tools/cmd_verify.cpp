@@ -1,26 +1,30 @@
-// `deltacast verify`: bitwise comparison of two safetensors files, tensor by tensor (names,
-// dtypes, shapes, bytes). Exit status 0 only when they are identical; 1 on any difference.
+// `deltacast verify`: bitwise comparison of two checkpoints, tensor by tensor (names, dtypes,
+// shapes, bytes), whatever their layouts (a .safetensors file or a sharded directory each: tensors
+// are compared, not files). Exit status 0 only when they are identical; 1 on any difference.
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 
-#include "checkpoint/safetensors.h"
+#include "checkpoint/checkpoint.h"
 #include "tools/cli.h"
 #include "util/error.h"
 
 namespace deltacast::tools {
 namespace {
 
-// Elements whose bytes differ (element size from the dtype).
-uint64_t differing_elements(std::span<const std::byte> a, std::span<const std::byte> b, size_t element_size) {
-  uint64_t count = 0;
-  for (size_t i = 0; i < a.size(); i += element_size) count += std::memcmp(a.data() + i, b.data() + i, element_size) != 0;
-  return count;
+// Elements whose bytes differ (element size from the dtype), and the first of them.
+std::pair<uint64_t, uint64_t> differing_elements(std::span<const std::byte> a, std::span<const std::byte> b,
+                                                 size_t element_size) {
+  uint64_t count = 0, first = 0;
+  for (size_t i = 0; i < a.size(); i += element_size)
+    if (std::memcmp(a.data() + i, b.data() + i, element_size) != 0 && count++ == 0) first = i / element_size;
+  return {count, first};
 }
 
 void run_verify(const std::string& path_a, const std::string& path_b) {
-  const auto a = checkpoint::SafetensorsFile::open(path_a);
-  const auto b = checkpoint::SafetensorsFile::open(path_b);
+  const auto a = checkpoint::Checkpoint::open(path_a);
+  const auto b = checkpoint::Checkpoint::open(path_b);
   const auto wa = a.weights();
   const auto wb = b.weights();
   uint64_t differences = 0;
@@ -41,9 +45,10 @@ void run_verify(const std::string& path_a, const std::string& path_b) {
       continue;
     }
     if (wa.tensors[i].empty() || std::memcmp(wa.tensors[i].data(), wb.tensors[*j].data(), wa.tensors[i].size()) == 0) continue;
-    const uint64_t n = differing_elements(wa.tensors[i], wb.tensors[*j], codec::dtype_size(ta.dtype));
-    std::printf("%s: %llu of %llu elements differ\n", ta.name.c_str(), static_cast<unsigned long long>(n),
-                static_cast<unsigned long long>(ta.numel()));
+    const auto [n, first] = differing_elements(wa.tensors[i], wb.tensors[*j], codec::dtype_size(ta.dtype));
+    std::printf("%s: %llu of %llu elements differ (first at element %llu; %s vs %s)\n", ta.name.c_str(),
+                static_cast<unsigned long long>(n), static_cast<unsigned long long>(ta.numel()),
+                static_cast<unsigned long long>(first), a.file_of(i).c_str(), b.file_of(*j).c_str());
     ++differences;
   }
   for (const auto& tb : b.manifest().tensors()) {
@@ -63,9 +68,9 @@ void run_verify(const std::string& path_a, const std::string& path_b) {
 void setup(CLI::App& parent) {
   auto a = std::make_shared<std::string>();
   auto b = std::make_shared<std::string>();
-  auto* cmd = parent.add_subcommand("verify", "compare two safetensors files bitwise (exit 1 on any difference)");
-  cmd->add_option("first", *a, "safetensors file")->required();
-  cmd->add_option("second", *b, "safetensors file")->required();
+  auto* cmd = parent.add_subcommand("verify", "compare two checkpoints tensor by tensor, bitwise (exit 1 on any difference)");
+  cmd->add_option("first", *a, "checkpoint: a .safetensors file or a sharded directory")->required();
+  cmd->add_option("second", *b, "checkpoint: a .safetensors file or a sharded directory")->required();
   cmd->callback([a, b] { run_verify(*a, *b); });
 }
 

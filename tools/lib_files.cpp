@@ -1,5 +1,7 @@
 #include "tools/lib_files.h"
 
+#include "checkpoint/safetensors.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -39,33 +41,7 @@ std::vector<std::byte> read_file(const std::filesystem::path& path) {
 }
 
 void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw_os("cannot create", tmp, errno);
-  auto fail = [&](const std::string& what, int err) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw_os(what, tmp, err);
-  };
-  const std::byte* p = bytes.data();
-  size_t left = bytes.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd, p, left);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("cannot write", errno);
-    }
-    p += n;
-    left -= static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) fail("cannot fsync", errno);
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    throw_os("cannot rename onto", path, err);
-  }
+  checkpoint::write_file_atomically(path, bytes);
 }
 
 }  // namespace deltacast::tools

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Offline CLI round trip on a small SIMULATED model:
 #   synth -> diff -> apply (--out and --in-place) -> verify bit-exact; chained versions;
+#   the same with Hugging Face sharded directories, and deltas across file and shard layouts;
 #   corrupted / truncated / wrong-base deltas fail with a non-zero exit and leave the target
 #   byte-identical (sha256 before/after); inspect --json and diff --json parse; demo --offline.
 set -euo pipefail
@@ -123,6 +124,48 @@ expect_failure "missing target" io "$DC" apply --target absent.safetensors --del
 echo "ok: the target is untouched after every failure"
 
 # The whole loop in memory.
+# Sharded directories (Hugging Face layout) in every command, and across layouts: the same model
+# as 3 shards (synth --shards, same seed) and as single files.
+"$DC" synth --out sh --params 2M --steps 1 --seed 5 --shards 3 >/dev/null
+[ -f sh/step-0000/model.safetensors.index.json ] || fail "synth --shards wrote no index"
+[ "$(ls sh/step-0000/*.safetensors | wc -l)" = 3 ] || fail "synth --shards did not write 3 shards"
+"$DC" verify sh/step-0000 ck/step-0000.safetensors >/dev/null || fail "verify: shards and file differ"
+"$DC" diff --base sh/step-0000 --new sh/step-0001 --out dsh.dcx >/dev/null
+cmp -s dsh.dcx d01.dcx || fail "the delta from shards differs from the delta from files"
+"$DC" apply --target ck/step-0000.safetensors --delta dsh.dcx --out from-shards.safetensors >/dev/null
+"$DC" verify from-shards.safetensors sh/step-0001 >/dev/null || fail "a delta from shards applied to a file is not exact"
+"$DC" apply --target sh/step-0000 --delta d01.dcx --out sh-out >/dev/null
+"$DC" verify sh-out sh/step-0001 >/dev/null || fail "a delta from files applied to shards is not exact"
+(cd sh/step-0000 && ls) >layout.before
+(cd sh-out && ls) >layout.after
+cmp -s layout.before layout.after || fail "apply --out DIR changed the shard layout: $(cat layout.after)"
+python3 - sh/step-0000 sh-out <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1] + "/model.safetensors.index.json"))["weight_map"]
+b = json.load(open(sys.argv[2] + "/model.safetensors.index.json"))["weight_map"]
+assert a == b, "the tensors per shard changed"
+PY
+cp -r sh/step-0000 sh-inplace
+"$DC" apply --target sh-inplace --delta d01.dcx --in-place >/dev/null
+"$DC" verify sh-inplace sh/step-0001 >/dev/null || fail "apply --in-place into shards is not exact"
+"$DC" inspect --json sh/step-0000 >inspect-sh.json
+python3 - inspect-sh.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["sharded"] and len(d["files"]) == 3 and d["tensors"] == len(d["tensor_list"]), d
+names = [t["name"] for t in d["tensor_list"]]
+assert names == sorted(names), "canonical order is by name"
+PY
+if "$DC" verify sh/step-0000 sh/step-0001 >verify.txt; then fail "verify missed a difference between shard dirs"; fi
+grep -q "first at element" verify.txt || fail "verify does not name where tensors differ: $(cat verify.txt)"
+# A broken index: a missing shard is named, and nothing is written.
+cp -r sh/step-0000 broken
+rm broken/model-00002-of-00003.safetensors
+expect_failure "missing shard" "model-00002-of-00003.safetensors" \
+  "$DC" apply --target broken --delta d01.dcx --out never-dir
+[ ! -e never-dir ] || fail "a refused apply created its output"
+echo "ok: sharded directories in diff, apply (--out, --in-place), verify and inspect, across layouts"
+
 "$DC" demo --offline --params 2M --steps 2 --json demo.json >/dev/null
 python3 - demo.json <<'PY'
 import json, sys

@@ -1,0 +1,82 @@
+#pragma once
+// A model checkpoint as users keep it: one .safetensors file, or a Hugging Face sharded directory
+// (model.safetensors.index.json, whose "weight_map" names each tensor's shard file, plus those
+// shards; "metadata" is kept as it is). A directory without an index holding exactly one
+// .safetensors file is that file.
+//
+// Canonical coordinates (docs/frame-format.md): a tensor is its name, an element its flat index.
+// The manifest of a Checkpoint lists the tensors sorted by name (bytewise), whatever file holds
+// them and wherever: the same model stored as one file or as any shards has the same manifest, so
+// a delta made from one layout applies to the other. (SafetensorsFile keeps its own file order;
+// this class is what the CLI reads and writes.)
+//
+// Opening maps every file and validates everything before returning: each shard's header, and
+// the index against the shards (a missing shard, a tensor in two places, a tensor the index and
+// the shards disagree on). Errors name the file and the tensor.
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/safetensors.h"
+#include "codec/manifest.h"
+
+namespace deltacast::checkpoint {
+
+inline constexpr const char* kIndexFileName = "model.safetensors.index.json";
+
+// Where the tensors live: the files (relative names) and, per file, its tensors in file order and
+// its __metadata__; for a sharded directory, the index's "metadata" object (raw JSON text).
+struct Layout {
+  struct Shard {
+    std::string file;                  // "model-00001-of-00003.safetensors" (a single file: its name)
+    std::vector<std::string> tensors;  // in the file's data order
+    Metadata metadata;
+  };
+  bool sharded = false;
+  std::vector<Shard> shards;
+  std::string index_metadata_json = "{}";  // sharded only
+};
+
+class Checkpoint {
+ public:
+  // Opens a file or a directory (see the top). Throws Error(io) for a path that cannot be read,
+  // Error(not_found) for a missing shard, Error(invalid_argument) for anything malformed.
+  static Checkpoint open(const std::filesystem::path& path);
+  // The same, mapping every file writable (MAP_SHARED): writes through mutable_weights() land in
+  // the files; flush() forces them to disk.
+  static Checkpoint open_for_update(const std::filesystem::path& path);
+
+  Checkpoint(Checkpoint&&) noexcept;
+  Checkpoint& operator=(Checkpoint&&) noexcept;
+  ~Checkpoint();
+
+  const std::filesystem::path& path() const noexcept;
+  const codec::Manifest& manifest() const noexcept;  // sorted by name
+  const Layout& layout() const noexcept;
+  codec::ConstWeights weights() const;  // manifest order, spans into the mappings
+  codec::MutableWeights mutable_weights();
+  void flush();
+  // The shard file holding tensor `index` of the manifest (for messages).
+  const std::string& file_of(uint32_t index) const;
+
+ private:
+  struct Impl;
+  explicit Checkpoint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Writes `weights` (a manifest with the layout's tensors, any order) at `path` in `layout`: a
+// single file at `path` when the layout is not sharded, else the directory `path` (created) with
+// every shard under its file name, then the index. Each file is written atomically (temporary
+// file, fsync, rename) and the index last, so a reader that finds the index finds whole shards.
+// Throws Error(invalid_argument) when the layout and the weights name different tensors, Error(io)
+// when writing fails.
+void write_checkpoint(const std::filesystem::path& path, const codec::ConstWeights& weights, const Layout& layout);
+
+// A layout for `manifest` in `shards` files of about equal size, named as Hugging Face names them
+// (model-0000K-of-0000N.safetensors), tensors in manifest order; shards = 1 and sharded = false: a
+// single file. For tests and tools.
+Layout even_layout(const codec::Manifest& manifest, size_t shards, bool sharded = true);
+
+}  // namespace deltacast::checkpoint

@@ -1,0 +1,288 @@
+// Checkpoints as users keep them (checkpoint/checkpoint.h): single files and Hugging Face sharded
+// directories behind one name-sorted manifest. Round trips on several layouts compare bits; a
+// delta made from one layout applies to another; every malformed index is refused by name.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.h"
+#include "codec/applier.h"
+#include "codec/encoder.h"
+#include "codec/owned_weights.h"
+#include "test_files.h"
+#include "util/error.h"
+
+namespace deltacast::checkpoint {
+namespace {
+
+namespace fs = std::filesystem;
+using test::TempDir;
+
+// A model whose file order is not name order (as real checkpoints), with odd sizes, a 0-dim and an
+// empty tensor.
+codec::Manifest model_manifest() {
+  return codec::Manifest({{"model.layers.1.mlp.weight", codec::DType::bf16, {33, 65}},
+                          {"model.embed_tokens.weight", codec::DType::bf16, {101, 16}},
+                          {"lm_head.weight", codec::DType::bf16, {101, 16}},
+                          {"model.layers.0.norm", codec::DType::f32, {16}},
+                          {"model.layers.0.scale", codec::DType::f16, {}},
+                          {"model.empty", codec::DType::bf16, {0, 3}},
+                          {"model.layers.10.q8", codec::DType::f8_e4m3, {77}},
+                          {"model.layers.2.codes", codec::DType::i8, {9}}});
+}
+
+// Tensors of a manifest, owned (copyable).
+struct Bytes {
+  const codec::Manifest* manifest;
+  std::vector<std::vector<std::byte>> tensors;
+  codec::ConstWeights view() const {
+    codec::ConstWeights w{manifest, {}};
+    for (const auto& t : tensors) w.tensors.emplace_back(t.data(), t.size());
+    return w;
+  }
+  codec::MutableWeights mutable_view() {
+    codec::MutableWeights w{manifest, {}};
+    for (auto& t : tensors) w.tensors.emplace_back(t.data(), t.size());
+    return w;
+  }
+};
+
+Bytes random_weights(const codec::Manifest& m, uint64_t seed) {
+  Bytes w{&m, {}};
+  std::mt19937_64 rng(seed);
+  for (const auto& t : m.tensors()) {
+    w.tensors.emplace_back(t.nbytes());
+    for (auto& b : w.tensors.back()) b = static_cast<std::byte>(rng());
+  }
+  return w;
+}
+
+// Changes ~1% of the bytes of every non-empty tensor.
+void perturb(Bytes& w, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (auto& t : w.tensors) {
+    if (t.empty()) continue;
+    for (size_t k = 0; k <= t.size() / 100; ++k) t[rng() % t.size()] ^= std::byte{1};
+  }
+}
+
+// The same tensors, bit for bit, by name.
+bool same_tensors(const codec::ConstWeights& a, const codec::ConstWeights& b) {
+  if (a.manifest->size() != b.manifest->size()) return false;
+  for (uint32_t i = 0; i < a.manifest->size(); ++i) {
+    const auto j = b.manifest->find(a.manifest->at(i).name);
+    if (!j || a.tensors[i].size() != b.tensors[*j].size()) return false;
+    if (!a.tensors[i].empty() && std::memcmp(a.tensors[i].data(), b.tensors[*j].data(), a.tensors[i].size()) != 0)
+      return false;
+  }
+  return true;
+}
+
+Errc errc_of(const std::function<void()>& fn, std::string* message = nullptr) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    if (message) *message = e.what();
+    return e.code();
+  }
+  return Errc::ok;
+}
+
+TEST(ShardedCheckpoint, RoundTripsOnEveryLayoutWithOneNameSortedManifest) {
+  const auto m = model_manifest();
+  const auto w = random_weights(m, 1);
+  TempDir dir;
+  std::optional<uint64_t> manifest_digest;
+  const std::vector<std::pair<size_t, bool>> layouts = {{1, false}, {1, true}, {3, true}, {m.size(), true}};
+  for (const auto& [shards, sharded] : layouts) {
+    const fs::path out = dir.path() / ("ckpt-" + std::to_string(shards) + (sharded ? "-dir" : ".safetensors"));
+    const Layout layout = even_layout(m, shards, sharded);
+    write_checkpoint(out, w.view(), layout);
+    const auto c = Checkpoint::open(out);
+    EXPECT_EQ(c.layout().sharded, sharded);
+    ASSERT_EQ(c.layout().shards.size(), shards);
+    for (size_t k = 0; k < shards; ++k) {
+      EXPECT_EQ(c.layout().shards[k].file, sharded ? layout.shards[k].file : out.filename().string());
+      EXPECT_EQ(c.layout().shards[k].tensors, layout.shards[k].tensors) << "file order of shard " << k;
+    }
+    EXPECT_TRUE(same_tensors(c.weights(), w.view())) << out;
+    for (uint32_t i = 1; i < c.manifest().size(); ++i)
+      EXPECT_LT(c.manifest().at(i - 1).name, c.manifest().at(i).name);
+    if (!manifest_digest) manifest_digest = c.manifest().digest();
+    EXPECT_EQ(c.manifest().digest(), *manifest_digest) << "the layout changed the canonical manifest";
+    if (sharded) {
+      EXPECT_TRUE(fs::exists(out / kIndexFileName));
+      const auto index = nlohmann::json::parse(test::read_raw(out / kIndexFileName));
+      EXPECT_EQ(index["weight_map"].size(), m.size());
+      EXPECT_EQ(index["metadata"]["total_size"].get<uint64_t>(), m.total_bytes());
+    }
+  }
+}
+
+// A delta encoded from two single files applies to the same model stored as shards, and one
+// encoded from shards applies to a single file: the canonical coordinates do not see shards.
+TEST(ShardedCheckpoint, ADeltaFromOneLayoutAppliesToAnother) {
+  const auto m = model_manifest();
+  const auto base = random_weights(m, 2);
+  auto next = base;
+  perturb(next, 3);
+  TempDir dir;
+  const std::vector<std::pair<Layout, Layout>> pairs = {{even_layout(m, 1, false), even_layout(m, 3)},
+                                                        {even_layout(m, 4), even_layout(m, 1, false)},
+                                                        {even_layout(m, 2), even_layout(m, m.size())}};
+  int n = 0;
+  for (const auto& [from, to] : pairs) {
+    const fs::path a = dir.path() / ("from-base-" + std::to_string(n)), b = dir.path() / ("from-next-" + std::to_string(n));
+    const fs::path target = dir.path() / ("to-" + std::to_string(n)), result = dir.path() / ("result-" + std::to_string(n));
+    ++n;
+    write_checkpoint(a, base.view(), from);
+    write_checkpoint(b, next.view(), from);
+    write_checkpoint(target, base.view(), to);
+    const auto ca = Checkpoint::open(a), cb = Checkpoint::open(b);
+    const auto delta = codec::encode_delta(ca.weights(), cb.weights(), codec::StateDigest::full_scan(ca.weights()),
+                                           {1, 2}, {});
+    const auto ct = Checkpoint::open(target);
+    codec::OwnedWeights copy(ct.weights());
+    codec::DeltaApplier applier(copy.manifest(), copy.mutable_view(), 1, codec::StateDigest::full_scan(ct.weights()));
+    for (const auto& f : delta.frames) applier.apply(f);
+    applier.verify();
+    applier.commit();
+    write_checkpoint(result, copy.view(), ct.layout());
+    const auto cr = Checkpoint::open(result);
+    EXPECT_TRUE(same_tensors(cr.weights(), next.view())) << "pair " << n;
+    ASSERT_EQ(cr.layout().shards.size(), to.shards.size());
+    for (size_t k = 0; k < to.shards.size(); ++k) EXPECT_EQ(cr.layout().shards[k].tensors, to.shards[k].tensors);
+  }
+}
+
+TEST(ShardedCheckpoint, InPlaceWritesReachEveryShard) {
+  const auto m = model_manifest();
+  const auto w = random_weights(m, 4);
+  auto next = w;
+  perturb(next, 5);
+  TempDir dir;
+  write_checkpoint(dir.path() / "c", w.view(), even_layout(m, 3));
+  {
+    auto c = Checkpoint::open_for_update(dir.path() / "c");
+    auto mw = c.mutable_weights();
+    const auto nv = next.view();
+    for (uint32_t i = 0; i < m.size(); ++i) {
+      const auto j = *nv.manifest->find(c.manifest().at(i).name);
+      if (!mw.tensors[i].empty()) std::memcpy(mw.tensors[i].data(), nv.tensors[j].data(), mw.tensors[i].size());
+    }
+    c.flush();
+  }
+  EXPECT_TRUE(same_tensors(Checkpoint::open(dir.path() / "c").weights(), next.view()));
+}
+
+struct BadIndex : ::testing::Test {
+  codec::Manifest m = model_manifest();
+  Bytes w = random_weights(m, 6);
+  TempDir dir;
+  fs::path ckpt = dir.path() / "c";
+  void SetUp() override { write_checkpoint(ckpt, w.view(), even_layout(m, 3)); }
+  nlohmann::ordered_json index() const { return nlohmann::ordered_json::parse(test::read_raw(ckpt / kIndexFileName)); }
+  void write_index(const std::string& text) const { test::write_raw(ckpt / kIndexFileName, text); }
+  void expect_refused(Errc code, const std::string& words) const {
+    std::string message;
+    EXPECT_EQ(errc_of([&] { Checkpoint::open(ckpt); }, &message), code) << message;
+    EXPECT_NE(message.find(words), std::string::npos) << "'" << words << "' not in: " << message;
+  }
+};
+
+TEST_F(BadIndex, AMissingShardIsNamed) {
+  fs::remove(ckpt / "model-00002-of-00003.safetensors");
+  expect_refused(Errc::not_found, "model-00002-of-00003.safetensors");
+}
+
+TEST_F(BadIndex, ATensorListedTwiceInTheIndexIsRefused) {
+  std::string text = test::read_raw(ckpt / kIndexFileName);
+  const std::string entry = "\"lm_head.weight\": \"model-00001-of-00003.safetensors\"";
+  const auto at = text.find("\"weight_map\": {");
+  ASSERT_NE(at, std::string::npos);
+  text.insert(at + std::strlen("\"weight_map\": {"), "\n    " + entry + ",");
+  write_index(text);
+  expect_refused(Errc::invalid_argument, "twice");
+}
+
+TEST_F(BadIndex, ATensorInTwoShardsIsRefused) {
+  // Shard 3 rewritten to also hold a tensor of shard 1 (the index still names shard 1 for it).
+  const auto layout = even_layout(m, 3);
+  auto third = layout.shards[2];
+  third.tensors.push_back(layout.shards[0].tensors.front());
+  std::vector<codec::TensorInfo> infos;
+  std::vector<std::span<const std::byte>> spans;
+  const auto v = w.view();
+  for (const auto& name : third.tensors) {
+    infos.push_back(m.at(*m.find(name)));
+    spans.push_back(v.tensors[*m.find(name)]);
+  }
+  const codec::Manifest fm(infos);
+  write_safetensors(ckpt / third.file, codec::ConstWeights{&fm, spans});
+  expect_refused(Errc::invalid_argument, "'" + layout.shards[0].tensors.front() + "'");
+}
+
+TEST_F(BadIndex, ShardsThatDisagreeWithTheIndexAreRefused) {
+  const auto original = index();
+  auto j = original;
+  const std::string moved = j["weight_map"].begin().key();
+  j["weight_map"][moved] = "model-00003-of-00003.safetensors";  // it is in shard 1
+  write_index(j.dump());
+  expect_refused(Errc::invalid_argument, moved);
+  // A tensor the index lists that no shard holds.
+  j = original;
+  j["weight_map"]["model.ghost"] = "model-00001-of-00003.safetensors";
+  write_index(j.dump());
+  expect_refused(Errc::invalid_argument, "model.ghost");
+  // A shard holding a tensor the index does not list (shard 3 holds several: it stays named).
+  j = original;
+  const std::string unlisted = even_layout(m, 3).shards[2].tensors.back();
+  j["weight_map"].erase(unlisted);
+  write_index(j.dump());
+  expect_refused(Errc::invalid_argument, unlisted);
+}
+
+TEST_F(BadIndex, MalformedIndexesAreRefused) {
+  write_index("{not json");
+  expect_refused(Errc::invalid_argument, "not valid JSON");
+  write_index("{\"metadata\": {}}");
+  expect_refused(Errc::invalid_argument, "weight_map");
+  write_index("{\"weight_map\": {\"x\": \"../escape.safetensors\"}}");
+  expect_refused(Errc::invalid_argument, "not a file in this directory");
+  write_index("{\"weight_map\": {\"x\": 3}}");
+  expect_refused(Errc::invalid_argument, "not a file name");
+}
+
+TEST(ShardedCheckpoint, DirectoriesWithoutAnIndexHoldExactlyOneFile) {
+  const auto m = model_manifest();
+  const auto w = random_weights(m, 7);
+  TempDir dir;
+  write_checkpoint(dir.path() / "model.safetensors", w.view(), even_layout(m, 1, false));
+  const auto c = Checkpoint::open(dir.path());
+  EXPECT_FALSE(c.layout().sharded);
+  EXPECT_TRUE(same_tensors(c.weights(), w.view()));
+  write_checkpoint(dir.path() / "other.safetensors", w.view(), even_layout(m, 1, false));
+  std::string message;
+  EXPECT_EQ(errc_of([&] { Checkpoint::open(dir.path()); }, &message), Errc::invalid_argument);
+  EXPECT_NE(message.find("2 .safetensors files"), std::string::npos) << message;
+  EXPECT_EQ(errc_of([&] { Checkpoint::open(dir.path() / "nothing"); }), Errc::io);
+}
+
+TEST(ShardedCheckpoint, WritingRefusesALayoutThatDoesNotPlaceEveryTensorOnce) {
+  const auto m = model_manifest();
+  const auto w = random_weights(m, 8);
+  TempDir dir;
+  auto layout = even_layout(m, 2);
+  layout.shards[1].tensors.pop_back();
+  EXPECT_EQ(errc_of([&] { write_checkpoint(dir.path() / "a", w.view(), layout); }), Errc::invalid_argument);
+  layout = even_layout(m, 2);
+  layout.shards[1].tensors.push_back(layout.shards[0].tensors.front());
+  EXPECT_EQ(errc_of([&] { write_checkpoint(dir.path() / "b", w.view(), layout); }), Errc::invalid_argument);
+  EXPECT_FALSE(fs::exists(dir.path() / "b" / kIndexFileName));
+}
+
+}  // namespace
+}  // namespace deltacast::checkpoint
