@@ -6,8 +6,13 @@ namespace deltacast::tools {
 namespace {
 
 std::string shape_text(const std::vector<uint64_t>& shape) {
+  // Appended piece by piece: `(i ? "," : "") + std::to_string(...)` draws GCC 12's false -Wrestrict
+  // at -O3 (GCC bug 105651), as in transport/side_channel.cpp.
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(shape[i]);
+  }
   return s + "]";
 }
 
