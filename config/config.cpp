@@ -129,14 +129,15 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
       {"timeouts.producer_loss",
        [](Config& c, std::string_view v) { c.timeouts.producer_loss = positive_duration(v); }},
       {"secret_file", [](Config& c, std::string_view v) { c.secret_file = std::string(v); }},
-      {"trainer.kind", [](Config& c, std::string_view v) { c.trainer.kind = one_of(v, {"synth"}); }},
+      {"trainer.kind", [](Config& c, std::string_view v) { c.trainer.kind = one_of(v, {"synth", "watch"}); }},
+      {"trainer.dir", [](Config& c, std::string_view v) { c.trainer.dir = non_empty(v); }},
       {"trainer.params",
        [](Config& c, std::string_view v) {
          const uint64_t n = parse_size(v);
          if (n == 0) throw BadValue{"must be positive"};
          c.trainer.params = n;
        }},
-      {"trainer.steps", [](Config& c, std::string_view v) { c.trainer.steps = parse_int<int>(v, 1, 1'000'000); }},
+      {"trainer.steps", [](Config& c, std::string_view v) { c.trainer.steps = parse_int<int>(v, 0, 1'000'000); }},
       {"trainer.lr", [](Config& c, std::string_view v) { c.trainer.lr = parse_positive_double(v); }},
       {"trainer.seed",
        [](Config& c, std::string_view v) {
@@ -254,7 +255,7 @@ void parse_document(Config& config, const std::string& source, const YAML::Node&
                                      "log_level"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
-      {"trainer", {"kind", "params", "steps", "lr", "seed"}},
+      {"trainer", {"kind", "dir", "params", "steps", "lr", "seed"}},
       {"output", {"dir", "metrics_file", "log_file"}},
   };
   for_each_entry(source, root, "", top, [&](const std::string& key, const YAML::Node& value) {
@@ -438,6 +439,14 @@ void validate(const Config& config) {
   }
   if (config.local_members && config.local_members->base_port + config.local_members->count - 1 > 65535) {
     throw Error(Errc::config, "config: members.base_port + members.count exceeds port 65535");
+  }
+  if (config.trainer.kind == "synth" && config.trainer.steps < 1) {
+    throw Error(Errc::config, "config: trainer.steps must be at least 1 for the synth trainer (0 means "
+                              "'until SIGTERM', which only trainer.kind watch allows)");
+  }
+  if (config.trainer.kind == "watch" && config.trainer.dir.empty()) {
+    throw Error(Errc::config, "config: trainer.kind watch needs trainer.dir (the directory the trainer writes "
+                              "its checkpoints into)");
   }
   if (config.timeouts.heartbeat >= config.timeouts.peer) {
     throw Error(Errc::config, "config: timeouts.heartbeat must be shorter than timeouts.peer");

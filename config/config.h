@@ -44,11 +44,14 @@ struct Timeouts {
   std::chrono::milliseconds producer_loss{60000};
 };
 
-// The synthetic trainer: a model of `params` BF16 parameters updated by Adam-like steps.
+// Where the producer's versions come from. kind "synth": the synthetic trainer, a model of
+// `params` BF16 parameters updated by Adam-like steps. kind "watch": a real trainer's checkpoints,
+// each a subdirectory or a .safetensors file of `dir` (tools/lib_checkpoint_watch.h).
 struct TrainerConfig {
   std::string kind = "synth";
+  std::string dir;  // watch: the directory the trainer writes checkpoints into
   uint64_t params = 50'000'000;
-  int steps = 3;
+  int steps = 3;    // refits after the bootstrap; 0 (watch only): until SIGTERM
   double lr = 1e-5;
   uint64_t seed = 1;
 };

@@ -1,15 +1,16 @@
 // `deltacast run --config FILE [--rank R --size N]`: one process of a relay-tree job. The rank
 // comes from the launcher (mpirun, srun) or the flags (tree/launch_env.h). Rank 0 is the producer:
-// it runs the synthetic trainer, sends the full checkpoint (bootstrap) and then one delta per
-// step through the tree, and writes a JSON report. Ranks 1..N are receivers holding the weights
+// it takes versions from the synthetic trainer or from a real trainer's checkpoint directory
+// (trainer.kind synth | watch, tools/lib_version_source.h), sends the first as the full checkpoint
+// (bootstrap) and then one delta per version through the tree, and writes a JSON report. Ranks 1..N are receivers holding the weights
 // in buffers this process owns. Members that fail are repaired around by the tree; the producer
 // exits 0 only when every version was verified and committed by every member live at its end,
 // a receiver only when it committed every version it saw (none aborted).
 //
 // After every committed version (the bootstrap included) the producer writes its state file,
 // <output.dir>/producer-state.json (docs/config.md). `--resume` (rank 0) restarts a producer from
-// it: the trainer is re-simulated to the state's step, its bits are checked against the state's
-// digest, and the version chain goes on where it stopped, with the members that kept the
+// it: the trainer is re-simulated to the state's step (watch: the state's checkpoint is opened),
+// its bits are checked against the state's digest, and the version chain goes on where it stopped, with the members that kept the
 // committed version (docs/protocol.md, "Producer loss").
 //
 // --fault ACTION@VERSION[:N] is a testing aid (the tests and `deltacast demo --kill/--freeze`):
@@ -40,8 +41,9 @@
 
 #include "codec/digest.h"
 #include "config/config.h"
-#include "sim/trainer_simulator.h"
 #include "tools/cli.h"
+#include "tools/lib_producer_state.h"
+#include "tools/lib_version_source.h"
 #include "transport/transport.h"
 #include "tree/config_options.h"
 #include "tree/launch_env.h"
@@ -159,171 +161,13 @@ void write_json(const std::string& path, const nlohmann::json& value) {
   out << value.dump(2) << "\n";
 }
 
-// ---- the producer's state file (docs/config.md, output.dir) ----
-
-constexpr const char* kStateFormat = "deltacast.producer_state";
-constexpr int kStateFormatVersion = 1;
-
-// What `deltacast run --resume` needs to continue the version chain: the last committed version,
-// how to rebuild its bits (the trainer's config and step), and what the members may hold.
-struct ProducerState {
-  uint64_t version = 0;       // last committed version
-  uint64_t digest = 0;        // its combined StateDigest
-  uint64_t trainer_step = 0;  // trainer steps behind it (0: the bootstrap)
-  uint64_t attempt = 0;       // the producer's last attempt id
-  std::string topology;
-  uint64_t params = 0;                   // trainer.params
-  uint64_t seed = 0;                     // trainer.seed
-  double lr = 0;                         // trainer.lr
-  std::map<uint64_t, uint64_t> history;  // the committed versions' digests the producer remembers
-  double full_seconds = 0;               // the bootstrap's time: the reference of the speedup column
-};
-
-std::string state_path(const config::Config& c) {
-  return (std::filesystem::path(c.output.dir) / "producer-state.json").string();
-}
-
-std::string hex64(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
-nlohmann::json state_json(const ProducerState& s) {
-  nlohmann::json history = nlohmann::json::array();
-  for (const auto& [version, digest] : s.history) history.push_back({{"version", version}, {"digest", hex64(digest)}});
-  return {{"format", kStateFormat},
-          {"format_version", kStateFormatVersion},
-          {"version", s.version},
-          {"digest", hex64(s.digest)},
-          {"trainer_step", s.trainer_step},
-          {"attempt", s.attempt},
-          {"topology", s.topology},
-          {"params", s.params},
-          {"seed", s.seed},
-          {"lr", s.lr},
-          {"history", history},
-          {"full_seconds", s.full_seconds}};
-}
-
-// Writes `text` to `path` so that a reader sees the old file or the new one, never a part: a
-// temporary file in the same directory, fsync, rename over the old one, fsync the directory.
-void write_file_atomically(const std::string& path, const std::string& text) {
-  namespace fs = std::filesystem;
-  const fs::path parent = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  auto fail = [&](const std::string& what) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw Error(Errc::io, "cannot write " + path + ": " + what + ": " + reason);
-  };
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("open " + temp);
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      fail("write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    fail("fsync");
-  }
-  if (::close(fd) != 0) fail("close");
-  if (::rename(temp.c_str(), path.c_str()) != 0) fail("rename");
-  if (const int dir = ::open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-}
-
-// Reads and checks the state file. Throws Error(not_found) when it is missing and
-// Error(corrupt_frame) naming the problem when it does not parse.
-ProducerState read_state(const std::string& path) {
-  std::ifstream in(path);
-  if (!in)
-    throw Error(Errc::not_found, "--resume: no producer state at " + path +
-                                     " (the producer writes it into output.dir after every committed version; "
-                                     "is output.dir the one of the run to resume?)");
-  auto corrupt = [&](const std::string& why) {
-    return Error(Errc::corrupt_frame, "--resume: the producer state " + path + " is corrupt: " + why);
-  };
-  auto parse_hex = [&](const nlohmann::json& value, const std::string& key) {
-    const std::string text = value.get<std::string>();
-    uint64_t out = 0;
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out, 16);
-    if (text.size() != 16 || ec != std::errc() || end != text.data() + text.size())
-      throw corrupt(key + " '" + text + "' is not 16 hex digits");
-    return out;
-  };
-  ProducerState s;
-  try {
-    const nlohmann::json j = nlohmann::json::parse(in);
-    if (j.value("format", "") != kStateFormat) throw corrupt("it is not a deltacast producer state");
-    if (j.at("format_version").get<int>() != kStateFormatVersion)
-      throw corrupt("format_version " + j.at("format_version").dump() + " (this build reads " +
-                    std::to_string(kStateFormatVersion) + ")");
-    s.version = j.at("version").get<uint64_t>();
-    s.digest = parse_hex(j.at("digest"), "digest");
-    s.trainer_step = j.at("trainer_step").get<uint64_t>();
-    s.attempt = j.at("attempt").get<uint64_t>();
-    s.topology = j.at("topology").get<std::string>();
-    s.params = j.at("params").get<uint64_t>();
-    s.seed = j.at("seed").get<uint64_t>();
-    s.lr = j.at("lr").get<double>();
-    s.full_seconds = j.value("full_seconds", 0.0);
-    for (const auto& h : j.at("history")) {
-      const uint64_t version = h.at("version").get<uint64_t>();
-      s.history[version] = parse_hex(h.at("digest"), "the digest of version " + std::to_string(version));
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw corrupt(e.what());
-  }
-  if (s.version == 0) throw corrupt("version 0 (nothing was committed)");
-  const auto own = s.history.find(s.version);
-  if (own == s.history.end() || own->second != s.digest)
-    throw corrupt("its history does not give version " + std::to_string(s.version) + " the digest " + hex64(s.digest));
-  if (s.history.rbegin()->first != s.version)
-    throw corrupt("its history holds versions after version " + std::to_string(s.version));
-  return s;
-}
-
-// A state written under another trainer or tree cannot be continued with this config.
-void check_state_against_config(const ProducerState& s, const config::Config& c, const std::string& path) {
-  std::string diffs;
-  auto differ = [&](const std::string& key, const std::string& state, const std::string& config) {
-    if (state != config) diffs += (diffs.empty() ? "" : ", ") + key + " " + state + " there, " + config + " here";
-  };
-  differ("topology", s.topology, std::string(tree::topology_kind_name(tree::parse_topology_kind(c.topology))));
-  differ("trainer.params", std::to_string(s.params), std::to_string(c.trainer.params));
-  differ("trainer.seed", std::to_string(s.seed), std::to_string(c.trainer.seed));
-  if (s.lr != c.trainer.lr) differ("trainer.lr", nlohmann::json(s.lr).dump(), nlohmann::json(c.trainer.lr).dump());
-  if (!diffs.empty())
-    throw Error(Errc::config, "--resume: " + path + " was written by a run with another config (" + diffs +
-                                  "): the trainer could not re-simulate its bits");
-  if (s.trainer_step > static_cast<uint64_t>(c.trainer.steps))
-    throw Error(Errc::config, "--resume: " + path + " is at trainer step " + std::to_string(s.trainer_step) +
-                                  ", past trainer.steps " + std::to_string(c.trainer.steps));
-}
-
-// Steps the (freshly built) trainer to the state's step and checks that its BF16 weights are the
-// committed version's bits. The simulator's steps depend only on (seed, step, tensor, element),
-// not on its thread count (sim/trainer_simulator.h), so any machine re-simulates the same bits.
-void resimulate(sim::TrainerSimulator& trainer, const ProducerState& s, const std::string& path, unsigned threads) {
-  std::printf("producer: re-simulating the trainer to step %llu\n", static_cast<unsigned long long>(s.trainer_step));
-  std::fflush(stdout);
-  while (trainer.step_index() < s.trainer_step) trainer.step();
-  const uint64_t digest = codec::StateDigest::full_scan(trainer.bf16_weights(), threads).combined();
-  if (digest != s.digest)
-    throw Error(Errc::verify_failed, "--resume: the trainer did not re-simulate to the same bits: step " +
-                                         std::to_string(s.trainer_step) + " gives digest " + hex64(digest) + ", " +
-                                         path + " says version " + std::to_string(s.version) + " has " +
-                                         hex64(s.digest));
+// The process's anonymous resident memory (RssAnon): what it allocated, not file pages it maps.
+uint64_t rss_anon_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+  return 0;
 }
 
 // "3 receivers hold it" / "2 receivers hold it, rank 3 catches up from version 0, rank 4 refused".
@@ -410,28 +254,26 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
     resumed = read_state(state_file);
     check_state_against_config(*resumed, c, state_file);
   }
-  sim::SimConfig sim_config;
-  sim_config.params = c.trainer.params;
-  sim_config.lr = static_cast<float>(c.trainer.lr);
-  sim_config.seed = c.trainer.seed;
-  sim_config.threads = std::max(1u, std::thread::hardware_concurrency());
-  std::printf("producer: building a synthetic model of %llu parameters\n",
-              static_cast<unsigned long long>(c.trainer.params));
-  std::fflush(stdout);
-  sim::TrainerSimulator trainer(sim_config);
+  // SIGTERM ends a producer that follows a trainer (trainer.steps 0) cleanly: BYE, report, exit 0.
+  static std::atomic<bool> stop_requested{false};
+  if (c.trainer.kind == "watch") std::signal(SIGTERM, [](int) { stop_requested = true; });
+  const auto source = make_version_source(c, resumed, stop_requested);
+  if (!source) {
+    std::printf("producer: stopped before a checkpoint appeared in %s\n", c.trainer.dir.c_str());
+    return;
+  }
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
 
   auto transport = transport::make_transport(c.transport, tree::transport_options_from(c));
   tree::ProducerOptions options = tree::producer_options_from(c);
   options.listen_url = env.require_rendezvous();
   options.receivers = static_cast<uint32_t>(members.size());
-  options.encode.threads = sim_config.threads;
+  options.encode.threads = threads;
   auto sending = std::make_shared<std::atomic<uint64_t>>(0);  // the version being sent (--fault)
   if (!o.fault.empty()) options.on_progress = producer_fault_hook(parse_fault(o.fault), sending);
-  if (resumed) {
-    resimulate(trainer, *resumed, state_file, sim_config.threads);
-    options.resume = tree::ProducerResume{resumed->version, trainer.bf16_weights(), resumed->attempt, resumed->history};
-  }
-  tree::Producer producer(*transport, trainer.manifest(), options);
+  if (resumed)
+    options.resume = tree::ProducerResume{resumed->version, source->weights(), resumed->attempt, resumed->history};
+  tree::Producer producer(*transport, source->manifest(), options);
   const tree::StartReport started = producer.start();
   std::printf("producer: %zu receivers joined at %s (%s tree, %s, chunks of %.1f MiB)\n",
               members.size(), producer.url().c_str(), c.topology.c_str(), c.transport.c_str(),
@@ -440,9 +282,6 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
 
   ProducerState state;
   state.topology = std::string(tree::topology_kind_name(options.topology));
-  state.params = c.trainer.params;
-  state.seed = c.trainer.seed;
-  state.lr = c.trainer.lr;
   // After every committed version, before its progress line: a line printed means its state is
   // on disk. A state that cannot be written is no reason to stop refitting: the file keeps an
   // older version, and a producer resumed from it refuses members that hold newer ones.
@@ -453,8 +292,9 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
     state.attempt = producer.attempt();
     state.history = producer.history();
     state.history.erase(0);  // version 0 needs no record (the all-zero state)
+    source->save(state);
     try {
-      write_file_atomically(state_file, state_json(state).dump(2) + "\n");
+      write_state(state_file, state);
     } catch (const Error& e) {
       log->error("producer state not updated to version {}: {}", state.version, e.what());
     }
@@ -474,7 +314,8 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
                 start_summary(started).c_str());
   } else {
     sending->store(1);
-    full = producer.bootstrap(trainer.bf16_weights());
+    std::printf("producer: version 1 is %s\n", source->describe_bootstrap().c_str());
+    full = producer.bootstrap(source->weights());
     state.full_seconds = full.refit_seconds;
     if (full.committed) save_state(0);
     std::printf("full checkpoint (version 1): %.1f MiB raw through the tree in %.3f s, verified by "
@@ -486,12 +327,23 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
   bool ok = full.committed;
   nlohmann::json steps = nlohmann::json::array();
   const int first_step = resumed ? static_cast<int>(resumed->trainer_step) + 1 : 1;
-  for (int step = first_step; ok && step <= c.trainer.steps; ++step) {
-    trainer.step();
+  // Anonymous memory once version 1 is committed (the baseline copy included): what reading
+  // later checkpoints through their mappings may not grow (docs/config.md, trainer.kind watch).
+  const uint64_t rss_anon_after_bootstrap = rss_anon_bytes();
+  uint64_t max_rss_anon = rss_anon_after_bootstrap;
+  for (int step = first_step; ok && (c.trainer.steps == 0 || step <= c.trainer.steps); ++step) {
+    if (!source->next()) break;  // watch: SIGTERM while waiting for the next checkpoint
     sending->store(producer.version() + 1);
-    tree::RefitReport r = producer.refit(trainer.bf16_weights());
+    tree::RefitReport r = producer.refit(source->weights());
+    const auto committed_at = std::chrono::steady_clock::now();
     if (r.committed) save_state(static_cast<uint64_t>(step));
-    steps.push_back(step_json(step, r, full.refit_seconds));
+    max_rss_anon = std::max(max_rss_anon, rss_anon_bytes());
+    nlohmann::json entry = step_json(step, r, full.refit_seconds);
+    source->describe(entry, committed_at);
+    steps.push_back(entry);
+    if (entry.contains("checkpoint"))
+      log->info("version {} is checkpoint {} (its name appeared {:.3f} s before the commit)", r.version,
+                entry["checkpoint"].get<std::string>(), entry["appeared_to_commit_seconds"].get<double>());
     std::printf("step %d: version %llu  changed %.3f%%  payload %.2f MiB  refit %.3f s  "
                 "full %.3f s  speedup %.1fx  verified %u/%u%s%s\n",
                 step, static_cast<unsigned long long>(r.version),
@@ -520,8 +372,11 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
       {"topology", c.topology},
       {"transport", c.transport},
       {"receivers", members.size()},
-      {"params", trainer.manifest().total_elements()},
-      {"checkpoint_bytes", trainer.manifest().total_bytes()},
+      {"params", source->manifest().total_elements()},
+      {"checkpoint_bytes", source->manifest().total_bytes()},
+      {"trainer_kind", c.trainer.kind},
+      {"rss_anon_after_bootstrap_bytes", rss_anon_after_bootstrap},
+      {"max_rss_anon_bytes", max_rss_anon},
       {"chunk_bytes", c.chunk_bytes},
       {"full", full_json},
       {"steps", steps}};
@@ -539,7 +394,7 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
                          {"refused", started.count(Role::refused)}};
   }
   report["version"] = producer.version();
-  report["sha256"] = weights_sha256(trainer.bf16_weights());
+  report["sha256"] = weights_sha256(source->weights());
   std::string path = !o.report_path.empty() ? o.report_path : c.output.metrics_file;
   if (!path.empty()) write_json(path, report);
   if (!ok)

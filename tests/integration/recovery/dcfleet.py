@@ -129,6 +129,8 @@ class JobConfig:
     # Network namespaces: the address of each rank (index 0 = producer). None: all on 127.0.0.1.
     hosts: Optional[list] = None
     cluster: str = "local"
+    # The trainer section's YAML body (indented two spaces); None: the synth trainer above.
+    trainer_yaml: Optional[str] = None
 
 
 @dataclass
@@ -210,8 +212,9 @@ class Fleet:
                 f"timeouts:\n  connect: {j.connect}\n  heartbeat: {j.heartbeat}\n  peer: {j.peer}\n"
                 f"  refit: {j.refit}\n  join: {j.join}\n  producer_loss: {j.producer_loss}\n"
                 f"secret_file: {secret}\n"
-                f"trainer:\n  kind: synth\n  params: {j.params}\n  steps: {j.steps}\n  lr: {j.lr}\n"
-                f"  seed: {j.seed}\n"
+                + (f"trainer:\n{j.trainer_yaml}" if j.trainer_yaml else
+                   f"trainer:\n  kind: synth\n  params: {j.params}\n  steps: {j.steps}\n  lr: {j.lr}\n"
+                   f"  seed: {j.seed}\n") +
                 f"output:\n  dir: {self.dir}\n  log_file: \"\"\n"
                 f"log_level: {j.log_level}\n")
         path = self.dir / "cluster.yaml"
