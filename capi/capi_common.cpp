@@ -121,34 +121,19 @@ void set_log_level(const std::string& level) {
   for (const char* subsystem : kSubsystems) logger(subsystem)->set_level(spdlog::level::from_str(level));
 }
 
+// dc_dtype and codec::DType both spell every dtype as safetensors does: map through the name.
 codec::DType codec_dtype(int dtype) {
-  switch (dtype) {
-    case DC_DTYPE_BF16: return codec::DType::bf16;
-    case DC_DTYPE_F16: return codec::DType::f16;
-    case DC_DTYPE_F32: return codec::DType::f32;
-    case DC_DTYPE_F8_E4M3: return codec::DType::f8_e4m3;
-    case DC_DTYPE_F8_E5M2: return codec::DType::f8_e5m2;
-    case DC_DTYPE_I8: return codec::DType::i8;
-    case DC_DTYPE_U8: return codec::DType::u8;
-    default: break;
-  }
   const char* name = dc_dtype_name(dtype);
   if (!name) throw Error(Errc::invalid_argument, "dtype " + std::to_string(dtype) + " is not a dc_dtype");
-  throw Error(Errc::unsupported, std::string("dtype ") + name +
-                                     " is not handled by the codec yet (it handles BF16, F16, F32, F8_E4M3, "
-                                     "F8_E5M2, I8 and U8)");
+  const auto d = codec::dtype_from_name(name);
+  if (!d) throw Error(Errc::unsupported, std::string("dtype ") + name + " is not handled by the codec");
+  return *d;
 }
 
 int dc_dtype_of(codec::DType dtype) noexcept {
-  switch (dtype) {
-    case codec::DType::bf16: return DC_DTYPE_BF16;
-    case codec::DType::f16: return DC_DTYPE_F16;
-    case codec::DType::f32: return DC_DTYPE_F32;
-    case codec::DType::f8_e4m3: return DC_DTYPE_F8_E4M3;
-    case codec::DType::f8_e5m2: return DC_DTYPE_F8_E5M2;
-    case codec::DType::i8: return DC_DTYPE_I8;
-    case codec::DType::u8: return DC_DTYPE_U8;
-  }
+  const std::string_view name = codec::dtype_name(dtype);
+  for (int d = 0; d < 15; ++d)
+    if (name == dc_dtype_name(d)) return d;
   return -1;
 }
 

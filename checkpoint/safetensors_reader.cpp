@@ -141,7 +141,7 @@ class HeaderParser {
     const auto dtype = codec::dtype_from_name(dtype_name);
     if (!dtype) {
       fail(what + " has dtype '" + dtype_name +
-           "', which deltacast does not handle (supported: BF16 F16 F32 F8_E4M3 F8_E5M2 I8 U8)");
+           "', which is not a safetensors dtype (BOOL U8 I8 U16 I16 U32 I32 U64 I64 F16 BF16 F32 F64 F8_E4M3 F8_E5M2)");
     }
     t.info.dtype = *dtype;
     uint64_t numel = 1;

@@ -310,7 +310,7 @@ struct DeltaApplier::Impl {
       if (s.dtype != info.dtype)
         throw Error(Errc::corrupt_frame, "segment dtype " + std::string(dtype_name(s.dtype)) + " differs from tensor '" +
                                              info.name + "' (" + std::string(dtype_name(info.dtype)) + ")");
-      if (s.element_begin > info.numel() || s.element_count > info.numel() - s.element_begin || s.element_count == 0)
+      if (s.element_begin > info.units() || s.element_count > info.units() - s.element_begin || s.element_count == 0)
         throw Error(Errc::corrupt_frame, "segment range out of bounds for tensor '" + info.name + "'");
       if (!first && (s.tensor_index < prev_end_tensor || (s.tensor_index == prev_end_tensor && s.element_begin < prev_end)))
         throw Error(Errc::corrupt_frame, "segments overlap or are out of order");
@@ -338,9 +338,9 @@ struct DeltaApplier::Impl {
       d.element_begin = s.element_begin;
       d.element_count = s.element_count;
       d.changes = s.change_count;
-      d.width = static_cast<unsigned>(dtype_size(info.dtype));
+      d.width = static_cast<unsigned>(dtype_unit_size(info.dtype));
       d.abs_mask = abs_mask_of(info.dtype);
-      d.is_float = dtype_is_float(info.dtype);
+      d.is_float = dtype_codes_as_float(info.dtype);
       d.mode = s.value_mode;
       decode_locations(s.location_coding, s.element_count, s.change_count, d.abs_mask, locs, d.locations);
       d.tokens.resize(s.change_count);
@@ -396,7 +396,7 @@ struct DeltaApplier::Impl {
     return weights.tensors[d.tensor].data() + d.element_begin * d.width;
   }
   std::byte* segment_base(const UndoSegment& s) const {
-    return weights.tensors[s.tensor].data() + s.element_begin * dtype_size(manifest->at(s.tensor).dtype);
+    return weights.tensors[s.tensor].data() + s.element_begin * dtype_unit_size(manifest->at(s.tensor).dtype);
   }
   // Staged mode: a copy of segment d's elements as the buffers will hold them once every staged
   // version is written (the buffers' bits, then each staged version's changes, oldest first).
@@ -492,7 +492,7 @@ struct DeltaApplier::Impl {
   uint64_t write_front_staged(const std::function<void(uint32_t, uint64_t, uint32_t)>& before) {
     StagedVersion& v = staged.front();
     for (const UndoSegment& s : v.segments) {
-      const unsigned width = static_cast<unsigned>(dtype_size(manifest->at(s.tensor).dtype));
+      const unsigned width = static_cast<unsigned>(dtype_unit_size(manifest->at(s.tensor).dtype));
       std::byte* base = segment_base(s);
       for (size_t k = 0; k < s.count; ++k) {
         if (before) before(s.tensor, s.element_begin + s.entries[k].position, load_bits(base, width, s.entries[k].position));
@@ -677,7 +677,7 @@ void DeltaApplier::rollback() {
   std::unique_lock lock(im.mu);
   im.wait_for_writers(lock);
   if (im.mode == Mode::in_place) im.undo.for_each_segment_reverse([&](const UndoSegment& s) {
-    restore_entries(im.segment_base(s), static_cast<unsigned>(dtype_size(im.manifest->at(s.tensor).dtype)), s.entries,
+    restore_entries(im.segment_base(s), static_cast<unsigned>(dtype_unit_size(im.manifest->at(s.tensor).dtype)), s.entries,
                     s.count);
   });
   im.undo.clear();

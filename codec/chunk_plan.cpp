@@ -18,10 +18,10 @@ std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, uint64_t c
   };
   for (uint32_t t = 0; t < manifest.size(); ++t) {
     const auto& info = manifest.at(t);
-    const uint64_t n = info.numel();
+    const uint64_t n = info.units();  // code units: 8-byte elements are two
     if (n == 0) continue;
-    const uint64_t w = dtype_size(info.dtype);
-    // Segments index elements with 32-bit positions.
+    const uint64_t w = dtype_unit_size(info.dtype);
+    // Segments index units with 32-bit positions.
     const uint64_t max_elems = std::min<uint64_t>(std::max<uint64_t>(chunk_bytes / w, 1), uint64_t{1} << 31);
     if (n * w >= chunk_bytes || n > max_elems) {
       close();

@@ -17,11 +17,11 @@ struct Slice {
 
 std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, uint64_t chunk_bytes);
 
-// Sign-clearing mask for float dtypes, all bits for integers.
+// Sign-clearing mask for units coded as floats, all bits otherwise (integers, BOOL, F64 units).
 inline uint32_t abs_mask_of(DType dtype) noexcept {
-  const unsigned w = static_cast<unsigned>(dtype_size(dtype));
+  const unsigned w = static_cast<unsigned>(dtype_unit_size(dtype));
   const uint32_t all = w == 4 ? 0xFFFFFFFFu : (1u << (8 * w)) - 1;
-  return dtype_is_float(dtype) ? (all >> 1) : all;
+  return dtype_codes_as_float(dtype) ? (all >> 1) : all;
 }
 
 }  // namespace deltacast::codec

@@ -87,10 +87,10 @@ DC_HOT_CLONES uint64_t sum_change_terms(uint64_t seed, uint64_t first, const uin
   return (uint64_t{diff_hi} << 32) + diff_lo;
 }
 
-// Sum of the terms of n elements stored at `data`, the first of which has index `first`.
+// Sum of the terms of n code units stored at `data`, the first of which has index `first`.
 uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* data, uint64_t first, uint64_t n) {
   const uint64_t seed = tensor_seed(tensor_index);
-  switch (dtype_size(dtype)) {
+  switch (dtype_unit_size(dtype)) {
     case 1: return sum_terms_u8(reinterpret_cast<const uint8_t*>(data), n, first, seed);
     case 2: return sum_terms_u16(reinterpret_cast<const uint16_t*>(data), n, first, seed);
     case 4: return sum_terms_u32(reinterpret_cast<const uint32_t*>(data), n, first, seed);
@@ -110,14 +110,14 @@ uint64_t changes_digest_delta(uint32_t tensor_index, uint64_t first, const uint3
 }
 
 uint64_t tensor_digest(uint32_t tensor_index, DType dtype, std::span<const std::byte> bytes) {
-  const size_t w = dtype_size(dtype);
-  if (w == 0 || bytes.size() % w != 0)
+  const size_t w = dtype_unit_size(dtype);
+  if (w == 0 || bytes.size() % dtype_size(dtype) != 0)
     throw Error(Errc::invalid_argument, "tensor_digest: buffer size is not a multiple of the element size");
   return digest_range(tensor_index, dtype, bytes.data(), 0, bytes.size() / w);
 }
 
 uint64_t slice_digest(uint32_t tensor_index, DType dtype, uint64_t first_element, std::span<const std::byte> bytes) {
-  const size_t w = dtype_size(dtype);
+  const size_t w = dtype_unit_size(dtype);
   if (w == 0 || bytes.size() % w != 0)
     throw Error(Errc::invalid_argument, "slice_digest: buffer size is not a multiple of the element size");
   return digest_range(tensor_index, dtype, bytes.data(), first_element, bytes.size() / w);
@@ -132,15 +132,15 @@ StateDigest StateDigest::full_scan(const ConstWeights& weights, unsigned threads
   std::vector<Item> items;
   constexpr uint64_t kSlice = uint64_t{64} << 20;
   for (uint32_t t = 0; t < m.size(); ++t)
-    for (uint64_t first = 0; first < m.at(t).numel(); first += kSlice)
-      items.push_back({t, first, std::min(kSlice, m.at(t).numel() - first)});
+    for (uint64_t first = 0; first < m.at(t).units(); first += kSlice)
+      items.push_back({t, first, std::min(kSlice, m.at(t).units() - first)});
   std::vector<uint64_t> partial(items.size(), 0);
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t k; (k = next.fetch_add(1)) < items.size();) {
       const auto& it = items[k];
       const auto dtype = m.at(it.tensor).dtype;
-      const std::byte* data = weights.tensors[it.tensor].data() + it.first * dtype_size(dtype);
+      const std::byte* data = weights.tensors[it.tensor].data() + it.first * dtype_unit_size(dtype);
       partial[k] = digest_range(it.tensor, dtype, data, it.first, it.count);
     }
   };

@@ -37,14 +37,14 @@ struct DeltaEncoder::Impl {
   bool sealed = false;
 
   ClassSpec pick_classes(const TensorInfo& info, const void* o, const void* nw, uint64_t n) const {
-    if (!options.allow_classed || !dtype_is_float(info.dtype) || n < 4096) return {};
+    if (!options.allow_classed || !dtype_codes_as_float(info.dtype) || n < 4096) return {};
     std::vector<uint64_t> all, changed;
     // About 16 Ki sampled elements per segment (1 in `stride` blocks of 64; at least 1 in 8 blocks
     // of a small segment) are enough to rank exponents by change rate; the exact cost comparison
     // after the scan guards the choice.
     const uint64_t samples = std::min<uint64_t>(8192, std::max<uint64_t>(4096, n / 8));
     const unsigned stride = static_cast<unsigned>(std::max<uint64_t>(1, n / samples));
-    sample_exponents(static_cast<unsigned>(dtype_size(info.dtype)), abs_mask_of(info.dtype),
+    sample_exponents(static_cast<unsigned>(dtype_unit_size(info.dtype)), abs_mask_of(info.dtype),
                      dtype_mantissa_bits(info.dtype), o, nw, n, stride, all, changed);
     return choose_classes(all, changed, dtype_mantissa_bits(info.dtype));
   }
@@ -93,8 +93,8 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
   deltas.clear();
   for (const Slice& s : im.chunks[index]) {
     const auto& info = m.at(s.tensor);
-    const unsigned w = static_cast<unsigned>(dtype_size(info.dtype));
-    const bool is_float = dtype_is_float(info.dtype);
+    const unsigned w = static_cast<unsigned>(dtype_unit_size(info.dtype));
+    const bool is_float = dtype_codes_as_float(info.dtype);
     const std::byte* o = im.base.tensors[s.tensor].data() + s.begin * w;
     const std::byte* nw = im.next.tensors[s.tensor].data() + s.begin * w;
     const bool overwrite = !im.options.overwrite_tensors.empty() && im.options.overwrite_tensors[s.tensor];

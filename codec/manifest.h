@@ -21,6 +21,9 @@ struct TensorInfo {
 
   uint64_t numel() const noexcept;   // product of shape (1 for a scalar, 0 if any dim is 0)
   uint64_t nbytes() const noexcept;  // numel * dtype_size
+  // Code units (dtype_unit_size): numel, or 2 * numel for 8-byte dtypes. The codec's element
+  // indices (frames, digests, chunk slices) count units.
+  uint64_t units() const noexcept;
 };
 
 class Manifest {

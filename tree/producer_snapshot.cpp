@@ -32,7 +32,7 @@ void Producer::Impl::adopt_baseline(const codec::ConstWeights& next, uint64_t v,
   if (!baseline_readers.empty()) {
     std::vector<SnapshotPatches::Patch> changed;
     for (uint32_t t = 0; t < baseline.size(); ++t)
-      collect_changes(t, static_cast<unsigned>(codec::dtype_size(manifest.at(t).dtype)), baseline[t], next.tensors[t],
+      collect_changes(t, static_cast<unsigned>(codec::dtype_unit_size(manifest.at(t).dtype)), baseline[t], next.tensors[t],
                       changed);
     for (auto* reader : baseline_readers) reader->record(changed);
   }
@@ -72,7 +72,7 @@ void Producer::Impl::serve_fetch(std::shared_ptr<transport::Connection> connecti
   } unregister{*this, &patches};
   const uint32_t count = sender.send_snapshot(
       manifest, max_message_bytes, end.version, [&](uint32_t tensor, uint64_t offset, std::span<std::byte> out) {
-        const unsigned width = static_cast<unsigned>(codec::dtype_size(manifest.at(tensor).dtype));
+        const unsigned width = static_cast<unsigned>(codec::dtype_unit_size(manifest.at(tensor).dtype));
         std::shared_lock lock(baseline_mutex);
         std::memcpy(out.data(), baseline[tensor].data() + offset, out.size());
         patches.restore_and_advance(tensor, offset / width, (offset + out.size()) / width, width, out);

@@ -464,7 +464,7 @@ void Session::rebind(uint32_t tensor, std::span<std::byte> memory) {
 }
 
 void Session::SnapshotReader::read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) {
-  const unsigned width = static_cast<unsigned>(codec::dtype_size(session_.manifest_.at(tensor).dtype));
+  const unsigned width = static_cast<unsigned>(codec::dtype_unit_size(session_.manifest_.at(tensor).dtype));
   const uint64_t first = offset / width;
   const uint64_t end = first + out.size() / width;
   std::unique_lock data(session_.data_mutex_);  // no write runs while the bits are copied

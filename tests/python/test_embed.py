@@ -135,7 +135,7 @@ class TestBinding(unittest.TestCase):
 
     def test_producer_checks(self):
         w = np.zeros((3, 5), np.float32)
-        self.assertError("DC_ERR_UNSUPPORTED", deltacast.Producer, {"w": np.zeros(3, np.int32)}, receivers=1)
+        self.assertError("DC_ERR_INVALID_ARGUMENT", deltacast.Producer, {"w": np.zeros(3, np.complex64)}, receivers=1)
         self.assertError("DC_ERR_INVALID_ARGUMENT", deltacast.Producer, {"w": w.T}, receivers=1)  # not contiguous
         self.assertError("DC_ERR_INVALID_ARGUMENT", deltacast.Producer, {"w": w}, receivers=1,
                          dtypes={"w": "BF16"})  # 2-byte dtype over 4-byte elements
@@ -332,7 +332,7 @@ class TestAttach(unittest.TestCase):
                 wrong_size = pattern((64, 34), torch.bfloat16)
                 self.assertRefused("DC_ERR_INVALID_ARGUMENT", r, {"w": wrong_size}, [wrong_size])
                 self.assertRefused("DC_ERR_NOT_FOUND", r, {"nope": torch.zeros(3)})
-                self.assertRefused("DC_ERR_UNSUPPORTED", r, {"b": torch.zeros(17, dtype=torch.int32)})
+                self.assertRefused("DC_ERR_INVALID_ARGUMENT", r, {"b": torch.zeros(17, dtype=torch.int32)})
                 transposed = pattern((33, 64), torch.bfloat16).t()
                 e = self.assertRefused("DC_ERR_INVALID_ARGUMENT", r, {"w": transposed}, [transposed])
                 self.assertIn("contiguous", e.message)

@@ -269,8 +269,11 @@ TEST(CApiBasics, NullHandlesAndWrongStatesAreRefused) {
   const int64_t shape[] = {4};
   uint16_t w[4] = {};
   EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 1, shape, w, 6, DC_DEVICE_HOST, 0), DC_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_I64, 1, shape, w, 32, DC_DEVICE_HOST, 0), DC_ERR_UNSUPPORTED);
-  EXPECT_NE(std::string(dc_last_error()).find("I64"), std::string::npos);
+  EXPECT_EQ(dc_producer_add_tensor(p, "w", 99, 1, shape, w, 32, DC_DEVICE_HOST, 0), DC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dc_last_error()).find("99"), std::string::npos);
+  int64_t positions[4] = {0, -1, INT64_MAX, INT64_MIN};  // every safetensors dtype is handled, I64 included
+  EXPECT_EQ(dc_producer_add_tensor(p, "positions", DC_DTYPE_I64, 1, shape, positions, sizeof positions, DC_DEVICE_HOST, 0),
+            DC_OK);
   EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 1, shape, w, 8, DC_DEVICE_CUDA, 0), DC_ERR_UNSUPPORTED);
   EXPECT_NE(std::string(dc_last_error()).find("CUDA"), std::string::npos);
   EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 1, shape, w, 8, DC_DEVICE_HOST, 0), DC_OK);

@@ -126,8 +126,8 @@ TEST_F(Malformed, EndBeforeBegin) {
 }
 
 TEST_F(Malformed, UnknownDtypeNamesTensorAndDtype) {
-  expect_refused(file_of(R"({"w":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", "abcdefgh"),
-                 Errc::invalid_argument, "tensor 'w' has dtype 'F64'");
+  expect_refused(file_of(R"({"w":{"dtype":"C64","shape":[1],"data_offsets":[0,8]}})", "abcdefgh"),
+                 Errc::invalid_argument, "tensor 'w' has dtype 'C64'");
 }
 
 TEST_F(Malformed, NegativeOrFractionalShape) {

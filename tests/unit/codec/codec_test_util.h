@@ -73,8 +73,11 @@ inline uint32_t random_bits(DType dt, std::mt19937_64& rng) {
     }
     case DType::f8_e4m3: case DType::f8_e5m2: case DType::i8: case DType::u8:
       return static_cast<uint32_t>(rng() & 0xFF);
+    case DType::bool_:
+      return static_cast<uint32_t>(rng() & 1);
+    default:  // the other integers, and the 4-byte units of F64/I64/U64: any bits
+      return static_cast<uint32_t>(rng()) & width_mask(static_cast<unsigned>(dtype_unit_size(dt)));
   }
-  return 0;
 }
 
 // Moves ~density of the elements: by a few ulps (ulp-like), or to arbitrary bits when `wild`.
@@ -82,9 +85,9 @@ inline void mutate(OwnedWeights& w, double density, std::mt19937_64& rng, bool w
   std::uniform_real_distribution<double> u(0, 1);
   for (uint32_t t = 0; t < w.manifest->size(); ++t) {
     const auto& info = w.manifest->at(t);
-    const unsigned width = static_cast<unsigned>(dtype_size(info.dtype));
-    const bool is_float = dtype_is_float(info.dtype);
-    for (uint64_t i = 0; i < info.numel(); ++i) {
+    const unsigned width = static_cast<unsigned>(dtype_unit_size(info.dtype));  // code units (8-byte: 2 each)
+    const bool is_float = dtype_codes_as_float(info.dtype);
+    for (uint64_t i = 0; i < info.units(); ++i) {
       if (density < 1.0 && u(rng) >= density) continue;
       const uint32_t old = load_bits(w.bytes[t].data(), width, i);
       uint32_t nb;
@@ -103,8 +106,8 @@ inline void mutate(OwnedWeights& w, double density, std::mt19937_64& rng, bool w
 inline void fill_random(OwnedWeights& w, std::mt19937_64& rng) {
   for (uint32_t t = 0; t < w.manifest->size(); ++t) {
     const auto& info = w.manifest->at(t);
-    const unsigned width = static_cast<unsigned>(dtype_size(info.dtype));
-    for (uint64_t i = 0; i < info.numel(); ++i) store_bits(w.bytes[t].data(), width, i, random_bits(info.dtype, rng));
+    const unsigned width = static_cast<unsigned>(dtype_unit_size(info.dtype));
+    for (uint64_t i = 0; i < info.units(); ++i) store_bits(w.bytes[t].data(), width, i, random_bits(info.dtype, rng));
   }
 }
 

@@ -1,0 +1,80 @@
+"""trainer.kind watch at a realistic size: what following a checkpoint directory costs the producer.
+
+    python3 bench/tree/watch_bench.py [--deltacast build/tools/deltacast] [--params 200M] [--shards 4]
+                                      [--versions 4] [--receivers 2]
+
+`deltacast synth --shards` writes the checkpoints first (not timed). Then one `deltacast run`
+job on 127.0.0.1 (tests/integration/recovery/dcfleet.py) follows a directory into which this
+script drops each checkpoint (written as NAME.tmp, renamed) once the previous version committed.
+Reports, per version: the time from the checkpoint's rename to its commit, and the refit time
+the producer reports for it (the baseline: appearance-to-commit minus refit is what watching
+adds: noticing the name, opening and validating the shards); and the producer's anonymous memory
+(RssAnon) once version 1 committed and at its largest afterwards, against the checkpoint size.
+"""
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "integration" / "recovery"))
+import dcfleet  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--deltacast", default=None)
+    ap.add_argument("--params", default="200M")
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--versions", type=int, default=4, help="checkpoints after the bootstrap")
+    ap.add_argument("--receivers", type=int, default=2)
+    args = ap.parse_args()
+    dc = dcfleet.find_deltacast(args.deltacast)
+    work = Path(tempfile.mkdtemp(prefix="dc-watch-bench-"))
+    made, watched = work / "made", work / "watched"
+    watched.mkdir()
+    subprocess.run([dc, "synth", "--out", str(made), "--params", args.params, "--steps", str(args.versions),
+                    "--shards", str(args.shards)], check=True, stdout=subprocess.DEVNULL)
+    steps = sorted(p for p in made.iterdir() if p.is_dir())
+    shutil.copytree(steps[0], watched / "ckpt-0000")
+    job = dcfleet.JobConfig(receivers=args.receivers, chunk_bytes="16MiB", peer="10s", join="120s",
+                            trainer_yaml=f"  kind: watch\n  dir: {watched}\n  steps: {args.versions}\n")
+    rows = []
+    with dcfleet.Fleet(dc, work / "job", job) as fleet:
+        fleet.start()
+        if not fleet.wait_line(r"full checkpoint \(version 1\)", 600):
+            sys.exit("no bootstrap:\n" + fleet.tail(0, 20))
+        for k in range(1, args.versions + 1):
+            name = f"ckpt-{k:04d}"
+            shutil.copytree(steps[k], watched / (name + ".tmp"))
+            dropped = time.monotonic()
+            (watched / (name + ".tmp")).rename(watched / name)
+            m = fleet.wait_line(rf"^step {k}: version {k + 1} ", 600)
+            seen = time.monotonic()
+            if not m:
+                sys.exit(f"version {k + 1} did not commit:\n" + fleet.tail(0, 20))
+            rows.append(seen - dropped)
+        if fleet.wait_producer(120) != 0:
+            sys.exit("producer failed:\n" + fleet.tail(0, 20))
+        fleet.wait_receivers(120)
+        report = fleet.report()
+    out = []
+    for k, st in enumerate(report["steps"]):
+        out.append({"checkpoint": st["checkpoint"], "rename_to_commit_line_s": round(rows[k], 3),
+                    "appeared_to_commit_s": round(st["appeared_to_commit_seconds"], 3),
+                    "refit_s": round(st["refit_seconds"], 3),
+                    "watch_overhead_s": round(st["appeared_to_commit_seconds"] - st["refit_seconds"], 3)})
+        print(json.dumps(out[-1]))
+    ckpt = report["checkpoint_bytes"]
+    after, peak = report["rss_anon_after_bootstrap_bytes"], report["max_rss_anon_bytes"]
+    print(json.dumps({"checkpoint_bytes": ckpt, "rss_anon_after_bootstrap_bytes": after, "max_rss_anon_bytes": peak,
+                      "growth_over_checkpoint": round((peak - after) / ckpt, 4)}))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
