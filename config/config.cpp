@@ -53,6 +53,12 @@ double parse_positive_double(std::string_view text) {
   return value;
 }
 
+bool parse_bool(std::string_view text) {
+  if (text == "true" || text == "yes" || text == "on" || text == "1") return true;
+  if (text == "false" || text == "no" || text == "off" || text == "0") return false;
+  throw BadValue{"expected true or false, got " + quoted(text)};
+}
+
 std::string non_empty(std::string_view text) {
   if (text.empty()) throw BadValue{"must not be empty"};
   return std::string(text);
@@ -129,6 +135,7 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
       {"timeouts.producer_loss",
        [](Config& c, std::string_view v) { c.timeouts.producer_loss = positive_duration(v); }},
       {"secret_file", [](Config& c, std::string_view v) { c.secret_file = std::string(v); }},
+      {"allow_insecure", [](Config& c, std::string_view v) { c.allow_insecure = parse_bool(v); }},
       {"trainer.kind", [](Config& c, std::string_view v) { c.trainer.kind = one_of(v, {"synth", "watch"}); }},
       {"trainer.dir", [](Config& c, std::string_view v) { c.trainer.dir = non_empty(v); }},
       {"trainer.params",
@@ -252,7 +259,7 @@ void parse_document(Config& config, const std::string& source, const YAML::Node&
   require_map(source, root, "(top level)");
   const std::set<std::string> top = {"producer", "transport",   "topology", "chunk_bytes", "retain_versions",
                                      "members",  "timeouts",    "secret_file", "trainer",  "output",
-                                     "log_level"};
+                                     "log_level", "allow_insecure"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
       {"trainer", {"kind", "dir", "params", "steps", "lr", "seed"}},

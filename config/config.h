@@ -76,6 +76,8 @@ struct Config {
   std::optional<LocalMembers> local_members;  // count + base port shorthand
   Timeouts timeouts;
   std::string secret_file;  // shared secret for peer authentication; empty: no authentication
+  // Run without a secret although an address is reachable from other machines (refused otherwise).
+  bool allow_insecure = false;
   TrainerConfig trainer;
   OutputConfig output;
   std::string log_level = "info";  // trace | debug | info | warn | error | off

@@ -20,8 +20,9 @@ unsigned threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 void check_resumed(const codec::ConstWeights& weights, const ProducerState& s, const std::string& what) {
   const uint64_t digest = codec::StateDigest::full_scan(weights, threads()).combined();
   if (digest != s.digest)
-    throw Error(Errc::verify_failed, "--resume: " + what + " gives digest " + hex64(digest) + ", but the state says version " +
-                                         std::to_string(s.version) + " has " + hex64(s.digest));
+    throw Error(Errc::verify_failed, "--resume: " + what + " gives digest " + hex64(digest) +
+                                         ", but the state says version " + std::to_string(s.version) + " has " +
+                                         hex64(s.digest));
 }
 
 class SynthSource final : public VersionSource {
@@ -33,7 +34,8 @@ class SynthSource final : public VersionSource {
     while (trainer_.step_index() < resume->trainer_step) trainer_.step();
     // The simulator's steps depend only on (seed, step, tensor, element), not on its thread
     // count (sim/trainer_simulator.h), so any machine re-simulates the same bits.
-    check_resumed(trainer_.bf16_weights(), *resume, "the trainer re-simulated to step " + std::to_string(resume->trainer_step));
+    check_resumed(trainer_.bf16_weights(), *resume,
+                  "the trainer did not re-simulate to the same bits: step " + std::to_string(resume->trainer_step));
   }
   const codec::Manifest& manifest() const override { return trainer_.manifest(); }
   codec::ConstWeights weights() const override { return trainer_.bf16_weights(); }
@@ -124,7 +126,8 @@ std::unique_ptr<VersionSource> make_version_source(const config::Config& c, cons
     if (resume->checkpoint.empty())
       throw Error(Errc::config, "--resume: the state names no checkpoint of trainer.dir");
     first = watch->open(resume->checkpoint);
-    check_resumed(first->checkpoint.weights(), *resume, "checkpoint " + resume->checkpoint + " of " + c.trainer.dir);
+    check_resumed(first->checkpoint.weights(), *resume,
+                  "checkpoint " + resume->checkpoint + " of " + c.trainer.dir + " is not the committed version:");
   } else {
     std::printf("producer: waiting for a complete checkpoint in %s\n", c.trainer.dir.c_str());
     std::fflush(stdout);

@@ -1,4 +1,7 @@
 // Shared pieces of the interface: secret loading and the default (unsupported) RMA write.
+#include <sys/stat.h>
+
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -12,6 +15,13 @@ std::string load_secret(const std::string& file) {
   if (!file.empty()) {
     std::ifstream in(file, std::ios::binary);
     if (!in) throw Error(Errc::io, "cannot read secret file '" + file + "'");
+    struct stat st {};
+    if (::stat(file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+      char mode[8];
+      std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+      throw Error(Errc::config, "secret file '" + file + "' is readable by group or others (mode " + mode +
+                                    "); a shared secret must be private to its owner: chmod 600 '" + file + "'");
+    }
     secret.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     if (!secret.empty() && secret.back() == '\n') secret.pop_back();
     if (!secret.empty() && secret.back() == '\r') secret.pop_back();

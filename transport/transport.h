@@ -55,6 +55,10 @@ struct Url {
   static Url parse(std::string_view text);
   // The canonical text form; Url::parse(u.str()) == u.
   std::string str() const;
+  // True when only this machine can reach the address: the in-process loopback transport,
+  // libfabric's shm provider, or a numeric 127.0.0.0/8 or ::1 host, or "localhost" (no DNS
+  // look-up). Everything else counts as exposed, wildcard addresses (0.0.0.0, ::) included.
+  bool is_local() const;
   // "tcp", "ofi+shm", "ucx", "loop": the key make_transport takes.
   std::string full_scheme() const;
   bool operator==(const Url&) const = default;
@@ -68,6 +72,7 @@ struct Capabilities {
   bool cuda_memory = false;     // register_memory(…, MemoryKind::cuda) works
   bool zero_copy_send = false;  // sends go from the caller's buffer without a staging copy
   size_t max_message = 0;       // largest message one post_send may carry
+  bool authenticated = false;   // a shared secret is set: every connection proves it (auth.h)
 };
 
 struct TransportOptions {
@@ -80,7 +85,8 @@ struct TransportOptions {
   size_t max_message_bytes = size_t{1} << 30;           // 1 GiB; bigger frames are refused
 };
 
-// Loads the shared secret: from `file` when it is not empty (the whole file, one trailing newline
+// Loads the shared secret (a file readable by group or others is refused, as ssh refuses such
+// keys: Errc::config): from `file` when it is not empty (the whole file, one trailing newline
 // stripped), else from the environment variable DELTACAST_SECRET. Throws Errc::io when the file can
 // not be read, Errc::config when neither source gives a non-empty secret. Thread-safe.
 std::string load_secret(const std::string& file = {});

@@ -1,5 +1,6 @@
 // Url parsing and printing (forms listed in transport/transport.h).
 #include <charconv>
+#include <cstdio>
 
 #include "transport/transport.h"
 
@@ -64,6 +65,19 @@ Url Url::parse(std::string_view text) {
 }
 
 std::string Url::full_scheme() const { return provider.empty() ? scheme : scheme + "+" + provider; }
+
+bool Url::is_local() const {
+  if (scheme == "loop" || (scheme == "ofi" && provider == "shm")) return true;
+  std::string h = host;
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h == "localhost" || h == "::1") return true;
+  // Numeric IPv4 in 127.0.0.0/8: four decimal octets, the first 127.
+  unsigned octets[4];
+  char tail = 0;
+  if (std::sscanf(h.c_str(), "%3u.%3u.%3u.%3u%c", &octets[0], &octets[1], &octets[2], &octets[3], &tail) == 4)
+    return octets[0] == 127 && octets[1] <= 255 && octets[2] <= 255 && octets[3] <= 255;
+  return false;
+}
 
 std::string Url::str() const {
   if (scheme == "loop") return "loop://" + host;

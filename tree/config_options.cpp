@@ -21,6 +21,7 @@ ReceiverOptions receiver_options_from(const config::Config& c) {
   options.peer_timeout = c.timeouts.peer;
   options.producer_loss_timeout = c.timeouts.producer_loss;
   options.idle_timeout = c.timeouts.refit * 4;
+  options.allow_insecure = c.allow_insecure;
   return options;
 }
 
@@ -34,6 +35,7 @@ ProducerOptions producer_options_from(const config::Config& c) {
   options.join_timeout = std::max(c.timeouts.join, c.timeouts.refit);
   options.peer_timeout = c.timeouts.peer;
   options.retain_versions = c.retain_versions;
+  options.allow_insecure = c.allow_insecure;
   return options;
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "tree/producer_impl.h"
+#include "tree/secure_start.h"
 
 namespace deltacast::tree {
 namespace {
@@ -181,6 +182,7 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
   auto& d = *impl_;
   if (d.options.receivers == 0) throw Error(Errc::invalid_argument, "a producer needs receivers");
   if (d.options.encode.chunk_bytes == 0) throw Error(Errc::invalid_argument, "chunk_bytes must be positive");
+  require_authenticated(transport, {d.options.listen_url}, d.options.allow_insecure, "the producer");
   d.listener = transport.listen(transport::Url::parse(d.options.listen_url));
   // A frame covers at most chunk_bytes of checkpoint; coded values are never much larger than
   // the raw bits, and seal frames hold 8 bytes per tensor.

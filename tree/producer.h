@@ -57,6 +57,9 @@ struct ProducerOptions {
   // Start at a committed version instead of version 0 (see ProducerResume). The attempt ids go on
   // above every one a member saw: max(resume->attempt, every HELLO's attempt_floor) + 1.
   std::optional<ProducerResume> resume;
+  // Start even though listen_url is reachable from other machines and the transport has no
+  // shared secret (config allow_insecure; docs/security.md). Off: refused before listening.
+  bool allow_insecure = false;
 };
 
 // A member as start() found it: what it held at HELLO and what start() made of it.

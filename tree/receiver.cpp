@@ -14,6 +14,7 @@
 #include "tree/protocol.h"
 #include "tree/relay_edges.h"
 #include "tree/relay_link.h"
+#include "tree/secure_start.h"
 #include "tree/session.h"
 #include "util/log.h"
 
@@ -399,6 +400,8 @@ Ending Receiver::Impl::serve() {
 
 Receiver::Receiver(transport::Transport& transport, ReceiverOptions options)
     : impl_(std::make_unique<Impl>(transport, std::move(options))) {
+  const auto& o = impl_->options;
+  require_authenticated(transport, {o.listen_url, o.producer_url}, o.allow_insecure, "rank " + std::to_string(o.rank));
   impl_->listener = transport.listen(transport::Url::parse(impl_->options.listen_url));
   impl_->active_version = &active_version_;
 }

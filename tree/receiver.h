@@ -54,6 +54,9 @@ struct ReceiverOptions {
   // the host's buffers; committed versions queue until the host calls apply_pending() at a safe
   // point. The bootstrap and catch-up snapshots are written at once (nothing is served yet).
   bool gated = false;
+  // Start even though listen_url or producer_url is reachable from other machines and the
+  // transport has no shared secret (config allow_insecure; docs/security.md). Off: refused.
+  bool allow_insecure = false;
   // Called on the control thread after a version became active: committed, or reached by catching
   // up (a snapshot and/or replayed versions) when this member rejoined. Optional.
   std::function<void(uint64_t version)> on_active;

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include "transport/transport.h"
 
 namespace deltacast::transport {
@@ -70,6 +72,15 @@ TEST(Factory, KnowsBuiltAndUnknownSchemes) {
   }
 }
 
+TEST(Url, OnlyLoopbackAddressesAreLocal) {
+  for (const char* text : {"tcp://127.0.0.1:9", "tcp://127.255.3.4:1", "ofi+tcp://127.0.0.1:7", "ucx://[::1]:80",
+                           "tcp://localhost:5", "loop://anything", "ofi+shm://node-a:0"})
+    EXPECT_TRUE(Url::parse(text).is_local()) << text;
+  for (const char* text : {"tcp://0.0.0.0:9", "tcp://10.0.0.1:9", "ucx://[fe80::1]:80", "tcp://128.0.0.1:9",
+                           "tcp://127.0.0.1.evil.example:9", "tcp://myhost:9", "tcp://[::]:9", "ofi+tcp://192.168.1.2:7"})
+    EXPECT_FALSE(Url::parse(text).is_local()) << text;
+}
+
 TEST(Secret, LoadsFromFileThenEnvironment) {
   std::string path = ::testing::TempDir() + "/deltacast-secret-test";
   {
@@ -78,6 +89,18 @@ TEST(Secret, LoadsFromFileThenEnvironment) {
     std::fputs("s3cret\n", f);
     std::fclose(f);
   }
+  // Readable by group or others: refused, as ssh refuses such keys; private: read.
+  ::chmod(path.c_str(), 0644);
+  try {
+    load_secret(path);
+    FAIL() << "a world-readable secret file was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::config);
+    EXPECT_NE(std::string(e.what()).find("chmod 600"), std::string::npos) << e.what();
+  }
+  ::chmod(path.c_str(), 0640);
+  EXPECT_THROW(load_secret(path), Error);
+  ::chmod(path.c_str(), 0600);
   EXPECT_EQ(load_secret(path), "s3cret");
   ::setenv("DELTACAST_SECRET", "from-env", 1);
   EXPECT_EQ(load_secret(), "from-env");

@@ -589,7 +589,9 @@ class LoopTransport final : public Transport {
     return std::make_unique<HostRegion>(bytes);
   }
 
-  Capabilities capabilities() const override { return Capabilities{"loop", false, false, false, options_.max_message_bytes}; }
+  Capabilities capabilities() const override {
+    return Capabilities{"loop", false, false, false, options_.max_message_bytes, !options_.secret.empty()};
+  }
 
   Member& member() { return *member_; }
 

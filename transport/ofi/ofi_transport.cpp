@@ -253,6 +253,7 @@ Capabilities OfiTransport::capabilities() const {
   caps.cuda_memory = false;  // this libfabric has no CUDA (FI_HMEM) support built in
   caps.zero_copy_send = true;
   caps.max_message = options_.max_message_bytes;
+  caps.authenticated = !options_.secret.empty();
   return caps;
 }
 

@@ -266,7 +266,7 @@ class TcpTransport final : public Transport {
   }
 
   Capabilities capabilities() const override {
-    return Capabilities{"tcp", false, false, true, options_.max_message_bytes};
+    return Capabilities{"tcp", false, false, true, options_.max_message_bytes, !options_.secret.empty()};
   }
 
  private:

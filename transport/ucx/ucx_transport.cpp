@@ -343,6 +343,7 @@ Capabilities UcxTransport::capabilities() const {
   caps.cuda_memory = false;  // UCX here is built without CUDA
   caps.zero_copy_send = true;
   caps.max_message = options_.max_message_bytes;
+  caps.authenticated = !options_.secret.empty();
   return caps;
 }
 

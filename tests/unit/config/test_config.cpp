@@ -117,6 +117,33 @@ output: {dir: runs/x, log_file: runs/x/run.log}
   EXPECT_EQ(parse_config("retain_versions: 1024\n", "z.yaml").retain_versions, 1024u);
 }
 
+TEST(Config, WatchTrainerAndAllowInsecure) {
+  const Config c = parse_config(R"(producer: tcp://127.0.0.1:1
+members: {count: 2}
+allow_insecure: true
+trainer: {kind: watch, dir: /ckpt/run-42, steps: 0}
+)",
+                                "w.yaml");
+  validate(c);
+  EXPECT_TRUE(c.allow_insecure);
+  EXPECT_EQ(c.trainer.kind, "watch");
+  EXPECT_EQ(c.trainer.dir, "/ckpt/run-42");
+  EXPECT_EQ(c.trainer.steps, 0);
+  EXPECT_FALSE(parse_config("producer: tcp://127.0.0.1:1\n", "d.yaml").allow_insecure);
+  std::string m = parse_error("allow_insecure: maybe\n");
+  EXPECT_TRUE(contains(m, "test.yaml:1:17: key 'allow_insecure': expected true or false")) << m;
+  // steps 0 is for watch only; watch needs its directory.
+  Config synth = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 1}\ntrainer: {steps: 0}\n", "s.yaml");
+  EXPECT_THROW(validate(synth), Error);
+  Config nodir = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 1}\ntrainer: {kind: watch}\n", "n.yaml");
+  try {
+    validate(nodir);
+    FAIL() << "watch without a directory was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "trainer.dir")) << e.what();
+  }
+}
+
 TEST(ConfigErrors, BadRepairKeysNameLineAndColumn) {
   std::string m = parse_error("producer: tcp://h:1\nretain_versions: 1025\n");
   EXPECT_TRUE(contains(m, "test.yaml:2:18: key 'retain_versions': must be between 0 and 1024, got 1025")) << m;

@@ -582,7 +582,7 @@ TEST(Protocol, OutOfRangeEnumsAndBoolsAreRefused) {
        {0, 8, 128}},
       {"catchup mode", Catchup{1, 2, CatchupMode::none, {}}, Catchup{1, 2, CatchupMode::snapshot, {}}, {3, 4, 255}},
       {"fetch mode", Fetch{1, CatchupMode::replay, 0, 1}, Fetch{1, CatchupMode::snapshot, 0, 1}, {3, 200}},
-      {"tensor dtype", w1, w2, {0, 8, 255}},
+      {"tensor dtype", w1, w2, {0, 16, 255}},  // 1..15: the safetensors dtypes
       {"fenced replaced", Fenced{false, "r"}, Fenced{true, "r"}, {2, 0x80, 255}},
       {"member live", l1, l2, {2, 3, 255}},
   };
