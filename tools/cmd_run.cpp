@@ -15,7 +15,8 @@
 //
 // --fault ACTION@VERSION[:N] is a testing aid (the tests and `deltacast demo --kill/--freeze`):
 // a receiver kills (SIGKILL) or freezes (SIGSTOP) itself after handling N data messages of
-// VERSION; the producer does so after sending N data messages of VERSION.
+// VERSION; the producer does so after sending N data messages of VERSION, or, with
+// ACTION@VERSION:commit, once VERSION is decided and its state written, right before its COMMIT.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -74,6 +75,8 @@ struct Fault {
   std::string action;
   uint64_t version = 0;
   uint64_t after = 1;
+  bool at_commit = false;  // producer, ACTION@VERSION:commit: once VERSION is decided and its state
+                           // written, before its COMMIT goes out
 };
 
 uint64_t parse_positive(const std::string& text, const std::string& spec, const char* what) {
@@ -98,7 +101,10 @@ Fault parse_fault(const std::string& spec) {
   const std::string rest = spec.substr(at + 1);
   const size_t colon = rest.find(':');
   f.version = parse_positive(rest.substr(0, colon), spec, "VERSION");
-  if (colon != std::string::npos) f.after = parse_positive(rest.substr(colon + 1), spec, "N");
+  if (colon != std::string::npos && rest.substr(colon + 1) == "commit")
+    f.at_commit = true;
+  else if (colon != std::string::npos)
+    f.after = parse_positive(rest.substr(colon + 1), spec, "N");
   return f;
 }
 
@@ -270,9 +276,17 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
   options.receivers = static_cast<uint32_t>(members.size());
   options.encode.threads = threads;
   auto sending = std::make_shared<std::atomic<uint64_t>>(0);  // the version being sent (--fault)
-  if (!o.fault.empty()) options.on_progress = producer_fault_hook(parse_fault(o.fault), sending);
+  if (!o.fault.empty() && !parse_fault(o.fault).at_commit)
+    options.on_progress = producer_fault_hook(parse_fault(o.fault), sending);
   if (resumed)
     options.resume = tree::ProducerResume{resumed->version, source->weights(), resumed->attempt, resumed->history};
+  // The state file is written when a version is decided, before its COMMIT goes out (set below,
+  // once the producer and the state exist): a producer lost at any moment after that resumes at
+  // that version, and members that did not get the COMMIT catch up to it.
+  std::function<void(uint64_t, uint64_t)> on_decided;
+  options.before_commit = [&on_decided](uint64_t version, uint64_t digest) {
+    if (on_decided) on_decided(version, digest);
+  };
   tree::Producer producer(*transport, source->manifest(), options);
   const tree::StartReport started = producer.start();
   std::printf("producer: %zu receivers joined at %s (%s tree, %s, chunks of %.1f MiB)\n",
@@ -282,12 +296,14 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
 
   ProducerState state;
   state.topology = std::string(tree::topology_kind_name(options.topology));
-  // After every committed version, before its progress line: a line printed means its state is
-  // on disk. A state that cannot be written is no reason to stop refitting: the file keeps an
-  // older version, and a producer resumed from it refuses members that hold newer ones.
-  auto save_state = [&](uint64_t trainer_step) {
-    state.version = producer.version();
-    state.digest = producer.digest().combined();
+  // Every version, once decided and before its COMMIT (so before its progress line: a line printed
+  // means its state is on disk). A state that cannot be written is no reason to stop refitting:
+  // the file keeps an older version, and a producer resumed from it refuses members that hold
+  // newer ones.
+  uint64_t sending_step = 0;  // the trainer step of the version being sent
+  auto save_state = [&](uint64_t trainer_step, uint64_t version, uint64_t digest) {
+    state.version = version;
+    state.digest = digest;
     state.trainer_step = trainer_step;
     state.attempt = producer.attempt();
     state.history = producer.history();
@@ -297,6 +313,19 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
       write_state(state_file, state);
     } catch (const Error& e) {
       log->error("producer state not updated to version {}: {}", state.version, e.what());
+    }
+  };
+
+  const std::optional<Fault> commit_fault =
+      !o.fault.empty() && parse_fault(o.fault).at_commit ? std::optional(parse_fault(o.fault)) : std::nullopt;
+  on_decided = [&](uint64_t version, uint64_t digest) {
+    save_state(sending_step, version, digest);
+    if (commit_fault && commit_fault->version == version) {
+      std::printf("producer: --fault %s@%llu:commit: %s this process after writing the state, before COMMIT\n",
+                  commit_fault->action.c_str(), static_cast<unsigned long long>(version),
+                  commit_fault->signal == SIGKILL ? "killing" : "stopping");
+      std::fflush(stdout);
+      std::raise(commit_fault->signal);
     }
   };
 
@@ -317,7 +346,7 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
     std::printf("producer: version 1 is %s\n", source->describe_bootstrap().c_str());
     full = producer.bootstrap(source->weights());
     state.full_seconds = full.refit_seconds;
-    if (full.committed) save_state(0);
+
     std::printf("full checkpoint (version 1): %.1f MiB raw through the tree in %.3f s, verified by "
                 "%u/%u receivers%s\n",
                 mib(full.checkpoint_bytes), full.refit_seconds, full.verified_receivers,
@@ -334,9 +363,10 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
   for (int step = first_step; ok && (c.trainer.steps == 0 || step <= c.trainer.steps); ++step) {
     if (!source->next()) break;  // watch: SIGTERM while waiting for the next checkpoint
     sending->store(producer.version() + 1);
+    sending_step = static_cast<uint64_t>(step);
     tree::RefitReport r = producer.refit(source->weights());
     const auto committed_at = std::chrono::steady_clock::now();
-    if (r.committed) save_state(static_cast<uint64_t>(step));
+
     max_rss_anon = std::max(max_rss_anon, rss_anon_bytes());
     nlohmann::json entry = step_json(step, r, full.refit_seconds);
     source->describe(entry, committed_at);
@@ -410,7 +440,11 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
   options.producer_url = env.require_rendezvous();
   options.listen_url = me.url;
   options.cluster = me.cluster;
-  if (!o.fault.empty()) install_fault(options, parse_fault(o.fault), env.rank);
+  if (!o.fault.empty()) {
+    const Fault f = parse_fault(o.fault);
+    if (f.at_commit) throw Error(Errc::invalid_argument, "--fault " + o.fault + ": ':commit' is a producer fault");
+    install_fault(options, f, env.rank);
+  }
   tree::Receiver receiver(*transport, options);
   const codec::Manifest& manifest = receiver.join();
   // The host's buffers: version 0 is all zeros.

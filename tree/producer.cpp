@@ -154,8 +154,11 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
   f.deciding = true;
   f.want_active = report.committed ? f.version : version;
   if (report.committed) {
-    broadcast(Commit{f.version, f.attempt, expected_digest});
     remember_version(f.version, expected_digest);
+    // The host records the version as committed before any member can hold it (a producer
+    // state file): a producer lost after this point is resumed at this version.
+    if (options.before_commit) options.before_commit(f.version, expected_digest);
+    broadcast(Commit{f.version, f.attempt, expected_digest});
   } else {
     broadcast(Abort{f.version, f.attempt, report.abort_reason});
   }
@@ -287,6 +290,17 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
     // Not at the committed version: it catches up from live peers, as a rejoining member does.
     d.control[r].catching_up = true;
     if (!d.send_to(r, welcome) || !d.send_catchup(r, d.start_hellos[r].held_version)) d.close_control(r);
+  }
+  // Nobody was at the committed version: wait until the first member caught up (from the
+  // producer's snapshot) and was admitted.
+  while (d.live_ranks().empty()) {
+    if (Clock::now() > deadline)
+      throw Error(Errc::timeout, "no receiver caught up to version " + std::to_string(d.version) + " in time");
+    bool anyone = false;
+    for (uint32_t r = 1; r <= n; ++r) anyone = anyone || d.control[r].connection != nullptr;
+    if (!anyone) throw Error(Errc::connection, "every receiver failed while catching up during start");
+    d.pump(50ms);
+    d.admit_caught_up();
   }
   auto up = [&] {
     if (d.repairs.size() > 0 && !d.repairs.front().waiting.empty()) return false;

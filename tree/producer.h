@@ -60,6 +60,11 @@ struct ProducerOptions {
   // Start even though listen_url is reachable from other machines and the transport has no
   // shared secret (config allow_insecure; docs/security.md). Off: refused before listening.
   bool allow_insecure = false;
+  // Called on the driving thread once every live member verified `version` and the producer
+  // decided to commit it, right before COMMIT goes out (history() already holds it): the moment to
+  // persist "version is committed" (`deltacast run`'s state file). A producer that dies after this
+  // call resumes at `version`; members that never got the COMMIT catch up to it. Optional.
+  std::function<void(uint64_t version, uint64_t digest)> before_commit;
 };
 
 // A member as start() found it: what it held at HELLO and what start() made of it.

@@ -497,8 +497,12 @@ StartReport Producer::Impl::place_members_at_start() {
     }
     report.members.push_back(std::move(m));
   }
-  if (report.count(MemberAtStart::Role::live) == 0) {
-    // Catching up needs a live peer to serve a replay or snapshot: nobody could.
+  // Nobody holds the committed version (a producer resumed from a state written just before a
+  // COMMIT that never went out): the members catch up by a snapshot of the producer's baseline
+  // (its last resort as a source) and start() waits for the first of them. Only when nobody can
+  // even do that does the start fail.
+  if (report.count(MemberAtStart::Role::live) == 0 &&
+      (version == 0 || report.count(MemberAtStart::Role::catching_up) == 0)) {
     std::string held;
     for (const auto& m : report.members) {
       held += held.empty() ? "" : ", ";
@@ -507,7 +511,7 @@ StartReport Producer::Impl::place_members_at_start() {
                                                       : " holds version " + std::to_string(m.held_version));
     }
     const std::string why = "no receiver holds the producer's committed version " + std::to_string(version) +
-                            ", so nobody can serve the others a catch-up (" + held + ")";
+                            " or can catch up to it (" + held + ")";
     for (uint32_t r = 1; r <= n; ++r) {
       if (!control[r].connection) continue;
       try {

@@ -271,8 +271,8 @@ class Fleet:
         for r in range(1, self.job.receivers + 1):
             self.start_receiver(r, (faults or {}).get(r))
 
-    def start_producer(self) -> Proc:
-        return self._spawn(0, [], stdout_to_lines=True)
+    def start_producer(self, extra: Optional[list] = None) -> Proc:
+        return self._spawn(0, list(extra or []), stdout_to_lines=True)
 
     def start(self, faults: Optional[dict] = None) -> None:
         """Receivers first (they wait up to timeouts.join for the producer), then the producer."""

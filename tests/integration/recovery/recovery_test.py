@@ -34,6 +34,7 @@ Exit 0: passed; 1: failed (the reason and the logs' last lines on stderr).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import signal
@@ -247,11 +248,39 @@ def no_producer(fleet: dcfleet.Fleet) -> None:
     print(f"ok: said at {said_at:.2f} s: {first.split('] ')[-1]}\n    exited {p.rc} after {took:.2f} s: {last}")
 
 
+def producer_dies_before_commit(fleet: dcfleet.Fleet) -> None:
+    """The producer writes version 3 into its state file and dies before its COMMIT goes out: every
+    receiver rolls version 3 back and keeps version 2. The resumed producer is at version 3, which
+    nobody holds: they all catch up from its own snapshot (no peer can serve it), and the chain
+    goes on to the end, bit-exact."""
+    fleet.start_receivers()
+    first = fleet.start_producer(["--fault", "kill@3:commit"])
+    check(fleet.wait_line(r"--fault kill@3:commit: killing", 90), "the producer did not reach version 3's commit")
+    check(first.wait(20) is not None, "the producer did not die")
+    state = json.loads((fleet.dir / "producer-state.json").read_text())
+    check(state["version"] == 3 and state["trainer_step"] == 2, f"the state written before COMMIT: {state}")
+    since = len(first.lines)
+    fleet.start_producer(["--resume"])
+    m = fleet.wait_line(r"producer: resumed at version 3 \(step 2\)", 90)
+    check(m, "the resumed producer did not resume at version 3")
+    report = finish_job(fleet, timeout=180)
+    every_step_committed(report)
+    check_survivors(fleet, report, range(1, RECEIVERS + 1))
+    log = fleet.current[0].log.read_text(errors="replace")
+    served = re.findall(r"producer: served a snapshot of version 3 \(\d+ pieces\) to rank (\d+)", log)
+    check(served, "no member took the producer's snapshot of version 3")
+    del since
+    print(f"ok: killed after writing version 3 and before its COMMIT; resumed at version 3, which ranks "
+          f"{sorted(set(int(r) for r in served))} took as the producer's snapshot (no peer held it); ended at "
+          f"version {report['version']} on every receiver, bit-exact")
+
+
 CASES = {
     "kill_relay": (kill_relay, dict(steps=8)),
     "stop_relay": (stop_relay, dict(steps=60, peer="2s")),
     "restart_member": (restart_member, dict(steps=60)),
     "no_producer": (no_producer, dict(receivers=2, join="3s", connect="1s")),
+    "producer_dies_before_commit": (producer_dies_before_commit, dict(steps=5, params="5M")),
 }
 
 
