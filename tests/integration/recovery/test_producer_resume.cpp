@@ -194,6 +194,19 @@ struct FirstLife {
     c.kill_producer();
   }
   ProducerResume resume() const { return ProducerResume{3, model.weights(), attempt, history}; }
+  // Members behind are admitted at a version boundary once caught up: refits (each committed)
+  // until every one of the n members verified one.
+  void refit_until_all_verified(ResumeCluster& c, uint32_t n) {
+    uint32_t in = 0;
+    for (uint64_t step = 3; step <= 40 && in < n; ++step) {
+      model.step(step);
+      RefitReport r = c.producer().refit(model.weights());
+      ASSERT_TRUE(r.committed) << r.abort_reason;
+      in = r.verified_receivers;
+      if (in < n) std::this_thread::sleep_for(50ms);
+    }
+    EXPECT_EQ(in, n) << "the members behind never joined the live set";
+  }
   Held held(uint64_t version, bool wrong_digest = false) const {
     Model m{model.manifest, bits[version]};
     return Held{version, digest_of(m) ^ (wrong_digest ? 0x55 : 0), bits[version]};
@@ -240,15 +253,7 @@ TEST(ProducerResume, MembersBehindCatchUpFromLivePeers) {
   EXPECT_EQ(start.members.at(3).role, Role::catching_up);
   EXPECT_EQ(start.members.at(3).held_version, 2u);
   // They are admitted at a version boundary once caught up: refit until every member is in.
-  uint32_t in = 0;
-  for (uint64_t step = 3; step <= 40 && in < n; ++step) {
-    life.model.step(step);
-    RefitReport r = c.producer().refit(life.model.weights());
-    ASSERT_TRUE(r.committed) << r.abort_reason;
-    in = r.verified_receivers;
-    if (in < n) std::this_thread::sleep_for(50ms);
-  }
-  EXPECT_EQ(in, n) << "the members behind never joined the live set";
+  ASSERT_NO_FATAL_FAILURE(life.refit_until_all_verified(c, n));
   c.finish();
   c.expect_every_member_holds(life.model);
 }
@@ -290,15 +295,7 @@ TEST(ProducerResume, NoMemberHoldingTheVersionCatchesUpFromTheProducer) {
   const StartReport start = c.start_producer(life.resume());
   EXPECT_EQ(start.count(Role::live), 0u);
   EXPECT_EQ(start.count(Role::catching_up), n);
-  uint32_t in = 0;
-  for (uint64_t step = 3; step <= 40 && in < n; ++step) {
-    life.model.step(step);
-    RefitReport r = c.producer().refit(life.model.weights());
-    ASSERT_TRUE(r.committed) << r.abort_reason;
-    in = r.verified_receivers;
-    if (in < n) std::this_thread::sleep_for(50ms);
-  }
-  EXPECT_EQ(in, n) << "not every member caught up";
+  ASSERT_NO_FATAL_FAILURE(life.refit_until_all_verified(c, n));
   c.finish();
   c.expect_every_member_holds(life.model);
 }

@@ -1,14 +1,26 @@
 #pragma once
 // Helpers for codec tests: owned weights for a manifest, random change generation, round trips.
 #include <cstring>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "codec/applier.h"
 #include "codec/encoder.h"
 #include "codec/value_coding.h"
+#include "util/error.h"
 
 namespace deltacast::codec::testing {
+
+// The Errc `fn` throws (Errc::ok when it returns).
+inline Errc errc_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return Errc::ok;
+}
 
 // Element i of a buffer of elements of `width` bytes (unaligned access).
 inline uint32_t load_bits(const std::byte* base, unsigned width, uint64_t index) noexcept {

@@ -35,14 +35,7 @@ struct Fixture : ::testing::Test {
   DeltaApplier make_applier(OwnedWeights& target, uint64_t version = 5) {
     return DeltaApplier(m, target.mut(), version, StateDigest::full_scan(target.view()));
   }
-  static Errc errc_of(const std::function<void()>& fn) {
-    try {
-      fn();
-    } catch (const Error& e) {
-      return e.code();
-    }
-    return Errc::ok;
-  }
+  static Errc errc_of(const std::function<void()>& fn) { return testing::errc_of(fn); }
 };
 
 TEST_F(Fixture, ReplayedChunkIsRefusedAndNotAppliedTwice) {

@@ -62,14 +62,7 @@ void write_file(const std::string& path, const std::vector<std::byte>& b) {
   out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
 }
 
-Errc errc_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return Errc::ok;
-}
+using testing::errc_of;
 
 std::vector<std::byte> corrupt_variant(const std::vector<std::byte>& file, const std::string& kind) {
   auto f = split_frames(file);

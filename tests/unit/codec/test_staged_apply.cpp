@@ -17,14 +17,7 @@ using testing::OwnedWeights;
 
 constexpr auto kStaged = DeltaApplier::Mode::staged;
 
-Errc errc_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  return Errc::ok;
-}
+using testing::errc_of;
 
 // A chain base = v[0] -> v[1] -> ... of random ~2% changes (all dtypes, odd sizes).
 struct Chain : ::testing::Test {
