@@ -276,8 +276,8 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
   options.receivers = static_cast<uint32_t>(members.size());
   options.encode.threads = threads;
   auto sending = std::make_shared<std::atomic<uint64_t>>(0);  // the version being sent (--fault)
-  if (!o.fault.empty() && !parse_fault(o.fault).at_commit)
-    options.on_progress = producer_fault_hook(parse_fault(o.fault), sending);
+  const std::optional<Fault> fault = o.fault.empty() ? std::nullopt : std::optional(parse_fault(o.fault));
+  if (fault && !fault->at_commit) options.on_progress = producer_fault_hook(*fault, sending);
   if (resumed)
     options.resume = tree::ProducerResume{resumed->version, source->weights(), resumed->attempt, resumed->history};
   // The state file is written when a version is decided, before its COMMIT goes out (set below,
@@ -316,8 +316,7 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
     }
   };
 
-  const std::optional<Fault> commit_fault =
-      !o.fault.empty() && parse_fault(o.fault).at_commit ? std::optional(parse_fault(o.fault)) : std::nullopt;
+  const std::optional<Fault> commit_fault = fault && fault->at_commit ? fault : std::nullopt;
   on_decided = [&](uint64_t version, uint64_t digest) {
     save_state(sending_step, version, digest);
     if (commit_fault && commit_fault->version == version) {

@@ -425,9 +425,8 @@ std::vector<uint64_t> Session::pending() const {
 }
 
 uint64_t Session::applied_version() const {
-  std::shared_lock data(data_mutex_);
-  std::lock_guard lock(state_mutex_);
-  return delta_applier_->staged_versions().empty() ? committed_version_ : delta_applier_->buffers_version();
+  std::shared_lock data(data_mutex_);  // the applier is not replaced meanwhile
+  return delta_applier_->buffers_version();  // in place: its committed version
 }
 
 uint64_t Session::apply_pending() {
@@ -448,8 +447,7 @@ uint64_t Session::apply_pending() {
       break;
     for (auto* reader : snapshots_) reader->patches_.record(written);
   }
-  std::lock_guard lock(state_mutex_);
-  return delta_applier_->staged_versions().empty() ? committed_version_ : delta_applier_->buffers_version();
+  return delta_applier_->buffers_version();
 }
 
 void Session::rebind(uint32_t tensor, std::span<std::byte> memory) {

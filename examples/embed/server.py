@@ -119,15 +119,8 @@ class Server:
 
                 # A safe point: no forward pass is running. Take what happened since the last one.
                 while (event := receiver.poll_event()) is not None:
-                    if args.gated and event.kind in ("committed", "rolled_back"):
-                        # Gated: nothing was written; a rollback left the parameters alone.
-                        if event.kind == "rolled_back":
-                            held = receiver.applied_version
-                            digest = self.check(held, params)
-                            self.rolled_back.append(event.version)
-                            self.log(f"version {event.version} rolled back before it reached the parameters: "
-                                     f"they hold version {held}, bit-exact (sha256 {digest[:16]}..)")
-                        continue
+                    if args.gated and event.kind == "committed":
+                        continue  # nothing was written: apply_and_check() below writes and checks it
                     if event.kind == "committed":
                         if receiver.version != event.version:
                             raise RuntimeError(f"version {event.version} committed, but {receiver.version} "
@@ -140,11 +133,12 @@ class Server:
                                  f"output sum {y.float().sum().item():.4f}")
                         self.ack(f"v{event.version}")
                     elif event.kind == "rolled_back":
-                        held = receiver.version
+                        # Ungated: restored from the undo log; gated: it never reached the parameters.
+                        held = receiver.applied_version
                         digest = self.check(held, params)
                         self.rolled_back.append(event.version)
-                        self.log(f"version {event.version} rolled back: the parameters hold version {held} "
-                                 f"again, bit-exact (sha256 {digest[:16]}..)")
+                        self.log(f"version {event.version} rolled back: the parameters hold version {held}, "
+                                 f"bit-exact (sha256 {digest[:16]}..)")
                         self.ack(f"dry{event.version}")
                     elif event.kind == "ended":
                         ended = True
