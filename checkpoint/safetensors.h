@@ -73,6 +73,9 @@ void write_safetensors(const std::filesystem::path& path, const codec::ConstWeig
 // Writes `bytes` as the file `path` the same way: a temporary file beside it, fsync, rename, then
 // the directory fsync'ed. Throws Error(io); on failure `path` is untouched and the temporary removed.
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes);
+// fsync of a directory (after renames into it). Best effort: a directory that cannot be opened is
+// skipped.
+void sync_directory(const std::filesystem::path& dir);
 
 // The header bytes (8-byte length + padded JSON) write_safetensors would produce. Exposed so that
 // tests and tools can build files and deliberately broken variants.

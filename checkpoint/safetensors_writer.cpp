@@ -63,13 +63,8 @@ class TempFile {
     if (::rename(path_.c_str(), target.c_str()) != 0) throw_os("cannot rename onto", target, errno);
     renamed_ = true;
     // Make the rename itself durable.
-    auto dir = target.parent_path();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
+    const auto dir = target.parent_path();
+    sync_directory(dir.empty() ? std::filesystem::path(".") : dir);
   }
 
  private:
@@ -113,6 +108,14 @@ void write_safetensors(const std::filesystem::path& path, const codec::ConstWeig
   tmp.write_all(header.data(), header.size());
   for (const auto& span : weights.tensors) tmp.write_all(span.data(), span.size());
   tmp.commit_to(path);
+}
+
+void sync_directory(const std::filesystem::path& dir) {
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
 }
 
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes) {

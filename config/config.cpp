@@ -157,6 +157,8 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
          if (!v.empty() && v.back() == '/') throw BadValue{"must name a file, got the directory " + quoted(v)};
          c.output.log_file = std::string(v);
        }},
+      {"output.checkpoint_dir", [](Config& c, std::string_view v) { c.output.checkpoint_dir = std::string(v); }},
+      {"output.keep", [](Config& c, std::string_view v) { c.output.keep = parse_int<uint32_t>(v, 1, 1'000'000); }},
       {"log_level",
        [](Config& c, std::string_view v) { c.log_level = one_of(v, {"trace", "debug", "info", "warn", "error", "off"}); }},
   };
@@ -263,7 +265,7 @@ void parse_document(Config& config, const std::string& source, const YAML::Node&
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
       {"trainer", {"kind", "dir", "params", "steps", "lr", "seed"}},
-      {"output", {"dir", "metrics_file", "log_file"}},
+      {"output", {"dir", "metrics_file", "log_file", "checkpoint_dir", "keep"}},
   };
   for_each_entry(source, root, "", top, [&](const std::string& key, const YAML::Node& value) {
     if (auto section = sections.find(key); section != sections.end()) {
@@ -458,6 +460,13 @@ void validate(const Config& config) {
   if (config.timeouts.heartbeat >= config.timeouts.peer) {
     throw Error(Errc::config, "config: timeouts.heartbeat must be shorter than timeouts.peer");
   }
+}
+
+std::string checkpoint_dir_for_rank(const std::string& checkpoint_dir, int rank) {
+  std::string out = checkpoint_dir;
+  for (size_t at = out.find("{rank}"); at != std::string::npos; at = out.find("{rank}", at))
+    out.replace(at, 6, std::to_string(rank));
+  return out;
 }
 
 std::string log_file_for_rank(const std::string& log_file, int rank) {

@@ -62,6 +62,12 @@ struct OutputConfig {
   // Each process also logs to this file, its rank inserted before the extension
   // (run.log -> run.rank3.log: log_file_for_rank); empty: stderr only.
   std::string log_file;
+  // A receiver writes every committed version it holds as <checkpoint_dir>/v<version>/ in the
+  // producer's shard layout, and points <checkpoint_dir>/latest at the newest; at start it
+  // rejoins from latest (tools/lib_checkpoint_output.h). "{rank}" is replaced by the rank. Empty:
+  // nothing written. The producer ignores it.
+  std::string checkpoint_dir;
+  uint32_t keep = 2;  // versions kept in checkpoint_dir (>= 1)
 };
 
 struct Config {
@@ -120,6 +126,9 @@ void validate(const Config& config);
 // The member list: the explicit members, or the local shorthand expanded to
 // transport://host:(base_port + r). Sorted by rank.
 std::vector<MemberConfig> member_list(const Config& config);
+
+// output.checkpoint_dir for one process: every "{rank}" replaced by the rank.
+std::string checkpoint_dir_for_rank(const std::string& checkpoint_dir, int rank);
 
 // output.log_file for one process: the rank inserted before the file name's last extension
 // ("logs/run.log", 3 -> "logs/run.rank3.log"; "run" -> "run.rank3"; a leading dot starts no

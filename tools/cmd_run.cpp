@@ -43,6 +43,7 @@
 #include "codec/digest.h"
 #include "config/config.h"
 #include "tools/cli.h"
+#include "tools/lib_checkpoint_output.h"
 #include "tools/lib_producer_state.h"
 #include "tools/lib_version_source.h"
 #include "transport/transport.h"
@@ -67,6 +68,7 @@ struct RunOptions {
   std::string summary_path;
   std::string fault;    // ACTION@VERSION[:N] (testing aid)
   bool resume = false;  // producer: continue from <output.dir>/producer-state.json
+  double slow_disk_bytes_per_second = 0;  // receiver, testing aid: output.checkpoint_dir writes this slow
 };
 
 // A parsed --fault: after `after` data messages of `version`, raise `signal` at this process.
@@ -275,6 +277,7 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
   options.listen_url = env.require_rendezvous();
   options.receivers = static_cast<uint32_t>(members.size());
   options.encode.threads = threads;
+  options.layout = source->layout();
   auto sending = std::make_shared<std::atomic<uint64_t>>(0);  // the version being sent (--fault)
   const std::optional<Fault> fault = o.fault.empty() ? std::nullopt : std::optional(parse_fault(o.fault));
   if (fault && !fault->at_commit) options.on_progress = producer_fault_hook(*fault, sending);
@@ -430,43 +433,123 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
     throw Error(Errc::verify_failed, "not every version was verified and committed by every live receiver");
 }
 
+// A receiver's buffers and what they hold at start: version 0 (all zeros), or the version that
+// <output.checkpoint_dir>/latest holds (a restarted receiver rejoins from it by replaying deltas).
+struct Held {
+  uint64_t version = 0;
+  uint64_t digest = 0;
+  std::optional<codec::Manifest> manifest;  // the order the buffers were recorded in
+  std::vector<std::vector<std::byte>> buffers;
+};
+
+Held held_at_start(const std::string& checkpoint_dir, int rank) {
+  if (checkpoint_dir.empty()) return {};
+  try {
+    auto latest = load_latest(checkpoint_dir, std::max(1u, std::thread::hardware_concurrency()));
+    if (!latest) return {};
+    logger("run")->info("rank {}: {} holds version {} (digest {:016x}, verified); rejoining with it", rank,
+                        latest->path.string(), latest->version, latest->digest);
+    return Held{latest->version, latest->digest, std::move(latest->manifest), std::move(latest->buffers)};
+  } catch (const Error& e) {
+    logger("run")->warn("rank {}: cannot rejoin from {}/latest ({}); starting from version 0", rank, checkpoint_dir,
+                        e.what());
+    return {};
+  }
+}
+
+// Buffers for `manifest`: the held bits when they are that model (matched by name), else zeros.
+std::vector<std::vector<std::byte>> buffers_for(const codec::Manifest& manifest, Held& held) {
+  std::vector<std::vector<std::byte>> out;
+  for (size_t i = 0; i < manifest.size(); ++i) {
+    const auto& t = manifest.tensors()[i];
+    const auto j = held.manifest ? held.manifest->find(t.name) : std::nullopt;
+    if (j && held.manifest->at(*j).dtype == t.dtype && held.manifest->at(*j).shape == t.shape)
+      out.push_back(std::move(held.buffers[*j]));
+    else
+      out.emplace_back(t.nbytes());
+  }
+  return out;
+}
+
 void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o) {
+  auto log = logger("run");
   const auto members = config::member_list(c);
   const auto& me = members.at(static_cast<size_t>(env.member_rank()));
   auto transport = transport::make_transport(c.transport, tree::transport_options_from(c));
+  const std::string checkpoint_dir = config::checkpoint_dir_for_rank(c.output.checkpoint_dir, env.rank);
   tree::ReceiverOptions options = tree::receiver_options_from(c);
   options.rank = static_cast<uint32_t>(env.rank);
   options.producer_url = env.require_rendezvous();
   options.listen_url = me.url;
   options.cluster = me.cluster;
+  // Writing checkpoints: refits queue behind the apply gate, the writer thread applies them
+  // between writes (tools/lib_checkpoint_output.h), so the tree never waits for the disk.
+  options.gated = !checkpoint_dir.empty();
+  std::unique_ptr<CheckpointDirWriter> writer;
+  auto announce = std::make_shared<std::atomic<CheckpointDirWriter*>>(nullptr);  // set once writer exists
+  options.on_active = [announce](uint64_t version) {
+    if (auto* w = announce->load()) w->committed(version);
+  };
   if (!o.fault.empty()) {
     const Fault f = parse_fault(o.fault);
     if (f.at_commit) throw Error(Errc::invalid_argument, "--fault " + o.fault + ": ':commit' is a producer fault");
     install_fault(options, f, env.rank);
   }
-  tree::Receiver receiver(*transport, options);
-  const codec::Manifest& manifest = receiver.join();
-  // The host's buffers: version 0 is all zeros.
-  std::vector<std::vector<std::byte>> buffers;
-  codec::MutableWeights weights{&manifest, {}};
-  for (const auto& t : manifest.tensors()) buffers.emplace_back(t.nbytes());
+  Held held = held_at_start(checkpoint_dir, env.rank);
+  auto receiver = std::make_unique<tree::Receiver>(*transport, options);
+  const codec::Manifest* manifest = nullptr;
+  try {
+    manifest = &receiver->join(held.version, held.digest);
+    if (held.manifest && held.manifest->digest() != manifest->digest())
+      throw Error(Errc::version_mismatch, "it holds another model than the producer's (or in another order)");
+  } catch (const Error& e) {
+    if (held.version == 0 || (e.code() != Errc::verify_failed && e.code() != Errc::version_mismatch)) throw;
+    // The producer does not continue from what latest holds (another run, another model): start
+    // over from version 0 as a new member. latest is replaced once the bootstrap is written.
+    log->warn("rank {}: the producer refused version {} from {}/latest: {}; rejoining from version 0", env.rank,
+              held.version, checkpoint_dir, e.what());
+    held = Held{};
+    receiver.reset();
+    receiver = std::make_unique<tree::Receiver>(*transport, options);
+    manifest = &receiver->join();
+  }
+  std::vector<std::vector<std::byte>> buffers = buffers_for(*manifest, held);
+  codec::MutableWeights weights{manifest, {}};
   for (auto& b : buffers) weights.tensors.emplace_back(b.data(), b.size());
-  receiver.attach(weights, 0);
-  tree::RunSummary summary = receiver.run();
-  logger("run")->info("rank {}: active version {} (digest {:016x}), {} frames received, {} forwarded, "
-                      "{} committed, {} aborted",
-                      env.rank, summary.version, summary.digest, summary.stats.frames_received,
-                      summary.stats.frames_forwarded, summary.stats.versions_committed,
-                      summary.stats.versions_aborted);
-  if (!o.summary_path.empty())
-    write_json(o.summary_path, {{"rank", env.rank},
-                                {"version", summary.version},
-                                {"sha256", weights_sha256(weights.as_const())},
-                                {"frames_received", summary.stats.frames_received},
-                                {"frames_forwarded", summary.stats.frames_forwarded},
-                                {"versions_committed", summary.stats.versions_committed},
-                                {"versions_aborted", summary.stats.versions_aborted}});
-  if (summary.stats.versions_aborted > 0 || summary.stats.versions_committed == 0)
+  receiver->attach(weights, held.version);
+  if (!checkpoint_dir.empty())
+    writer = std::make_unique<CheckpointDirWriter>(
+        CheckpointDirWriter::Options{checkpoint_dir, c.output.keep, o.slow_disk_bytes_per_second,
+                                     std::max(1u, std::thread::hardware_concurrency())},
+        *receiver, weights.as_const(), disk_layout(receiver->layout(), *manifest), receiver->layout().files,
+        held.version);
+  announce->store(writer.get());
+  tree::RunSummary summary = receiver->run();
+  // Everything committed reaches the buffers (and, with a checkpoint_dir, the disk) before the
+  // summary reads them.
+  announce->store(nullptr);
+  const uint64_t written = writer ? writer->finish() : 0;
+  receiver->apply_pending();
+  log->info("rank {}: active version {} (digest {:016x}), {} frames received, {} forwarded, {} committed, {} aborted{}",
+            env.rank, summary.version, summary.digest, summary.stats.frames_received, summary.stats.frames_forwarded,
+            summary.stats.versions_committed, summary.stats.versions_aborted,
+            writer ? ", " + checkpoint_dir + "/latest = version " + std::to_string(written) : "");
+  if (!o.summary_path.empty()) {
+    nlohmann::json s = {{"rank", env.rank},
+                        {"version", summary.version},
+                        {"sha256", weights_sha256(weights.as_const())},
+                        {"started_at_version", held.version},
+                        {"frames_received", summary.stats.frames_received},
+                        {"frames_forwarded", summary.stats.frames_forwarded},
+                        {"versions_committed", summary.stats.versions_committed},
+                        {"versions_aborted", summary.stats.versions_aborted}};
+    if (writer) {
+      const auto w = writer->stats();
+      s["checkpoint_dir"] = {{"latest", w.latest}, {"written", w.written}, {"skipped", w.skipped}};
+    }
+    write_json(o.summary_path, s);
+  }
+  if (summary.stats.versions_aborted > 0 || (summary.stats.versions_committed == 0 && held.version == 0))
     throw Error(Errc::verify_failed, "rank " + std::to_string(env.rank) + ": " +
                                          std::to_string(summary.stats.versions_aborted) +
                                          " versions aborted");
@@ -527,6 +610,14 @@ void setup(CLI::App& parent) {
                   "process kills or freezes itself once it has handled (a receiver) or sent (the "
                   "producer) N (default 1) data messages of VERSION (version 1 = the full checkpoint, "
                   "step s = version s+1)")
+      ->group("Testing aids");
+  cmd->add_option_function<std::string>(
+         "--slow-disk",
+         [options](const std::string& rate) {
+           options->slow_disk_bytes_per_second = static_cast<double>(config::parse_size(rate));
+         },
+         "TESTING AID: a receiver's output.checkpoint_dir writes take at least the model's bytes / RATE "
+         "(bytes per second, e.g. 1MiB), as on a slow disk")
       ->group("Testing aids");
   cmd->callback([options] { run(*options); });
 }

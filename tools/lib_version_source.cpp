@@ -6,6 +6,7 @@
 
 #include "codec/digest.h"
 #include "sim/trainer_simulator.h"
+#include "tools/lib_checkpoint_output.h"
 #include "tools/lib_checkpoint_watch.h"
 #include "tools/lib_manifest_compare.h"
 #include "util/error.h"
@@ -103,6 +104,7 @@ class WatchSource final : public VersionSource {
     s.dir = dir_;
     s.checkpoint = current_.name;
   }
+  tree::CheckpointLayout layout() const override { return welcome_layout(current_.checkpoint, manifest_); }
   std::string describe_bootstrap() const override {
     return "checkpoint " + current_.name + " of " + dir_ + " (" + std::to_string(manifest_.size()) + " tensors, " +
            std::to_string(manifest_.total_bytes()) + " bytes)";

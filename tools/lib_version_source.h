@@ -14,6 +14,7 @@
 #include "codec/manifest.h"
 #include "config/config.h"
 #include "tools/lib_producer_state.h"
+#include "tree/protocol.h"
 
 namespace deltacast::tools {
 
@@ -31,6 +32,8 @@ class VersionSource {
   virtual void describe(nlohmann::json& step, std::chrono::steady_clock::time_point committed) const = 0;
   // Records the current version's position (synth: nothing beyond the step; watch: its name).
   virtual void save(ProducerState& state) const = 0;
+  // How the trainer's checkpoints lie on disk, for WELCOME (synth: none).
+  virtual tree::CheckpointLayout layout() const { return {}; }
   // One line for the producer's log: what version 1 is.
   virtual std::string describe_bootstrap() const = 0;
 };

@@ -185,6 +185,11 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
   auto& d = *impl_;
   if (d.options.receivers == 0) throw Error(Errc::invalid_argument, "a producer needs receivers");
   if (d.options.encode.chunk_bytes == 0) throw Error(Errc::invalid_argument, "chunk_bytes must be positive");
+  try {
+    check_layout(d.options.layout, manifest.size());
+  } catch (const Error& e) {
+    throw Error(Errc::invalid_argument, std::string("the producer's ") + e.what());
+  }
   require_authenticated(transport, {d.options.listen_url}, d.options.allow_insecure, "the producer");
   d.listener = transport.listen(transport::Url::parse(d.options.listen_url));
   // A frame covers at most chunk_bytes of checkpoint; coded values are never much larger than
@@ -275,6 +280,7 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
   welcome.tensors = d.manifest.tensors();
   welcome.committed_version = d.version;
   welcome.committed_digest = d.committed_digest();
+  welcome.layout = d.options.layout;
   // The start's "repair": every live member says READY once its parent links are up. It is
   // registered first, so that a member failed while WELCOMEs go out is not waited for.
   Impl::Repair start{Clock::now(), d.epoch(), {}};

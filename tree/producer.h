@@ -21,6 +21,7 @@
 
 #include "codec/digest.h"
 #include "codec/encoder.h"
+#include "tree/protocol.h"
 #include "codec/manifest.h"
 #include "transport/transport.h"
 #include "tree/topology.h"
@@ -65,6 +66,10 @@ struct ProducerOptions {
   // persist "version is committed" (`deltacast run`'s state file). A producer that dies after this
   // call resumes at `version`; members that never got the COMMIT catch up to it. Optional.
   std::function<void(uint64_t version, uint64_t digest)> before_commit;
+  // The trainer's checkpoint files, sent to every member in WELCOME (members that write what they
+  // hold use it: `output.checkpoint_dir`). Empty: no files. Must pass check_layout for the
+  // manifest (Error(invalid_argument) otherwise).
+  CheckpointLayout layout;
 };
 
 // A member as start() found it: what it held at HELLO and what start() made of it.

@@ -453,6 +453,7 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
   w.tensors = manifest.tensors();
   w.committed_version = version;
   w.committed_digest = history.count(version) ? history.at(version) : 0;
+  w.layout = options.layout;
   if (!send_to(h.rank, w) || !send_catchup(h.rank, h.held_version)) close_control(h.rank);
 }
 

@@ -59,6 +59,22 @@ struct Schema<codec::TensorInfo> {
       std::tuple{field("name", &codec::TensorInfo::name), field("dtype", &codec::TensorInfo::dtype),
                  field("shape", &codec::TensorInfo::shape)};
 };
+template <>
+struct Schema<NamedBytes> {
+  static constexpr auto fields = std::tuple{field("name", &NamedBytes::name), field("bytes", &NamedBytes::bytes)};
+};
+template <>
+struct Schema<ShardLayout> {
+  static constexpr auto fields = std::tuple{field("file", &ShardLayout::file), field("tensors", &ShardLayout::tensors),
+                                            field("metadata", &ShardLayout::metadata)};
+};
+template <>
+struct Schema<CheckpointLayout> {
+  static constexpr auto fields =
+      std::tuple{field("sharded", &CheckpointLayout::sharded), field("shards", &CheckpointLayout::shards),
+                 field("index_metadata_json", &CheckpointLayout::index_metadata_json),
+                 field("files", &CheckpointLayout::files)};
+};
 // A RAW message's body: the envelope (its fixed layout: see Encoder::value), then the 36-byte prefix.
 template <>
 struct Schema<RawChunkHeader> {
@@ -92,7 +108,8 @@ struct Schema<Welcome> {
                                             field("forest", &Welcome::forest),
                                             field("tensors", &Welcome::tensors),
                                             field("committed_version", &Welcome::committed_version),
-                                            field("committed_digest", &Welcome::committed_digest)};
+                                            field("committed_digest", &Welcome::committed_digest),
+                                            field("layout", &Welcome::layout)};
 };
 template <>
 struct Schema<Join> {
@@ -609,6 +626,50 @@ Message decode_message(std::span<const std::byte> message) {
                                          ": not a control message (use decode_" + message_type_name(header.type) +
                                          "_message)");
   return decode(message.subspan(kMessageHeaderSize), header.type);
+}
+
+namespace {
+void check_file_name(const std::string& name, const char* what) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      name.find('\0') != std::string::npos)
+    throw Error(Errc::corrupt_frame, std::string("checkpoint layout: ") + what + " '" + name +
+                                         "' is not a plain file name");
+}
+}  // namespace
+
+void check_layout(const CheckpointLayout& layout, size_t tensors) {
+  if (layout.shards.empty()) {
+    if (layout.sharded || !layout.files.empty() || !layout.index_metadata_json.empty())
+      throw Error(Errc::corrupt_frame, "checkpoint layout: files or an index without shards");
+    return;
+  }
+  std::vector<bool> placed(tensors, false);
+  std::vector<std::string> names;
+  for (const auto& shard : layout.shards) {
+    check_file_name(shard.file, "shard");
+    names.push_back(shard.file);
+    for (uint32_t t : shard.tensors) {
+      if (t >= tensors)
+        throw Error(Errc::corrupt_frame, "checkpoint layout: shard " + shard.file + " names tensor " +
+                                             std::to_string(t) + " of " + std::to_string(tensors));
+      if (placed[t])
+        throw Error(Errc::corrupt_frame, "checkpoint layout: tensor " + std::to_string(t) + " is in two places");
+      placed[t] = true;
+    }
+  }
+  if (const auto missing = std::find(placed.begin(), placed.end(), false); missing != placed.end())
+    throw Error(Errc::corrupt_frame, "checkpoint layout: tensor " + std::to_string(missing - placed.begin()) +
+                                         " is in no shard");
+  if (!layout.sharded && layout.shards.size() != 1)
+    throw Error(Errc::corrupt_frame, "checkpoint layout: " + std::to_string(layout.shards.size()) +
+                                         " files without an index");
+  for (const auto& file : layout.files) {
+    check_file_name(file.name, "file");
+    names.push_back(file.name);
+  }
+  std::sort(names.begin(), names.end());
+  if (const auto twice = std::adjacent_find(names.begin(), names.end()); twice != names.end())
+    throw Error(Errc::corrupt_frame, "checkpoint layout: '" + *twice + "' is named twice");
 }
 
 }  // namespace deltacast::tree

@@ -91,6 +91,37 @@ struct Hello {
   uint64_t attempt_floor = 0; // highest attempt id the member saw end (COMMIT/ABORT)
   uint64_t instance = 0;      // random per process: a new instance of a rank fences the old one
 };
+// A name and its bytes: one `__metadata__` entry of a shard, or one small file that lies beside
+// the shards (config.json, tokenizer files).
+struct NamedBytes {
+  std::string name;
+  std::string bytes;
+  bool operator==(const NamedBytes&) const = default;
+};
+// One file of the producer's checkpoint: its name, its tensors (manifest indices) in data order,
+// and its `__metadata__`.
+struct ShardLayout {
+  std::string file;
+  std::vector<uint32_t> tensors;
+  std::vector<NamedBytes> metadata;
+  bool operator==(const ShardLayout&) const = default;
+};
+// How the producer's checkpoint lies on disk, so that a member can write what it holds as the
+// trainer wrote it (`output.checkpoint_dir`). No shards: the producer has no files (a synthetic
+// trainer); members write one model.safetensors. Each tensor is in exactly one shard
+// (check_layout).
+struct CheckpointLayout {
+  bool sharded = false;               // a Hugging Face directory with model.safetensors.index.json
+  std::vector<ShardLayout> shards;
+  std::string index_metadata_json;    // sharded: the index's "metadata" object, as JSON text
+  std::vector<NamedBytes> files;      // small non-tensor files beside the shards (size-capped)
+  bool operator==(const CheckpointLayout&) const = default;
+};
+// Throws Error(corrupt_frame) unless every tensor 0..tensors-1 is in exactly one shard, shard and
+// file names are plain file names (no '/', not "." or "..", not empty) and no name repeats. An
+// empty layout passes.
+void check_layout(const CheckpointLayout& layout, size_t tensors);
+
 // producer -> member: the session's shape at the epoch in the header.
 struct Welcome {
   uint64_t session = 0;
@@ -102,6 +133,7 @@ struct Welcome {
   std::vector<codec::TensorInfo> tensors;
   uint64_t committed_version = 0;  // the producer's last committed version and its digest
   uint64_t committed_digest = 0;
+  CheckpointLayout layout;         // the producer's files (empty: none)
 };
 // child -> parent, first message of a data edge (the epoch in the header is the child's); a
 // RESUME follows at once.

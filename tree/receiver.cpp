@@ -130,6 +130,7 @@ void Receiver::Impl::take_welcome(Welcome w, uint64_t e) {
                                             std::to_string(w.members.size() - 1) + " receivers");
   if (manifest && manifest->digest() != codec::Manifest(w.tensors).digest())
     throw Error(Errc::version_mismatch, "the producer's manifest differs from the one this member holds");
+  check_layout(w.layout, w.tensors.size());
   auto m = Membership::from_welcome(parse_topology_kind(w.topology), e, w.members, w.forest);
   std::lock_guard lock(control_mutex);
   membership.emplace(std::move(m));
@@ -410,6 +411,11 @@ Receiver::~Receiver() {
   if (impl_->edges) impl_->edges->stop();
 }
 
+const CheckpointLayout& Receiver::layout() const {
+  if (!impl_->manifest) throw Error(Errc::state, "layout() before join()");
+  return impl_->welcome.layout;
+}
+
 std::string Receiver::listen_url() const { return impl_->listener->local_url().str(); }
 
 const codec::Manifest& Receiver::join(uint64_t held_version, uint64_t held_digest) {
@@ -496,6 +502,11 @@ std::vector<uint64_t> Receiver::pending() const {
 uint64_t Receiver::applied_version() const {
   auto& d = *impl_;
   return d.session ? d.session->applied_version() : 0;
+}
+
+uint64_t Receiver::applied_digest() const {
+  auto& d = *impl_;
+  return d.session ? d.session->applied_digest() : 0;
 }
 
 uint64_t Receiver::apply_pending() {

@@ -27,6 +27,7 @@
 #include "codec/digest.h"
 #include "codec/manifest.h"
 #include "transport/transport.h"
+#include "tree/protocol.h"
 
 namespace deltacast::tree {
 
@@ -121,6 +122,9 @@ class Receiver {
   std::vector<uint64_t> pending() const;
   // The version the buffers hold (version() unless versions are pending). Any thread.
   uint64_t applied_version() const;
+  // The combined StateDigest of what the buffers hold (applied_version()'s; 0 before attach()).
+  // Stable while nothing applies: read it from the thread that calls apply_pending().
+  uint64_t applied_digest() const;
   // Writes every pending version into the buffers, in order, and returns applied_version(). Call
   // it at the host's safe point (nothing reads the buffers meanwhile); refits keep flowing. Never
   // fails on data: what it writes was verified before commit. Error(state) before attach().
@@ -130,6 +134,11 @@ class Receiver {
   // memory is never read again. Error(invalid_argument): other bits or size; Error(state): before
   // the bootstrap committed, or while an ungated version is being written (retry after it ends).
   void reattach(uint32_t tensor, std::span<std::byte> memory);
+
+  // How the producer's checkpoint lies on disk (WELCOME; empty when the producer has no files).
+  // Call between join() and run() (a restarted producer's WELCOME replaces it while run() runs);
+  // Error(state) before join().
+  const CheckpointLayout& layout() const;
 
   // The URL children connect to (with the real port).
   std::string listen_url() const;

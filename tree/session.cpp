@@ -429,6 +429,11 @@ uint64_t Session::applied_version() const {
   return delta_applier_->buffers_version();  // in place: its committed version
 }
 
+uint64_t Session::applied_digest() const {
+  std::shared_lock data(data_mutex_);
+  return delta_applier_->buffers_digest().combined();
+}
+
 uint64_t Session::apply_pending() {
   // Shared: snapshot reads (exclusive) never see a half-written version; staging of the next
   // version goes on (the applier orders it with these writes).

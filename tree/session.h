@@ -143,6 +143,8 @@ class Session {
   std::vector<uint64_t> pending() const;
   // The version the buffers hold (version() unless gated versions are pending).
   uint64_t applied_version() const;
+  // The combined StateDigest of what the buffers hold (applied_version()'s).
+  uint64_t applied_digest() const;
   // Writes every pending version into the buffers, oldest first, while refits keep flowing (the
   // next version's staging waits only while the buffers are written); open snapshot readers keep
   // reading their version. Returns applied_version(). Cannot fail on data: everything written was

@@ -13,7 +13,14 @@ model written by `deltacast synth --shards 3` (Hugging Face sharded directories)
      last checkpoint's tensors (read here from its shards, in name order); the report names each
      step's checkpoint and the time from its appearance to its commit;
   4. trainer.steps 0: a checkpoint of another model stops the producer with an error naming it;
-  5. trainer.steps 0: SIGTERM ends the producer cleanly (exit 0, BYE, receivers exit 0).
+  5. trainer.steps 0: SIGTERM ends the producer cleanly (exit 0, BYE, receivers exit 0);
+  6. receivers write what they hold (output.checkpoint_dir, with {rank}; one behind a slow disk that
+     takes 8 s per version, longer than timeouts.peer): no member is failed, the slow one skips
+     versions committed during its write, and each receiver's latest is the trainer's last
+     checkpoint bit for bit, in its shard layout (file names, index, __metadata__) with the files
+     beside the shards; keep 2 leaves two version directories and no partial one;
+  7. a receiver killed in the middle of version 3 and restarted rejoins from its latest (version
+     2) by replay, not by a snapshot, and ends on the last checkpoint like the others.
 Standard library only.
 """
 
@@ -141,6 +148,128 @@ def sigterm(dc: str, work: Path, made: Path) -> None:
         print("ok: SIGTERM ends a producer following the directory cleanly")
 
 
+def with_side_files(src: Path, dst: Path, step: int) -> Path:
+    """A copy of checkpoint src with the small files a trainer writes beside its shards."""
+    shutil.copytree(src, dst)
+    (dst / "config.json").write_text(json.dumps({"model_type": "llama", "layers": 4}) + "\n")
+    (dst / "tokenizer.model").write_bytes(bytes(range(256)) * 3)
+    return dst
+
+
+def shard_layout(checkpoint: Path, metadata: bool = False) -> dict:
+    """File name -> tensor names in file order (or, with metadata, its __metadata__) for every
+    shard; the index's weight map."""
+    out = {}
+    for shard in sorted(checkpoint.glob("*.safetensors")):
+        data = shard.read_bytes()
+        (n,) = struct.unpack("<Q", data[:8])
+        header = json.loads(data[8:8 + n])
+        names = sorted((k for k in header if k != "__metadata__"), key=lambda k: header[k]["data_offsets"][0])
+        out[shard.name] = header.get("__metadata__") if metadata else names
+    index = json.loads((checkpoint / "model.safetensors.index.json").read_text())
+    return {"shards": out, "weight_map": index["weight_map"]}
+
+
+def written(dc: str, out: Path, want: Path, bootstrap: Path, rank: int) -> None:
+    """out/latest must be `want` bit for bit, in its layout, with its side files; the __metadata__
+    is the one the producer had at the receiver's join (the bootstrap's, docs/config.md)."""
+    latest = out / "latest"
+    check(latest.is_symlink(), f"rank {rank}: no {latest} symlink")
+    target = latest.resolve()
+    rc = subprocess.run([dc, "verify", str(target), str(want)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    check(rc.returncode == 0, f"rank {rank}: latest is not {want.name}: {rc.stdout.decode(errors='replace')}")
+    check(tensors_sha256(target) == tensors_sha256(want), f"rank {rank}: tensor bytes differ")
+    check(shard_layout(target) == shard_layout(want), f"rank {rank}: {target} is not in the trainer's shard layout")
+    check(shard_layout(target, True)["shards"] == shard_layout(bootstrap, True)["shards"],
+          f"rank {rank}: {target}'s __metadata__ is not the bootstrap's")
+    for side in ("config.json", "tokenizer.model"):
+        check((target / side).read_bytes() == (want / side).read_bytes(), f"rank {rank}: {side} differs")
+    versions = sorted(p.name for p in out.iterdir() if p.name.startswith("v"))
+    check(len(versions) == 2 and target.name in versions, f"rank {rank}: keep 2 left {versions}")
+    check(not [p for p in out.iterdir() if p.name.endswith(".partial")], f"rank {rank}: a partial directory is left")
+
+
+def write_dirs(dc: str, work: Path, made: Path) -> None:
+    w = work / "phase6-ckpts"
+    w.mkdir()
+    src = [with_side_files(made / f"step-000{i}", work / f"side-{i}", i) for i in range(4)]
+    drop(src[0], w / "c-1")
+    out = work / "phase6-out-{rank}"
+    job6 = dcfleet.JobConfig(receivers=2, chunk_bytes="256KiB", peer="3s", join="60s",
+                             trainer_yaml=f"  kind: watch\n  dir: {w}\n  steps: 3\n")
+    extra = ["--set", f"output.checkpoint_dir={out}", "--set", "output.keep=2"]
+    with dcfleet.Fleet(dc, work / "phase6", job6) as fleet:
+        fleet.start_receiver(1, extra=extra)
+        fleet.start_receiver(2, extra=extra + ["--slow-disk", "512KiB"])
+        fleet.start_producer()
+        check(fleet.wait_line(r"full checkpoint \(version 1\)", 60), "no bootstrap:\n" + fleet.tail(0, 20))
+        drop(src[1], w / "c-2", skip={"model-00002-of-00003.safetensors"})
+        time.sleep(1.0)
+        shutil.copy(src[1] / "model-00002-of-00003.safetensors", w / "c-2")
+        check(fleet.wait_line(r"^step 1: version 2 ", 60), "c-2 was not sent:\n" + fleet.tail(0, 20))
+        drop(src[2], w / "c-3")
+        drop(src[3], w / "c-4")
+        check(fleet.wait_line(r"^step 3: version 4 ", 60), "c-4 was not sent:\n" + fleet.tail(0, 20))
+        check(fleet.wait_producer(60) == 0, "producer status " + str(fleet.producer.poll()) + ":\n" + fleet.tail(0, 20))
+        statuses = fleet.wait_receivers(90)
+        check(all(s == 0 for s in statuses.values()), f"receiver exit statuses {statuses}")
+        report = fleet.report()
+        failed = [m for st in report["steps"] for m in st.get("failed_members", [])]
+        check(not failed and report["ok"], f"writing stalled the tree: failed members {failed}")
+        for rank in (1, 2):
+            s = fleet.summary(rank)
+            check(s["version"] == 4 and s["checkpoint_dir"]["latest"] == 4, f"rank {rank}: {s}")
+            written(dc, Path(str(out).replace("{rank}", str(rank))), src[3], src[0], rank)
+        slow = fleet.summary(2)["checkpoint_dir"]
+        check(slow["skipped"] >= 1, f"the slow disk skipped no version: {slow}")
+        print(f"ok: receivers write what they hold (fast: {fleet.summary(1)['checkpoint_dir']}, slow: {slow})")
+
+
+def rejoin_from_latest(dc: str, work: Path, made: Path) -> None:
+    w = work / "phase7-ckpts"
+    w.mkdir()
+    src = [with_side_files(made / f"step-000{i}", work / f"side7-{i}", i) for i in range(4)]
+    drop(src[0], w / "d-1")
+    out = work / "phase7-out-{rank}"
+    job7 = dcfleet.JobConfig(receivers=2, chunk_bytes="256KiB", peer="3s", join="60s",
+                             trainer_yaml=f"  kind: watch\n  dir: {w}\n  steps: 3\n")
+    extra = ["--set", f"output.checkpoint_dir={out}"]
+    out2 = Path(str(out).replace("{rank}", "2"))
+    with dcfleet.Fleet(dc, work / "phase7", job7) as fleet:
+        fleet.start_receiver(1, extra=extra)
+        fleet.start_receiver(2, fault="kill@3", extra=extra)
+        fleet.start_producer()
+        check(fleet.wait_line(r"full checkpoint \(version 1\)", 60), "no bootstrap:\n" + fleet.tail(0, 20))
+        drop(src[1], w / "d-2")
+        check(fleet.wait_line(r"^step 1: version 2 ", 60), "d-2 was not sent:\n" + fleet.tail(0, 20))
+        deadline = time.monotonic() + 60
+        while not (out2 / "latest").is_symlink() or os.readlink(out2 / "latest") != "v2":
+            check(time.monotonic() < deadline, "rank 2 did not write version 2")
+            time.sleep(0.1)
+        drop(src[2], w / "d-3")
+        check(fleet.wait_line(r"^step 2: version 3 .*repaired: rank 2", 60), "rank 2's death:\n" + fleet.tail(0, 20))
+        check(fleet.current[2].wait(30) is not None, "rank 2 did not die")
+        fleet.start_receiver(2, extra=extra)
+        log0 = work / "phase7" / "rank-0.log"
+        deadline = time.monotonic() + 60
+        while "rank 2 caught up to version 3" not in log0.read_text(errors="replace"):
+            check(time.monotonic() < deadline, "rank 2 did not catch up:\n" + log0.read_text(errors="replace")[-3000:])
+            time.sleep(0.2)
+        text = log0.read_text(errors="replace")
+        check("rank 2 rejoins holding version 2" in text and "rank 2 catches up from version 2 to 3 by replay" in text,
+              "rank 2 did not rejoin from its latest by replay:\n" + text[-3000:])
+        drop(src[3], w / "d-4")
+        check(fleet.wait_line(r"^step 3: version 4 .*verified 2/2", 60), "d-4 was not sent to both:\n" + fleet.tail(0, 20))
+        check(fleet.wait_producer(60) == 0, "producer status " + str(fleet.producer.poll()))
+        statuses = fleet.wait_receivers(60)
+        check(statuses.get(1) == 0 and fleet.current[2].poll() == 0, f"receiver statuses {statuses}")
+        s2 = json.loads(fleet.current[2].summary.read_text())
+        check(s2["started_at_version"] == 2 and s2["version"] == 4, f"restarted rank 2: {s2}")
+        for rank in (1, 2):
+            written(dc, Path(str(out).replace("{rank}", str(rank))), src[3], src[0], rank)
+        print("ok: a restarted receiver rejoins from its latest by replay")
+
+
 def main():
     dc = sys.argv[1]
     keep = "--keep" in sys.argv
@@ -155,6 +284,8 @@ def main():
         follow(dc, work, made)
         other_model(dc, work, made, other)
         sigterm(dc, work, made)
+        write_dirs(dc, work, made)
+        rejoin_from_latest(dc, work, made)
         passed = True
     except Failed as e:
         print(f"FAIL: {e}", file=sys.stderr)

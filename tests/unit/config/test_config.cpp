@@ -166,6 +166,23 @@ TEST(ConfigErrors, BadRepairKeysNameLineAndColumn) {
   EXPECT_TRUE(contains(m, "test.yaml:2:13: key 'output.log_file': must name a file")) << m;
 }
 
+TEST(Config, CheckpointDirAndKeep) {
+  const Config c = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 2}\n"
+                                "output:\n  checkpoint_dir: /serve/w-{rank}\n  keep: 3\n",
+                                "k.yaml");
+  validate(c);
+  EXPECT_EQ(c.output.checkpoint_dir, "/serve/w-{rank}");
+  EXPECT_EQ(c.output.keep, 3u);
+  EXPECT_EQ(checkpoint_dir_for_rank(c.output.checkpoint_dir, 4), "/serve/w-4");
+  EXPECT_EQ(checkpoint_dir_for_rank("{rank}/a/{rank}", 12), "12/a/12");
+  EXPECT_EQ(checkpoint_dir_for_rank("/plain", 3), "/plain");
+  const Config d = parse_config("producer: tcp://127.0.0.1:1\n", "d.yaml");
+  EXPECT_EQ(d.output.checkpoint_dir, "");
+  EXPECT_EQ(d.output.keep, 2u);
+  const std::string m = parse_error("output:\n  keep: 0\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:9: key 'output.keep': must be between 1 and")) << m;
+}
+
 TEST(ConfigValues, LogFileForRank) {
   EXPECT_EQ(log_file_for_rank("run.log", 3), "run.rank3.log");
   EXPECT_EQ(log_file_for_rank("runs/today/run.log", 0), "runs/today/run.rank0.log");

@@ -89,6 +89,7 @@ void expect_same(const Welcome& a, const Welcome& b) {
   expect_same(a.tensors, b.tensors);
   EXPECT_FIELD(committed_version);
   EXPECT_FIELD(committed_digest);
+  EXPECT_FIELD(layout);
 }
 void expect_same(const Join& a, const Join& b) {
   EXPECT_FIELD(rank);
@@ -218,6 +219,11 @@ Welcome sample_welcome() {
   w.tensors = {{"a.weight", codec::DType::bf16, {4, 8}}, {"b", codec::DType::f32, {}}, {"c", codec::DType::u8, {3}}};
   w.committed_version = 41;
   w.committed_digest = 0xfeedfacecafebeefull;
+  w.layout.sharded = true;
+  w.layout.shards = {{"model-00001-of-00002.safetensors", {2, 0}, {{"format", "pt"}}},
+                     {"model-00002-of-00002.safetensors", {1}, {}}};
+  w.layout.index_metadata_json = R"({"total_size":71})";
+  w.layout.files = {{"config.json", "{\"model_type\": \"llama\"}"}, {"tokenizer.model", std::string("\0\x01\xff", 3)}};
   return w;
 }
 
@@ -296,6 +302,18 @@ Bytes expected_body(const Message& message) {
             for (uint64_t d : t.shape) b.u64(d);
           }
           b.u64(m.committed_version).u64(m.committed_digest);
+          const auto named = [&b](const std::vector<NamedBytes>& list) {
+            b.u32(static_cast<uint32_t>(list.size()));
+            for (const auto& n : list) b.str(n.name).str(n.bytes);
+          };
+          b.u8(m.layout.sharded ? 1 : 0).u32(static_cast<uint32_t>(m.layout.shards.size()));
+          for (const auto& shard : m.layout.shards) {
+            b.str(shard.file).u32(static_cast<uint32_t>(shard.tensors.size()));
+            for (uint32_t t : shard.tensors) b.u32(t);
+            named(shard.metadata);
+          }
+          b.str(m.layout.index_metadata_json);
+          named(m.layout.files);
         } else if constexpr (std::is_same_v<M, Join>) {
           b.u32(m.rank).u32(m.tree);
         } else if constexpr (std::is_same_v<M, Ready> || std::is_same_v<M, Active>) {
@@ -839,6 +857,35 @@ TEST(Protocol, RawPieceHashIsXxh3SeededWithThePlace) {
   EXPECT_NE(base, raw_piece_hash({{}, 1, 0, 4, 2, 8194, bytes.size()}, bytes)) << "other offset";
   bytes[4095] ^= std::byte{0x80};
   EXPECT_NE(base, raw_piece_hash(h, bytes)) << "one flipped bit";
+}
+
+TEST(Protocol, CheckLayoutAcceptsEveryTensorOnceAndRefusesTheRest) {
+  Errc (*check)(const CheckpointLayout&, size_t) = [](const CheckpointLayout& l, size_t n) {
+    try {
+      check_layout(l, n);
+      return Errc::ok;
+    } catch (const Error& e) {
+      return e.code();
+    }
+  };
+  const CheckpointLayout good = sample_welcome().layout;
+  EXPECT_EQ(check(good, 3), Errc::ok);
+  EXPECT_EQ(check(CheckpointLayout{}, 3), Errc::ok) << "no files";
+  EXPECT_EQ(check(CheckpointLayout{false, {{"model.safetensors", {0, 1, 2}, {}}}, "", {}}, 3), Errc::ok);
+  auto with = [&](auto change) {
+    CheckpointLayout l = good;
+    change(l);
+    return check(l, 3);
+  };
+  EXPECT_EQ(with([](auto& l) { l.shards[1].tensors.clear(); }), Errc::corrupt_frame) << "tensor 1 in no shard";
+  EXPECT_EQ(with([](auto& l) { l.shards[1].tensors.push_back(0); }), Errc::corrupt_frame) << "tensor 0 twice";
+  EXPECT_EQ(with([](auto& l) { l.shards[1].tensors.push_back(3); }), Errc::corrupt_frame) << "out of range";
+  EXPECT_EQ(with([](auto& l) { l.shards[0].file = "../x.safetensors"; }), Errc::corrupt_frame) << "a path";
+  EXPECT_EQ(with([](auto& l) { l.shards[0].file = ".."; }), Errc::corrupt_frame);
+  EXPECT_EQ(with([](auto& l) { l.files[0].name = ""; }), Errc::corrupt_frame);
+  EXPECT_EQ(with([](auto& l) { l.files[0].name = l.shards[1].file; }), Errc::corrupt_frame) << "a name twice";
+  EXPECT_EQ(with([](auto& l) { l.sharded = false; }), Errc::corrupt_frame) << "two files, no index";
+  EXPECT_EQ(check(CheckpointLayout{true, {}, "", {}}, 0), Errc::corrupt_frame) << "an index of no shards";
 }
 
 }  // namespace
