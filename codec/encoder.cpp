@@ -35,6 +35,11 @@ struct DeltaEncoder::Impl {
   std::vector<char> encoded;
   StateDigest new_digest;
   bool sealed = false;
+  // No base digest given: each chunk adds its base slices' digest contributions while their bytes
+  // are in cache from the scan (one pass over the data instead of two), and the chunk frames carry
+  // a placeholder base digest until patch_base_digest.
+  bool scan_base = false;
+  std::vector<std::vector<std::pair<uint32_t, uint64_t>>> base_parts;  // per chunk: (tensor, part)
 
   ClassSpec pick_classes(const TensorInfo& info, const void* o, const void* nw, uint64_t n) const {
     if (!options.allow_classed || !dtype_codes_as_float(info.dtype) || n < 4096) return {};
@@ -49,6 +54,13 @@ struct DeltaEncoder::Impl {
     return choose_classes(all, changed, dtype_mantissa_bits(info.dtype));
   }
 };
+
+DeltaEncoder::DeltaEncoder(const ConstWeights& base, const ConstWeights& next, VersionIds ids, EncodeOptions options)
+    : DeltaEncoder(base, next, StateDigest(std::vector<uint64_t>(base.manifest ? base.manifest->size() : 0, 0)), ids,
+                   std::move(options)) {
+  impl_->scan_base = true;
+  impl_->base_parts.resize(impl_->chunks.size());
+}
 
 DeltaEncoder::DeltaEncoder(const ConstWeights& base, const ConstWeights& next, const StateDigest& base_digest,
                            VersionIds ids, EncodeOptions options)
@@ -103,6 +115,9 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     const ClassSpec classes = overwrite ? ClassSpec{} : im.pick_classes(info, o, nw, s.count);
     scan.clear();
     scan_changes(w, abs_mask_of(info.dtype), o, nw, s.count, classes.count > 1 ? &classes : nullptr, scan);
+    if (im.scan_base)
+      im.base_parts[index].emplace_back(
+          s.tensor, slice_digest(s.tensor, info.dtype, s.begin, std::span(o, static_cast<size_t>(s.count) * w)));
     const LocationPlan plan = encode_locations(SegmentChanges{s.count, &scan, classes}, locations);
     const size_t c = scan.positions.size();
     // The digest delta does not depend on the order: one sequential pass in position order. The
@@ -124,7 +139,7 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
   FrameHeader h;
   h.manifest_digest = m.digest();
   h.base_version = im.ids.base_version;
-  h.base_digest = im.base_digest.combined();
+  h.base_digest = im.scan_base ? 0 : im.base_digest.combined();  // scan_base: patched after seal
   h.new_version = im.ids.new_version;
   h.chunk_index = index;
   h.chunk_count = chunk_count();
@@ -142,6 +157,12 @@ std::vector<std::byte> DeltaEncoder::seal() {
   auto& im = *impl_;
   for (size_t i = 0; i < im.encoded.size(); ++i)
     if (!im.encoded[i]) throw Error(Errc::state, "seal: chunk " + std::to_string(i) + " was not encoded");
+  if (im.scan_base) {
+    std::vector<uint64_t> base(im.manifest->size(), 0);
+    for (const auto& chunk : im.base_parts)
+      for (const auto& [t, part] : chunk) base[t] += part;
+    im.base_digest = StateDigest(std::move(base));
+  }
   auto per = im.base_digest.per_tensor();
   for (const auto& chunk : im.digest_deltas)
     for (const auto& [t, d] : chunk) per[t] += d;
@@ -156,14 +177,20 @@ std::vector<std::byte> DeltaEncoder::seal() {
   return build_seal_frame(h, im.new_digest.per_tensor());
 }
 
+const StateDigest& DeltaEncoder::base_digest() const {
+  if (impl_->scan_base && !impl_->sealed) throw Error(Errc::state, "base_digest: the version is not sealed yet");
+  return impl_->base_digest;
+}
+
 const StateDigest& DeltaEncoder::new_digest() const {
   if (!impl_->sealed) throw Error(Errc::state, "new_digest: the version is not sealed yet");
   return impl_->new_digest;
 }
 
-EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, const StateDigest& base_digest,
-                          VersionIds ids, const EncodeOptions& options) {
-  DeltaEncoder encoder(base, next, base_digest, ids, options);
+namespace {
+
+// Encodes every chunk with options.threads threads, then seals.
+EncodedDelta encode_all(DeltaEncoder& encoder, const EncodeOptions& options) {
   const uint32_t n = encoder.chunk_count();
   EncodedDelta out;
   out.frames.resize(n);
@@ -190,7 +217,25 @@ EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, co
   for (const auto& s : stats) out.stats.add(s);
   out.frames.push_back(encoder.seal());
   out.stats.frame_bytes += out.frames.back().size();
+  out.base_digest = encoder.base_digest();
   out.new_digest = encoder.new_digest();
+  return out;
+}
+
+}  // namespace
+
+EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, const StateDigest& base_digest,
+                          VersionIds ids, const EncodeOptions& options) {
+  DeltaEncoder encoder(base, next, base_digest, ids, options);
+  return encode_all(encoder, options);
+}
+
+EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, VersionIds ids,
+                          const EncodeOptions& options) {
+  DeltaEncoder encoder(base, next, ids, options);
+  EncodedDelta out = encode_all(encoder, options);
+  const uint64_t combined = out.base_digest.combined();
+  for (size_t i = 0; i + 1 < out.frames.size(); ++i) patch_base_digest(out.frames[i], combined);
   return out;
 }
 

@@ -53,6 +53,10 @@ class DeltaEncoder {
   // weights do not match the manifest or options are inconsistent.
   DeltaEncoder(const ConstWeights& base, const ConstWeights& next, const StateDigest& base_digest,
                VersionIds ids, EncodeOptions options);
+  // The same without the base's digest: each chunk adds its base slices' digest in the same pass
+  // as its scan. Its chunk frames carry base digest 0 until the caller patches them
+  // (patch_base_digest with base_digest().combined(), after seal()); the seal frame is whole.
+  DeltaEncoder(const ConstWeights& base, const ConstWeights& next, VersionIds ids, EncodeOptions options);
   ~DeltaEncoder();
   DeltaEncoder(const DeltaEncoder&) = delete;
   DeltaEncoder& operator=(const DeltaEncoder&) = delete;
@@ -65,6 +69,8 @@ class DeltaEncoder {
   std::vector<std::byte> seal();
   // Digest of the new version; valid after seal().
   const StateDigest& new_digest() const;
+  // Digest of the base: the one given, or (scanning) the one computed, valid after seal().
+  const StateDigest& base_digest() const;
 
  private:
   struct Impl;
@@ -73,6 +79,7 @@ class DeltaEncoder {
 
 struct EncodedDelta {
   std::vector<std::vector<std::byte>> frames;  // chunk frames in chunk order, then the seal frame
+  StateDigest base_digest;
   StateDigest new_digest;
   DeltaStats stats;
 };
@@ -80,6 +87,11 @@ struct EncodedDelta {
 // Encodes a whole version with options.threads threads.
 EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next,
                           const StateDigest& base_digest, VersionIds ids,
+                          const EncodeOptions& options);
+// The same when the base's digest is not known: it is computed in the same pass over the data as
+// the diff (one read of each checkpoint instead of two of the base), returned in base_digest, and
+// written into every frame. The frames are byte-identical to encode_delta's given that digest.
+EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, VersionIds ids,
                           const EncodeOptions& options);
 
 }  // namespace deltacast::codec

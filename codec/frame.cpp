@@ -175,6 +175,15 @@ FrameView parse_frame(std::span<const std::byte> frame) {
   return v;
 }
 
+void patch_base_digest(std::span<std::byte> frame, uint64_t base_digest) {
+  if (frame.size() < kFrameHeaderSize + kFrameTrailerSize || frame_size_from_header(frame) != frame.size())
+    throw Error(Errc::corrupt_frame, "patch_base_digest: not a whole frame");
+  constexpr size_t kBaseDigestOffset = 32;
+  store_le(frame.data() + kBaseDigestOffset, base_digest);
+  store_le(frame.data() + frame.size() - kFrameTrailerSize,
+           static_cast<uint64_t>(XXH3_64bits(frame.data(), frame.size() - kFrameTrailerSize)));
+}
+
 std::vector<std::span<const std::byte>> split_frames(std::span<const std::byte> bytes) {
   std::vector<std::span<const std::byte>> frames;
   size_t at = 0;

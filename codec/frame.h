@@ -105,6 +105,11 @@ uint64_t frame_size_from_header(std::span<const std::byte> header_bytes);
 // segment fields) and parses. Throws Error(corrupt_frame | version_mismatch) naming the problem.
 FrameView parse_frame(std::span<const std::byte> frame);
 
+// Rewrites a frame's base digest (header offset 32) and its checksum: for an encoder that learns
+// the base's digest only after its chunks were built. Throws Error(corrupt_frame) when `frame` is
+// not a whole frame.
+void patch_base_digest(std::span<std::byte> frame, uint64_t base_digest);
+
 // Splits a buffer holding concatenated frames (a .dcx file) into frames. Throws on truncation.
 std::vector<std::span<const std::byte>> split_frames(std::span<const std::byte> bytes);
 
