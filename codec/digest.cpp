@@ -100,6 +100,8 @@ uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* data,
 }
 }  // namespace
 
+uint64_t tensor_digest_seed(uint32_t tensor_index) noexcept { return tensor_seed(tensor_index); }
+
 uint64_t element_hash(uint32_t tensor_index, uint64_t element_index, uint32_t bits) noexcept {
   return element_hash_seeded(tensor_seed(tensor_index), element_index, bits);
 }

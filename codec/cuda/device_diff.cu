@@ -1,5 +1,6 @@
-// CUDA kernels for the device-side diff. One warp handles 32 consecutive 64-element words: each
-// lane compares its 64 elements and forms one bitmap word; the count is reduced per block.
+// CUDA kernels for the device-side diff. One warp forms 32 consecutive 64-element bitmap words:
+// for each word it compares 2 x 32 consecutive elements (coalesced loads), and the lane that owns
+// the word keeps the two ballots; the count is reduced per warp.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -14,19 +15,27 @@ namespace {
 template <class T>
 __global__ void change_bitmap_kernel(const T* __restrict__ old_bits, const T* __restrict__ new_bits, uint64_t n,
                                      uint64_t* __restrict__ bitmap, unsigned long long* __restrict__ count) {
-  const uint64_t word = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x;
+  const unsigned lane = threadIdx.x & 31;
+  const uint64_t warp = (blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x) / 32;
   const uint64_t words = (n + 63) / 64;
+  const uint64_t first_word = warp * 32;
+  if (first_word >= words) return;  // whole warps leave together
+  uint64_t mine = 0;
+  for (unsigned j = 0; j < 32 && first_word + j < words; ++j) {
+    const uint64_t e = (first_word + j) * 64 + lane;
+    const bool lo = e < n && old_bits[e] != new_bits[e];
+    const bool hi = e + 32 < n && old_bits[e + 32] != new_bits[e + 32];
+    const unsigned lo_bits = __ballot_sync(0xffffffffu, lo);
+    const unsigned hi_bits = __ballot_sync(0xffffffffu, hi);
+    if (lane == j) mine = (static_cast<uint64_t>(hi_bits) << 32) | lo_bits;
+  }
   unsigned local = 0;
-  if (word < words) {
-    uint64_t bits = 0;
-    const uint64_t begin = word * 64;
-    const uint64_t end = begin + 64 < n ? begin + 64 : n;
-    for (uint64_t i = begin; i < end; ++i) bits |= static_cast<uint64_t>(old_bits[i] != new_bits[i]) << (i - begin);
-    bitmap[word] = bits;
-    local = static_cast<unsigned>(__popcll(bits));
+  if (first_word + lane < words) {
+    bitmap[first_word + lane] = mine;
+    local = static_cast<unsigned>(__popcll(mine));
   }
   for (int offset = 16; offset > 0; offset /= 2) local += __shfl_down_sync(0xffffffffu, local, offset);
-  if ((threadIdx.x & 31) == 0 && local) atomicAdd(count, static_cast<unsigned long long>(local));
+  if (lane == 0 && local) atomicAdd(count, static_cast<unsigned long long>(local));
 }
 
 void check(cudaError_t e, const char* what) {
@@ -53,8 +62,8 @@ uint64_t device_change_bitmap(const void* old_bits, const void* new_bits, uint64
   check(cudaMalloc(&count, sizeof(*count)), "cudaMalloc");
   check(cudaMemset(count, 0, sizeof(*count)), "cudaMemset");
   const uint64_t words = (n + 63) / 64;
-  const unsigned threads = 256;
-  const unsigned blocks = static_cast<unsigned>((words + threads - 1) / threads);
+  const unsigned threads = 256;  // 8 warps, 32 words each
+  const unsigned blocks = static_cast<unsigned>((words + 255) / 256);
   if (blocks > 0) {
     switch (width) {
       case 1: change_bitmap_kernel<<<blocks, threads>>>(static_cast<const uint8_t*>(old_bits), static_cast<const uint8_t*>(new_bits), n, bitmap, count); break;
