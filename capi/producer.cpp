@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "capi/capi_common.h"
+#include "codec/cuda/device_diff.h"
+#include "codec/cuda/device_mirror.h"
 #include "transport/transport.h"
 #include "tree/config_options.h"
 #include "tree/producer.h"
@@ -21,6 +23,13 @@ struct dc_producer {
   std::optional<codec::Manifest> manifest;
   std::unique_ptr<transport::Transport> transport;
   std::unique_ptr<tree::Producer> producer;
+  // CUDA tensors (docs/embedding.md, "CUDA buffers"): the producer reads pinned host mirrors that
+  // a cuda::DeviceDiffMirror brings up to date before each version (device diff; only the
+  // bitmap and the changed values cross PCIe).
+  std::vector<void*> cuda_data;            // [tensor]: device pointer, nullptr for host tensors
+  std::vector<size_t> mirror_slot;         // [tensor]: index in `mirror`
+  int cuda_device = -1;
+  std::unique_ptr<codec::cuda::DeviceDiffMirror> mirror;
   Phase phase = Phase::created;
   std::string url;
   std::string report = "{}";
@@ -30,6 +39,12 @@ struct dc_producer {
     return names[static_cast<int>(phase)];
   }
   codec::ConstWeights weights() const { return codec::ConstWeights{&*manifest, data}; }
+  // The mirrors hold the device tensors' bits now.
+  void pull_cuda() {
+    if (!mirror) return;
+    codec::cuda::use_device(cuda_device);
+    mirror->pull();
+  }
 };
 
 namespace {
@@ -47,6 +62,21 @@ void listen(dc_producer& p) {
                                ? static_cast<unsigned>(capi::parse_count("threads", *p.options.process("threads"), 1, 1024))
                                : std::max(1u, std::min(4u, std::thread::hardware_concurrency()));
   p.manifest.emplace(p.tensors);
+  std::vector<codec::cuda::DeviceTensor> device;
+  p.mirror_slot.assign(p.tensors.size(), SIZE_MAX);
+  for (size_t i = 0; i < p.tensors.size(); ++i) {
+    if (!p.cuda_data[i]) continue;
+    p.mirror_slot[i] = device.size();
+    device.push_back({p.cuda_data[i], p.tensors[i].units(),
+                      static_cast<unsigned>(codec::dtype_unit_size(p.tensors[i].dtype))});
+  }
+  if (!device.empty()) {
+    codec::cuda::use_device(p.cuda_device);
+    p.mirror = std::make_unique<codec::cuda::DeviceDiffMirror>(std::move(device));
+    for (size_t i = 0; i < p.tensors.size(); ++i)
+      if (p.mirror_slot[i] != SIZE_MAX)
+        p.data[i] = std::span<const std::byte>(p.mirror->host(p.mirror_slot[i]), p.tensors[i].nbytes());
+  }
   p.transport = transport::make_transport(c.transport, tree::transport_options_from(c));
   p.producer = std::make_unique<tree::Producer>(*p.transport, *p.manifest, options);
   p.url = p.producer->url();
@@ -59,6 +89,25 @@ int finish_version(dc_producer& p, const tree::RefitReport& r, bool dry_run) {
   const bool verified = r.receivers > 0 && r.verified_receivers == r.receivers;
   if (r.committed || (dry_run && verified)) return DC_OK;
   return capi::fail(DC_ERR_ABORTED, "version " + std::to_string(r.version) + " was aborted: " + r.abort_reason);
+}
+
+// As the receiver's: CUDA needs a CUDA build, a device, device memory, and one device for all.
+void require_cuda_tensor(const dc_producer& p, const codec::TensorInfo& t, const void* data, int device_id) {
+#ifndef DELTACAST_HAVE_CUDA
+  (void)p, (void)data, (void)device_id;
+  throw Error(Errc::unsupported, "tensor '" + t.name + "': CUDA memory needs a build with CUDA "
+                                 "(DELTACAST_WITH_CUDA=ON and nvcc); this libdeltacast has none: register host memory");
+#else
+  if (!codec::cuda::cuda_device_available())
+    throw Error(Errc::unsupported, "tensor '" + t.name + "': this build has CUDA but no CUDA device is usable here "
+                                   "(no GPU or no driver): register host memory");
+  if (p.cuda_device >= 0 && p.cuda_device != device_id)
+    throw Error(Errc::unsupported, "tensor '" + t.name + "' is on CUDA device " + std::to_string(device_id) +
+                                       "; this producer's CUDA tensors are on device " + std::to_string(p.cuda_device) +
+                                       " (one device per producer)");
+  if (t.nbytes() > 0 && !codec::cuda::is_device_pointer(data))
+    throw Error(Errc::invalid_argument, "tensor '" + t.name + "': DC_DEVICE_CUDA with a pointer that is not CUDA device memory");
+#endif
 }
 
 }  // namespace
@@ -102,7 +151,7 @@ int dc_producer_add_tensor(dc_producer* p, const char* name, int dtype, int ndim
     capi::require(name, "name");
     if (p->phase != dc_producer::Phase::created)
       throw Error(Errc::state, std::string("dc_producer_add_tensor after the producer listens (") + p->phase_name() + ")");
-    capi::require_host(device, device_id);
+    if (device != DC_DEVICE_CUDA) capi::require_host(device, device_id);
     codec::TensorInfo t;
     t.name = name;
     t.dtype = capi::codec_dtype(dtype);
@@ -117,8 +166,11 @@ int dc_producer_add_tensor(dc_producer* p, const char* name, int dtype, int ndim
     if (!data && nbytes > 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': data is NULL");
     for (const auto& other : p->tensors)
       if (other.name == t.name) throw Error(Errc::invalid_argument, "tensor '" + t.name + "' was added twice");
+    if (device == DC_DEVICE_CUDA) require_cuda_tensor(*p, t, data, device_id);
     p->tensors.push_back(std::move(t));
     p->data.emplace_back(static_cast<const std::byte*>(data), nbytes);
+    p->cuda_data.push_back(device == DC_DEVICE_CUDA ? const_cast<void*>(data) : nullptr);
+    if (device == DC_DEVICE_CUDA) p->cuda_device = device_id;
     return DC_OK;
   });
 }
@@ -151,6 +203,7 @@ int dc_producer_start(dc_producer* p, int64_t timeout_ms) {
     if (timeout_ms > 0) timeout = std::chrono::milliseconds(timeout_ms);
     p->producer->start(timeout);
     p->phase = dc_producer::Phase::started;
+    p->pull_cuda();
     return finish_version(*p, p->producer->bootstrap(p->weights()), false);
   });
 }
@@ -166,6 +219,16 @@ int dc_producer_set_data(dc_producer* p, const char* name, const void* data, siz
                                                 std::to_string(p->tensors[i].nbytes()) + " bytes; the buffer has " +
                                                 std::to_string(nbytes));
       if (!data && nbytes > 0) throw Error(Errc::invalid_argument, std::string("tensor '") + name + "': data is NULL");
+      if (p->cuda_data[i]) {
+        // A CUDA tensor stays one: the new pointer is device memory, copied whole at the next pull.
+#ifdef DELTACAST_HAVE_CUDA
+        if (nbytes > 0 && !codec::cuda::is_device_pointer(data))
+          throw Error(Errc::invalid_argument, std::string("tensor '") + name + "' was added as CUDA memory; the new pointer is not");
+#endif
+        p->cuda_data[i] = const_cast<void*>(data);
+        if (p->mirror) p->mirror->set_device(p->mirror_slot[i], const_cast<void*>(data));
+        return DC_OK;
+      }
       p->data[i] = std::span<const std::byte>(static_cast<const std::byte*>(data), nbytes);
       return DC_OK;
     }
@@ -181,6 +244,7 @@ int dc_producer_refit(dc_producer* p, int dry_run) {
                                    p->phase_name() + ")");
     tree::RefitOptions options;
     options.dry_run = dry_run != 0;
+    p->pull_cuda();
     return finish_version(*p, p->producer->refit(p->weights(), options), options.dry_run);
   });
 }

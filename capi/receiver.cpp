@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "capi/capi_common.h"
+#include "codec/cuda/device_diff.h"
+#include "codec/cuda/device_sync.h"
 #include "transport/transport.h"
 #include "tree/config_options.h"
 #include "tree/receiver.h"
@@ -45,6 +47,84 @@ struct dc_receiver {
   std::string polled_message;  // the last polled event's message (dc_receiver_poll_event)
   dc_event_callback callback = nullptr;
   void* callback_user = nullptr;
+
+  // CUDA tensors (docs/embedding.md, "CUDA buffers"): each is served through a pinned host mirror
+  // that the tree's applier verifies and commits; committed versions reach the device by
+  // cuda::DeviceMirrorSync. The tree runs gated whenever a tensor is in CUDA memory, so the
+  // mirrors change only inside apply_pending (whose observer notes what to scatter), the
+  // bootstrap and snapshots (copied whole).
+  struct CudaTensor {
+    void* device = nullptr;
+    codec::cuda::PinnedBuffer mirror;
+  };
+  std::vector<std::optional<CudaTensor>> cuda;  // [tensor]
+  int cuda_device = -1;
+  bool user_gated = false;  // the server asked for the gate itself
+  std::unique_ptr<codec::cuda::DeviceMirrorSync> device_sync;
+  std::mutex sync_mutex;   // one device sync at a time (the device thread, dc_receiver_apply)
+  uint64_t synced_version = 0;  // the version the device tensors hold (with sync_mutex)
+  // The device thread: events of the tree, in order, each delivered after the device caught up.
+  std::thread device_thread;
+  std::deque<Event> device_events;  // with mutex
+  bool device_stop = false;         // with mutex
+  bool has_cuda() const { return device_sync != nullptr; }
+
+  // Brings the device tensors to what the mirrors hold; `apply_queued`: first write the versions
+  // the tree queued into the mirrors (an ungated server). Returns the version the device holds.
+  // Throws Error(verify_failed) with the device restored (the next sync copies whole).
+  uint64_t sync_device(bool apply_queued) {
+    std::lock_guard lock(sync_mutex);
+    codec::cuda::use_device(cuda_device);
+    if (receiver->applied_version() != synced_version) device_sync->mark_all_whole();
+    if (apply_queued)
+      receiver->apply_pending([this](uint32_t tensor, uint64_t element, uint32_t) { device_sync->note(tensor, element); });
+    const uint64_t version = receiver->applied_version();
+    try {
+      device_sync->sync(receiver->applied_state_digest());
+    } catch (const Error& e) {
+      if (e.code() != Errc::verify_failed) throw;
+      // Once more from the mirrors, whole (a concurrent snapshot, or a device fault).
+      device_sync->sync(receiver->applied_state_digest());
+    }
+    synced_version = version;
+    return version;
+  }
+
+  void run_device_thread() {
+    for (;;) {
+      Event e;
+      {
+        std::unique_lock lock(mutex);
+        changed.wait(lock, [&] { return device_stop || !device_events.empty(); });
+        if (device_events.empty()) return;
+        e = std::move(device_events.front());
+        device_events.pop_front();
+      }
+      if (e.kind == DC_EVENT_COMMITTED) {
+        try {
+          sync_device(!user_gated);
+        } catch (const std::exception& failure) {
+          const int status = [&] {
+            if (auto* err = dynamic_cast<const Error*>(&failure)) return capi::status_of(err->code());
+            return static_cast<int>(DC_ERR_INTERNAL);
+          }();
+          emit(DC_EVENT_FAILED, e.version, status, std::string("CUDA tensors: ") + failure.what());
+          receiver->stop();
+          return;
+        }
+      }
+      emit(e.kind, e.version, e.status, std::move(e.message));
+    }
+  }
+  // From the tree's threads: queued for the device thread when CUDA tensors are attached.
+  void tree_event(int kind, uint64_t version, int status, std::string message) {
+    if (!has_cuda()) return emit(kind, version, status, std::move(message));
+    {
+      std::lock_guard lock(mutex);
+      device_events.push_back({kind, version, status, std::move(message)});
+    }
+    changed.notify_all();
+  }
 
   // Queues an event and calls the callback (outside the lock). `ending`: the receiver stopped
   // with `status`; the phase changes under the same lock, so a waiter woken by the end sees the
@@ -105,6 +185,26 @@ void check_described(const codec::TensorInfo& t, int dtype, int ndim, const int6
                                             " bytes; the buffer has " + std::to_string(nbytes));
 }
 
+// A CUDA buffer is accepted when this build has CUDA, a device is present, the pointer is device
+// memory, and every CUDA tensor of the receiver is on the same device.
+void require_cuda_tensor(const dc_receiver& r, const codec::TensorInfo& t, void* data, int device_id) {
+#ifndef DELTACAST_HAVE_CUDA
+  (void)r, (void)data, (void)device_id;
+  throw Error(Errc::unsupported, "tensor '" + t.name + "': CUDA memory needs a build with CUDA "
+                                 "(DELTACAST_WITH_CUDA=ON and nvcc); this libdeltacast has none: register host memory");
+#else
+  if (!codec::cuda::cuda_device_available())
+    throw Error(Errc::unsupported, "tensor '" + t.name + "': this build has CUDA but no CUDA device is usable here "
+                                   "(no GPU or no driver): register host memory");
+  if (r.cuda_device >= 0 && r.cuda_device != device_id)
+    throw Error(Errc::unsupported, "tensor '" + t.name + "' is on CUDA device " + std::to_string(device_id) +
+                                       "; this receiver's CUDA tensors are on device " + std::to_string(r.cuda_device) +
+                                       " (one device per receiver)");
+  if (t.nbytes() > 0 && !codec::cuda::is_device_pointer(data))
+    throw Error(Errc::invalid_argument, "tensor '" + t.name + "': DC_DEVICE_CUDA with a pointer that is not CUDA device memory");
+#endif
+}
+
 }  // namespace
 
 extern "C" {
@@ -123,6 +223,14 @@ void dc_receiver_free(dc_receiver* r) {
   capi::guarded([&]() -> int {
     if (r->receiver) r->receiver->stop();
     if (r->runner.joinable()) r->runner.join();
+    if (r->device_thread.joinable()) {
+      {
+        std::lock_guard lock(r->mutex);
+        r->device_stop = true;
+      }
+      r->changed.notify_all();
+      r->device_thread.join();
+    }
     return DC_OK;
   });
   delete r;
@@ -159,10 +267,11 @@ int dc_receiver_join(dc_receiver* r, int64_t timeout_ms) {
     options.cluster = r->options.process("cluster").value_or("default");
     options.gated = capi::parse_bool("gated", r->options.process("gated").value_or("false"));
     if (timeout_ms > 0) options.join_timeout = std::chrono::milliseconds(timeout_ms);
-    options.on_active = [r](uint64_t version) { r->emit(DC_EVENT_COMMITTED, version, DC_OK, ""); };
+    options.on_active = [r](uint64_t version) { r->tree_event(DC_EVENT_COMMITTED, version, DC_OK, ""); };
     options.on_aborted = [r](uint64_t version) {
-      r->emit(DC_EVENT_ROLLED_BACK, version, DC_ERR_ABORTED, "version " + std::to_string(version) + " was aborted");
+      r->tree_event(DC_EVENT_ROLLED_BACK, version, DC_ERR_ABORTED, "version " + std::to_string(version) + " was aborted");
     };
+    r->user_gated = options.gated;
     if (!r->transport) r->transport = transport::make_transport(c.transport, tree::transport_options_from(c));
     r->held_version = capi::parse_count("held_version", r->options.process("held_version").value_or("0"), 0, UINT64_MAX);
     const auto held_digest = r->options.process("held_digest");
@@ -173,6 +282,8 @@ int dc_receiver_join(dc_receiver* r, int64_t timeout_ms) {
     r->receiver = std::make_unique<tree::Receiver>(*r->transport, options);
     r->manifest = &r->receiver->join(r->held_version, r->held_digest);
     r->buffers.assign(r->manifest->size(), {});
+    r->cuda.clear();
+    r->cuda.resize(r->manifest->size());
     std::lock_guard lock(r->mutex);
     r->phase = dc_receiver::Phase::joined;
     return DC_OK;
@@ -215,10 +326,21 @@ int dc_receiver_attach(dc_receiver* r, const char* name, int dtype, int ndim, co
     r->require_phase(dc_receiver::Phase::joined, "dc_receiver_attach");
     const uint32_t index = tensor_index(*r->manifest, name);
     const auto& t = r->manifest->tensors()[index];
-    capi::require_host(device, device_id);
+    if (device != DC_DEVICE_CUDA) capi::require_host(device, device_id);
     check_described(t, dtype, ndim, shape, nbytes);
     if (!data && nbytes > 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': data is NULL");
+    if (device == DC_DEVICE_CUDA) {
+      require_cuda_tensor(*r, t, data, device_id);
+      dc_receiver::CudaTensor c;
+      c.device = data;
+      c.mirror.reserve(nbytes ? nbytes : 1);  // pinned, zero-filled: version 0
+      r->buffers[index] = std::span<std::byte>(c.mirror.data(), nbytes);
+      r->cuda[index] = std::move(c);
+      r->cuda_device = device_id;
+      return DC_OK;
+    }
     r->buffers[index] = std::span<std::byte>(static_cast<std::byte*>(data), nbytes);
+    r->cuda[index].reset();
     return DC_OK;
   });
 }
@@ -237,6 +359,25 @@ int dc_receiver_start(dc_receiver* r) {
       throw Error(Errc::state, "dc_receiver_start: " + std::to_string(n_missing) + " tensors are not attached (" +
                                    missing + (n_missing > 5 ? ", ..." : "") + ")");
     codec::MutableWeights weights{r->manifest, r->buffers};
+    std::vector<codec::cuda::MirroredTensor> mirrored;
+    for (uint32_t i = 0; i < r->cuda.size(); ++i) {
+      if (!r->cuda[i]) continue;
+      const auto& t = r->manifest->at(i);
+      const auto w = static_cast<unsigned>(codec::dtype_unit_size(t.dtype));
+      mirrored.push_back({i, codec::cuda::DeviceTensor{r->cuda[i]->device, t.units(), w}, r->buffers[i]});
+    }
+    if (!mirrored.empty()) {
+      codec::cuda::use_device(r->cuda_device);
+      r->device_sync = std::make_unique<codec::cuda::DeviceMirrorSync>(std::move(mirrored), r->manifest->size());
+      r->receiver->set_gated(true);  // the mirrors change only where the device sync sees it
+      if (r->held_version > 0) {
+        // The server kept its weights on the device: the mirrors start as copies of them.
+        for (uint32_t i = 0; i < r->cuda.size(); ++i)
+          if (r->cuda[i]) codec::cuda::copy_to_host(r->buffers[i].data(), r->cuda[i]->device, r->buffers[i].size());
+        r->device_sync->mark_all_synced();
+        r->synced_version = r->held_version;
+      }
+    }
     if (r->held_version == 0) {
       // A fresh member holds version 0; the bootstrap (or a snapshot) overwrites every byte, so
       // what the buffers hold now does not matter.
@@ -253,6 +394,7 @@ int dc_receiver_start(dc_receiver* r) {
       std::lock_guard lock(r->mutex);
       r->phase = dc_receiver::Phase::started;
     }
+    if (r->has_cuda()) r->device_thread = std::thread([r] { r->run_device_thread(); });
     r->runner = std::thread([r] {
       int status = DC_OK;
       std::string message;
@@ -327,7 +469,7 @@ int dc_receiver_apply(dc_receiver* r, uint64_t* applied_version) {
       if (r->phase == dc_receiver::Phase::created || r->phase == dc_receiver::Phase::joined)
         throw Error(Errc::state, "dc_receiver_apply before dc_receiver_start");
     }
-    const uint64_t applied = r->receiver->apply_pending();
+    const uint64_t applied = r->has_cuda() ? r->sync_device(r->user_gated) : r->receiver->apply_pending();
     if (applied_version) *applied_version = applied;
     return DC_OK;
   });
@@ -343,6 +485,9 @@ int dc_receiver_reattach(dc_receiver* r, const char* name, void* data, size_t nb
     }
     const uint32_t index = tensor_index(*r->manifest, name);
     const auto& t = r->manifest->tensors()[index];
+    if (device == DC_DEVICE_CUDA || r->cuda[index])
+      throw Error(Errc::unsupported, "tensor '" + t.name + "': re-registering CUDA tensors is not built "
+                                     "(docs/embedding.md, \"CUDA buffers\")");
     capi::require_host(device, device_id);
     if (nbytes != t.nbytes())
       throw Error(Errc::invalid_argument, "tensor '" + t.name + "' needs " + std::to_string(t.nbytes()) +

@@ -509,10 +509,21 @@ uint64_t Receiver::applied_digest() const {
   return d.session ? d.session->applied_digest() : 0;
 }
 
-uint64_t Receiver::apply_pending() {
+void Receiver::set_gated(bool gated) {
+  auto& d = *impl_;
+  if (d.session) throw Error(Errc::state, "Receiver::set_gated after attach()");
+  d.options.gated = gated;
+}
+
+codec::StateDigest Receiver::applied_state_digest() const {
+  auto& d = *impl_;
+  return d.session ? d.session->applied_state_digest() : codec::StateDigest{};
+}
+
+uint64_t Receiver::apply_pending(const std::function<void(uint32_t, uint64_t, uint32_t)>& observe) {
   auto& d = *impl_;
   if (!d.session) throw Error(Errc::state, "Receiver::apply_pending before attach()");
-  return d.session->apply_pending();
+  return d.session->apply_pending(observe);
 }
 
 void Receiver::reattach(uint32_t tensor, std::span<std::byte> memory) {

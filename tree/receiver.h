@@ -107,6 +107,10 @@ class Receiver {
   // Error(invalid_argument) when the buffers do not match the manifest, Error(state) before join().
   void attach(codec::MutableWeights weights, uint64_t version,
               std::optional<codec::StateDigest> digest = std::nullopt);
+  // Before attach(): turns the apply gate (options.gated) on or off. A host that learns only at
+  // attach time that it needs the gate (CUDA tensors served through host mirrors) sets it here.
+  // Error(state) after attach().
+  void set_gated(bool gated);
   // Connects to parents, accepts children, reports READY and serves versions until the producer
   // says BYE. Throws Error(connection) when the producer or a parent link fails, Error(timeout),
   // Error(state) when called before attach().
@@ -125,10 +129,14 @@ class Receiver {
   // The combined StateDigest of what the buffers hold (applied_version()'s; 0 before attach()).
   // Stable while nothing applies: read it from the thread that calls apply_pending().
   uint64_t applied_digest() const;
+  // Its per-tensor digests (empty before attach()); same stability rule.
+  codec::StateDigest applied_state_digest() const;
   // Writes every pending version into the buffers, in order, and returns applied_version(). Call
   // it at the host's safe point (nothing reads the buffers meanwhile); refits keep flowing. Never
   // fails on data: what it writes was verified before commit. Error(state) before attach().
-  uint64_t apply_pending();
+  // `observe`, when given, sees every element about to be written with the bits it holds, on
+  // the calling thread (a host mirror of CUDA tensors collects what to scatter to the device).
+  uint64_t apply_pending(const std::function<void(uint32_t tensor, uint64_t element, uint32_t old_bits)>& observe = {});
   // The host moved tensor `tensor` (manifest index) to `memory`, which already holds the bits the
   // buffers hold (checked against their digest). From then on refits land there and the old
   // memory is never read again. Error(invalid_argument): other bits or size; Error(state): before

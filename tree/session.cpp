@@ -434,7 +434,12 @@ uint64_t Session::applied_digest() const {
   return delta_applier_->buffers_digest().combined();
 }
 
-uint64_t Session::apply_pending() {
+codec::StateDigest Session::applied_state_digest() const {
+  std::shared_lock data(data_mutex_);
+  return delta_applier_->buffers_digest();
+}
+
+uint64_t Session::apply_pending(const std::function<void(uint32_t, uint64_t, uint32_t)>& observe) {
   // Shared: snapshot reads (exclusive) never see a half-written version; staging of the next
   // version goes on (the applier orders it with these writes).
   std::shared_lock data(data_mutex_);
@@ -442,12 +447,13 @@ uint64_t Session::apply_pending() {
     std::unique_lock lock(state_mutex_);  // no reader opens or closes meanwhile
     if (snapshots_.empty()) {
       lock.unlock();
-      if (!delta_applier_->apply_next_staged()) break;
+      if (!delta_applier_->apply_next_staged(observe)) break;
       continue;
     }
     std::vector<SnapshotPatches::Patch> written;
     if (!delta_applier_->apply_next_staged([&](uint32_t tensor, uint64_t element, uint32_t bits) {
           written.push_back({tensor, element, bits});
+          if (observe) observe(tensor, element, bits);
         }))
       break;
     for (auto* reader : snapshots_) reader->patches_.record(written);

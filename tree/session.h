@@ -145,11 +145,15 @@ class Session {
   uint64_t applied_version() const;
   // The combined StateDigest of what the buffers hold (applied_version()'s).
   uint64_t applied_digest() const;
+  // Its per-tensor digests (a CUDA host mirror checks its device copy against them).
+  codec::StateDigest applied_state_digest() const;
   // Writes every pending version into the buffers, oldest first, while refits keep flowing (the
   // next version's staging waits only while the buffers are written); open snapshot readers keep
   // reading their version. Returns applied_version(). Cannot fail on data: everything written was
   // verified before it committed.
-  uint64_t apply_pending();
+  // `observe`, when given, sees each element about to be written with the bits it holds (a CUDA
+  // host mirror collects the positions to scatter to the device).
+  uint64_t apply_pending(const std::function<void(uint32_t tensor, uint64_t element, uint32_t old_bits)>& observe = {});
   // The host moved tensor `tensor` to `memory`, which holds the bits the buffers hold (checked).
   // Throws Error(invalid_argument) for other bits or size, Error(state) before the bootstrap
   // committed or while an ungated version is being written (retry once it ended).
