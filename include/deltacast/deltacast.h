@@ -111,8 +111,10 @@ DC_API size_t dc_dtype_size(int dtype);
 
 typedef enum dc_device {
   DC_DEVICE_HOST = 0,
-  DC_DEVICE_CUDA = 1 /* part of the API; registering CUDA memory returns DC_ERR_UNSUPPORTED until
-                        the CUDA apply path exists */
+  DC_DEVICE_CUDA = 1 /* CUDA device memory (device_id: the CUDA device; one per handle), served through
+                        a pinned host mirror (docs/embedding.md, "CUDA buffers"). DC_ERR_UNSUPPORTED
+                        when the library was built without CUDA or no device is usable; reattach of
+                        CUDA tensors is DC_ERR_UNSUPPORTED */
 } dc_device;
 
 /* ---- receiver ---------------------------------------------------------------------------- */
@@ -156,7 +158,7 @@ DC_API int dc_receiver_tensor(const dc_receiver* receiver, size_t index, const c
  * into it in place. dtype, ndim and shape must equal the manifest's; `nbytes` must be the
  * tensor's size. Its content at start does not matter (the bootstrap, version 1, overwrites all
  * of it) unless "held_version" was set: then it must hold that version's bits. Refused with nothing written: a wrong dtype, shape or size (DC_ERR_INVALID_ARGUMENT), an
- * unknown name (DC_ERR_NOT_FOUND), CUDA memory (DC_ERR_UNSUPPORTED). */
+ * unknown name (DC_ERR_NOT_FOUND), CUDA memory without CUDA support or a device (DC_ERR_UNSUPPORTED). */
 DC_API int dc_receiver_attach(dc_receiver* receiver, const char* name, int dtype, int ndim, const int64_t* shape,
                               void* data, size_t nbytes, int device, int device_id);
 /* Starts serving (returns at once): deltacast's threads connect to the tree, forward and apply
