@@ -57,7 +57,8 @@ class DeltaApplier {
   // own writes before throwing. On Error the weights and the applier's state are as before the
   // call. Errors: corrupt_frame (also for a chunk overlapping another chunk of its version),
   // version_mismatch (wrong base, other manifest, or a frame of a
-  // different in-flight version), replayed (chunk already applied or being applied).
+  // different in-flight version), replayed (chunk already applied or being applied), not_found
+  // (a segment names a tensor index the manifest lacks).
   // Thread-safe, and concurrent: several threads may apply different chunks at once (parsing,
   // decoding and the writes themselves run outside the applier's lock; chunks of a version cover
   // disjoint elements). rollback() and commit() wait for writes in flight.

@@ -280,6 +280,8 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
   out.coding = coding;
   auto& positions = out.positions;
   positions.clear();
+  // Checked before anything below is sized by change_count.
+  if (change_count > n) throw Error(Errc::corrupt_frame, "locations: more changes announced than the segment has elements");
   switch (coding) {
     case LocationCoding::none:
       if (change_count != 0) throw Error(Errc::corrupt_frame, "locations: 'none' coding with changes announced");
@@ -322,6 +324,8 @@ void decode_locations(LocationCoding coding, uint64_t n, uint64_t change_count, 
       return;
     }
     case LocationCoding::gap_varint: {
+      if (change_count > in.size())  // every varint takes at least one byte
+        throw Error(Errc::corrupt_frame, "locations: more varint gaps announced than the stream can hold");
       positions.reserve(change_count);
       uint64_t next = 0;
       size_t at = 0;
