@@ -57,7 +57,7 @@ Options::Options(const char* who, std::initializer_list<const char*> process_key
   config_.log_level = "warn";  // an embedded library says little unless asked
   // As the CLI: DELTACAST_* variables override the defaults (and a "config" file); keys set in
   // code override both.
-  config::apply_env_overrides(config_, config::process_env());
+  config::apply_env_overrides(config_, process_env());
   set_log_level(config_.log_level);
 }
 
@@ -68,7 +68,7 @@ void Options::set(const std::string& key, const std::string& value) {
   } else if (key == "config") {
     // The file's keys (then the environment's) replace the current config; process-level keys
     // set so far stay.
-    config_ = config::load_config(value, config::process_env());
+    config_ = config::load_config(value, process_env());
   } else {
     config::apply_override(config_, key, value, source);
   }

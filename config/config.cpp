@@ -298,14 +298,6 @@ std::string env_name(const std::string& key) {
 
 }  // namespace
 
-EnvLookup process_env() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (!v) return std::nullopt;
-    return std::string(v);
-  };
-}
-
 uint64_t parse_size(std::string_view text) {
   const std::string s(text);
   auto bad = [&](const std::string& why) { return Error(Errc::config, "bad size " + quoted(text) + ": " + why); };

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "util/env.h"
+
 namespace deltacast::config {
 
 // One receiver. rank is its member index (0..n-1) in the relay topology.
@@ -89,10 +91,8 @@ struct Config {
   std::string log_level = "info";  // trace | debug | info | warn | error | off
 };
 
-// Looks up an environment variable; nullopt when unset. Injectable for tests.
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
-// The process environment (std::getenv).
-EnvLookup process_env();
+// Environment lookups (DELTACAST_* overrides) go through deltacast::EnvLookup (util/env.h):
+// process_env() for the real environment, a map in tests.
 
 // Parses YAML text. `source` names it in messages (usually the file path). Rejects malformed
 // YAML, unknown keys, wrong types and bad values with "SOURCE:LINE:COL: message". Does not read

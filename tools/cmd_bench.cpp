@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/config.h"
 #include "tools/cli.h"
 #include "transport/transport.h"
 #include "util/error.h"
@@ -38,38 +39,11 @@ struct LinkOptions {
   std::string role = "client";
 };
 
-// "1GiB", "256MiB", "64KiB", "1GB", "100MB", "4096". Throws Errc::invalid_argument.
-uint64_t parse_size(const std::string& text) {
-  size_t pos = 0;
-  double value = 0;
-  try {
-    value = std::stod(text, &pos);
-  } catch (const std::exception&) {
-    throw Error(Errc::invalid_argument, "bad size '" + text + "'");
-  }
-  std::string unit = text.substr(pos);
-  struct Unit { const char* name; double factor; };
-  static const Unit kUnits[] = {{"", 1},        {"B", 1},    {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                                {"KB", 1e3},    {"MB", 1e6}, {"GB", 1e9},     {"K", 1024.0},      {"M", 1048576.0},
-                                {"G", 1073741824.0}};
-  for (const auto& u : kUnits) {
-    if (unit == u.name && value >= 0) return static_cast<uint64_t>(value * u.factor);
-  }
-  throw Error(Errc::invalid_argument, "bad size unit in '" + text + "' (use B, KiB, MiB, GiB, KB, MB, GB)");
-}
-
 transport::TransportOptions bench_transport_options(size_t message_bytes) {
   transport::TransportOptions options;
   options.secret = transport::load_secret();
   options.max_message_bytes = std::max<size_t>(message_bytes, 1 << 20);
   return options;
-}
-
-std::string random_secret() {
-  std::random_device device;
-  std::string secret;
-  for (int i = 0; i < 32; ++i) secret += "0123456789abcdef"[device() % 16];
-  return secret;
 }
 
 // Server role: prints its URL on stdout, receives `total` bytes, acknowledges with the count.
@@ -146,7 +120,7 @@ std::string read_line(int fd) {
 }
 
 void run_client(const LinkOptions& o, uint64_t total, size_t message_bytes) {
-  std::string secret = random_secret();
+  std::string secret = transport::random_secret();
   ::setenv("DELTACAST_SECRET", secret.c_str(), 1);
   // Made before the server starts so an unbuilt scheme fails here with its own message.
   auto transport = transport::make_transport(o.scheme, bench_transport_options(message_bytes));
@@ -217,8 +191,8 @@ void setup_bench(CLI::App& parent) {
   link->add_flag("--json", options->json, "Print one JSON object");
   link->add_option("--role", options->role)->group("")->check(CLI::IsMember({"client", "server"}));
   link->callback([options] {
-    uint64_t total = parse_size(options->size_text);
-    size_t message_bytes = static_cast<size_t>(parse_size(options->message_text));
+    uint64_t total = config::parse_size(options->size_text);
+    size_t message_bytes = static_cast<size_t>(config::parse_size(options->message_text));
     if (total == 0 || message_bytes == 0) throw Error(Errc::invalid_argument, "bench link: --size and --message-size must be > 0");
     if (options->scheme == "loop") throw Error(Errc::invalid_argument, "bench link: loop is in-process; pick a network transport");
     if (options->role == "server") {

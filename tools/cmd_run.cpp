@@ -562,7 +562,7 @@ void run(const RunOptions& o) {
   set_log_level(c.log_level);
   if (c.transport == "loop" || c.transport == "loopback")
     throw Error(Errc::config, "transport '" + c.transport + "' only works inside one process");
-  tree::LaunchEnv env = tree::detect_launch_env(tree::process_environment(),
+  tree::LaunchEnv env = tree::detect_launch_env(process_env(),
                                                 {o.rank, o.size, o.producer}, c.producer);
   const size_t members = config::member_list(c).size();
   if (static_cast<size_t>(env.size) != members + 1)

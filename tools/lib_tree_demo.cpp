@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
+#include "transport/transport.h"
 #include "util/error.h"
 #include "util/process.h"
 
@@ -70,17 +71,6 @@ fs::path make_work_dir() {
   std::string pattern = (fs::temp_directory_path() / "deltacast-demo-XXXXXX").string();
   if (!::mkdtemp(pattern.data())) throw Error(Errc::io, "cannot create a temporary directory");
   return pattern;
-}
-
-std::string random_secret() {
-  std::random_device seed;
-  std::string hex;
-  for (int i = 0; i < 8; ++i) {
-    char part[9];
-    std::snprintf(part, sizeof part, "%08x", seed());
-    hex += part;
-  }
-  return hex;
 }
 
 void write_file(const fs::path& path, const std::string& text) {
@@ -158,7 +148,7 @@ bool any_frozen(const std::map<unsigned, Victim>& victims) {
 
 std::string write_config(const DemoOptions& o, const fs::path& dir, int base_port, bool freezing) {
   fs::path secret = dir / "secret";
-  write_file(secret, random_secret() + "\n");
+  write_file(secret, transport::random_secret() + "\n");
   fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write);
   // A frozen member is found by silence: a short peer timeout keeps the demo short. Otherwise a
   // generous one (a failed process closes its links, which is noticed at once).

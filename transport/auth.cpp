@@ -8,6 +8,7 @@
 #include <openssl/hmac.h>
 #include <openssl/rand.h>
 
+#include "transport/transport.h"
 #include "util/error.h"
 
 namespace deltacast::transport::auth {
@@ -113,3 +114,18 @@ void ServerHandshake::verify(std::span<const std::byte> proof) {
 }
 
 }  // namespace deltacast::transport::auth
+
+namespace deltacast::transport {
+
+std::string random_secret() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) throw Error(Errc::internal, "RAND_bytes failed to draw a secret");
+  std::string hex;
+  for (unsigned char b : bytes) {
+    hex += "0123456789abcdef"[b >> 4];
+    hex += "0123456789abcdef"[b & 15];
+  }
+  return hex;
+}
+
+}  // namespace deltacast::transport

@@ -90,6 +90,10 @@ struct TransportOptions {
 // stripped), else from the environment variable DELTACAST_SECRET. Throws Errc::io when the file can
 // not be read, Errc::config when neither source gives a non-empty secret. Thread-safe.
 std::string load_secret(const std::string& file = {});
+// A fresh shared secret: 32 random bytes (OpenSSL RAND_bytes) as 64 hex digits, for a job that
+// makes its own (`deltacast demo`, `bench link`, benchmarks). Throws Errc::internal if OpenSSL
+// cannot draw them.
+std::string random_secret();
 
 // Memory the backend may send from / receive into without copies, and (with RMA) write into
 // remotely. Obtained from Transport::register_memory; stays valid until destroyed.

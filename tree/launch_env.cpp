@@ -64,14 +64,6 @@ const std::string& LaunchEnv::require_rendezvous() const {
   return rendezvous;
 }
 
-EnvLookup process_environment() {
-  return [](const std::string& name) -> std::optional<std::string> {
-    const char* v = std::getenv(name.c_str());
-    if (!v) return std::nullopt;
-    return std::string(v);
-  };
-}
-
 LaunchEnv detect_launch_env(const EnvLookup& env, const LaunchFlags& flags, const std::string& config_producer) {
   LaunchEnv out;
   if (flags.rank && flags.size) {

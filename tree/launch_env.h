@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "util/env.h"
+
 namespace deltacast::tree {
 
 enum class Launcher { flags, mpi, pmix, slurm };
@@ -37,11 +39,7 @@ struct LaunchFlags {
   std::optional<std::string> producer;
 };
 
-// Looks up an environment variable; nullopt when unset. Injectable for tests.
-using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
-EnvLookup process_environment();
-
-// Detects rank and size: flags first (both --rank and --size), then Open MPI
+// Detects rank and size (`env`: process_env() from util/env.h, or a map in tests): flags first (both --rank and --size), then Open MPI
 // (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK), then PMIx (PMIX_RANK with PMIX_SIZE or a size flag),
 // then Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_STEP_NODELIST). Open MPI is checked
 // before Slurm because mpirun inside a Slurm allocation inherits the allocation's SLURM_PROCID.

@@ -22,6 +22,7 @@
 #include "codec/applier.h"
 #include "codec/encoder.h"
 #include "codec/owned_weights.h"
+#include "sim/model_shape.h"
 #include "sim/trainer_simulator.h"
 #include "util/worker_threads.h"
 
@@ -41,15 +42,6 @@ double thread_cpu_seconds() {
 
 using Owned = codec::OwnedWeights;
 constexpr int kReps = 5;  // timed repetitions per figure; the best is reported (shared, noisy machine)
-
-uint64_t parse_count(const std::string& s) {
-  double v = std::stod(s);
-  const char suffix = s.back();
-  if (suffix == 'K') v *= 1e3;
-  if (suffix == 'M') v *= 1e6;
-  if (suffix == 'B' || suffix == 'G') v *= 1e9;
-  return static_cast<uint64_t>(v);
-}
 
 double memcpy_gbps(const Owned& src) {
   std::vector<std::vector<std::byte>> dst;
@@ -313,7 +305,7 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (double lr : {lr_low, lr_high}) {
     sim::SimConfig cfg;
-    cfg.params = parse_count(params);
+    cfg.params = sim::parse_param_count(params);
     cfg.lr = static_cast<float>(lr);
     cfg.seed = 1;
     sim::TrainerSimulator trainer(cfg);

@@ -211,12 +211,7 @@ fs::path make_work_dir() {
   return pattern;
 }
 
-void set_random_secret() {
-  std::random_device seed;
-  std::string hex;
-  for (int i = 0; i < 8; ++i) hex += std::to_string(seed());
-  ::setenv("DELTACAST_SECRET", hex.c_str(), 1);
-}
+void set_random_secret() { ::setenv("DELTACAST_SECRET", transport::random_secret().c_str(), 1); }
 
 tree::ProducerOptions producer_options(const CommonOptions& o) {
   tree::ProducerOptions options;

@@ -9,7 +9,7 @@
 int main() {
   using namespace deltacast;
   try {
-    const tree::LaunchEnv env = tree::detect_launch_env(tree::process_environment());
+    const tree::LaunchEnv env = tree::detect_launch_env(process_env());
     std::printf("launcher=%s rank=%d size=%d local_rank=%d role=%s member=%d\n",
                 std::string(tree::launcher_name(env.launcher)).c_str(), env.rank, env.size, env.local_rank,
                 env.is_producer() ? "producer" : "receiver", env.is_producer() ? -1 : env.member_rank());
