@@ -166,10 +166,23 @@ size_t gather_class(const uint8_t* cls, const uint32_t* rank, size_t c, unsigned
   return gather_class_portable(cls, rank, 0, c, j, order_out, rank_out);
 }
 
-// BitReader::get_rice_positions compiled per ISA level (tzcnt, shrx where the CPU has them).
-DC_HOT_CLONES void read_rice_positions(BitReader& br, unsigned k, uint64_t count, uint64_t limit, uint32_t* out,
-                                       const char* past_end) {
-  br.get_rice_positions(k, count, limit, out, past_end);
+// BitReader::get_rice_positions compiled per ISA level (tzcnt, shrx where the CPU has them). An
+// exception cannot leave a GCC 12 target_clones function (the process terminates instead: a
+// corrupt stream would kill the receiver), so the clone catches and read_rice_positions rethrows.
+DC_HOT_CLONES bool read_rice_positions_clone(BitReader& br, unsigned k, uint64_t count, uint64_t limit, uint32_t* out,
+                                             const char* past_end, Error* failure) {
+  try {
+    br.get_rice_positions(k, count, limit, out, past_end);
+    return true;
+  } catch (const Error& e) {
+    *failure = e;
+    return false;
+  }
+}
+void read_rice_positions(BitReader& br, unsigned k, uint64_t count, uint64_t limit, uint32_t* out,
+                         const char* past_end) {
+  Error failure(Errc::internal, "");
+  if (!read_rice_positions_clone(br, k, count, limit, out, past_end, &failure)) throw failure;
 }
 
 double group_cost_bits(double n, double c) {
