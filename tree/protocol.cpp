@@ -613,6 +613,10 @@ RawChunkHeader decode_raw_message(std::span<const std::byte> message) {
   return h;
 }
 
+uint64_t max_raw_chunk_count(const codec::Manifest& manifest) noexcept {
+  return manifest.total_elements() + manifest.size();
+}
+
 uint64_t raw_piece_hash(const RawChunkHeader& header, std::span<const std::byte> bytes) noexcept {
   const uint64_t where[2] = {header.tensor, header.byte_offset};
   return XXH3_64bits_withSeed(bytes.data(), bytes.size(), XXH3_64bits(where, sizeof where));

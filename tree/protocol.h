@@ -284,6 +284,11 @@ struct RawChunkHeader {
 };
 inline constexpr size_t kRawPrefixSize = 8 + 4 + 4 + 4 + 8 + 8;
 
+// The most pieces a full checkpoint of `manifest` can come in (each piece holds whole elements of
+// one tensor; an empty tensor may take one): a RAW header announcing more is refused before
+// anything is sized by its chunk_count.
+uint64_t max_raw_chunk_count(const codec::Manifest& manifest) noexcept;
+
 // Builds a RAW message (header + envelope + prefix; the body is sent separately).
 std::vector<std::byte> encode_raw_message(const RawChunkHeader& header, uint64_t epoch = 0);
 // Parses a RAW message. Throws Error(corrupt_frame).

@@ -265,6 +265,9 @@ bool Receiver::Impl::fetch_snapshot(const Member& source) {
     fetch(source, Fetch{options.rank, CatchupMode::snapshot, 0, 0}, [&](std::span<const std::byte> bytes, auto& receive) {
       if (message_type(bytes) != MessageType::raw) return false;
       const RawChunkHeader h = decode_raw_message(bytes);
+      if (h.chunk_count > max_raw_chunk_count(*manifest))
+        throw Error(Errc::corrupt_frame, "snapshot: raw chunk count " + std::to_string(h.chunk_count) +
+                                             " is more pieces than the checkpoint has elements");
       if (have.empty()) have.assign(h.chunk_count, false);
       bool inside = h.tensor < manifest->size() && h.chunk_count == have.size() && h.chunk_index < have.size();
       if (inside) {

@@ -54,6 +54,9 @@ class RawBootstrap final : public VersionApplier {
     if (!inside)
       throw Error(Errc::corrupt_frame, "raw chunk " + std::to_string(h.chunk_index) +
                                            " lies outside its tensor or splits an element");
+    if (h.chunk_count > max_raw_chunk_count(manifest_))
+      throw Error(Errc::corrupt_frame, "raw chunk count " + std::to_string(h.chunk_count) +
+                                           " is more pieces than the checkpoint has elements");
     if (claimed_.empty()) {
       claimed_.assign(h.chunk_count, false);
       have_.assign(h.chunk_count, false);

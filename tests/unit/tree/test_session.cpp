@@ -853,6 +853,19 @@ TEST_F(BootstrapFixture, PiecesDisagreeingOnTheCountAreRefused) {
   EXPECT_EQ(as<Nack>(reply)->errc, static_cast<uint32_t>(Errc::corrupt_frame));
 }
 
+// Found by fuzz_raw_header: a 2^32-1 chunk count made the member allocate ~1 GiB of piece flags.
+TEST_F(BootstrapFixture, AChunkCountAboveWhatTheCheckpointHoldsIsRefusedBeforeAnyAllocation) {
+  RawChunkHeader h = piece(0, 1);
+  h.chunk_count = 0xFFFFFFFFu;
+  ASSERT_TRUE(session.admit(Session::DataKind::raw, 1, 1));
+  std::optional<Message> reply;
+  EXPECT_FALSE(session.claim_piece(1, h, reply));
+  ASSERT_NE(as<Nack>(reply), nullptr);
+  EXPECT_EQ(as<Nack>(reply)->errc, static_cast<uint32_t>(Errc::corrupt_frame));
+  EXPECT_TRUE(is_zero(held));
+  EXPECT_EQ(max_raw_chunk_count(m), m.total_elements() + m.size());
+}
+
 TEST_F(BootstrapFixture, RawOfAnotherVersionThanOneIsNacked) {
   RawChunkHeader h = piece(0, 1);
   h.version = 2;
