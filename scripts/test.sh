@@ -1,20 +1,39 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing, builds, then ctest. Tests that need Open MPI, Slurm,
 # libfabric, UCX or network namespaces start those themselves (pinned to loopback).
-#   scripts/test.sh [--cmake OPTION]... [CTEST ARGUMENTS]
+#   scripts/test.sh [--sanitize] [--cmake OPTION]... [CTEST ARGUMENTS]
 # --cmake OPTION (repeatable) goes to cmake's configure step, e.g. --cmake -DDELTACAST_WERROR=ON;
 # so does each word of $DELTACAST_CMAKE_ARGS. Everything else goes to ctest (e.g. -L codec, -R Golden).
+# --sanitize: the same tests built with AddressSanitizer + UndefinedBehaviorSanitizer
+# (DELTACAST_SANITIZE=ON) in build-asan/ ($DELTACAST_BUILD_DIR wins); any report fails the test.
+# $DELTACAST_BUILD_TARGETS (space-separated) builds only those targets (CI: the codec and tree
+# tests under ASan).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cmake_args=()
 if [ -n "${DELTACAST_CMAKE_ARGS:-}" ]; then
   read -r -a cmake_args <<< "$DELTACAST_CMAKE_ARGS"
 fi
-while [ $# -gt 0 ] && [ "$1" = --cmake ]; do
-  [ $# -ge 2 ] || { echo "test.sh: --cmake needs an option (e.g. --cmake -DDELTACAST_WERROR=ON)" >&2; exit 2; }
-  cmake_args+=("$2")
-  shift 2
+sanitize=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize=1; shift ;;
+    --cmake)
+      [ $# -ge 2 ] || { echo "test.sh: --cmake needs an option (e.g. --cmake -DDELTACAST_WERROR=ON)" >&2; exit 2; }
+      cmake_args+=("$2"); shift 2 ;;
+    *) break ;;
+  esac
 done
+if [ "$sanitize" = 1 ]; then
+  export DELTACAST_BUILD_DIR="${DELTACAST_BUILD_DIR:-$root/build-asan}"
+  # The host code under the sanitizers; CUDA kernels (nvcc) are not instrumented: built without.
+  cmake_args+=(-DDELTACAST_SANITIZE=ON -DDELTACAST_BUILD_BENCH=OFF -DDELTACAST_WITH_CUDA=OFF)
+  # Any report ends the process with a failure; leaks are reported at exit. Suppressions for
+  # reports inside libraries we do not own: tests/sanitizers/ (each with the reason).
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=0:detect_leaks=1:detect_stack_use_after_return=0:suppressions=$root/tests/sanitizers/asan.supp}"
+  export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$root/tests/sanitizers/lsan.supp:print_suppressions=0}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$root/tests/sanitizers/ubsan.supp}"
+fi
 bash "$root/scripts/install-deps.sh" --test
 bash "$root/scripts/build.sh" "${cmake_args[@]}"
 build="${DELTACAST_BUILD_DIR:-$root/build}"
