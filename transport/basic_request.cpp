@@ -15,14 +15,20 @@ bool BasicRequest::finished() const {
 }
 
 Status BasicRequest::wait(std::chrono::milliseconds timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Durations are compared in milliseconds before any conversion to the clock's nanoseconds:
+  // progress_interval() is milliseconds::max() for backends without polling, which overflows as
+  // nanoseconds (UBSan), and so would a timeout above ~292 years (clamped to a year).
+  using namespace std::chrono;
+  timeout = std::min(timeout, milliseconds(hours(24 * 365)));
+  const auto deadline = steady_clock::now() + timeout;
   for (;;) {
     progress();
     std::unique_lock lock(mutex_);
     if (finished_) return status_;
-    auto now = std::chrono::steady_clock::now();
+    const auto now = steady_clock::now();
     if (now >= deadline) return Status{Errc::timeout, "request still pending after " + std::to_string(timeout.count()) + " ms"};
-    auto slice = std::min<std::chrono::steady_clock::duration>(deadline - now, progress_interval());
+    steady_clock::duration slice = deadline - now;
+    if (const milliseconds interval = progress_interval(); interval < duration_cast<milliseconds>(slice)) slice = interval;
     finished_cv_.wait_for(lock, slice, [this] { return finished_; });
   }
 }
