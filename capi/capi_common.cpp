@@ -2,6 +2,8 @@
 
 #include <array>
 
+#include "codec/cuda/device_apply.h"
+#include "codec/cuda/device_diff.h"
 #include "util/log.h"
 
 namespace deltacast::capi {
@@ -144,6 +146,25 @@ void require_host(int device, int device_id) {
                                        ") cannot be registered yet: deltacast has no CUDA apply path; "
                                        "register host memory");
   throw Error(Errc::invalid_argument, "device " + std::to_string(device) + " is not a dc_device");
+}
+
+void require_cuda_tensor(const codec::TensorInfo& t, const void* data, int device_id, int bound_device,
+                         const char* role) {
+#ifndef DELTACAST_HAVE_CUDA
+  (void)data, (void)device_id, (void)bound_device, (void)role;
+  throw Error(Errc::unsupported, "tensor '" + t.name + "': CUDA memory needs a build with CUDA "
+                                 "(DELTACAST_WITH_CUDA=ON and nvcc); this libdeltacast has none: register host memory");
+#else
+  if (!codec::cuda::cuda_device_available())
+    throw Error(Errc::unsupported, "tensor '" + t.name + "': this build has CUDA but no CUDA device is usable here "
+                                   "(no GPU or no driver): register host memory");
+  if (bound_device >= 0 && bound_device != device_id)
+    throw Error(Errc::unsupported, "tensor '" + t.name + "' is on CUDA device " + std::to_string(device_id) + "; this " +
+                                       role + "'s CUDA tensors are on device " + std::to_string(bound_device) +
+                                       " (one device per " + role + ")");
+  if (t.nbytes() > 0 && !codec::cuda::is_device_pointer(data))
+    throw Error(Errc::invalid_argument, "tensor '" + t.name + "': DC_DEVICE_CUDA with a pointer that is not CUDA device memory");
+#endif
 }
 
 }  // namespace deltacast::capi

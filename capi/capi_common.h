@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "codec/dtype.h"
+#include "codec/manifest.h"
 #include "config/config.h"
 #include "deltacast/deltacast.h"
 #include "util/error.h"
@@ -83,5 +84,12 @@ codec::DType codec_dtype(int dtype);
 int dc_dtype_of(codec::DType dtype) noexcept;
 // Refuses a device other than host (CUDA: DC_ERR_UNSUPPORTED until the CUDA apply path exists).
 void require_host(int device, int device_id);
+
+// Accepts CUDA memory for tensor `t` of a producer or receiver (`role`) whose CUDA tensors are on
+// `bound_device` (-1: none yet): it needs a build with CUDA, a usable device, a device pointer,
+// and one device for all of them. Throws Error(unsupported) naming what is missing, or
+// Error(invalid_argument) for a pointer that is not device memory.
+void require_cuda_tensor(const codec::TensorInfo& t, const void* data, int device_id, int bound_device,
+                         const char* role);
 
 }  // namespace deltacast::capi

@@ -91,25 +91,6 @@ int finish_version(dc_producer& p, const tree::RefitReport& r, bool dry_run) {
   return capi::fail(DC_ERR_ABORTED, "version " + std::to_string(r.version) + " was aborted: " + r.abort_reason);
 }
 
-// As the receiver's: CUDA needs a CUDA build, a device, device memory, and one device for all.
-void require_cuda_tensor(const dc_producer& p, const codec::TensorInfo& t, const void* data, int device_id) {
-#ifndef DELTACAST_HAVE_CUDA
-  (void)p, (void)data, (void)device_id;
-  throw Error(Errc::unsupported, "tensor '" + t.name + "': CUDA memory needs a build with CUDA "
-                                 "(DELTACAST_WITH_CUDA=ON and nvcc); this libdeltacast has none: register host memory");
-#else
-  if (!codec::cuda::cuda_device_available())
-    throw Error(Errc::unsupported, "tensor '" + t.name + "': this build has CUDA but no CUDA device is usable here "
-                                   "(no GPU or no driver): register host memory");
-  if (p.cuda_device >= 0 && p.cuda_device != device_id)
-    throw Error(Errc::unsupported, "tensor '" + t.name + "' is on CUDA device " + std::to_string(device_id) +
-                                       "; this producer's CUDA tensors are on device " + std::to_string(p.cuda_device) +
-                                       " (one device per producer)");
-  if (t.nbytes() > 0 && !codec::cuda::is_device_pointer(data))
-    throw Error(Errc::invalid_argument, "tensor '" + t.name + "': DC_DEVICE_CUDA with a pointer that is not CUDA device memory");
-#endif
-}
-
 }  // namespace
 
 extern "C" {
@@ -166,7 +147,7 @@ int dc_producer_add_tensor(dc_producer* p, const char* name, int dtype, int ndim
     if (!data && nbytes > 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': data is NULL");
     for (const auto& other : p->tensors)
       if (other.name == t.name) throw Error(Errc::invalid_argument, "tensor '" + t.name + "' was added twice");
-    if (device == DC_DEVICE_CUDA) require_cuda_tensor(*p, t, data, device_id);
+    if (device == DC_DEVICE_CUDA) capi::require_cuda_tensor(t, data, device_id, p->cuda_device, "producer");
     p->tensors.push_back(std::move(t));
     p->data.emplace_back(static_cast<const std::byte*>(data), nbytes);
     p->cuda_data.push_back(device == DC_DEVICE_CUDA ? const_cast<void*>(data) : nullptr);

@@ -185,26 +185,6 @@ void check_described(const codec::TensorInfo& t, int dtype, int ndim, const int6
                                             " bytes; the buffer has " + std::to_string(nbytes));
 }
 
-// A CUDA buffer is accepted when this build has CUDA, a device is present, the pointer is device
-// memory, and every CUDA tensor of the receiver is on the same device.
-void require_cuda_tensor(const dc_receiver& r, const codec::TensorInfo& t, void* data, int device_id) {
-#ifndef DELTACAST_HAVE_CUDA
-  (void)r, (void)data, (void)device_id;
-  throw Error(Errc::unsupported, "tensor '" + t.name + "': CUDA memory needs a build with CUDA "
-                                 "(DELTACAST_WITH_CUDA=ON and nvcc); this libdeltacast has none: register host memory");
-#else
-  if (!codec::cuda::cuda_device_available())
-    throw Error(Errc::unsupported, "tensor '" + t.name + "': this build has CUDA but no CUDA device is usable here "
-                                   "(no GPU or no driver): register host memory");
-  if (r.cuda_device >= 0 && r.cuda_device != device_id)
-    throw Error(Errc::unsupported, "tensor '" + t.name + "' is on CUDA device " + std::to_string(device_id) +
-                                       "; this receiver's CUDA tensors are on device " + std::to_string(r.cuda_device) +
-                                       " (one device per receiver)");
-  if (t.nbytes() > 0 && !codec::cuda::is_device_pointer(data))
-    throw Error(Errc::invalid_argument, "tensor '" + t.name + "': DC_DEVICE_CUDA with a pointer that is not CUDA device memory");
-#endif
-}
-
 }  // namespace
 
 extern "C" {
@@ -330,7 +310,7 @@ int dc_receiver_attach(dc_receiver* r, const char* name, int dtype, int ndim, co
     check_described(t, dtype, ndim, shape, nbytes);
     if (!data && nbytes > 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': data is NULL");
     if (device == DC_DEVICE_CUDA) {
-      require_cuda_tensor(*r, t, data, device_id);
+      capi::require_cuda_tensor(t, data, device_id, r->cuda_device, "receiver");
       dc_receiver::CudaTensor c;
       c.device = data;
       c.mirror.reserve(nbytes ? nbytes : 1);  // pinned, zero-filled: version 0
