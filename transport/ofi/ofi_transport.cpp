@@ -26,6 +26,7 @@
 
 #include "transport/basic_request.h"
 #include "transport/accepting_listener.h"
+#include "transport/ofi/shm_names.h"
 #include "transport/side_channel.h"
 #include "util/log.h"
 
@@ -228,6 +229,11 @@ OfiTransport::OfiTransport(std::string provider, const TransportOptions& options
   if (info_->domain_attr->mr_mode & FI_MR_PROV_KEY) rma_ = false;
   if (info_->ep_attr->max_msg_size > 0) fragment_ = std::min<size_t>(fragment_, info_->ep_attr->max_msg_size);
   check(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric");
+  if (provider_ == "shm") {
+    if (size_t removed = remove_stale_shm_regions(); removed > 0) {
+      log_->info("ofi+shm: removed {} shared-memory regions left by killed deltacast processes", removed);
+    }
+  }
   log_->debug("ofi: provider {} ({}), domain {}, rma {}, fragment {} bytes", provider_, info_->fabric_attr->prov_name,
               info_->domain_attr->name ? info_->domain_attr->name : "?", rma_, fragment_);
   progress_ = std::thread([this] { progress_loop(); });
@@ -315,6 +321,13 @@ std::shared_ptr<ConnState> OfiTransport::establish(side::Fd fd, bool is_server, 
         info->src_addrlen = len;
         info->addr_format = local.ss_family == AF_INET6 ? FI_SOCKADDR_IN6 : FI_SOCKADDR_IN;
       }
+    }
+    if (info->addr_format == FI_ADDR_STR && provider_ == "shm") {
+      // A name of our own, not the pid-derived default a killed process may have left behind.
+      std::string name = unique_shm_endpoint_name();
+      std::free(info->src_addr);
+      info->src_addr = strdup(name.c_str());
+      info->src_addrlen = name.size() + 1;
     }
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
