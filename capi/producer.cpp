@@ -77,7 +77,7 @@ void listen(dc_producer& p) {
       if (p.mirror_slot[i] != SIZE_MAX)
         p.data[i] = std::span<const std::byte>(p.mirror->host(p.mirror_slot[i]), p.tensors[i].nbytes());
   }
-  p.transport = transport::make_transport(c.transport, tree::transport_options_from(c));
+  p.transport = transport::make_transport(c.transport, tree::producer_transport_options(c));
   p.producer = std::make_unique<tree::Producer>(*p.transport, *p.manifest, options);
   p.url = p.producer->url();
   p.phase = dc_producer::Phase::listening;

@@ -150,6 +150,9 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
        [](Config& c, std::string_view v) {
          c.trainer.seed = parse_int<uint64_t>(v, 0, std::numeric_limits<uint64_t>::max());
        }},
+      {"egress.producer", [](Config& c, std::string_view v) { c.egress.producer = parse_rate(v); }},
+      {"egress.members", [](Config& c, std::string_view v) { c.egress.members = parse_rate(v); }},
+      {"egress.burst", [](Config& c, std::string_view v) { c.egress.burst = parse_size(v); }},
       {"output.dir", [](Config& c, std::string_view v) { c.output.dir = non_empty(v); }},
       {"output.metrics_file", [](Config& c, std::string_view v) { c.output.metrics_file = std::string(v); }},
       {"output.log_file",
@@ -227,7 +230,7 @@ void parse_explicit_members(Config& config, const std::string& source, const YAM
     require_map(source, item, "members[]");
     MemberConfig member;
     bool has_rank = false;
-    for_each_entry(source, item, "members[]", {"rank", "host", "cluster", "port", "url"},
+    for_each_entry(source, item, "members[]", {"rank", "host", "cluster", "port", "url", "egress"},
                    [&](const std::string& key, const YAML::Node& value) {
                      if (!value.IsScalar()) fail_at(source, value, "key '" + key + "' expects a single value");
                      const std::string v = value.Scalar();
@@ -241,11 +244,15 @@ void parse_explicit_members(Config& config, const std::string& source, const YAM
                          member.cluster = v;
                        } else if (key == "members[].port") {
                          member.port = parse_int<int>(v, 1, 65535);
+                       } else if (key == "members[].egress") {
+                         member.egress = parse_rate(v);
                        } else {
                          member.url = url_value(v);
                        }
                      } catch (const BadValue& bad) {
                        fail_at(source, value, "key '" + key + "': " + bad.message);
+                     } catch (const Error& e) {
+                       fail_at(source, value, "key '" + key + "': " + e.what());
                      }
                    });
     if (!has_rank) fail_at(source, item, "member entry needs a 'rank'");
@@ -261,11 +268,12 @@ void parse_document(Config& config, const std::string& source, const YAML::Node&
   require_map(source, root, "(top level)");
   const std::set<std::string> top = {"producer", "transport",   "topology", "chunk_bytes", "retain_versions",
                                      "members",  "timeouts",    "secret_file", "trainer",  "output",
-                                     "log_level", "allow_insecure"};
+                                     "log_level", "allow_insecure", "egress"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
       {"trainer", {"kind", "dir", "params", "steps", "lr", "seed"}},
       {"output", {"dir", "metrics_file", "log_file", "checkpoint_dir", "keep"}},
+      {"egress", {"producer", "members", "burst"}},
   };
   for_each_entry(source, root, "", top, [&](const std::string& key, const YAML::Node& value) {
     if (auto section = sections.find(key); section != sections.end()) {
@@ -332,6 +340,36 @@ uint64_t parse_size(std::string_view text) {
   const U128 total = whole * it->second + scaled_fraction / scale;
   if (total > std::numeric_limits<uint64_t>::max()) throw bad("too large");
   return static_cast<uint64_t>(total);
+}
+
+uint64_t parse_rate(std::string_view text) {
+  const std::string s(text);
+  auto bad = [&](const std::string& why) { return Error(Errc::config, "bad rate " + quoted(text) + ": " + why); };
+  if (s == "0" || s == "unlimited") return 0;
+  if (!s.empty() && s.front() == '-') throw bad("rates cannot be negative");
+  size_t i = 0;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) ++i;
+  if (i == 0) throw bad("expected a number with a unit, like 100Mbit/s, 10Gbit/s or 125MB/s");
+  double number = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + i, number);
+  if (ec != std::errc() || end != s.data() + i || !std::isfinite(number)) throw bad("expected a number before the unit");
+  std::string unit = s.substr(i);
+  if (unit.size() > 2 && unit.ends_with("/s")) unit.resize(unit.size() - 2);
+  else if (unit.ends_with("bps")) unit = unit.substr(0, unit.size() - 3) + "bit";  // Mbps = Mbit/s
+  // Bytes per second for one unit.
+  static const std::map<std::string, double> units = {
+      {"bit", 1.0 / 8}, {"Kbit", 1e3 / 8}, {"kbit", 1e3 / 8}, {"Mbit", 1e6 / 8}, {"Gbit", 1e9 / 8}, {"Tbit", 1e12 / 8},
+      {"B", 1},         {"KB", 1e3},       {"kB", 1e3},       {"MB", 1e6},       {"GB", 1e9},       {"TB", 1e12},
+      {"KiB", 1024.0},  {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  auto it = units.find(unit);
+  if (it == units.end()) {
+    throw bad(unit.empty() ? "a unit is required: bit/s (Kbit/s, Mbit/s, Gbit/s) or bytes (B/s, MB/s, MiB/s, ...)"
+                           : "unknown unit " + quoted(s.substr(i)) + " (use bit/s, Kbit/s, Mbit/s, Gbit/s, Tbit/s, B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s)");
+  }
+  const double bytes = std::round(number * it->second);
+  if (bytes > 1.8e19) throw bad("too large");
+  if (bytes < 1) throw bad("below 1 byte per second (use 0 or unlimited for no cap)");
+  return static_cast<uint64_t>(bytes);
 }
 
 std::chrono::milliseconds parse_duration(std::string_view text) {
@@ -413,7 +451,7 @@ std::vector<MemberConfig> member_list(const Config& config) {
   if (config.local_members) {
     const LocalMembers& local = *config.local_members;
     for (int r = 0; r < local.count; ++r) {
-      out.push_back({r, local.host, local.cluster, local.base_port + r, ""});
+      out.push_back({r, local.host, local.cluster, local.base_port + r, "", std::nullopt});
     }
   } else {
     out = config.members;

@@ -23,6 +23,8 @@ struct MemberConfig {
   std::string cluster = "default";
   int port = 0;     // used to build url when url is empty
   std::string url;  // transport URL the member listens on, e.g. tcp://127.0.0.1:29501
+  // This member's egress cap in bytes per second (0 = none); unset: egress.members applies.
+  std::optional<uint64_t> egress;
 };
 
 // Shorthand for a local run: `count` members on `host`, member r listening on base_port + r.
@@ -58,6 +60,16 @@ struct TrainerConfig {
   uint64_t seed = 1;
 };
 
+// Egress caps, in bytes per second (0 = none): on the producer's uplink (all its connections
+// together) and on every member's (a member's own `egress` wins). Paced in the transport
+// (transport/paced/paced_transport.h) with a token bucket `burst` bytes deep (0 = 10 ms at the
+// rate, at least 64 KiB).
+struct EgressConfig {
+  uint64_t producer = 0;
+  uint64_t members = 0;
+  uint64_t burst = 0;
+};
+
 struct OutputConfig {
   std::string dir = "deltacast-out";  // run artefacts; the producer's state file (for --resume)
   std::string metrics_file;  // empty: no metrics file
@@ -87,6 +99,7 @@ struct Config {
   // Run without a secret although an address is reachable from other machines (refused otherwise).
   bool allow_insecure = false;
   TrainerConfig trainer;
+  EgressConfig egress;
   OutputConfig output;
   std::string log_level = "info";  // trace | debug | info | warn | error | off
 };
@@ -139,6 +152,12 @@ std::string log_file_for_rank(const std::string& log_file, int rank);
 // trailing B is accepted: "4MB"), "1.5GiB". Throws Error(config) for negative, empty, unknown
 // units or overflow; the message does not include a source prefix.
 uint64_t parse_size(std::string_view text);
+// A rate in bytes per second: bits per second with "bit/s", "Kbit/s", "Mbit/s", "Gbit/s",
+// "Tbit/s" (also "Mbps"/"Gbps"-style and without "/s": "100Mbit"), or bytes per second with "B/s",
+// "KB/s", "MB/s", "GB/s" (decimal) or "KiB/s", "MiB/s", "GiB/s"; fractions allowed ("2.5Gbit/s").
+// A unit is required (bits or bytes?). "0" and "unlimited" give 0 (no cap). Rounded to whole
+// bytes; a non-zero rate below 1 byte/s is an error. Throws Error(config).
+uint64_t parse_rate(std::string_view text);
 // "500ms", "5s", "2m", "1h" (a unit is required). Throws Error(config).
 std::chrono::milliseconds parse_duration(std::string_view text);
 

@@ -35,6 +35,8 @@ struct LinkOptions {
   std::string size_text = "1GiB";
   std::string message_text = "8MiB";
   int window = 4;
+  std::string egress_text = "0";  // the client's egress cap (a rate; 0 = none)
+  std::string burst_text = "0";   // its bucket depth (0 = default)
   bool json = false;
   std::string role = "client";
 };
@@ -122,8 +124,12 @@ std::string read_line(int fd) {
 void run_client(const LinkOptions& o, uint64_t total, size_t message_bytes) {
   std::string secret = transport::random_secret();
   ::setenv("DELTACAST_SECRET", secret.c_str(), 1);
-  // Made before the server starts so an unbuilt scheme fails here with its own message.
-  auto transport = transport::make_transport(o.scheme, bench_transport_options(message_bytes));
+  // Made before the server starts so an unbuilt scheme fails here with its own message. Only the
+  // sending side is capped (egress).
+  auto options = bench_transport_options(message_bytes);
+  options.egress_bytes_per_second = config::parse_rate(o.egress_text);
+  options.egress_burst_bytes = config::parse_size(o.burst_text);
+  auto transport = transport::make_transport(o.scheme, options);
   int server_out = -1;
   pid_t server = spawn_server(o, &server_out, secret);
   struct Reaper {
@@ -171,7 +177,8 @@ void run_client(const LinkOptions& o, uint64_t total, size_t message_bytes) {
   double gbps = static_cast<double>(total) / 1e9 / seconds;
   if (o.json) {
     nlohmann::json out = {{"transport", o.scheme}, {"bytes", total}, {"seconds", seconds}, {"gbytes_per_s", gbps},
-                          {"gbits_per_s", gbps * 8}, {"message_bytes", message_bytes}, {"window", o.window}};
+                          {"gbits_per_s", gbps * 8}, {"message_bytes", message_bytes}, {"window", o.window},
+                          {"egress_bytes_per_s", options.egress_bytes_per_second}};
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("%s: %llu bytes in %.3f s = %.3f GB/s (%.2f Gbit/s), %zu-byte messages, window %d\n", o.scheme.c_str(),
@@ -188,6 +195,11 @@ void setup_bench(CLI::App& parent) {
   link->add_option("--size", options->size_text, "Bytes to move (e.g. 1GiB)")->capture_default_str();
   link->add_option("--message-size", options->message_text, "Bytes per message")->capture_default_str();
   link->add_option("--window", options->window, "Messages in flight")->capture_default_str()->check(CLI::Range(1, 1024));
+  link->add_option("--egress", options->egress_text,
+                   "Cap the sender's egress at this rate (100Mbit/s, 1Gbit/s; 0 = none), as egress.* in a run config")
+      ->capture_default_str();
+  link->add_option("--burst", options->burst_text, "Token-bucket depth of --egress (0 = 10 ms at the rate, >= 64KiB)")
+      ->capture_default_str();
   link->add_flag("--json", options->json, "Print one JSON object");
   link->add_option("--role", options->role)->group("")->check(CLI::IsMember({"client", "server"}));
   link->callback([options] {

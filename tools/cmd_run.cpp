@@ -272,7 +272,7 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
   }
   const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
 
-  auto transport = transport::make_transport(c.transport, tree::transport_options_from(c));
+  auto transport = transport::make_transport(c.transport, tree::producer_transport_options(c));
   tree::ProducerOptions options = tree::producer_options_from(c);
   options.listen_url = env.require_rendezvous();
   options.receivers = static_cast<uint32_t>(members.size());
@@ -475,7 +475,7 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
   auto log = logger("run");
   const auto members = config::member_list(c);
   const auto& me = members.at(static_cast<size_t>(env.member_rank()));
-  auto transport = transport::make_transport(c.transport, tree::transport_options_from(c));
+  auto transport = transport::make_transport(c.transport, tree::member_transport_options(c, env.member_rank()));
   const std::string checkpoint_dir = config::checkpoint_dir_for_rank(c.output.checkpoint_dir, env.rank);
   tree::ReceiverOptions options = tree::receiver_options_from(c);
   options.rank = static_cast<uint32_t>(env.rank);

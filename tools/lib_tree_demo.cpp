@@ -167,6 +167,7 @@ std::string write_config(const DemoOptions& o, const fs::path& dir, int base_por
        // the default 500M parameters on a small machine).
        << "timeouts:\n  connect: 30s\n" << liveness << "  refit: 30m\n  join: 10m\n  producer_loss: 30s\n"
        << "secret_file: " << secret.string() << "\n"
+       << "egress:\n  producer: " << o.uplink << "\n"
        << "trainer:\n  kind: synth\n  params: " << o.params << "\n  steps: " << o.steps
        << "\n  lr: " << o.lr << "\n  seed: " << o.seed << "\n"
        << "output:\n  dir: " << dir.string() << "\n  metrics_file: " << (dir / "report.json").string()
@@ -286,10 +287,30 @@ void print_failures(const nlohmann::json& report, const std::map<unsigned, Victi
   }
 }
 
+// "100 Mbit/s" for a rate in bytes per second.
+std::string rate_text(uint64_t bytes_per_second) {
+  const double bits = 8.0 * static_cast<double>(bytes_per_second);
+  char text[32];
+  if (bits >= 1e9) std::snprintf(text, sizeof text, "%g Gbit/s", bits / 1e9);
+  else if (bits >= 1e6) std::snprintf(text, sizeof text, "%g Mbit/s", bits / 1e6);
+  else std::snprintf(text, sizeof text, "%g kbit/s", bits / 1e3);
+  return text;
+}
+
+// The wire floor of `bytes` through the producer's uplink (it sends every chunk once), "-" when
+// the uplink is not capped.
+std::string floor_text(double bytes, uint64_t uplink) {
+  if (uplink == 0) return "-";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", bytes / static_cast<double>(uplink));
+  return text;
+}
+
 }  // namespace
 
 void run_tree_demo(const DemoOptions& o) {
   if (o.receivers == 0) throw Error(Errc::invalid_argument, "the demo needs at least one receiver");
+  const uint64_t uplink = config::parse_rate(o.uplink);
   const auto victims = parse_victims(o);
   const auto timeout = config::parse_duration(o.timeout);
   const std::string self = self_executable();
@@ -302,6 +323,10 @@ void run_tree_demo(const DemoOptions& o) {
               "%s params, %u steps (logs in %s)\n",
               o.receivers, o.topology.c_str(), o.transport.c_str(), o.params.c_str(), o.steps,
               dir.c_str());
+  if (uplink > 0)
+    std::printf("demo: the producer's uplink is capped at %s (egress.producer), as a link between the trainer's "
+                "cluster and the rollout cluster; the receivers relay among themselves at loopback speed\n",
+                rate_text(uplink).c_str());
   for (const auto& [rank, v] : victims)
     std::printf("demo: rank %u will be %s at step %u (version %llu, data message %llu)\n", rank, v.verb.c_str(),
                 v.step, static_cast<unsigned long long>(v.version()), static_cast<unsigned long long>(v.after));
@@ -372,13 +397,16 @@ void run_tree_demo(const DemoOptions& o) {
     if (summary.at("sha256") == want && summary.at("version") == report.at("version")) ++bit_exact;
     else std::fprintf(stderr, "demo: receiver %u differs from the producer\n", r);
   }
-  std::printf("\n%-5s %-8s %9s %12s %10s %10s %8s %9s\n", "step", "version", "changed", "payload",
-              "refit s", "full s", "speedup", "verified");
+  // Each time beside its wire floor: the payload over the producer's capped uplink.
+  const double full_floor_bytes = report.at("full").at("payload_bytes").get<double>();
+  std::printf("\n%-5s %-8s %9s %12s %9s %9s %9s %9s %8s %9s\n", "step", "version", "changed", "payload", "refit s",
+              "floor s", "full s", "floor s", "speedup", "verified");
   for (const auto& s : report.at("steps")) {
-    std::printf("%-5d %-8llu %8.3f%% %10.2f MB %10.3f %10.3f %7.1fx %5u/%u\n", s.at("step").get<int>(),
+    std::printf("%-5d %-8llu %8.3f%% %9.2f MB %9.3f %9s %9.3f %9s %7.1fx %5u/%u\n", s.at("step").get<int>(),
                 s.at("version").get<unsigned long long>(), 100 * s.at("changed_fraction").get<double>(),
                 s.at("payload_bytes").get<double>() / 1e6, s.at("refit_seconds").get<double>(),
-                s.at("full_seconds").get<double>(), s.at("speedup").get<double>(),
+                floor_text(s.at("payload_bytes").get<double>(), uplink).c_str(), s.at("full_seconds").get<double>(),
+                floor_text(full_floor_bytes, uplink).c_str(), s.at("speedup").get<double>(),
                 s.at("verified_receivers").get<unsigned>(), s.at("receivers").get<unsigned>());
   }
   print_failures(report, victims);
@@ -396,12 +424,16 @@ void run_tree_demo(const DemoOptions& o) {
   for (const auto& s : report.at("steps")) payload += s.at("payload_bytes").get<double>();
   if (!report.at("steps").empty()) {
     const double share = payload / report.at("steps").size() / report.at("checkpoint_bytes").get<double>();
-    std::printf("deltas carried %.2f%% of the checkpoint's bytes (%.0fx fewer than a full send); on "
-                "loopback the wire is free, so refit time here is the CPU of %u receivers and the "
-                "producer on %u cores\n",
-                100 * share, 1 / share, o.receivers, std::max(1u, std::thread::hardware_concurrency()));
+    std::printf("deltas carried %.2f%% of the checkpoint's bytes (%.0fx fewer than a full send)", 100 * share, 1 / share);
+    if (uplink > 0)
+      std::printf("; floor s = payload / the %s uplink, the least time any transport needs\n", rate_text(uplink).c_str());
+    else
+      std::printf("; uplink not capped: on loopback the wire is free, so refit time here is the CPU of %u "
+                  "receivers and the producer on %u cores\n",
+                  o.receivers, std::max(1u, std::thread::hardware_concurrency()));
   }
   if (!o.json_path.empty()) {
+    report["uplink_bytes_per_second"] = uplink;
     report["bit_exact_receivers"] = bit_exact;
     report["surviving_receivers"] = survivors;
     nlohmann::json injected = nlohmann::json::array();

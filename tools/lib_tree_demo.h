@@ -11,7 +11,10 @@ struct DemoOptions {
   bool offline = false;          // in-process: simulator -> encoder -> applier, no transport
   unsigned receivers = 8;        // receivers in the relay tree (distributed mode)
   unsigned steps = 5;            // optimizer steps to refit
-  std::string params = "500M";   // simulated model size (sim::parse_param_count)
+  std::string params = "100M";   // simulated model size (sim::parse_param_count)
+  // The producer's egress cap (config egress.producer, a rate: "100Mbit/s"; "0" or "unlimited":
+  // none): a cross-cluster uplink on one machine, where loopback's wire would otherwise be free.
+  std::string uplink = "100Mbit/s";
   std::string topology = "binary";  // relay tree shape (distributed mode)
   double lr = 2e-6;              // simulator learning rate
   std::string transport = "tcp"; // transport backend (distributed mode)

@@ -2,6 +2,7 @@
 // libraries are compiled in only when their CMake option found the library (see CMakeLists.txt).
 #include <string>
 
+#include "transport/paced/paced_transport.h"
 #include "transport/transport.h"
 
 namespace deltacast::transport {
@@ -51,7 +52,9 @@ std::unique_ptr<Transport> make_transport(std::string_view scheme, const Transpo
                                             ? "transport '" + std::string(scheme) + "' needs a provider (ofi+tcp)"
                                             : "transport '" + std::string(name) + "' takes no '+provider'");
   }
-  return backend->make(provider, options);
+  auto transport = backend->make(provider, options);
+  if (options.egress_bytes_per_second > 0) transport = make_paced_transport(std::move(transport), options);
+  return transport;
 }
 
 bool backend_built(std::string_view scheme) {

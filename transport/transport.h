@@ -83,6 +83,11 @@ struct TransportOptions {
   std::chrono::milliseconds heartbeat_interval{1'000};  // idle connections send one this often
   std::chrono::milliseconds peer_timeout{5'000};        // silence after which the peer is dead
   size_t max_message_bytes = size_t{1} << 30;           // 1 GiB; bigger frames are refused
+  // Egress cap of this transport (all its connections together), in bytes per second; 0 = none.
+  // make_transport then paces every send and RMA write (transport/paced/paced_transport.h).
+  uint64_t egress_bytes_per_second = 0;
+  // Token-bucket depth of that cap; 0 = 10 ms at the rate, at least 64 KiB.
+  uint64_t egress_burst_bytes = 0;
 };
 
 // Loads the shared secret (a file readable by group or others is refused, as ssh refuses such

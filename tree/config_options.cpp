@@ -10,6 +10,22 @@ transport::TransportOptions transport_options_from(const config::Config& c) {
   options.connect_timeout = c.timeouts.connect;
   options.heartbeat_interval = c.timeouts.heartbeat;
   options.peer_timeout = c.timeouts.peer;
+  options.egress_burst_bytes = c.egress.burst;
+  return options;
+}
+
+transport::TransportOptions producer_transport_options(const config::Config& c) {
+  auto options = transport_options_from(c);
+  options.egress_bytes_per_second = c.egress.producer;
+  return options;
+}
+
+transport::TransportOptions member_transport_options(const config::Config& c, int member_rank) {
+  auto options = transport_options_from(c);
+  options.egress_bytes_per_second = c.egress.members;
+  for (const auto& member : config::member_list(c)) {
+    if (member.rank == member_rank && member.egress) options.egress_bytes_per_second = *member.egress;
+  }
   return options;
 }
 

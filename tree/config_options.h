@@ -9,8 +9,13 @@
 namespace deltacast::tree {
 
 // secret_file (loaded now: throws what transport::load_secret throws), timeouts.connect,
-// timeouts.heartbeat, timeouts.peer.
+// timeouts.heartbeat, timeouts.peer, egress.burst; no egress cap.
 transport::TransportOptions transport_options_from(const config::Config& c);
+// transport_options_from plus the producer's egress cap (egress.producer).
+transport::TransportOptions producer_transport_options(const config::Config& c);
+// transport_options_from plus the egress cap of member `member_rank` (0-based, the config's
+// members[].rank): its own `egress`, else egress.members (also for a rank the list lacks).
+transport::TransportOptions member_transport_options(const config::Config& c, int member_rank);
 // retain_versions and the receiver's timeouts (connect, join, peer, producer_loss; the producer's
 // silence ends run() after 4 x timeouts.refit). Rank, URLs and cluster are the caller's.
 ReceiverOptions receiver_options_from(const config::Config& c);

@@ -2,13 +2,16 @@
 # `deltacast demo` through the relay tree (1 producer + receivers as local processes), small:
 #   demo_test.sh DELTACAST transport T        3 receivers over transport T, 2 steps: exit 0, every
 #                                             receiver bit-exact, the report's repair keys present
+#   demo_test.sh DELTACAST uplink RATE        3 receivers, the producer's egress capped at RATE:
+#                                             the bootstrap takes at least its payload over RATE,
+#                                             the table shows each time's wire floor
 #   demo_test.sh DELTACAST kill RANK@STEP     --kill (4 receivers, binary tree: rank 2 relays for
 #   demo_test.sh DELTACAST freeze RANK@STEP   rank 4): exit 0, the victim reported failed at its
 #                                             step, every survivor bit-exact, every step committed
 # In every mode no process of the demo may be left behind.
 set -euo pipefail
 DC=${1:?usage: demo_test.sh PATH/TO/deltacast MODE ARG}
-MODE=${2:?mode: transport | kill | freeze}
+MODE=${2:?mode: transport | uplink | kill | freeze}
 ARG=${3:?argument: a transport, or RANK@STEP}
 WORK=$(mktemp -d /tmp/dc-demo-test.XXXXXX)
 DEMO_DIR=""
@@ -32,6 +35,7 @@ fail() {
 
 case "$MODE" in
   transport) ARGS=(--transport "$ARG" --receivers 3 --steps 2); SURVIVORS=3 ;;
+  uplink) ARGS=(--uplink "$ARG" --receivers 3 --steps 2); SURVIVORS=3 ;;
   kill) ARGS=(--receivers 4 --steps 3 --kill "$ARG"); SURVIVORS=3 ;;
   freeze) ARGS=(--receivers 4 --steps 3 --freeze "$ARG"); SURVIVORS=3 ;;
   *) echo "unknown mode $MODE" >&2; exit 2 ;;
@@ -67,9 +71,20 @@ for e in entries:
         assert key in e, (key, e)
 for s in report["steps"]:
     assert s["committed"] is True, s
+if mode in ("transport", "uplink"):
+    assert all(not e["failed_members"] for e in entries), entries
 if mode == "transport":
     assert report["transport"] == arg, report["transport"]
-    assert all(not e["failed_members"] for e in entries), entries
+elif mode == "uplink":
+    rate = report["uplink_bytes_per_second"]
+    assert rate > 0, rate
+    full = report["full"]
+    floor = full["payload_bytes"] / rate
+    # The cap holds: the bootstrap's bytes left the producer no faster than the rate (the burst,
+    # at most 64 KiB here, is within the 2% allowance of 4 MB).
+    assert full["seconds"] >= 0.98 * floor, (full["seconds"], floor)
+    for s in report["steps"]:
+        assert s["refit_seconds"] >= 0.98 * s["payload_bytes"] / rate - 0.07, s
 else:
     rank, step = (int(x) for x in arg.split(":")[0].split("@"))
     version = step + 1
@@ -88,7 +103,11 @@ else:
     assert [i["rank"] for i in report["injected_failures"]] == [rank], report["injected_failures"]
 PY
 
-if [ "$MODE" != transport ]; then
+if [ "$MODE" = uplink ]; then
+  grep -q "floor s" out.txt || fail "the table has no wire-floor column"
+  grep -q "uplink is capped at" out.txt || fail "the demo does not say its uplink is capped"
+fi
+if [ "$MODE" = kill ] || [ "$MODE" = freeze ]; then
   rank=${ARG%%@*}
   verb=$([ "$MODE" = kill ] && echo killed || echo frozen)
   grep -q "rank $rank $verb (" out.txt || fail "the demo does not name rank $rank as $verb"

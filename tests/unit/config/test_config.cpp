@@ -379,6 +379,53 @@ TEST(ConfigValues, Durations) {
   for (const char* bad : {"", "5", "-5s", "5 s", "5d", "1.5s"}) EXPECT_THROW(parse_duration(bad), Error) << bad;
 }
 
+TEST(ConfigValues, Rates) {
+  EXPECT_EQ(parse_rate("100Mbit/s"), 12'500'000u);
+  EXPECT_EQ(parse_rate("100Mbit"), 12'500'000u);
+  EXPECT_EQ(parse_rate("100Mbps"), 12'500'000u);
+  EXPECT_EQ(parse_rate("2.5Gbit/s"), 312'500'000u);
+  EXPECT_EQ(parse_rate("10Gbps"), 1'250'000'000u);
+  EXPECT_EQ(parse_rate("8bit/s"), 1u);
+  EXPECT_EQ(parse_rate("125MB/s"), 125'000'000u);
+  EXPECT_EQ(parse_rate("1MiB/s"), 1'048'576u);
+  EXPECT_EQ(parse_rate("64KiB/s"), 65'536u);
+  EXPECT_EQ(parse_rate("0"), 0u);
+  EXPECT_EQ(parse_rate("unlimited"), 0u);
+  for (const char* bad : {"", "100", "-1Mbit/s", "1.5", "100Mbit/h", "3bit/s", "fast", "1e3Mbit/s", "0Mbit/s"}) {
+    EXPECT_THROW(parse_rate(bad), Error) << bad;
+  }
+  try {
+    parse_rate("100");
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "a unit is required")) << e.what();
+  }
+}
+
+TEST(Config, EgressCapsForTheProducerTheMembersAndOneMember) {
+  const Config c = parse_config("producer: tcp://127.0.0.1:1\n"
+                                "egress: {producer: 100Mbit/s, members: 1Gbit/s, burst: 256KiB}\n"
+                                "members:\n"
+                                "  - {rank: 0, url: tcp://127.0.0.1:2}\n"
+                                "  - {rank: 1, url: tcp://127.0.0.1:3, egress: 50MB/s}\n",
+                                "e.yaml");
+  validate(c);
+  EXPECT_EQ(c.egress.producer, 12'500'000u);
+  EXPECT_EQ(c.egress.members, 125'000'000u);
+  EXPECT_EQ(c.egress.burst, 256u * 1024);
+  const auto members = member_list(c);
+  EXPECT_FALSE(members[0].egress.has_value());
+  EXPECT_EQ(members[1].egress, 50'000'000u);
+  const Config d = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 2}\n", "d.yaml");
+  EXPECT_EQ(d.egress.producer, 0u);
+  EXPECT_EQ(d.egress.members, 0u);
+  std::string m = parse_error("egress:\n  producer: 100\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:13: key 'egress.producer': bad rate '100': a unit is required")) << m;
+  m = parse_error("members:\n  - {rank: 0, url: tcp://h:1, egress: 9Mbit/fortnight}\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:39: key 'members[].egress': bad rate")) << m;
+  m = parse_error("egress: {uplink: 1Gbit/s}\n");
+  EXPECT_TRUE(contains(m, "unknown key 'egress.uplink'")) << m;
+}
+
 TEST(ConfigValues, EveryKeyRejectsControlCharacters) {
   // A stray \r (a Windows-edited env file) must fail at load time, not as a missing host later.
   Config c;
