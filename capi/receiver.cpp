@@ -253,8 +253,8 @@ int dc_receiver_join(dc_receiver* r, int64_t timeout_ms) {
     };
     r->user_gated = options.gated;
     if (!r->transport)
-      r->transport = transport::make_transport(
-          c.transport, tree::member_transport_options(c, static_cast<int>(options.rank) - 1));
+      r->transport =
+          transport::make_transport(c.transport, tree::member_transport_options(c, static_cast<int>(options.rank) - 1));
     r->held_version = capi::parse_count("held_version", r->options.process("held_version").value_or("0"), 0, UINT64_MAX);
     const auto held_digest = r->options.process("held_digest");
     if (r->held_version > 0 && !held_digest)

@@ -120,9 +120,9 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
          if (n == 0 || n > (4ull << 30)) throw BadValue{"must be between 1 byte and 4GiB, got " + quoted(v)};
          c.chunk_bytes = n;
        }},
-      {"retain_versions",
-       [](Config& c, std::string_view v) { c.retain_versions = parse_int<uint32_t>(v, 0, 1024); }},
-      {"members.count", [](Config& c, std::string_view v) { local_members_of(c).count = parse_int<int>(v, 1, 1 << 20); }},
+      {"retain_versions", [](Config& c, std::string_view v) { c.retain_versions = parse_int<uint32_t>(v, 0, 1024); }},
+      {"members.count",
+       [](Config& c, std::string_view v) { local_members_of(c).count = parse_int<int>(v, 1, 1 << 20); }},
       {"members.host", [](Config& c, std::string_view v) { local_members_of(c).host = non_empty(v); }},
       {"members.base_port",
        [](Config& c, std::string_view v) { local_members_of(c).base_port = parse_int<int>(v, 1, 65535); }},
@@ -136,7 +136,10 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
        [](Config& c, std::string_view v) { c.timeouts.producer_loss = positive_duration(v); }},
       {"secret_file", [](Config& c, std::string_view v) { c.secret_file = std::string(v); }},
       {"allow_insecure", [](Config& c, std::string_view v) { c.allow_insecure = parse_bool(v); }},
-      {"trainer.kind", [](Config& c, std::string_view v) { c.trainer.kind = one_of(v, {"synth", "watch"}); }},
+      {"trainer.kind",
+       [](Config& c, std::string_view v) {
+         c.trainer.kind = one_of(v, {"synth", "watch"});
+       }},
       {"trainer.dir", [](Config& c, std::string_view v) { c.trainer.dir = non_empty(v); }},
       {"trainer.params",
        [](Config& c, std::string_view v) {
@@ -163,7 +166,8 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
       {"output.checkpoint_dir", [](Config& c, std::string_view v) { c.output.checkpoint_dir = std::string(v); }},
       {"output.keep", [](Config& c, std::string_view v) { c.output.keep = parse_int<uint32_t>(v, 1, 1'000'000); }},
       {"log_level",
-       [](Config& c, std::string_view v) { c.log_level = one_of(v, {"trace", "debug", "info", "warn", "error", "off"}); }},
+       [](Config& c,
+          std::string_view v) { c.log_level = one_of(v, {"trace", "debug", "info", "warn", "error", "off"}); }},
   };
   return table;
 }
@@ -266,8 +270,8 @@ void parse_explicit_members(Config& config, const std::string& source, const YAM
 void parse_document(Config& config, const std::string& source, const YAML::Node& root) {
   if (root.IsNull()) return;  // an empty file: defaults only (validate() reports what is missing)
   require_map(source, root, "(top level)");
-  const std::set<std::string> top = {"producer", "transport",   "topology", "chunk_bytes", "retain_versions",
-                                     "members",  "timeouts",    "secret_file", "trainer",  "output",
+  const std::set<std::string> top = {"producer",  "transport",      "topology",    "chunk_bytes", "retain_versions",
+                                     "members",   "timeouts",       "secret_file", "trainer",     "output",
                                      "log_level", "allow_insecure", "egress"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
@@ -352,19 +356,36 @@ uint64_t parse_rate(std::string_view text) {
   if (i == 0) throw bad("expected a number with a unit, like 100Mbit/s, 10Gbit/s or 125MB/s");
   double number = 0;
   auto [end, ec] = std::from_chars(s.data(), s.data() + i, number);
-  if (ec != std::errc() || end != s.data() + i || !std::isfinite(number)) throw bad("expected a number before the unit");
+  if (ec != std::errc() || end != s.data() + i || !std::isfinite(number))
+    throw bad("expected a number before the unit");
   std::string unit = s.substr(i);
-  if (unit.size() > 2 && unit.ends_with("/s")) unit.resize(unit.size() - 2);
-  else if (unit.ends_with("bps")) unit = unit.substr(0, unit.size() - 3) + "bit";  // Mbps = Mbit/s
+  if (unit.size() > 2 && unit.ends_with("/s"))
+    unit.resize(unit.size() - 2);
+  else if (unit.ends_with("bps"))
+    unit = unit.substr(0, unit.size() - 3) + "bit";  // Mbps = Mbit/s
   // Bytes per second for one unit.
-  static const std::map<std::string, double> units = {
-      {"bit", 1.0 / 8}, {"Kbit", 1e3 / 8}, {"kbit", 1e3 / 8}, {"Mbit", 1e6 / 8}, {"Gbit", 1e9 / 8}, {"Tbit", 1e12 / 8},
-      {"B", 1},         {"KB", 1e3},       {"kB", 1e3},       {"MB", 1e6},       {"GB", 1e9},       {"TB", 1e12},
-      {"KiB", 1024.0},  {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}};
+  static const std::map<std::string, double> units = {{"bit", 1.0 / 8},
+                                                      {"Kbit", 1e3 / 8},
+                                                      {"kbit", 1e3 / 8},
+                                                      {"Mbit", 1e6 / 8},
+                                                      {"Gbit", 1e9 / 8},
+                                                      {"Tbit", 1e12 / 8},
+                                                      {"B", 1},
+                                                      {"KB", 1e3},
+                                                      {"kB", 1e3},
+                                                      {"MB", 1e6},
+                                                      {"GB", 1e9},
+                                                      {"TB", 1e12},
+                                                      {"KiB", 1024.0},
+                                                      {"MiB", 1048576.0},
+                                                      {"GiB", 1073741824.0},
+                                                      {"TiB", 1099511627776.0}};
   auto it = units.find(unit);
   if (it == units.end()) {
-    throw bad(unit.empty() ? "a unit is required: bit/s (Kbit/s, Mbit/s, Gbit/s) or bytes (B/s, MB/s, MiB/s, ...)"
-                           : "unknown unit " + quoted(s.substr(i)) + " (use bit/s, Kbit/s, Mbit/s, Gbit/s, Tbit/s, B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s)");
+    throw bad(unit.empty()
+                  ? "a unit is required: bit/s (Kbit/s, Mbit/s, Gbit/s) or bytes (B/s, MB/s, MiB/s, ...)"
+                  : "unknown unit " + quoted(s.substr(i)) +
+                        " (use bit/s, Kbit/s, Mbit/s, Gbit/s, Tbit/s, B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s)");
   }
   const double bytes = std::round(number * it->second);
   if (bytes > 1.8e19) throw bad("too large");

@@ -176,9 +176,10 @@ void run_client(const LinkOptions& o, uint64_t total, size_t message_bytes) {
   reaper.pid = -1;
   double gbps = static_cast<double>(total) / 1e9 / seconds;
   if (o.json) {
-    nlohmann::json out = {{"transport", o.scheme}, {"bytes", total}, {"seconds", seconds}, {"gbytes_per_s", gbps},
-                          {"gbits_per_s", gbps * 8}, {"message_bytes", message_bytes}, {"window", o.window},
-                          {"egress_bytes_per_s", options.egress_bytes_per_second}};
+    nlohmann::json out = {{"transport", o.scheme},   {"bytes", total},
+                          {"seconds", seconds},      {"gbytes_per_s", gbps},
+                          {"gbits_per_s", gbps * 8}, {"message_bytes", message_bytes},
+                          {"window", o.window},      {"egress_bytes_per_s", options.egress_bytes_per_second}};
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("%s: %llu bytes in %.3f s = %.3f GB/s (%.2f Gbit/s), %zu-byte messages, window %d\n", o.scheme.c_str(),

@@ -161,15 +161,16 @@ std::string write_config(const DemoOptions& o, const fs::path& dir, int base_por
        << "transport: " << o.transport << "\n"
        << "topology: " << o.topology << "\n"
        << "chunk_bytes: 4MiB\n"
-       << "members:\n  count: " << o.receivers << "\n  host: 127.0.0.1\n  base_port: "
-       << base_port + 1 << "\n  cluster: local\n"
+       << "members:\n  count: " << o.receivers << "\n  host: 127.0.0.1\n  base_port: " << base_port + 1
+       << "\n  cluster: local\n"
        // join: receivers start first and wait for the producer to build its model (large with
        // the default 500M parameters on a small machine).
-       << "timeouts:\n  connect: 30s\n" << liveness << "  refit: 30m\n  join: 10m\n  producer_loss: 30s\n"
+       << "timeouts:\n  connect: 30s\n"
+       << liveness << "  refit: 30m\n  join: 10m\n  producer_loss: 30s\n"
        << "secret_file: " << secret.string() << "\n"
        << "egress:\n  producer: " << o.uplink << "\n"
-       << "trainer:\n  kind: synth\n  params: " << o.params << "\n  steps: " << o.steps
-       << "\n  lr: " << o.lr << "\n  seed: " << o.seed << "\n"
+       << "trainer:\n  kind: synth\n  params: " << o.params << "\n  steps: " << o.steps << "\n  lr: " << o.lr
+       << "\n  seed: " << o.seed << "\n"
        << "output:\n  dir: " << dir.string() << "\n  metrics_file: " << (dir / "report.json").string()
        << "\n  log_file: \"\"\n"
        << "log_level: warn\n";
@@ -273,7 +274,8 @@ void print_failures(const nlohmann::json& report, const std::map<unsigned, Victi
   }
   // A victim nobody reported: its fault never fired (e.g. its version sent it nothing) or it went
   // unnoticed.
-  for (const auto& [rank, v] : victims) {
+  for (const auto& [victim_rank, v] : victims) {
+    const unsigned rank = victim_rank;  // a copy: lambdas may not capture structured bindings (clang 14)
     bool reported = false;
     auto names = [&](const nlohmann::json& entry) {
       for (const auto& m : entry.value("failed_members", nlohmann::json::array()))
@@ -291,9 +293,12 @@ void print_failures(const nlohmann::json& report, const std::map<unsigned, Victi
 std::string rate_text(uint64_t bytes_per_second) {
   const double bits = 8.0 * static_cast<double>(bytes_per_second);
   char text[32];
-  if (bits >= 1e9) std::snprintf(text, sizeof text, "%g Gbit/s", bits / 1e9);
-  else if (bits >= 1e6) std::snprintf(text, sizeof text, "%g Mbit/s", bits / 1e6);
-  else std::snprintf(text, sizeof text, "%g kbit/s", bits / 1e3);
+  if (bits >= 1e9)
+    std::snprintf(text, sizeof text, "%g Gbit/s", bits / 1e9);
+  else if (bits >= 1e6)
+    std::snprintf(text, sizeof text, "%g Mbit/s", bits / 1e6);
+  else
+    std::snprintf(text, sizeof text, "%g kbit/s", bits / 1e3);
   return text;
 }
 
@@ -324,9 +329,10 @@ void run_tree_demo(const DemoOptions& o) {
               o.receivers, o.topology.c_str(), o.transport.c_str(), o.params.c_str(), o.steps,
               dir.c_str());
   if (uplink > 0)
-    std::printf("demo: the producer's uplink is capped at %s (egress.producer), as a link between the trainer's "
-                "cluster and the rollout cluster; the receivers relay among themselves at loopback speed\n",
-                rate_text(uplink).c_str());
+    std::printf(
+        "demo: the producer's uplink is capped at %s (egress.producer), as a link between the trainer's "
+        "cluster and the rollout cluster; the receivers relay among themselves at loopback speed\n",
+        rate_text(uplink).c_str());
   for (const auto& [rank, v] : victims)
     std::printf("demo: rank %u will be %s at step %u (version %llu, data message %llu)\n", rank, v.verb.c_str(),
                 v.step, static_cast<unsigned long long>(v.version()), static_cast<unsigned long long>(v.after));
@@ -424,13 +430,16 @@ void run_tree_demo(const DemoOptions& o) {
   for (const auto& s : report.at("steps")) payload += s.at("payload_bytes").get<double>();
   if (!report.at("steps").empty()) {
     const double share = payload / report.at("steps").size() / report.at("checkpoint_bytes").get<double>();
-    std::printf("deltas carried %.2f%% of the checkpoint's bytes (%.0fx fewer than a full send)", 100 * share, 1 / share);
+    std::printf("deltas carried %.2f%% of the checkpoint's bytes (%.0fx fewer than a full send)", 100 * share,
+                1 / share);
     if (uplink > 0)
-      std::printf("; floor s = payload / the %s uplink, the least time any transport needs\n", rate_text(uplink).c_str());
+      std::printf("; floor s = payload / the %s uplink, the least time any transport needs\n",
+                  rate_text(uplink).c_str());
     else
-      std::printf("; uplink not capped: on loopback the wire is free, so refit time here is the CPU of %u "
-                  "receivers and the producer on %u cores\n",
-                  o.receivers, std::max(1u, std::thread::hardware_concurrency()));
+      std::printf(
+          "; uplink not capped: on loopback the wire is free, so refit time here is the CPU of %u "
+          "receivers and the producer on %u cores\n",
+          o.receivers, std::max(1u, std::thread::hardware_concurrency()));
   }
   if (!o.json_path.empty()) {
     report["uplink_bytes_per_second"] = uplink;

@@ -61,7 +61,8 @@ TEST(OfiShmNames, OnlyRegionsOfDeadDeltacastProcessesAreRemoved) {
                                          "deltacast-" + std::to_string(::getppid()) + "-00ab-0",
                                          std::to_string(dead) + ":0:0",  // libfabric's default name
                                          "deltacast-" + std::to_string(dead),
-                                         "deltacast-notapid-1", "deltacast--1-x"};
+                                         "deltacast-notapid-1",
+                                         "deltacast--1-x"};
   for (const auto& name : stale) std::ofstream(dir / name) << "x";
   for (const auto& name : kept) std::ofstream(dir / name) << "x";
   EXPECT_EQ(ofi::remove_stale_shm_regions(dir.string()), stale.size());

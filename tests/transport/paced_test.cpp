@@ -34,8 +34,8 @@ TEST(TokenBucket, StartsFullAndRefillsAtTheRate) {
 TEST(TokenBucket, AMessageLargerThanTheBurstWaitsForAFullBucketAndGoesIntoDebt) {
   const auto t0 = Clock::time_point{} + 1h;
   TokenBucket bucket(1000.0, 500.0, t0);
-  bucket.take(200, t0);                       // 300 left
-  auto at = bucket.ready_at(2000, t0);        // needs min(2000, 500) = 500: 200 ms
+  bucket.take(200, t0);                 // 300 left
+  auto at = bucket.ready_at(2000, t0);  // needs min(2000, 500) = 500: 200 ms
   EXPECT_NEAR(std::chrono::duration<double>(at - t0).count(), 0.2, 1e-6);
   bucket.take(2000, at);
   EXPECT_NEAR(bucket.tokens(), -1500.0, 1e-6);
@@ -111,9 +111,9 @@ void receive_all(Link& link, int count, size_t size) {
 
 TEST(PacedTransport, TwoConnectionsShareOneCapAndDeliverEveryByteInOrder) {
   constexpr uint64_t kRate = 8'000'000;  // 64 Mbit/s
-  constexpr size_t kMessage = 256 * 1024;
-  constexpr int kCount = 12;            // 2 x 12 x 256 KiB = 6 MiB: >= 0.75 s at the cap
-  Link link(kRate, 256 * 1024, 2);
+  constexpr size_t kMessage = size_t{256} * 1024;
+  constexpr int kCount = 12;  // 2 x 12 x 256 KiB = 6 MiB: >= 0.75 s at the cap
+  Link link(kRate, uint64_t{256} * 1024, 2);
   std::vector<std::vector<std::byte>> messages[2];
   for (int c = 0; c < 2; ++c)
     for (int k = 0; k < kCount; ++k) messages[c].push_back(message_bytes(kMessage, k * 7 + c));
@@ -143,8 +143,8 @@ TEST(PacedTransport, UnpacedTransportsAreUntouched) {
 }
 
 TEST(PacedTransport, CancelWithdrawsAQueuedSendAndLaterSendsStillArriveInOrder) {
-  constexpr size_t kMessage = 64 * 1024;
-  Link link(256 * 1024, 64 * 1024, 1);  // 256 KiB/s: each 64 KiB message waits 250 ms
+  constexpr size_t kMessage = size_t{64} * 1024;
+  Link link(uint64_t{256} * 1024, uint64_t{64} * 1024, 1);  // 256 KiB/s: each 64 KiB message waits 250 ms
   auto first = message_bytes(kMessage, 0), second = message_bytes(kMessage, 99), third = message_bytes(kMessage, 7);
   auto a = link.out[0]->post_send(first);   // leaves at once (full bucket)
   auto b = link.out[0]->post_send(second);  // queued
@@ -166,11 +166,12 @@ TEST(PacedTransport, CancelWithdrawsAQueuedSendAndLaterSendsStillArriveInOrder) 
 }
 
 TEST(PacedTransport, ClosingAConnectionFailsItsQueuedSends) {
-  constexpr size_t kMessage = 64 * 1024;
-  Link link(64 * 1024, 64 * 1024, 1);  // 1 s per message after the first
+  constexpr size_t kMessage = size_t{64} * 1024;
+  Link link(uint64_t{64} * 1024, uint64_t{64} * 1024, 1);  // 1 s per message after the first
   auto m = message_bytes(kMessage, 1);
   auto first = link.out[0]->post_send(m);
   std::vector<std::shared_ptr<Request>> queued;
+  queued.reserve(4);
   for (int k = 0; k < 4; ++k) queued.push_back(link.out[0]->post_send(m));
   link.out[0]->close();
   for (auto& q : queued) {
@@ -181,8 +182,8 @@ TEST(PacedTransport, ClosingAConnectionFailsItsQueuedSends) {
 }
 
 TEST(PacedTransport, AWaitShorterThanTheQueueTimesOutAndTheSendStillLeaves) {
-  constexpr size_t kMessage = 64 * 1024;
-  Link link(320 * 1024, 64 * 1024, 1);  // 200 ms per message after the first
+  constexpr size_t kMessage = size_t{64} * 1024;
+  Link link(uint64_t{320} * 1024, uint64_t{64} * 1024, 1);  // 200 ms per message after the first
   auto m = message_bytes(kMessage, 0);
   auto first = link.out[0]->post_send(m);
   auto second = link.out[0]->post_send(m);

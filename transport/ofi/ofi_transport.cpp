@@ -24,8 +24,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "transport/basic_request.h"
 #include "transport/accepting_listener.h"
+#include "transport/basic_request.h"
 #include "transport/ofi/shm_names.h"
 #include "transport/side_channel.h"
 #include "util/log.h"

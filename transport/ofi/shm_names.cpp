@@ -6,8 +6,8 @@
 #include <atomic>
 #include <cerrno>
 #include <charconv>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 
 namespace deltacast::transport::ofi {

@@ -50,7 +50,9 @@ class PacedRequest : public Request {
       std::unique_lock lock(mutex_);
       cv_.wait_until(lock, deadline, [&] { return inner_ || early_; });
       if (early_) return *early_;
-      if (!inner_) return Status{Errc::timeout, "send still waiting for the egress limit after " + std::to_string(timeout.count()) + " ms"};
+      if (!inner_)
+        return Status{Errc::timeout,
+                      "send still waiting for the egress limit after " + std::to_string(timeout.count()) + " ms"};
       inner = inner_;
     }
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -246,7 +248,7 @@ class PacedTransport : public Transport {
 std::unique_ptr<Transport> make_paced_transport(std::unique_ptr<Transport> inner, const TransportOptions& options) {
   if (options.egress_bytes_per_second == 0) throw Error(Errc::invalid_argument, "an egress limit needs a rate above 0");
   const uint64_t burst = options.egress_burst_bytes > 0 ? options.egress_burst_bytes
-                                                         : default_egress_burst(options.egress_bytes_per_second);
+                                                        : default_egress_burst(options.egress_bytes_per_second);
   return std::make_unique<PacedTransport>(std::move(inner), static_cast<double>(options.egress_bytes_per_second),
                                           static_cast<double>(burst));
 }

@@ -15,7 +15,8 @@ class TokenBucket {
   using Clock = std::chrono::steady_clock;
 
   // rate > 0 bytes per second; burst > 0 bytes. Starts full at `now`.
-  TokenBucket(double rate, double burst, Clock::time_point now) : rate_(rate), burst_(burst), tokens_(burst), at_(now) {}
+  TokenBucket(double rate, double burst, Clock::time_point now)
+      : rate_(rate), burst_(burst), tokens_(burst), at_(now) {}
 
   // When a message of `bytes` may start (now or later; never before `now`).
   Clock::time_point ready_at(uint64_t bytes, Clock::time_point now) {

@@ -402,12 +402,13 @@ TEST(ConfigValues, Rates) {
 }
 
 TEST(Config, EgressCapsForTheProducerTheMembersAndOneMember) {
-  const Config c = parse_config("producer: tcp://127.0.0.1:1\n"
-                                "egress: {producer: 100Mbit/s, members: 1Gbit/s, burst: 256KiB}\n"
-                                "members:\n"
-                                "  - {rank: 0, url: tcp://127.0.0.1:2}\n"
-                                "  - {rank: 1, url: tcp://127.0.0.1:3, egress: 50MB/s}\n",
-                                "e.yaml");
+  const Config c = parse_config(
+      "producer: tcp://127.0.0.1:1\n"
+      "egress: {producer: 100Mbit/s, members: 1Gbit/s, burst: 256KiB}\n"
+      "members:\n"
+      "  - {rank: 0, url: tcp://127.0.0.1:2}\n"
+      "  - {rank: 1, url: tcp://127.0.0.1:3, egress: 50MB/s}\n",
+      "e.yaml");
   validate(c);
   EXPECT_EQ(c.egress.producer, 12'500'000u);
   EXPECT_EQ(c.egress.members, 125'000'000u);

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# probe_test.sh mpirun|unreachable DELTACAST REPO_ROOT
+#   mpirun:      `deltacast probe` as 5 ranks under mpirun on loopback (tcp): the 5x5 bandwidth and
+#                latency matrices are filled off the diagonal with positive figures, the SVG parses
+#                as XML, clusters, recommendation and predictions are present.
+#   unreachable: a config of 4 members, ranks 0..3 started with --rank/--size 5 (rank 4 never
+#                starts), --join-timeout 3s: rank 0 exits 0 within a bound, lists rank 4 as
+#                unreachable, fills the other cells; the members exit 0.
+# Exit 77 (ctest SKIP) when mpirun is missing (mpirun mode).
+set -euo pipefail
+mode=$1 bin=$2 root=$3
+dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$dir"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+base=$((20000 + (RANDOM % 20000)))  # ports base..base+4 on 127.0.0.1
+cat >"$dir/cluster.yaml" <<YAML
+producer: tcp://127.0.0.1:$base
+transport: tcp
+members: {count: 4, host: 127.0.0.1, base_port: $((base + 1)), cluster: local}
+timeouts: {connect: 5s, heartbeat: 500ms, peer: 5s}
+YAML
+
+check() {  # check JSON SVG UNREACHABLE(comma list or empty)
+  python3 - "$@" <<'PY'
+import json, sys, xml.etree.ElementTree as ET
+path, svg, unreachable = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(",") if x]
+p = json.load(open(path))
+n = p["ranks"]
+assert n == 5, n
+assert p["unreachable"] == unreachable, p["unreachable"]
+assert p["transport"] == "tcp"
+for key in ("bandwidth_gbit", "latency_us"):
+    m = p[key]
+    assert len(m) == n and all(len(row) == n for row in m), key
+    for i in range(n):
+        for j in range(n):
+            v = m[i][j]
+            if i == j or i in unreachable or j in unreachable:
+                assert v is None, (key, i, j, v)
+            else:
+                assert isinstance(v, (int, float)) and v > 0, (key, i, j, v)
+present = [r for r in range(n) if r not in unreachable]
+assert sorted(r for c in p["clusters"] for r in c) == present, p["clusters"]
+assert p["recommended"]["topology"] in ("binary", "double_binary", "chain"), p["recommended"]
+c = p["recommended"]["chunk_bytes"]
+assert 256 << 10 <= c <= 16 << 20 and c & (c - 1) == 0, c
+assert len(p["predicted"]) == 3 and all(x["seconds"] > 0 for x in p["predicted"]), p["predicted"]
+assert p["failed"] == [], p["failed"]
+assert p["flow_seconds"] > 0
+if not unreachable:
+    assert p["shared_links"], "expected concurrent-flow entries"
+ET.parse(svg)  # well-formed XML
+print("OK:", path, "clusters", p["clusters"], "bandwidth row 0", p["bandwidth_gbit"][0])
+PY
+}
+
+case "$mode" in
+  mpirun)
+    command -v mpirun >/dev/null || { echo "no mpirun installed"; exit 77; }
+    start=$(date +%s)
+    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
+      --mca oob_tcp_if_include lo -np 5 "$bin" probe --config "$dir/cluster.yaml" --out "$dir/probe.json" \
+      >"$dir/out.txt" 2>&1 || { cat "$dir/out.txt"; fail "mpirun probe exited non-zero"; }
+    cat "$dir/out.txt"
+    echo "probe took $(( $(date +%s) - start )) s"
+    check "$dir/probe.json" "$dir/probe.svg" ""
+    ;;
+  unreachable)
+    for r in 1 2 3; do
+      timeout 120 "$bin" probe --config "$dir/cluster.yaml" --rank $r --size 5 --join-timeout 20s \
+        >"$dir/member$r.txt" 2>&1 &
+      pids+=($!)
+    done
+    start=$(date +%s)
+    rc=0
+    timeout 100 "$bin" probe --config "$dir/cluster.yaml" --rank 0 --size 5 --join-timeout 3s \
+      --out "$dir/probe.json" --svg "$dir/heat.svg" >"$dir/rank0.txt" 2>&1 || rc=$?
+    elapsed=$(( $(date +%s) - start ))
+    cat "$dir/rank0.txt"
+    [ "$rc" -eq 0 ] || fail "rank 0 exited $rc"
+    [ "$elapsed" -le 90 ] || fail "rank 0 took $elapsed s"
+    grep -q "warning: unreachable.*4" "$dir/rank0.txt" || fail "no warning naming rank 4"
+    for k in 0 1 2; do
+      wait "${pids[$k]}" || { cat "$dir/member$((k + 1)).txt"; fail "member $((k + 1)) exited non-zero"; }
+    done
+    pids=()
+    check "$dir/probe.json" "$dir/heat.svg" "4"
+    echo "rank 0 finished in $elapsed s"
+    ;;
+  *) echo "usage: $0 mpirun|unreachable DELTACAST ROOT" >&2; exit 2 ;;
+esac

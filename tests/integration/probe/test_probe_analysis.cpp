@@ -1,0 +1,226 @@
+// The analysis of `deltacast probe` (tools/lib_probe_analysis.h, tools/lib_cost_model.h,
+// tools/lib_probe_svg.h) on synthetic matrices: clusters, chunk rounding, crossing plan, the pair
+// sample's size, and the cost model's arithmetic.
+#include <cmath>
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "tools/lib_cost_model.h"
+#include "tools/lib_probe_analysis.h"
+#include "tools/lib_probe_svg.h"
+
+namespace deltacast::tools {
+namespace {
+
+// n ranks; ranks in `group_b` form a second group: 10 Gbit/s inside a group, 0.5 across.
+RankMatrix two_groups(int n, const std::set<int>& group_b, double inside = 10, double across = 0.5) {
+  RankMatrix m(n, std::vector<std::optional<double>>(n));
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) m[a][b] = (group_b.count(a) == group_b.count(b) ? inside : across) * (1 + 0.01 * ((a + 2 * b) % 5));
+  return m;
+}
+
+std::vector<int> all_ranks(int n) {
+  std::vector<int> r(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) r[static_cast<size_t>(i)] = i;
+  return r;
+}
+
+TEST(ProbeClusters, TwoGroupsAreFound) {
+  const auto result = find_clusters(two_groups(5, {3, 4}), all_ranks(5));
+  ASSERT_EQ(result.clusters.size(), 2u);
+  EXPECT_EQ(result.clusters[0], (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(result.clusters[1], (std::vector<int>{3, 4}));
+  EXPECT_GT(result.gap_ratio, 10);
+}
+
+TEST(ProbeClusters, InterleavedGroups) {
+  const auto result = find_clusters(two_groups(8, {1, 3, 5, 7}), all_ranks(8));
+  ASSERT_EQ(result.clusters.size(), 2u);
+  EXPECT_EQ(result.clusters[0], (std::vector<int>{0, 2, 4, 6}));
+  EXPECT_EQ(result.clusters[1], (std::vector<int>{1, 3, 5, 7}));
+}
+
+TEST(ProbeClusters, UniformIsOneCluster) {
+  const auto result = find_clusters(two_groups(6, {}), all_ranks(6));
+  ASSERT_EQ(result.clusters.size(), 1u);
+  EXPECT_EQ(result.clusters[0], all_ranks(6));
+  EXPECT_LT(result.gap_ratio, 3);
+  EXPECT_FALSE(result.threshold);
+}
+
+TEST(ProbeClusters, GapBelowThreeIsOneCluster) {
+  const auto result = find_clusters(two_groups(6, {4, 5}, 10, 4), all_ranks(6));  // 2.5x
+  EXPECT_EQ(result.clusters.size(), 1u);
+}
+
+TEST(ProbeClusters, SymmetricUsesTheMinimumAndAbsentRanksAreLeftOut) {
+  auto m = two_groups(5, {3, 4});
+  m[1][3] = 10;  // one fast direction across: the slower one counts
+  EXPECT_DOUBLE_EQ(*symmetric(m, 1, 3), *m[3][1]);
+  m[2][0].reset();
+  EXPECT_DOUBLE_EQ(*symmetric(m, 0, 2), *m[0][2]);
+  const auto result = find_clusters(m, {0, 1, 3, 4});  // rank 2 unreachable
+  ASSERT_EQ(result.clusters.size(), 2u);
+  EXPECT_EQ(result.clusters[0], (std::vector<int>{0, 1}));
+}
+
+TEST(ProbeChunk, RoundedToAPowerOfTwoAndClamped) {
+  EXPECT_EQ(chunk_for_bandwidth(1e6), 256u << 10);       // 10 KB -> 256 KiB floor
+  EXPECT_EQ(chunk_for_bandwidth(100e9 / 8), 16u << 20);  // 125 MB -> 16 MiB ceiling
+  EXPECT_EQ(chunk_for_bandwidth(10e9 / 8), 16u << 20);   // 12.5 MB: log2 23.6 -> 16 MiB
+  EXPECT_EQ(chunk_for_bandwidth(4e9 / 8), 4u << 20);     // 5 MB: log2 22.25 -> 4 MiB
+  EXPECT_EQ(chunk_for_bandwidth(1e9 / 8), 1u << 20);     // 1.25 MB -> 1 MiB
+  EXPECT_EQ(chunk_for_bandwidth(50e6), 512u << 10);      // 500 KB: log2 18.93 -> 512 KiB
+  for (double bw = 1e5; bw < 1e12; bw *= 1.7) {
+    const uint64_t c = chunk_for_bandwidth(bw);
+    EXPECT_EQ(c & (c - 1), 0u);
+    EXPECT_GE(c, 256u << 10);
+    EXPECT_LE(c, 16u << 20);
+  }
+}
+
+TEST(ProbeCrossings, OneCrossingPerClusterPerTree) {
+  // Members (job ranks 1..6), clusters {0,1,2,3} and {4,5,6}: producer in the first.
+  const std::vector<int> members{1, 2, 3, 4, 5, 6};
+  const std::vector<int> cluster_of{0, 0, 0, 0, 1, 1, 1};
+  for (auto kind : {tree::TopologyKind::binary, tree::TopologyKind::double_binary, tree::TopologyKind::chain}) {
+    std::vector<std::string> labels;
+    labels.reserve(members.size());
+    for (int r : members) labels.push_back(std::to_string(cluster_of[r]));
+    const tree::Topology topology(kind, labels);
+    const auto plan = crossing_plan(topology, members, cluster_of);
+    ASSERT_EQ(static_cast<int>(plan.size()), topology.trees());
+    for (const auto& t : plan) {
+      // The boundary once; plus producer -> root when the tree's root cluster is not the
+      // producer's (double_binary's tree 1 is rooted in the mirror cluster).
+      const int root = members[static_cast<size_t>(topology.root(t.tree))];
+      const size_t producer_edge = cluster_of[root] != cluster_of[0] ? 1 : 0;
+      ASSERT_EQ(t.edges.size(), 1 + producer_edge) << tree::topology_kind_name(kind) << " tree " << t.tree;
+      if (producer_edge) {
+        EXPECT_EQ(t.edges[0], (std::pair<int, int>{0, root}));
+      }
+      for (const auto& [from, to] : t.edges) EXPECT_NE(cluster_of[from], cluster_of[to]);
+    }
+    if (kind != tree::TopologyKind::double_binary) {
+      EXPECT_EQ(plan[0].edges.size(), 1u);
+    }
+  }
+}
+
+TEST(ProbeCrossings, ProducerOutsideTheRootCluster) {
+  // The producer (cluster 1) is alone: its edge to the root crosses.
+  const std::vector<int> members{1, 2, 3};
+  const std::vector<int> cluster_of{1, 0, 0, 0};
+  const tree::Topology topology(tree::TopologyKind::binary, {"a", "a", "a"});
+  const auto plan = crossing_plan(topology, members, cluster_of);
+  ASSERT_EQ(plan.size(), 1u);
+  ASSERT_EQ(plan[0].edges.size(), 1u);
+  EXPECT_EQ(plan[0].edges[0], (std::pair<int, int>{0, 1}));
+}
+
+TEST(ProbeSample, AllPairsUpTo64Members) {
+  EXPECT_EQ(sample_pairs(65, 1).size(), 65u * 64u);
+  EXPECT_EQ(sample_pairs(5, 1).size(), 20u);
+  EXPECT_EQ(unordered_pairs(sample_pairs(5, 1)).size(), 10u);
+}
+
+TEST(ProbeSample, N200IsOrderNLogN) {
+  const int n = 200;
+  const auto pairs = sample_pairs(n, 7);
+  const double bound = 2.0 * (n - 1) + (n - 1) * std::ceil(2 * std::log2(n));
+  EXPECT_LE(static_cast<double>(pairs.size()), bound);
+  EXPECT_LE(static_cast<double>(pairs.size()), 3.0 * n * std::log2(n));
+  EXPECT_LT(pairs.size(), static_cast<size_t>(n) * (n - 1) / 4);
+  std::set<RankPair> seen(pairs.begin(), pairs.end());
+  EXPECT_EQ(seen.size(), pairs.size());  // no duplicates
+  for (int r = 1; r < n; ++r) {
+    EXPECT_TRUE(seen.count({0, r}));
+    EXPECT_TRUE(seen.count({r, 0}));
+  }
+  for (const auto& p : pairs) EXPECT_NE(p.from, p.to);
+  EXPECT_EQ(pairs, sample_pairs(n, 7));  // deterministic
+}
+
+TEST(ProbeSample, ConcurrencySampleAndPeers) {
+  const auto present = all_ranks(20);
+  const auto sample = concurrency_sample(present, 8);
+  ASSERT_EQ(sample.size(), 9u);
+  EXPECT_EQ(sample[0], 0);
+  const RankMatrix none(20, std::vector<std::optional<double>>(20));
+  EXPECT_EQ(concurrency_peers(none, present, 18, true, 4), (std::vector<int>{19, 0, 1, 2}));
+  EXPECT_EQ(concurrency_peers(none, {0, 1, 2}, 1, true, 4), (std::vector<int>{2, 0}));
+  // Fastest measured first: 2 sends fast to 3 and 4 (its group), slowly to 0 and 1.
+  const auto m = two_groups(5, {2, 3, 4});
+  EXPECT_GE(concurrency_peers(m, all_ranks(5), 2, true, 4).front(), 3);
+  const auto into0 = concurrency_peers(m, all_ranks(5), 0, false, 4);
+  EXPECT_EQ(into0.front(), 1);  // the only fast sender into 0
+}
+
+TEST(ProbeCostModel, TermsAddUp) {
+  CostModel model;
+  CostInputs in;
+  in.params = 1e9;
+  in.change_rate = 0.01;
+  in.bytes_per_change = 0.8;
+  in.diff_threads = 8;
+  in.bottleneck_seconds_per_byte = 1 / 1.25e9;  // 10 Gbit/s
+  in.tree_depth = 4;
+  in.chunk_bytes = 1 << 20;
+  in.inner_bytes_per_second = 1.25e9;
+  in.rtt_seconds = 100e-6;
+  const auto p = predict(model, in);
+  EXPECT_NEAR(p.diff, 2e9 / (2.7e9 * 8), 1e-12);
+  EXPECT_NEAR(p.transfer, 8e6 / 1.25e9, 1e-12);
+  EXPECT_NEAR(p.fill, 4.0 * (1 << 20) / 1.25e9, 1e-12);
+  EXPECT_NEAR(p.apply, 2e9 / 5e9, 1e-12);
+  EXPECT_NEAR(p.round_trips, 2.3e-4, 1e-12);
+  EXPECT_NEAR(p.seconds, p.diff + p.transfer + p.fill + p.apply + p.round_trips, 1e-12);
+}
+
+TEST(ProbeRecommend, TwoClustersGiveAPlanAndPredictions) {
+  ProbeFigures f;
+  f.ranks = 7;
+  f.bandwidth_gbit = two_groups(7, {4, 5, 6});
+  f.latency_us = two_groups(7, {4, 5, 6}, 50, 2000);
+  f.present = all_ranks(7);
+  f.clusters = find_clusters(f.bandwidth_gbit, f.present).clusters;
+  ASSERT_EQ(f.clusters.size(), 2u);
+  PredictOptions o;
+  const auto r = recommend(f, o);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->candidates.size(), 3u);
+  for (const auto& t : r->crossings) EXPECT_LE(t.edges.size(), 2u);  // the boundary (+ producer -> root)
+  // The 0.5 Gbit/s links bound it (double_binary spreads the payload over two of them).
+  EXPECT_LT(r->chosen.bottleneck_bytes_per_second, 1.1e9 / 8);
+  EXPECT_EQ(r->chosen.chunk_bytes, chunk_for_bandwidth(r->chosen.bottleneck_bytes_per_second));
+  const auto predicted = predictions_json(*r, o);
+  ASSERT_EQ(predicted.size(), 3u);
+  EXPECT_LT(predicted[0]["seconds"].get<double>(), predicted[2]["seconds"].get<double>());
+  EXPECT_GT(r->rtt_seconds, 0);
+}
+
+TEST(ProbeRecommend, NothingMeasuredGivesNoRecommendation) {
+  ProbeFigures f;
+  f.ranks = 3;
+  f.bandwidth_gbit.assign(3, std::vector<std::optional<double>>(3));
+  f.latency_us = f.bandwidth_gbit;
+  f.present = {0};
+  EXPECT_FALSE(recommend(f, {}));
+}
+
+TEST(ProbeSvg, HasOneCellPerPairAndClusterOutlines) {
+  const auto m = two_groups(5, {3, 4});
+  const std::string svg = bandwidth_heatmap_svg(m, {{0, 1, 2}, {3, 4}}, "a <title> & more");
+  size_t cells = 0;
+  for (size_t at = 0; (at = svg.find("<title>", at)) != std::string::npos; ++at) ++cells;
+  EXPECT_EQ(cells, 25u);
+  EXPECT_NE(svg.find("&lt;title&gt; &amp; more"), std::string::npos);
+  EXPECT_NE(svg.find("stroke=\"#d62728\""), std::string::npos);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace deltacast::tools
