@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "util/error.h"
 
@@ -26,15 +27,17 @@ struct BadValue {
   std::string message;
 };
 
-std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
+// Not named quoted(): std::quoted (from <iomanip>, which nlohmann/json includes) would win
+// argument-dependent lookup for std::string arguments.
+std::string in_quotes(std::string_view s) { return "'" + std::string(s) + "'"; }
 
 template <typename Int>
 Int parse_int(std::string_view text, Int min, Int max) {
   Int value{};
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec == std::errc::result_out_of_range) throw BadValue{"integer " + quoted(text) + " is out of range"};
+  if (ec == std::errc::result_out_of_range) throw BadValue{"integer " + in_quotes(text) + " is out of range"};
   if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw BadValue{"expected an integer, got " + quoted(text)};
+    throw BadValue{"expected an integer, got " + in_quotes(text)};
   }
   if (value < min || value > max) {
     throw BadValue{"must be between " + std::to_string(min) + " and " + std::to_string(max) + ", got " + std::string(text)};
@@ -47,7 +50,7 @@ double parse_positive_double(std::string_view text) {
   char* end = nullptr;
   const double value = std::strtod(s.c_str(), &end);
   if (s.empty() || end != s.c_str() + s.size() || !std::isfinite(value)) {
-    throw BadValue{"expected a number, got " + quoted(text)};
+    throw BadValue{"expected a number, got " + in_quotes(text)};
   }
   if (value <= 0) throw BadValue{"must be positive, got " + s};
   return value;
@@ -56,7 +59,7 @@ double parse_positive_double(std::string_view text) {
 bool parse_bool(std::string_view text) {
   if (text == "true" || text == "yes" || text == "on" || text == "1") return true;
   if (text == "false" || text == "no" || text == "off" || text == "0") return false;
-  throw BadValue{"expected true or false, got " + quoted(text)};
+  throw BadValue{"expected true or false, got " + in_quotes(text)};
 }
 
 std::string non_empty(std::string_view text) {
@@ -70,12 +73,12 @@ std::string one_of(std::string_view text, std::initializer_list<std::string_view
   }
   std::string list;
   for (auto a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-  throw BadValue{"unknown value " + quoted(text) + " (expected one of: " + list + ")"};
+  throw BadValue{"unknown value " + in_quotes(text) + " (expected one of: " + list + ")"};
 }
 
 std::string url_value(std::string_view text) {
   if (text.find("://") == std::string_view::npos || text.substr(0, text.find("://")).empty()) {
-    throw BadValue{"expected a URL like tcp://127.0.0.1:29500, got " + quoted(text)};
+    throw BadValue{"expected a URL like tcp://127.0.0.1:29500, got " + in_quotes(text)};
   }
   return std::string(text);
 }
@@ -85,13 +88,13 @@ std::string scheme_value(std::string_view text) {
     return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '+' ||
            c == '_' || c == '-';
   });
-  if (!ok) throw BadValue{"expected a transport scheme like tcp, ofi+tcp or ucx, got " + quoted(text)};
+  if (!ok) throw BadValue{"expected a transport scheme like tcp, ofi+tcp or ucx, got " + in_quotes(text)};
   return std::string(text);
 }
 
 std::chrono::milliseconds positive_duration(std::string_view text) {
   auto d = parse_duration(text);
-  if (d.count() <= 0) throw BadValue{"must be positive, got " + quoted(text)};
+  if (d.count() <= 0) throw BadValue{"must be positive, got " + in_quotes(text)};
   return d;
 }
 
@@ -114,10 +117,13 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
        [](Config& c, std::string_view v) {
          c.topology = one_of(v == "double-binary" ? "double_binary" : v, {"binary", "double_binary", "chain"});
        }},
+      {"producer_cluster", [](Config& c, std::string_view v) { c.producer_cluster = std::string(v); }},
+      {"clusters", [](Config& c, std::string_view v) { c.clusters = one_of(v, {"manual", "auto"}); }},
+      {"probe_file", [](Config& c, std::string_view v) { c.probe_file = std::string(v); }},
       {"chunk_bytes",
        [](Config& c, std::string_view v) {
          const uint64_t n = parse_size(v);
-         if (n == 0 || n > (4ull << 30)) throw BadValue{"must be between 1 byte and 4GiB, got " + quoted(v)};
+         if (n == 0 || n > (4ull << 30)) throw BadValue{"must be between 1 byte and 4GiB, got " + in_quotes(v)};
          c.chunk_bytes = n;
        }},
       {"retain_versions", [](Config& c, std::string_view v) { c.retain_versions = parse_int<uint32_t>(v, 0, 1024); }},
@@ -160,7 +166,7 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
       {"output.metrics_file", [](Config& c, std::string_view v) { c.output.metrics_file = std::string(v); }},
       {"output.log_file",
        [](Config& c, std::string_view v) {
-         if (!v.empty() && v.back() == '/') throw BadValue{"must name a file, got the directory " + quoted(v)};
+         if (!v.empty() && v.back() == '/') throw BadValue{"must name a file, got the directory " + in_quotes(v)};
          c.output.log_file = std::string(v);
        }},
       {"output.checkpoint_dir", [](Config& c, std::string_view v) { c.output.checkpoint_dir = std::string(v); }},
@@ -270,9 +276,10 @@ void parse_explicit_members(Config& config, const std::string& source, const YAM
 void parse_document(Config& config, const std::string& source, const YAML::Node& root) {
   if (root.IsNull()) return;  // an empty file: defaults only (validate() reports what is missing)
   require_map(source, root, "(top level)");
-  const std::set<std::string> top = {"producer",  "transport",      "topology",    "chunk_bytes", "retain_versions",
-                                     "members",   "timeouts",       "secret_file", "trainer",     "output",
-                                     "log_level", "allow_insecure", "egress"};
+  const std::set<std::string> top = {"producer",  "producer_cluster", "clusters",       "probe_file",
+                                     "transport", "topology",         "chunk_bytes",    "retain_versions",
+                                     "members",   "timeouts",         "secret_file",    "trainer",
+                                     "output",    "log_level",        "allow_insecure", "egress"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
       {"trainer", {"kind", "dir", "params", "steps", "lr", "seed"}},
@@ -312,7 +319,7 @@ std::string env_name(const std::string& key) {
 
 uint64_t parse_size(std::string_view text) {
   const std::string s(text);
-  auto bad = [&](const std::string& why) { return Error(Errc::config, "bad size " + quoted(text) + ": " + why); };
+  auto bad = [&](const std::string& why) { return Error(Errc::config, "bad size " + in_quotes(text) + ": " + why); };
   if (s.empty()) throw bad("empty");
   if (s.front() == '-') throw bad("sizes cannot be negative");
   size_t i = 0;
@@ -338,7 +345,7 @@ uint64_t parse_size(std::string_view text) {
       {"T", 1000000000000ull},           {"TB", 1000000000000ull},                {"KiB", 1ull << 10},
       {"MiB", 1ull << 20},               {"GiB", 1ull << 30}, {"TiB", 1ull << 40}};
   auto it = units.find(unit);
-  if (it == units.end()) throw bad("unknown unit " + quoted(unit) + " (use B, KiB, MiB, GiB, TiB, K, M, G, T)");
+  if (it == units.end()) throw bad("unknown unit " + in_quotes(unit) + " (use B, KiB, MiB, GiB, TiB, K, M, G, T)");
   const U128 scaled_fraction = fraction * it->second;
   if (scaled_fraction % scale != 0) throw bad("not a whole number");
   const U128 total = whole * it->second + scaled_fraction / scale;
@@ -348,7 +355,7 @@ uint64_t parse_size(std::string_view text) {
 
 uint64_t parse_rate(std::string_view text) {
   const std::string s(text);
-  auto bad = [&](const std::string& why) { return Error(Errc::config, "bad rate " + quoted(text) + ": " + why); };
+  auto bad = [&](const std::string& why) { return Error(Errc::config, "bad rate " + in_quotes(text) + ": " + why); };
   if (s == "0" || s == "unlimited") return 0;
   if (!s.empty() && s.front() == '-') throw bad("rates cannot be negative");
   size_t i = 0;
@@ -384,7 +391,7 @@ uint64_t parse_rate(std::string_view text) {
   if (it == units.end()) {
     throw bad(unit.empty()
                   ? "a unit is required: bit/s (Kbit/s, Mbit/s, Gbit/s) or bytes (B/s, MB/s, MiB/s, ...)"
-                  : "unknown unit " + quoted(s.substr(i)) +
+                  : "unknown unit " + in_quotes(s.substr(i)) +
                         " (use bit/s, Kbit/s, Mbit/s, Gbit/s, Tbit/s, B/s, KB/s, MB/s, GB/s, KiB/s, MiB/s, GiB/s)");
   }
   const double bytes = std::round(number * it->second);
@@ -394,7 +401,9 @@ uint64_t parse_rate(std::string_view text) {
 }
 
 std::chrono::milliseconds parse_duration(std::string_view text) {
-  auto bad = [&](const std::string& why) { return Error(Errc::config, "bad duration " + quoted(text) + ": " + why); };
+  auto bad = [&](const std::string& why) {
+    return Error(Errc::config, "bad duration " + in_quotes(text) + ": " + why);
+  };
   if (!text.empty() && text.front() == '-') throw bad("durations cannot be negative");
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
@@ -408,7 +417,9 @@ std::chrono::milliseconds parse_duration(std::string_view text) {
   else if (unit == "s") ms_per_unit = 1000;
   else if (unit == "m" || unit == "min") ms_per_unit = 60'000;
   else if (unit == "h") ms_per_unit = 3'600'000;
-  else throw bad(unit.empty() ? "a unit is required (ms, s, m, h)" : "unknown unit " + quoted(unit) + " (use ms, s, m, h)");
+  else
+    throw bad(unit.empty() ? "a unit is required (ms, s, m, h)"
+                           : "unknown unit " + in_quotes(unit) + " (use ms, s, m, h)");
   return std::chrono::milliseconds(static_cast<int64_t>(n * ms_per_unit));
 }
 
@@ -449,7 +460,7 @@ void apply_flag_overrides(Config& config, const std::vector<std::string>& assign
   for (const auto& a : assignments) {
     const auto eq = a.find('=');
     if (eq == std::string::npos || eq == 0) {
-      throw Error(Errc::config, "flag --set " + quoted(a) + ": expected key=value, e.g. chunk_bytes=8MiB");
+      throw Error(Errc::config, "flag --set " + in_quotes(a) + ": expected key=value, e.g. chunk_bytes=8MiB");
     }
     apply_override(config, a.substr(0, eq), a.substr(eq + 1), "flag --set " + a.substr(0, eq));
   }
@@ -508,9 +519,49 @@ void validate(const Config& config) {
     throw Error(Errc::config, "config: trainer.kind watch needs trainer.dir (the directory the trainer writes "
                               "its checkpoints into)");
   }
+  if (config.clusters == "auto" && config.probe_file.empty()) {
+    throw Error(Errc::config,
+                "config: clusters: auto needs probe_file, the JSON `deltacast probe --out FILE` wrote "
+                "(run the probe under the same launcher and config first)");
+  }
   if (config.timeouts.heartbeat >= config.timeouts.peer) {
     throw Error(Errc::config, "config: timeouts.heartbeat must be shorter than timeouts.peer");
   }
+}
+
+void resolve_clusters(Config& config) {
+  if (config.clusters != "auto") return;
+  const std::string& path = config.probe_file;
+  std::ifstream in(path);
+  if (!in) throw Error(Errc::config, "probe_file '" + path + "': cannot open (clusters: auto)");
+  nlohmann::json probe = nlohmann::json::parse(in, nullptr, false);
+  if (probe.is_discarded() || !probe.is_object() || !probe.contains("clusters") || !probe["clusters"].is_array())
+    throw Error(Errc::config, "probe_file '" + path + "': not a `deltacast probe` report (no clusters list)");
+  auto members = member_list(config);
+  const size_t job_size = members.size() + 1;
+  if (probe.value("ranks", 0u) != job_size)
+    throw Error(Errc::config, "probe_file '" + path + "' measured " + std::to_string(probe.value("ranks", 0u)) +
+                                  " ranks, but this job has " + std::to_string(job_size) +
+                                  " (producer + members): probe the same job again");
+  std::vector<std::string> label(job_size);
+  for (size_t k = 0; k < probe["clusters"].size(); ++k) {
+    const auto& cluster = probe["clusters"][k];
+    if (!cluster.is_array())
+      throw Error(Errc::config, "probe_file '" + path + "': cluster " + std::to_string(k) + " is not a list");
+    for (const auto& rank : cluster) {
+      if (!rank.is_number_unsigned() || rank.get<uint64_t>() >= job_size)
+        throw Error(Errc::config, "probe_file '" + path + "': cluster " + std::to_string(k) +
+                                      " names a rank outside 0.." + std::to_string(job_size - 1));
+      label[rank.get<size_t>()] = "probe-" + std::to_string(k);
+    }
+  }
+  for (auto& m : members) {
+    const std::string& found = label[static_cast<size_t>(m.rank) + 1];
+    if (!found.empty()) m.cluster = found;
+  }
+  config.members = std::move(members);
+  config.local_members.reset();
+  if (!label[0].empty()) config.producer_cluster = label[0];
 }
 
 std::string checkpoint_dir_for_rank(const std::string& checkpoint_dir, int rank) {
@@ -522,8 +573,7 @@ std::string checkpoint_dir_for_rank(const std::string& checkpoint_dir, int rank)
 
 std::string log_file_for_rank(const std::string& log_file, int rank) {
   if (log_file.empty()) return log_file;
-  // The rules of path::stem/extension (the last dot of the file name, not a leading one), by hand:
-  // <filesystem> brings std::quoted, which argument-dependent lookup then prefers to quoted() here.
+  // The rules of path::stem/extension (the last dot of the file name, not a leading one), by hand.
   const size_t name_start = log_file.rfind('/') == std::string::npos ? 0 : log_file.rfind('/') + 1;
   const size_t dot = log_file.rfind('.');
   const bool has_extension = dot != std::string::npos && dot > name_start;

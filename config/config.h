@@ -88,6 +88,13 @@ struct Config {
   std::string producer;            // producer's transport URL (rendezvous address)
   std::string transport = "tcp";   // transport scheme, e.g. tcp, ofi+tcp, ucx, loopback
   std::string topology = "double_binary";  // binary | double_binary | chain
+  // The producer's cluster label: when members carry it too, every tree is rooted in that cluster
+  // (each boundary crossed once per tree, the producer's edge counted). Empty: its own cluster.
+  std::string producer_cluster;
+  // "manual": members' `cluster` labels as written. "auto": from the clusters a `deltacast probe`
+  // found (probe_file; resolve_clusters applies them, including the producer's cluster).
+  std::string clusters = "manual";
+  std::string probe_file;
   uint64_t chunk_bytes = 4ull << 20;
   // Committed versions whose frames every member keeps to serve a rejoining member's replay
   // (a delta is ~1% of the checkpoint). 0..1024.
@@ -139,6 +146,14 @@ void validate(const Config& config);
 // The member list: the explicit members, or the local shorthand expanded to
 // transport://host:(base_port + r). Sorted by rank.
 std::vector<MemberConfig> member_list(const Config& config);
+
+// clusters: auto: reads probe_file (a `deltacast probe --out` JSON), and gives every member the
+// label "probe-K" of the probe cluster holding its job rank (member r is job rank r + 1; members
+// the probe did not reach keep their own label) and producer_cluster the label of rank 0's
+// cluster. The local shorthand becomes an explicit list. Does nothing for clusters: manual.
+// Throws Error(config) when the file cannot be read or parsed, or its rank count is not the job's
+// (members + 1). Call after overrides, before member_list is used.
+void resolve_clusters(Config& config);
 
 // output.checkpoint_dir for one process: every "{rank}" replaced by the rank.
 std::string checkpoint_dir_for_rank(const std::string& checkpoint_dir, int rank);

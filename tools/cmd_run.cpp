@@ -559,6 +559,7 @@ void run(const RunOptions& o) {
   config::Config c = config::load_config(o.config_path);
   config::apply_flag_overrides(c, o.sets);
   config::validate(c);
+  config::resolve_clusters(c);
   set_log_level(c.log_level);
   if (c.transport == "loop" || c.transport == "loopback")
     throw Error(Errc::config, "transport '" + c.transport + "' only works inside one process");
@@ -569,6 +570,12 @@ void run(const RunOptions& o) {
     throw Error(Errc::config, "the job has " + std::to_string(env.size) + " processes but " +
                                   o.config_path + " lists " + std::to_string(members) +
                                   " receivers (+1 producer)");
+  if (c.clusters == "auto" && env.is_producer()) {
+    std::string text;
+    for (const auto& m : config::member_list(c)) text += " " + std::to_string(m.rank + 1) + ":" + m.cluster;
+    std::printf("producer: clusters from %s: producer in %s; members%s\n", c.probe_file.c_str(),
+                c.producer_cluster.empty() ? "its own cluster" : c.producer_cluster.c_str(), text.c_str());
+  }
   if (!o.fault.empty()) parse_fault(o.fault);  // a bad spec fails before the job starts
   if (o.resume && !env.is_producer())
     throw Error(Errc::invalid_argument,

@@ -44,6 +44,7 @@ ReceiverOptions receiver_options_from(const config::Config& c) {
 ProducerOptions producer_options_from(const config::Config& c) {
   ProducerOptions options;
   options.topology = parse_topology_kind(c.topology);
+  options.cluster = c.producer_cluster;
   options.encode.chunk_bytes = c.chunk_bytes;
   options.version_timeout = c.timeouts.refit;
   // Every member's HELLO + READY: timeouts.join, but never less than the refit bound this always

@@ -206,9 +206,9 @@ void Membership::init(TopologyKind kind, std::vector<std::string> labels) {
                                             std::vector<std::vector<uint32_t>>(labels_.size())});
 }
 
-Membership::Membership(TopologyKind kind, std::vector<std::string> labels) {
+Membership::Membership(TopologyKind kind, std::vector<std::string> labels, const std::string& producer_cluster) {
   if (labels.empty()) throw Error(Errc::invalid_argument, "membership needs at least one member");
-  const Topology topology(kind, labels);
+  const Topology topology(kind, labels, producer_cluster);
   init(kind, std::move(labels));
   std::fill(live_.begin() + 1, live_.end(), 1);
   const auto rank_of = [](int index) { return index == kProducer ? kProducerRank : static_cast<uint32_t>(index + 1); };

@@ -62,9 +62,10 @@ namespace deltacast::tree {
 class Membership {
  public:
   // Epoch 0 over members 1..labels.size(): labels[r - 1] is rank r's cluster label; every member
-  // is live and the forest is Topology(kind, labels)'s. Throws Error(invalid_argument) when
-  // labels is empty.
-  Membership(TopologyKind kind, std::vector<std::string> labels);
+  // is live and the forest is Topology(kind, labels, producer_cluster)'s (producer_cluster: the
+  // producer's own cluster label, empty for a cluster of its own). Throws Error(invalid_argument)
+  // when labels is empty.
+  Membership(TopologyKind kind, std::vector<std::string> labels, const std::string& producer_cluster = {});
   // The state a WELCOME describes: `members` (ranks 1..N; index 0, the producer, may be
   // included and is ignored), their liveness, and the forest over the live ones. Throws
   // Error(invalid_argument | corrupt_frame) when the forest is not valid (forest_problems).

@@ -42,6 +42,9 @@ struct ProducerOptions {
   std::string listen_url = "tcp://127.0.0.1:0";  // rendezvous address for HELLO and root JOINs
   uint32_t receivers = 1;                        // members expected at HELLO (ranks 1..N)
   TopologyKind topology = TopologyKind::binary;
+  // The producer's own cluster label (config producer_cluster). When members carry the same label,
+  // every tree is rooted in that cluster (tree/topology.h); empty: a cluster of its own.
+  std::string cluster;
   codec::EncodeOptions encode;                   // chunk_bytes, threads, ...
   size_t max_inflight_bytes_per_root = size_t{64} << 20;
   std::chrono::milliseconds join_timeout{120'000};    // all HELLOs + READYs; a new root's JOIN

@@ -525,7 +525,7 @@ StartReport Producer::Impl::place_members_at_start() {
   }
   std::vector<std::string> labels;
   for (uint32_t r = 1; r <= n; ++r) labels.push_back(members[r].cluster);
-  membership.emplace(options.topology, std::move(labels));
+  membership.emplace(options.topology, std::move(labels), options.cluster);
   std::vector<uint32_t> out;
   for (const auto& m : report.members) {
     members[m.rank].live = m.role == MemberAtStart::Role::live;

@@ -125,7 +125,7 @@ int tree_root(TopologyKind kind, int n, int tree) {
   return 0;
 }
 
-Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels)
+Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels, std::string producer_cluster)
     : kind_(kind), labels_(std::move(cluster_labels)) {
   if (labels_.empty()) throw Error(Errc::invalid_argument, "topology needs at least one member");
   std::unordered_map<std::string, int> index;
@@ -136,7 +136,22 @@ Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels)
     cluster_of_[r] = it->second;
     cluster_members_[it->second].push_back(static_cast<int>(r));
   }
+  if (auto it = index.find(producer_cluster); !producer_cluster.empty() && it != index.end())
+    producer_cluster_ = it->second;
+  const int clusters = cluster_count();
   links_.resize(tree_count(kind_));
+  cluster_order_.resize(tree_count(kind_));
+  for (int t = 0; t < trees(); ++t) {
+    auto& order = cluster_order_[t];
+    order.resize(static_cast<size_t>(clusters));
+    for (int k = 0; k < clusters; ++k) order[static_cast<size_t>(k)] = k;
+    if (producer_cluster_ >= 0) {
+      // The producer's cluster takes the root position; the others keep their order around it.
+      const int root_position = tree_root(kind_, clusters, t);
+      order.erase(order.begin() + producer_cluster_);
+      order.insert(order.begin() + root_position, producer_cluster_);
+    }
+  }
   for (int t = 0; t < trees(); ++t) build_tree(t);
 }
 
@@ -174,19 +189,24 @@ void Topology::build_tree(int tree) {
   }
   // The clusters themselves form a tree of the same kind, so singleton clusters reduce to the
   // plain kind (and double_binary keeps its interior-in-one-tree property between clusters).
-  for (int p = 0; p < clusters; ++p) {
-    const auto& candidates = egress[p];
+  const auto& order = cluster_order_[tree];
+  for (int position = 0; position < clusters; ++position) {
+    const auto& candidates = egress[order[position]];
     size_t next = 0;
-    for (int k : local_links(kind_, clusters, p, tree).children) {
+    for (int child_position : local_links(kind_, clusters, position, tree).children) {
       const int from = candidates[std::min(next++, candidates.size() - 1)];
-      const int root = gateway(k, tree);
+      const int root = gateway(order[child_position], tree);
       links[root].parent = from;
       links[from].children.push_back(root);
     }
   }
 }
 
-int Topology::root(int tree) const { return gateway(tree_root(kind_, cluster_count(), tree), tree); }
+int Topology::root(int tree) const {
+  if (tree < 0 || tree >= trees())
+    throw Error(Errc::invalid_argument, "no tree " + std::to_string(tree) + " in this topology");
+  return gateway(cluster_order_[tree][tree_root(kind_, cluster_count(), tree)], tree);
+}
 
 const TreeLinks& Topology::links(int rank, int tree) const {
   if (tree < 0 || tree >= trees()) throw Error(Errc::invalid_argument, "no tree " + std::to_string(tree) + " in this topology");
@@ -288,7 +308,8 @@ double send_load(const Topology& topology, int rank) {
 }
 
 int cluster_crossings(const Topology& topology, int tree) {
-  int crossings = 1;  // producer -> root
+  // producer -> root: a crossing unless the root is in the producer's own cluster.
+  int crossings = topology.cluster_of(topology.root(tree)) == topology.producer_cluster() ? 0 : 1;
   for (int r = 0; r < topology.size(); ++r) {
     for (int c : topology.children(r, tree)) {
       if (topology.cluster_of(c) != topology.cluster_of(r)) ++crossings;

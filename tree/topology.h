@@ -17,9 +17,10 @@
 // Clusters (regions, datacenters): each member carries a cluster label. The topology is built so
 // that each cluster boundary is crossed once per tree: the clusters form a tree of the same kind
 // (over cluster indices); the producer feeds the gateway of the root cluster (cluster 0, or the
-// mirror root for double_binary tree 1); every other cluster's gateway is fed by one member of its
-// parent cluster, and the data then fans out inside the cluster. Clusters are ordered by first appearance in the
-// membership list; within a cluster, members keep their rank order.
+// mirror root for double_binary tree 1; the producer's own cluster in every tree when it is one of
+// the members' clusters, so no tree crosses the producer's boundary twice); every other cluster's gateway is fed by one
+// member of its parent cluster, and the data then fans out inside the cluster. Clusters are ordered by first appearance
+// in the membership list; within a cluster, members keep their rank order.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -83,9 +84,14 @@ int tree_root(TopologyKind kind, int n, int tree);
 // const members are thread-safe.
 class Topology {
  public:
-  // cluster_labels[r] is member r's cluster label; the empty string is a valid label. Throws
-  // Error(invalid_argument) when the list is empty.
-  Topology(TopologyKind kind, std::vector<std::string> cluster_labels);
+  // cluster_labels[r] is member r's cluster label; the empty string is a valid label.
+  // `producer_cluster`: the producer's own cluster label. When it names a members' cluster, every
+  // tree's cluster-level tree is rooted there (the producer feeds a member of its own cluster), so
+  // each tree crosses each cluster boundary once counting the producer's edge; otherwise (empty or
+  // unknown: the producer sits in a cluster of its own) the cluster-level trees keep their roots
+  // (cluster 0; double_binary tree 1 the mirror root). Throws Error(invalid_argument) when the
+  // list is empty.
+  Topology(TopologyKind kind, std::vector<std::string> cluster_labels, std::string producer_cluster = {});
   // n members, all in one cluster.
   static Topology single_cluster(TopologyKind kind, int n);
 
@@ -109,6 +115,8 @@ class Topology {
   const std::vector<int>& cluster_members(int cluster) const;
   // The member of `cluster` that receives tree `tree` from outside the cluster.
   int gateway(int cluster, int tree) const;
+  // The producer's cluster index among the members' clusters, or -1 (a cluster of its own).
+  int producer_cluster() const noexcept { return producer_cluster_; }
 
  private:
   void build_tree(int tree);
@@ -118,6 +126,10 @@ class Topology {
   std::vector<int> cluster_of_;
   std::vector<std::vector<int>> cluster_members_;
   std::vector<std::vector<TreeLinks>> links_;  // [tree][rank]
+  int producer_cluster_ = -1;
+  // [tree][position in the cluster-level tree] = cluster index (identity unless the producer's
+  // cluster is moved to the root position).
+  std::vector<std::vector<int>> cluster_order_;
 };
 
 // Validation helpers, used by tests and by a relay that wants to refuse a broken membership.
@@ -131,7 +143,8 @@ std::vector<std::string> topology_problems(const Topology& topology);
 int tree_depth(const Topology& topology, int tree);
 // Bytes member `rank` sends per byte of payload: sum over trees of children / trees.
 double send_load(const Topology& topology, int rank);
-// Edges of tree `tree` that cross a cluster boundary, counting the producer -> root edge as one.
+// Edges of tree `tree` that cross a cluster boundary, counting the producer -> root edge as one
+// unless the root is in the producer's cluster (Topology's producer_cluster).
 int cluster_crossings(const Topology& topology, int tree);
 
 }  // namespace deltacast::tree

@@ -69,6 +69,25 @@ case "$mode" in
     cat "$dir/out.txt"
     echo "probe took $(( $(date +%s) - start )) s"
     check "$dir/probe.json" "$dir/probe.svg" ""
+    # clusters: auto: the same job runs with the probe's clusters (the producer's included).
+    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
+      --mca oob_tcp_if_include lo -np 5 "$bin" run --config "$dir/cluster.yaml" --set clusters=auto \
+      --set probe_file="$dir/probe.json" --set trainer.params=2M --set trainer.steps=2 \
+      --set output.dir="$dir/run" --set output.metrics_file="$dir/report.json" \
+      >"$dir/run.txt" 2>&1 || { cat "$dir/run.txt"; fail "mpirun run with clusters: auto exited non-zero"; }
+    grep "clusters from $dir/probe.json: producer in probe-" "$dir/run.txt" || { cat "$dir/run.txt"; fail "run did not take the probe's clusters"; }
+    python3 - "$dir/report.json" "$dir/probe.json" "$dir/run.txt" <<'PY' || fail "the run with the probe's clusters is not as expected"
+import json, sys
+report, probe, out = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), open(sys.argv[3]).read()
+assert report["ok"] is True, report
+assert all(s["verified_receivers"] == 4 for s in report["steps"]), report["steps"]
+home = next(k for k, c in enumerate(probe["clusters"]) if 0 in c)
+assert f"producer in probe-{home};" in out, out
+for k, c in enumerate(probe["clusters"]):
+    for r in c:
+        if r: assert f" {r}:probe-{k}" in out, (r, k, out)
+print("OK: run with clusters: auto", probe["clusters"])
+PY
     ;;
   unreachable)
     for r in 1 2 3; do

@@ -427,6 +427,51 @@ TEST(Config, EgressCapsForTheProducerTheMembersAndOneMember) {
   EXPECT_TRUE(contains(m, "unknown key 'egress.uplink'")) << m;
 }
 
+TEST(Config, ClustersAutoTakesTheProbesClustersAndTheProducersOwn) {
+  const std::string dir = testing::TempDir();
+  const std::string probe = dir + "/probe-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(probe) << R"({"ranks": 5, "clusters": [[0, 1, 2], [3]], "unreachable": [4]})";
+  Config c = parse_config(
+      "producer: tcp://127.0.0.1:1\nmembers: {count: 4, cluster: lab}\n"
+      "clusters: auto\nprobe_file: " +
+          probe + "\n",
+      "a.yaml");
+  validate(c);
+  resolve_clusters(c);
+  EXPECT_FALSE(c.local_members.has_value());
+  const auto members = member_list(c);
+  ASSERT_EQ(members.size(), 4u);
+  EXPECT_EQ(members[0].cluster, "probe-0");  // job rank 1
+  EXPECT_EQ(members[1].cluster, "probe-0");
+  EXPECT_EQ(members[2].cluster, "probe-1");
+  EXPECT_EQ(members[3].cluster, "lab");  // job rank 4: not reached by the probe, keeps its own
+  EXPECT_EQ(members[3].url, "tcp://127.0.0.1:29504");
+  EXPECT_EQ(c.producer_cluster, "probe-0");
+  // Another job size, a broken file, a missing file, and auto without a file are refused.
+  std::ofstream(probe) << R"({"ranks": 9, "clusters": [[0]]})";
+  Config d = c;
+  d.members.clear();
+  d.local_members = LocalMembers{4, "127.0.0.1", 29501, "lab"};
+  try {
+    resolve_clusters(d);
+    ADD_FAILURE() << "a probe of another job size was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "measured 9 ranks, but this job has 5")) << e.what();
+  }
+  std::ofstream(probe) << "not json";
+  EXPECT_THROW(resolve_clusters(d), Error);
+  d.probe_file = dir + "/no-such-probe.json";
+  EXPECT_THROW(resolve_clusters(d), Error);
+  Config e = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 2}\nclusters: auto\n", "e.yaml");
+  try {
+    validate(e);
+    ADD_FAILURE() << "clusters: auto without probe_file was accepted";
+  } catch (const Error& err) {
+    EXPECT_TRUE(contains(err.what(), "clusters: auto needs probe_file")) << err.what();
+  }
+  std::remove(probe.c_str());
+}
+
 TEST(ConfigValues, EveryKeyRejectsControlCharacters) {
   // A stray \r (a Windows-edited env file) must fail at load time, not as a missing host later.
   Config c;

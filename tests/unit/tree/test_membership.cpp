@@ -316,6 +316,27 @@ TEST(MembershipEpochZero, TopologyClusterLayoutsAreValidForests) {
   std::printf("epoch-0 cluster layouts checked: %zu\n", cases);
 }
 
+TEST(MembershipEpochZero, AProducerInAMembersClusterStaysValidThroughRepairs) {
+  for (TopologyKind kind : kKinds) {
+    for (int n : {2, 5, 9, 16}) {
+      std::vector<std::string> labels;
+      for (int r = 0; r < n; ++r) labels.push_back(r < n / 2 ? "trainer" : "rollout");
+      Membership m(kind, labels, "trainer");
+      ASSERT_TRUE(forest_problems(m).empty()) << joined(forest_problems(m));
+      for (int t = 0; t < m.trees(); ++t) EXPECT_EQ(m.cluster(*m.root(t)), "trainer") << t;
+      // The roots die: the forest is repaired and stays valid; then they rejoin.
+      std::vector<uint32_t> roots;
+      for (int t = 0; t < m.trees(); ++t) roots.push_back(*m.root(t));
+      m.remove(roots);
+      ASSERT_TRUE(forest_problems(m).empty()) << describe(m) << joined(forest_problems(m));
+      for (uint32_t r : roots) {
+        if (!m.live(r)) m.add(r);
+        ASSERT_TRUE(forest_problems(m).empty()) << describe(m) << joined(forest_problems(m));
+      }
+    }
+  }
+}
+
 TEST(MembershipEpochZero, Accessors) {
   const Membership m(TopologyKind::double_binary, {"x", "y", "x"});
   EXPECT_EQ(m.kind(), TopologyKind::double_binary);

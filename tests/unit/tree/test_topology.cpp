@@ -189,6 +189,58 @@ TEST(TopologyExhaustive, ClustersCrossedOncePerTree) {
   }
 }
 
+TEST(TopologyExhaustive, AProducerInAMembersClusterRootsEveryTreeThere) {
+  for (TopologyKind kind : kKinds) {
+    for (int n = 1; n <= 40; ++n) {
+      for (int clusters : {1, 2, 3, 5, 8}) {
+        if (clusters > n) continue;
+        for (bool round_robin : {false, true}) {
+          const auto members = labels(n, clusters, round_robin);
+          const Topology plain(kind, members);
+          for (int home = 0; home < clusters; ++home) {
+            const std::string label = plain.cluster_label(home);
+            const Topology topo(kind, members, label);
+            ASSERT_EQ(topo.producer_cluster(), home);
+            const auto problems = topology_problems(topo);
+            ASSERT_TRUE(problems.empty())
+                << topology_kind_name(kind) << " n=" << n << " k=" << clusters << " home=" << home << "\n"
+                << joined(problems);
+            for (int t = 0; t < topo.trees(); ++t) {
+              // Each boundary once per tree, the producer's edge inside its own cluster.
+              ASSERT_EQ(topo.cluster_of(topo.root(t)), home) << "n=" << n << " k=" << clusters << " t=" << t;
+              ASSERT_EQ(cluster_crossings(topo, t), clusters - 1) << "n=" << n << " k=" << clusters << " t=" << t;
+            }
+          }
+          // A label no member carries: the producer's own cluster, as without one.
+          const Topology elsewhere(kind, members, "trainer-only");
+          EXPECT_EQ(elsewhere.producer_cluster(), -1);
+          for (int t = 0; t < plain.trees(); ++t) {
+            EXPECT_EQ(elsewhere.root(t), plain.root(t));
+            EXPECT_EQ(cluster_crossings(elsewhere, t), clusters);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TopologyClusters, DoubleBinaryNoLongerCrossesBackIntoTheProducersCluster) {
+  // The producer sits with members 0-3 ("trainer"); 4-7 are the rollout cluster.
+  const std::vector<std::string> members{"trainer", "trainer", "trainer", "trainer",
+                                         "rollout", "rollout", "rollout", "rollout"};
+  const Topology before(TopologyKind::double_binary, members);
+  // Without knowing, tree 1 starts in the mirror cluster (rollout) and crosses back: 2 crossings
+  // of the one boundary, 1 of them the producer's edge.
+  EXPECT_EQ(before.cluster_of(before.root(1)), 1);
+  EXPECT_EQ(cluster_crossings(before, 1), 2);
+  const Topology after(TopologyKind::double_binary, members, "trainer");
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_EQ(after.cluster_of(after.root(t)), 0) << t;
+    EXPECT_EQ(cluster_crossings(after, t), 1) << t;
+  }
+  EXPECT_TRUE(topology_problems(after).empty());
+}
+
 TEST(TopologyClusters, DeterministicAndFirstAppearanceOrder) {
   const std::vector<std::string> members{"us-east", "eu", "us-east", "eu", "ap", "eu"};
   const Topology a(TopologyKind::double_binary, members);
