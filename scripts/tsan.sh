@@ -12,6 +12,8 @@ bash "$root/scripts/install-deps.sh" --test
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDELTACAST_TSAN=ON -DDELTACAST_BUILD_BENCH=OFF >/dev/null
 cmake --build "$build" -j "$(nproc)" --target test_codec test_session test_relay_link test_frame_store \
   test_snapshot_patches test_relay_tree test_failover transport_conformance_test transport_unit_test
+# TSan slows threads 5-15x: tests stretch the bounds they give a healthy peer (tests/common/time_scale.h).
+export DELTACAST_TEST_TIME_SCALE="${DELTACAST_TEST_TIME_SCALE:-5}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp}"
 launcher=()
 if ! "$build/tests/unit/codec/test_codec" --gtest_list_tests >/dev/null 2>&1; then

@@ -136,11 +136,13 @@ void TcpConnection::close() {
     fail(Status{Errc::connection, "connection closed locally"});
     return;
   }
-  std::promise<void> done;
-  auto future = done.get_future();
-  asio::post(executor, [self = shared_from_this(), &done] {
+  // The closure owns the promise: after the bounded wait below gives up, it may still run later,
+  // and must not touch this stack frame (it did: a segfault or "promise already satisfied").
+  auto done = std::make_shared<std::promise<void>>();
+  auto future = done->get_future();
+  asio::post(executor, [self = shared_from_this(), done] {
     self->fail(Status{Errc::connection, "connection closed locally"});
-    done.set_value();
+    done->set_value();
   });
   // The io thread may stop before running the closure (transport torn down): do not wait forever.
   if (future.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {

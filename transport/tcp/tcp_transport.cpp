@@ -153,12 +153,13 @@ class TcpListener final : public Listener, public std::enable_shared_from_this<T
       closed_ = true;
     }
     ready_cv_.notify_all();
-    std::promise<void> done;
-    auto future = done.get_future();
-    asio::post(context_, [self = shared_from_this(), &done] {
+    // The closure owns the promise: it may run after the bounded wait below gave up.
+    auto done = std::make_shared<std::promise<void>>();
+    auto future = done->get_future();
+    asio::post(context_, [self = shared_from_this(), done] {
       boost::system::error_code ignored;
       self->acceptor_.close(ignored);
-      done.set_value();
+      done->set_value();
     });
     if (!context_.stopped()) future.wait_for(std::chrono::seconds(5));
     std::lock_guard lock(mutex_);

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "codec/frame.h"
+#include "tests/common/time_scale.h"
 #include "tests/integration/tree/tree_test_model.h"
 #include "transport/loopback/loopback.h"
 #include "transport/transport.h"
@@ -26,7 +27,8 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace loop = transport::loopback;
-constexpr auto kPeerTimeout = 600ms;
+// Stretched under sanitizers (tests/common/time_scale.h).
+const auto kPeerTimeout = test_time::scaled(600ms);
 
 // What a member sends, as a fault hook sees it.
 struct Sent {

@@ -11,11 +11,12 @@
 #include <gtest/gtest.h>
 
 #include "codec/encoder.h"
+#include "tests/common/time_scale.h"
+#include "tests/integration/tree/tree_test_model.h"
 #include "transport/transport.h"
 #include "tree/producer.h"
 #include "tree/receiver.h"
 #include "util/error.h"
-#include "tests/integration/tree/tree_test_model.h"
 
 namespace deltacast::tree {
 namespace {
@@ -32,7 +33,7 @@ class Cluster {
   // (every other receiver starts at the all-zero version 0).
   Cluster(const Params& params, const codec::Manifest& manifest, uint32_t n, const std::string& name,
           uint64_t chunk_bytes = 64 << 10, uint64_t first_start_version = 0)
-      : transport_(transport::make_transport(params.scheme, {})),
+      : transport_(transport::make_transport(params.scheme, transport_options())),
         buffers_(n),
         summaries_(n),
         first_start_version_(first_start_version) {
@@ -54,7 +55,16 @@ class Cluster {
       receivers_.push_back(std::make_unique<Receiver>(*transport_, ro));
     }
     for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { serve(i); });
-    producer_->start();
+    try {
+      producer_->start();
+    } catch (...) {
+      // A failed start (members found silent on an overloaded machine, e.g. under ASan): end every
+      // receiver thread before the exception leaves, or joinable threads terminate the process.
+      for (auto& r : receivers_) r->stop();
+      producer_.reset();
+      for (auto& t : threads_) t.join();
+      throw;
+    }
   }
   ~Cluster() {
     if (!finished_) finish();
@@ -82,6 +92,13 @@ class Cluster {
   }
 
  private:
+  // The defaults, with the silence bound stretched under sanitizers (tests/common/time_scale.h).
+  static transport::TransportOptions transport_options() {
+    transport::TransportOptions options;
+    options.peer_timeout = test_time::scaled(options.peer_timeout);
+    options.connect_timeout = test_time::scaled(options.connect_timeout);
+    return options;
+  }
   static std::string url(const std::string& scheme, const std::string& name) {
     return scheme == "loop" ? "loop://" + name : scheme + "://127.0.0.1:0";
   }
