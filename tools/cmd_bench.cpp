@@ -18,6 +18,7 @@
 
 #include "config/config.h"
 #include "tools/cli.h"
+#include "tools/lib_bench_tree.h"
 #include "transport/transport.h"
 #include "util/error.h"
 
@@ -214,6 +215,7 @@ void setup_bench(CLI::App& parent) {
       run_client(*options, total, message_bytes);
     }
   });
+  setup_bench_tree(*bench);  // `deltacast bench tree` (tools/lib_bench_tree.h)
 }
 
 const CommandRegistrar registrar{"bench", &setup_bench};
