@@ -14,6 +14,9 @@ cmake --build "$build" -j "$(nproc)" --target test_codec test_session test_relay
   test_snapshot_patches test_relay_tree test_failover transport_conformance_test transport_unit_test
 # TSan slows threads 5-15x: tests stretch the bounds they give a healthy peer (tests/common/time_scale.h).
 export DELTACAST_TEST_TIME_SCALE="${DELTACAST_TEST_TIME_SCALE:-5}"
+# UCX's libucm hooks madvise(); glibc calls it as a thread exits, after TSan tore that thread's
+# state down: a segfault in every binary that links UCX. Memory events off (UCX, not our code).
+export UCX_MEM_EVENTS="${UCX_MEM_EVENTS:-no}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp}"
 launcher=()
 if ! "$build/tests/unit/codec/test_codec" --gtest_list_tests >/dev/null 2>&1; then
