@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/time_scale.h"
 #include "tests/transport/peer_process.h"
 #include "transport/transport.h"
 
@@ -149,6 +150,15 @@ TEST_P(Conformance, ManySmallMessages) {
 TEST_P(Conformance, ConcurrentConnections) {
   constexpr int kClients = 6, kMessages = 200;
   std::vector<std::thread> threads;
+  // An ASSERT below returns early: join the clients anyway (each ends within its own timeouts),
+  // or the joinable threads terminate the process.
+  struct Joiner {
+    std::vector<std::thread>& threads;
+    ~Joiner() {
+      for (auto& t : threads)
+        if (t.joinable()) t.join();
+    }
+  } joiner{threads};
   std::atomic<int> failures{0};
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
@@ -167,7 +177,7 @@ TEST_P(Conformance, ConcurrentConnections) {
   }
   std::vector<std::unique_ptr<Connection>> servers;
   for (int c = 0; c < kClients; ++c) {
-    auto connection = listener_->accept(10s);
+    auto connection = listener_->accept(test_time::scaled(10s));  // stretched under sanitizers
     ASSERT_TRUE(connection) << "accept " << c;
     servers.push_back(std::move(connection));
   }
