@@ -651,9 +651,11 @@ void DeltaApplier::verify() const {
 }
 
 void DeltaApplier::audit(unsigned threads) const {
+  // The applier's lock order, as in commit() and rebind(): mu, then buffers_mu (audit took them the
+  // other way round: a commit and an audit on two threads could deadlock; found by TSan).
+  std::lock_guard lock(impl_->mu);
   std::shared_lock buffers(impl_->buffers_mu);
   const StateDigest scanned = StateDigest::full_scan(impl_->weights.as_const(), threads);
-  std::lock_guard lock(impl_->mu);
   const auto& have = (impl_->mode == Mode::staged ? impl_->buffers_digest : impl_->digest).per_tensor();
   for (uint32_t t = 0; t < have.size(); ++t)
     if (scanned.per_tensor()[t] != have[t])
