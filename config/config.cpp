@@ -120,6 +120,7 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
       {"producer_cluster", [](Config& c, std::string_view v) { c.producer_cluster = std::string(v); }},
       {"clusters", [](Config& c, std::string_view v) { c.clusters = one_of(v, {"manual", "auto"}); }},
       {"probe_file", [](Config& c, std::string_view v) { c.probe_file = std::string(v); }},
+      {"commit", [](Config& c, std::string_view v) { c.commit = one_of(v, {"auto", "producer", "delegated"}); }},
       {"chunk_bytes",
        [](Config& c, std::string_view v) {
          const uint64_t n = parse_size(v);
@@ -276,10 +277,10 @@ void parse_explicit_members(Config& config, const std::string& source, const YAM
 void parse_document(Config& config, const std::string& source, const YAML::Node& root) {
   if (root.IsNull()) return;  // an empty file: defaults only (validate() reports what is missing)
   require_map(source, root, "(top level)");
-  const std::set<std::string> top = {"producer",  "producer_cluster", "clusters",       "probe_file",
-                                     "transport", "topology",         "chunk_bytes",    "retain_versions",
-                                     "members",   "timeouts",         "secret_file",    "trainer",
-                                     "output",    "log_level",        "allow_insecure", "egress"};
+  const std::set<std::string> top = {
+      "producer",    "producer_cluster", "clusters",       "probe_file", "transport",   "topology",
+      "chunk_bytes", "retain_versions",  "members",        "timeouts",   "secret_file", "trainer",
+      "output",      "log_level",        "allow_insecure", "egress",     "commit"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
       {"trainer", {"kind", "dir", "params", "steps", "lr", "seed"}},

@@ -95,6 +95,11 @@ struct Config {
   // found (probe_file; resolve_clusters applies them, including the producer's cluster).
   std::string clusters = "manual";
   std::string probe_file;
+  // Who takes each version's joint-commit decision: "producer"; "delegated" (a member next to the
+  // receivers: one round trip per refit across a WAN instead of three; docs/protocol.md); "auto":
+  // delegated when producer_cluster is named and no member carries it (the producer is across a
+  // cluster boundary from every receiver), producer otherwise.
+  std::string commit = "auto";
   uint64_t chunk_bytes = 4ull << 20;
   // Committed versions whose frames every member keeps to serve a rejoining member's replay
   // (a delta is ~1% of the checkpoint). 0..1024.

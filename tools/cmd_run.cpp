@@ -310,6 +310,7 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
     state.trainer_step = trainer_step;
     state.attempt = producer.attempt();
     state.history = producer.history();
+    state.history[version] = digest;  // a delegated commit is recorded before history() holds it
     state.history.erase(0);  // version 0 needs no record (the all-zero state)
     source->save(state);
     try {

@@ -102,8 +102,10 @@ RefitReport Producer::Impl::run_version(InFlight flight, const std::function<voi
     send_all(*in_flight);
     joint_commit(report, expected_digest(), dry_run, on_commit);
   } catch (...) {
-    // Nothing can commit now: receivers roll back what they applied of this attempt.
-    if (membership) broadcast(Abort{in_flight->version, in_flight->attempt, "the producer stopped this version"});
+    // Nothing can commit now: receivers roll back what they applied of this attempt. Unless a
+    // decision is out, or a delegate may have committed it: an ABORT then could cross a COMMIT.
+    if (membership && !in_flight->deciding && !in_flight->delegated)
+      broadcast(Abort{in_flight->version, in_flight->attempt, "the producer stopped this version"});
     in_flight.reset();
     throw;
   }
@@ -116,20 +118,31 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
                                   const std::function<void()>& on_commit) {
   auto& f = *in_flight;
   const auto deadline = f.start + options.version_timeout;
+  const bool delegated = options.delegate_commit && !dry_run;
+  const bool by_delegate = delegated && delegated_commit(expected_digest, deadline);
   auto pending = [&] {
     for (auto& [rank, answer] : f.answers)
       if (answer == InFlight::Answer::none) return true;
     return false;
   };
-  while (pending() && !f.answers.empty()) {
+  while (!by_delegate && pending() && !f.answers.empty()) {
     if (Clock::now() > deadline) {
+      std::vector<uint32_t> silent;
       for (auto& [rank, answer] : f.answers) {
         if (answer != InFlight::Answer::none) continue;
+        silent.push_back(rank);
+        if (delegated) continue;
         answer = InFlight::Answer::refused;
         if (report.abort_reason.empty())
           report.abort_reason = "rank " + std::to_string(rank) + ": no ack within the version timeout";
       }
-      break;
+      if (!delegated) break;
+      // A delegate may have committed what these members acked to it: failing them keeps the
+      // version (it commits over the rest), an abort could cross that commit.
+      for (uint32_t rank : silent)
+        fail(rank, FailureCause::silent,
+             "no answer to version " + std::to_string(f.version) + " within the version timeout", Clock::now());
+      continue;
     }
     pump(20ms);
     flush_resends();
@@ -137,6 +150,7 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
   uint32_t verified = 0;
   bool all = !f.answers.empty();
   for (auto& [rank, answer] : f.answers) {
+    if (by_delegate) break;  // the delegate checked every live member's digest
     if (answer == InFlight::Answer::verified && f.ack_digests[rank] != expected_digest) {
       answer = InFlight::Answer::refused;
       if (report.abort_reason.empty())
@@ -144,6 +158,7 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
     }
     if (answer == InFlight::Answer::verified) ++verified; else all = false;
   }
+  if (by_delegate) verified = static_cast<uint32_t>(f.answers.size());
   if (f.answers.empty() && report.abort_reason.empty()) report.abort_reason = "every receiver failed";
   report.receivers = static_cast<uint32_t>(f.answers.size());
   report.verified_receivers = verified;
@@ -156,9 +171,17 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
   if (report.committed) {
     remember_version(f.version, expected_digest);
     // The host records the version as committed before any member can hold it (a producer
-    // state file): a producer lost after this point is resumed at this version.
-    if (options.before_commit) options.before_commit(f.version, expected_digest);
-    broadcast(Commit{f.version, f.attempt, expected_digest});
+    // state file): a producer lost after this point is resumed at this version. Delegated: it
+    // did so before the DELEGATE went out.
+    if (options.before_commit && !f.delegated) options.before_commit(f.version, expected_digest);
+    const Commit commit{f.version, f.attempt, expected_digest};
+    if (by_delegate) {
+      for (uint32_t r : live_ranks())  // members the delegate did not see active
+        if (!f.active.count(r) && !send_to(r, commit))
+          fail(r, FailureCause::link_closed, "COMMIT could not be sent", Clock::now());
+    } else {
+      broadcast(commit);
+    }
   } else {
     broadcast(Abort{f.version, f.attempt, report.abort_reason});
   }
@@ -178,6 +201,51 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
   }
   report.refit_seconds = seconds_since(f.start);
   if (report.committed && on_commit) on_commit();
+}
+
+bool Producer::Impl::delegated_commit(uint64_t expected_digest, Clock::time_point deadline) {
+  auto& f = *in_flight;
+  const auto root = membership->root(0);
+  if (!root || f.answers.empty()) return false;
+  // The commit is authorised now: what every live member verifies may be committed without
+  // another word from here, so the version is recorded first (a producer state file).
+  if (options.before_commit) options.before_commit(f.version, expected_digest);
+  f.delegated = true;
+  f.delegate = *root;
+  f.report->commit_delegate = f.delegate;
+  Delegate d{f.version, f.attempt, expected_digest, f.delegate, {}};
+  for (const auto& [rank, answer] : f.answers) d.ranks.push_back(rank);
+  broadcast(d);
+  log->debug("version {}: rank {} decides the commit", f.version, f.delegate);
+  for (;;) {
+    if (f.decided_by_delegate) return true;
+    if (f.delegate == 0 || f.answers.empty()) return false;  // the delegate failed: the producer decides
+    for (const auto& [rank, answer] : f.answers) {
+      const bool wrong_digest = answer == InFlight::Answer::verified && f.ack_digests[rank] != expected_digest;
+      if (answer == InFlight::Answer::refused || wrong_digest) return false;  // the producer aborts
+    }
+    if (Clock::now() > deadline) {
+      std::vector<uint32_t> silent;
+      for (const auto& [rank, answer] : f.answers)
+        if (answer == InFlight::Answer::none) silent.push_back(rank);
+      for (uint32_t rank : silent)
+        fail(rank, FailureCause::silent,
+             "no answer to version " + std::to_string(f.version) + " within the version timeout", Clock::now());
+    }
+    pump(20ms);
+    flush_resends();
+  }
+}
+
+void Producer::Impl::handle_decided(uint32_t from, const Decided& decided) {
+  if (!in_flight) return;
+  auto& f = *in_flight;
+  if (from != f.delegate || decided.attempt != f.attempt || decided.version != f.version || f.deciding) return;
+  f.decided_by_delegate = true;
+  for (uint32_t r : decided.active)
+    if (membership->live(r)) f.active.insert(r);
+  log->debug("version {}: committed by rank {} at {:.1f} ms, {} members active there", f.version, from,
+             1e3 * seconds_since(f.start), decided.active.size());
 }
 
 Producer::Producer(transport::Transport& transport, const codec::Manifest& manifest, ProducerOptions options)

@@ -67,8 +67,18 @@ struct ProducerOptions {
   // Called on the driving thread once every live member verified `version` and the producer
   // decided to commit it, right before COMMIT goes out (history() already holds it): the moment to
   // persist "version is committed" (`deltacast run`'s state file). A producer that dies after this
-  // call resumes at `version`; members that never got the COMMIT catch up to it. Optional.
+  // call resumes at `version`; members that never got the COMMIT catch up to it. With
+  // delegate_commit it runs earlier, before the DELEGATE goes out (history() does not hold the
+  // version yet, and a NACK may still abort it: a producer lost then resumes at it all the same,
+  // and every member catches up to it). Optional.
   std::function<void(uint64_t version, uint64_t digest)> before_commit;
+  // Delegated commit (config `commit: delegated`; docs/protocol.md "Delegated commit"): a member
+  // next to the receivers (tree 0's root) takes each version's commit decision, so that a refit
+  // across a WAN costs one round trip, not three. before_commit then runs when the version's last
+  // data message is posted (the producer authorises the commit of what every live member will
+  // verify). Aborts stay with the producer; a member that does not answer within version_timeout
+  // is failed instead of aborting the version. Dry runs are never delegated.
+  bool delegate_commit = false;
   // The trainer's checkpoint files, sent to every member in WELCOME (members that write what they
   // hold use it: `output.checkpoint_dir`). Empty: no files. Must pass check_layout for the
   // manifest (Error(invalid_argument) otherwise).
@@ -134,6 +144,9 @@ struct RefitReport {
   uint64_t epoch = 0;              // membership epoch at the end of the version
   double repair_seconds = 0;       // summed: detection until the repaired subtrees had rejoined
   uint32_t resent_chunks = 0;      // chunks the producer encoded and sent again after a repair
+  // Who decided the commit: the delegate's rank, or 0 when the producer did (not delegated, or the
+  // delegate failed and the producer took over).
+  uint32_t commit_delegate = 0;
 };
 
 class Producer {

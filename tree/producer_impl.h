@@ -125,6 +125,9 @@ struct Producer::Impl {
     std::set<uint32_t> active;           // after COMMIT/ABORT: ranks that answered ACTIVE
     uint64_t want_active = 0;            // the version ACTIVE must name
     bool deciding = false;               // COMMIT/ABORT is out
+    bool delegated = false;              // DELEGATE went out: only a NACK may abort now
+    uint32_t delegate = 0;               // the commit delegate while it decides (0: the producer)
+    bool decided_by_delegate = false;    // DECIDED came: the version is committed
     RefitReport* report = nullptr;
     Clock::time_point start;
   };
@@ -196,6 +199,12 @@ struct Producer::Impl {
   // Collects the answers of every live member, commits or aborts, waits for ACTIVE.
   void joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
                     const std::function<void()>& on_commit = {});
+  // Delegated: names the delegate and waits until it decided, a live member refused (the producer
+  // aborts), or the delegate failed (the producer decides). Returns true when the delegate
+  // committed the version (f.active holds the members it reported active).
+  bool delegated_commit(uint64_t expected_digest, Clock::time_point deadline);
+  // DECIDED from the delegate.
+  void handle_decided(uint32_t from, const Decided& decided);
   RefitReport run_version(InFlight flight, const std::function<void(InFlight&)>& send_all,
                           const std::function<uint64_t()>& expected_digest, bool dry_run,
                           const std::function<void()>& on_commit);

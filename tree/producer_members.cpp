@@ -127,12 +127,13 @@ void Producer::Impl::handle_control(const ControlEvent& e) {
   const Message& m = *e.message;
   auto& f = in_flight;
   if (auto* ack = std::get_if<Ack>(&m)) {
-    if (f && ack->version == f->version && f->answers.count(e.rank) && f->answers[e.rank] == InFlight::Answer::none) {
+    if (f && ack->version == f->version && ack->attempt == f->attempt && f->answers.count(e.rank) &&
+        f->answers[e.rank] == InFlight::Answer::none) {
       f->answers[e.rank] = InFlight::Answer::verified;
       f->ack_digests[e.rank] = ack->digest;
     }
   } else if (auto* nack = std::get_if<Nack>(&m)) {
-    if (f && nack->version == f->version && f->answers.count(e.rank)) {
+    if (f && nack->version == f->version && nack->attempt == f->attempt && f->answers.count(e.rank)) {
       if (f->deciding) {
         fail(e.rank, FailureCause::refused, "could not commit version " + std::to_string(f->version) + ": " + nack->message, e.at);
       } else {
@@ -150,6 +151,8 @@ void Producer::Impl::handle_control(const ControlEvent& e) {
         fail(e.rank, FailureCause::refused,
              "active at version " + std::to_string(active->version) + ", expected " + std::to_string(f->want_active), e.at);
     }
+  } else if (auto* decided = std::get_if<Decided>(&m)) {
+    handle_decided(e.rank, *decided);
   } else if (auto* ready = std::get_if<Ready>(&m)) {
     handle_ready(e.rank, *ready, e.epoch);
   } else if (auto* report = std::get_if<Report>(&m)) {
@@ -335,6 +338,14 @@ void Producer::Impl::fail(uint32_t rank, FailureCause cause, const std::string& 
   if (in_flight) {
     in_flight->answers.erase(rank);
     in_flight->active.erase(rank);
+    if (in_flight->delegate == rank && !in_flight->decided_by_delegate) {
+      // The delegate is out before it decided: the producer decides, from the answers it has
+      // itself (members send them here too). A COMMIT the delegate sent meanwhile is the same.
+      in_flight->delegate = 0;
+      if (in_flight->report) in_flight->report->commit_delegate = 0;
+      log->warn("producer: the commit delegate (rank {}) failed before deciding version {}; the producer decides", rank,
+                in_flight->version);
+    }
   }
   for (auto& repair : repairs) repair.waiting.erase(rank);
   const uint32_t dead[] = {rank};

@@ -127,13 +127,14 @@ struct Schema<Ack> {
   static constexpr MessageType type = MessageType::ack;
   static constexpr auto fields =
       std::tuple{field("rank", &Ack::rank), field("version", &Ack::version), field("digest", &Ack::digest),
-                 field("applied_changes", &Ack::applied_changes)};
+                 field("applied_changes", &Ack::applied_changes), field("attempt", &Ack::attempt)};
 };
 template <>
 struct Schema<Nack> {
   static constexpr MessageType type = MessageType::nack;
-  static constexpr auto fields = std::tuple{field("rank", &Nack::rank), field("version", &Nack::version),
-                                            field("errc", &Nack::errc), field("message", &Nack::message)};
+  static constexpr auto fields =
+      std::tuple{field("rank", &Nack::rank), field("version", &Nack::version), field("errc", &Nack::errc),
+                 field("message", &Nack::message), field("attempt", &Nack::attempt)};
 };
 template <>
 struct Schema<Commit> {
@@ -213,6 +214,20 @@ struct Schema<FetchEnd> {
   static constexpr MessageType type = MessageType::fetch_end;
   static constexpr auto fields = std::tuple{field("version", &FetchEnd::version), field("digest", &FetchEnd::digest),
                                             field("errc", &FetchEnd::errc), field("message", &FetchEnd::message)};
+};
+template <>
+struct Schema<Delegate> {
+  static constexpr MessageType type = MessageType::delegate;
+  static constexpr auto fields = std::tuple{field("version", &Delegate::version), field("attempt", &Delegate::attempt),
+                                            field("digest", &Delegate::digest), field("delegate", &Delegate::delegate),
+                                            field("ranks", &Delegate::ranks)};
+};
+template <>
+struct Schema<Decided> {
+  static constexpr MessageType type = MessageType::decided;
+  static constexpr auto fields = std::tuple{field("rank", &Decided::rank), field("version", &Decided::version),
+                                            field("attempt", &Decided::attempt), field("digest", &Decided::digest),
+                                            field("active", &Decided::active)};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -519,6 +534,8 @@ const char* message_type_name(MessageType type) noexcept {
     case MessageType::catchup: return "catchup";
     case MessageType::fetch: return "fetch";
     case MessageType::fetch_end: return "fetch_end";
+    case MessageType::delegate: return "delegate";
+    case MessageType::decided: return "decided";
   }
   return "unknown";
 }

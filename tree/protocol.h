@@ -42,6 +42,8 @@ enum class MessageType : uint8_t {
   catchup = 21,
   fetch = 22,
   fetch_end = 23,
+  delegate = 24,  // producer -> live members: who decides this attempt's commit (commit: delegated)
+  decided = 25,   // delegate -> producer: the attempt committed, these members are active
 };
 
 // Why a member left the live set, or why a link is reported (REPORT, EPOCH, the report's
@@ -152,12 +154,14 @@ struct Ack {
   uint64_t version = 0;
   uint64_t digest = 0;
   uint64_t applied_changes = 0;
+  uint64_t attempt = 0;  // the attempt verified (a late ACK of an aborted attempt is not the retry's)
 };
 struct Nack {
   uint32_t rank = 0;
   uint64_t version = 0;
   uint32_t errc = 0;
   std::string message;
+  uint64_t attempt = 0;  // the attempt refused
 };
 struct Commit {
   uint64_t version = 0;
@@ -240,10 +244,29 @@ struct FetchEnd {
   std::string message;
 };
 
+// producer -> every live member, once the attempt's last data message is posted (commit:
+// delegated, docs/protocol.md "Delegated commit"): `delegate` commits this attempt once every rank
+// of `ranks` still live in its epoch acked it with `digest`; members send it their ACK or NACK too.
+struct Delegate {
+  uint64_t version = 0;
+  uint64_t attempt = 0;
+  uint64_t digest = 0;
+  uint32_t delegate = 0;
+  std::vector<uint32_t> ranks;  // the attempt's members (live when it started)
+};
+// delegate -> producer: the attempt committed; `active` answered ACTIVE to the delegate's COMMIT.
+struct Decided {
+  uint32_t rank = 0;  // the delegate
+  uint64_t version = 0;
+  uint64_t attempt = 0;
+  uint64_t digest = 0;
+  std::vector<uint32_t> active;
+};
+
 // A decoded control message. FRAME and RAW messages are not decoded into this: use
 // decode_frame_message() / decode_raw_message().
-using Message = std::variant<Hello, Welcome, Join, Ready, Ack, Nack, Commit, Abort, Active, Resume,
-                             Bye, EpochUpdate, Report, Gap, Fenced, Refused, Catchup, Fetch, FetchEnd>;
+using Message = std::variant<Hello, Welcome, Join, Ready, Ack, Nack, Commit, Abort, Active, Resume, Bye, EpochUpdate,
+                             Report, Gap, Fenced, Refused, Catchup, Fetch, FetchEnd, Delegate, Decided>;
 
 struct MessageHeader {
   MessageType type = MessageType::bye;

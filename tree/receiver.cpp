@@ -12,6 +12,7 @@
 #include "tree/frame_store.h"
 #include "tree/membership.h"
 #include "tree/protocol.h"
+#include "tree/receiver_impl.h"
 #include "tree/relay_edges.h"
 #include "tree/relay_link.h"
 #include "tree/secure_start.h"
@@ -21,77 +22,16 @@
 namespace deltacast::tree {
 namespace {
 
-using namespace std::chrono_literals;
-constexpr size_t kControlBufferBytes = size_t{1} << 20;
-constexpr size_t kWelcomeBufferBytes = size_t{64} << 20;
-constexpr auto kControlSendTimeout = 60s;
-
 uint64_t random_instance() {
   std::random_device seed;
   return (static_cast<uint64_t>(seed()) << 32) ^ seed() ^
          static_cast<uint64_t>(Clock::now().time_since_epoch().count());
 }
 
-// How run() leaves one producer connection.
-enum class Ending { bye, producer_lost, fenced };
-
 }  // namespace
 
-struct Receiver::Impl {
-  transport::Transport& transport;
-  ReceiverOptions options;
-  std::shared_ptr<spdlog::logger> log = logger("tree");
-  std::unique_ptr<transport::Listener> listener;
-  const uint64_t instance = random_instance();
-
-  std::shared_ptr<transport::Connection> control;
-  std::mutex control_mutex;  // control (the pointer) and `epoch` for sends from relay threads
-  Welcome welcome;
-  std::optional<codec::Manifest> manifest;
-  std::optional<Membership> membership;
-
-  codec::MutableWeights weights;
-  std::mutex weights_mutex;  // weights' spans: a snapshot landing vs reattach()
-  std::unique_ptr<Session> session;
-  std::unique_ptr<FrameStore> store;
-  std::unique_ptr<RelayEdges> edges;
-  mutable std::mutex edges_mutex;  // edges (the pointer) and relay_totals, for stats()
-  RelayStats relay_totals;  // of edges already stopped
-  uint64_t versions_committed = 0, versions_aborted = 0;
-  std::atomic<uint64_t>* active_version = nullptr;
-  uint64_t held_version = 0, held_digest = 0;  // what join() was told the host holds
-  FetchEnd snapshot_end;                       // the last snapshot's version and digest
-  std::atomic<bool> leaving{false};            // stop(): run() returns instead of rejoining
-
-  Impl(transport::Transport& t, ReceiverOptions o) : transport(t), options(std::move(o)) {}
-
-  uint64_t epoch() const { return membership ? membership->epoch() : 0; }
-  void send_to_producer(const Message& message) {
-    std::shared_ptr<transport::Connection> link;
-    uint64_t e;
-    {
-      std::lock_guard lock(control_mutex);
-      link = control;
-      e = epoch();
-    }
-    if (!link) throw Error(Errc::connection, "no link to the producer");
-    send_control(*link, message, kControlSendTimeout, e);
-  }
-  std::string who() const { return "rank " + std::to_string(options.rank); }
-
-  void hello(std::chrono::milliseconds patience);
-  Message recv_control(std::chrono::milliseconds timeout, std::vector<std::byte>& buffer, uint64_t* epoch_out = nullptr);
-  void take_welcome(Welcome w, uint64_t epoch);
-  bool catch_up();
-  bool fetch_replay(const Member& source, uint64_t version);
-  bool fetch_snapshot(const Member& source);
-  template <class Handle>
-  void fetch(const Member& source, const Fetch& request, Handle&& handle);
-  void start_edges();
-  void stop_edges();
-  Ending serve();
-  void on_epoch(const EpochUpdate& update, uint64_t epoch);
-};
+Receiver::Impl::Impl(transport::Transport& t, ReceiverOptions o)
+    : transport(t), options(std::move(o)), instance(random_instance()) {}
 
 // Connects to the producer (retrying for `patience`), says HELLO with what this member holds, and
 // takes its WELCOME. Throws Error(connection | timeout) when the producer stays unreachable, and
@@ -298,107 +238,6 @@ bool Receiver::Impl::fetch_snapshot(const Member& source) {
       session->install(0, codec::StateDigest::full_scan(weights.as_const(), 1));
     }
     return false;
-  }
-}
-
-void Receiver::Impl::start_edges() {
-  RelayOptions relay;
-  relay.rank = options.rank;
-  relay.max_message_bytes = welcome.max_message_bytes;
-  relay.max_inflight_bytes_per_child = options.max_inflight_bytes_per_child;
-  relay.peer_timeout = options.peer_timeout;
-  relay.connect_timeout = options.connect_timeout;
-  relay.join_timeout = options.join_timeout;
-  RelayEdges::Callbacks callbacks;
-  callbacks.to_producer = [this](const Message& m) { send_to_producer(m); };
-  callbacks.on_data = options.on_data;
-  auto fresh = std::make_unique<RelayEdges>(transport, *listener, *session, *store, *manifest, welcome.members,
-                                           relay, std::move(callbacks));
-  fresh->start(*membership);
-  std::lock_guard lock(edges_mutex);
-  edges = std::move(fresh);
-}
-
-void Receiver::Impl::stop_edges() {
-  if (!edges) return;
-  edges->stop();
-  std::lock_guard lock(edges_mutex);
-  relay_totals += edges->stats();
-  edges.reset();
-}
-
-void Receiver::Impl::on_epoch(const EpochUpdate& update, uint64_t e) {
-  {
-    std::lock_guard lock(control_mutex);
-    if (e <= membership->epoch()) return;  // already known (a WELCOME carried it)
-    membership->apply(e, update.dead, update.joined, update.moves);
-    for (const auto& m : update.joined)
-      if (m.rank < welcome.members.size()) welcome.members[m.rank] = m;
-  }
-  for (const auto& d : update.dead)
-    log->info("{}: rank {} left at epoch {} ({})", who(), d.rank, e, failure_cause_name(d.cause));
-  if (edges) edges->update(*membership, update.joined, update.moves);
-}
-
-// Serves versions over the current producer link until BYE, the link's loss, or a fence.
-Ending Receiver::Impl::serve() {
-  if (!membership->live(options.rank)) {
-    if (!catch_up()) return Ending::bye;
-    // Caught up (a snapshot and/or replayed versions): the host holds a committed version now.
-    const uint64_t held = session->version();
-    if (held > active_version->load()) {
-      active_version->store(held);
-      if (options.on_active) options.on_active(held);
-    }
-  }
-  start_edges();
-  std::vector<std::byte> buffer(kControlBufferBytes);
-  for (;;) {
-    uint64_t e = 0;
-    Message message;
-    try {
-      message = recv_control(options.idle_timeout, buffer, &e);
-    } catch (const Error& error) {
-      if (error.code() != Errc::connection) throw;
-      if (leaving)
-        log->info("{}: leaving ({})", who(), error.what());
-      else
-        log->warn("{}: {}", who(), error.what());
-      return Ending::producer_lost;
-    }
-    if (std::holds_alternative<Bye>(message)) return Ending::bye;
-    if (auto* commit = std::get_if<Commit>(&message)) {
-      // The version's frames are archived before ACTIVE goes out: once the producer counts the
-      // version committed, a rejoining peer may ask this member to replay it.
-      session->commit(*commit, [&](const Message& m) {
-        if (std::holds_alternative<Active>(m)) store->end_attempt(commit->attempt, true);
-        send_to_producer(m);
-      });
-      if (edges) edges->prepare_next_version();
-      if (session->version() == commit->version) {
-        ++versions_committed;
-        active_version->store(commit->version);
-        if (options.on_active) options.on_active(commit->version);
-      }
-    } else if (auto* abort = std::get_if<Abort>(&message)) {
-      Message reply = session->abort(*abort);
-      store->end_attempt(abort->attempt, false);
-      ++versions_aborted;
-      log->info("{}: version {} aborted ({}), back at version {}", who(), abort->version, abort->reason,
-                session->version());
-      send_to_producer(reply);
-      if (options.on_aborted) options.on_aborted(abort->version);
-    } else if (auto* update = std::get_if<EpochUpdate>(&message)) {
-      on_epoch(*update, e);
-    } else if (auto* fenced = std::get_if<Fenced>(&message)) {
-      log->warn("{}: fenced by the producer: {}", who(), fenced->reason);
-      if (fenced->replaced)
-        throw Error(Errc::state, who() + " was replaced by a newer instance of the same rank (" +
-                                     fenced->reason + "); this instance stops");
-      return Ending::fenced;
-    } else {
-      log->warn("{}: ignoring an unexpected control message", who());
-    }
   }
 }
 

@@ -180,9 +180,10 @@ void RelayEdges::serve_connection(std::shared_ptr<transport::Connection> connect
     auto message = decode_message(bytes);
     if (auto* join = std::get_if<Join>(&message)) return serve_join(connection, *join, epoch);
     if (auto* fetch = std::get_if<Fetch>(&message)) return serve_fetch(connection, *fetch);
-    throw Error(Errc::corrupt_frame, std::string("first message is ") +
-                                         message_type_name(message_header(bytes).type) +
-                                         ", not JOIN or FETCH");
+    if ((std::holds_alternative<Ack>(message) || std::holds_alternative<Nack>(message)) && callbacks_.on_commit_link)
+      return callbacks_.on_commit_link(std::move(connection), std::move(message));
+    throw Error(Errc::corrupt_frame, std::string("first message is ") + message_type_name(message_header(bytes).type) +
+                                         ", not JOIN, FETCH, ACK or NACK");
   } catch (const Error& e) {
     if (!stopping_)
       logger("tree")->warn("rank {}: dropped a connection from {}: {}", options_.rank, connection->peer(), e.what());

@@ -7,7 +7,8 @@
 //    RESUME that follows says which chunks of the in-flight attempt the child holds, and the
 //    child gets the retained ones it lacks at once, then everything forwarded from then on. Chunks
 //    seen here but no longer retained are reported to the producer (GAP), which sends them again.
-//    The acceptor also serves FETCH (a rejoining peer's catch-up) on its own thread.
+//    The acceptor also serves FETCH (a rejoining peer's catch-up) on its own thread, and hands a
+//    commit link (first message ACK or NACK: this member is a commit delegate) to the receiver.
 //  * Replaceable parent links, one reader thread per tree: it connects to the parent the forest
 //    names, sends JOIN and RESUME, then reads. Each data message is forwarded verbatim to the
 //    children of that tree on its first sight (cut-through), or, when it is a re-send routed to
@@ -79,6 +80,10 @@ class RelayEdges {
     std::function<void(const Message&)> to_producer;
     // After each data message of `version` was handled (fault injection); optional.
     std::function<void(uint64_t version, uint64_t handled)> on_data;
+    // A connection whose first message is an ACK or NACK: a member's commit link to this member
+    // as the delegate of a commit (docs/protocol.md, "Delegated commit"). The callee owns it from
+    // then on. Optional: without it such connections are refused.
+    std::function<void(std::shared_ptr<transport::Connection>, Message first)> on_commit_link;
   };
   RelayEdges(transport::Transport& transport, transport::Listener& listener, Session& session,
              FrameStore& store, const codec::Manifest& manifest, std::vector<Member> members,

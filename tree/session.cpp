@@ -176,7 +176,7 @@ std::optional<Message> Session::refuse_locked(uint64_t version, const Error& e) 
   if (!in_flight_ || in_flight_->nacked || in_flight_->acked) return std::nullopt;
   in_flight_->nacked = true;
   logger("tree")->warn("rank {}: refused version {}: {}", rank_, version, e.what());
-  return Nack{rank_, version, static_cast<uint32_t>(e.code()), e.what()};
+  return Nack{rank_, version, static_cast<uint32_t>(e.code()), e.what(), in_flight_->attempt};
 }
 
 Session::Outcome Session::apply_frame(uint64_t attempt, const codec::FrameView& view) {
@@ -215,7 +215,7 @@ Session::Outcome Session::apply_frame(uint64_t attempt, const codec::FrameView& 
     try {
       const uint64_t digest = applier->verify();
       in_flight_->acked = true;
-      out.reply = Ack{rank_, version, digest, in_flight_->changes};
+      out.reply = Ack{rank_, version, digest, in_flight_->changes, in_flight_->attempt};
     } catch (const Error& e) {
       out.reply = refuse_locked(version, e);
     }
@@ -261,7 +261,7 @@ std::optional<Message> Session::land_piece(const RawChunkHeader& h, std::optiona
       applier->land_piece(h, hash);
       if (hash && !in_flight_->acked && !in_flight_->nacked && applier->complete()) {
         in_flight_->acked = true;
-        reply = Ack{rank_, h.version, applier->verify(), 0};
+        reply = Ack{rank_, h.version, applier->verify(), 0, in_flight_->attempt};
       }
     }
   }
@@ -281,10 +281,18 @@ void Session::commit(const Commit& commit, const std::function<void(const Messag
     std::lock_guard lock(state_mutex_);
     const bool ours = in_flight_ && in_flight_->attempt == commit.attempt &&
                       in_flight_->version == commit.version && in_flight_->acked;
+    if (!ours && commit.attempt != 0 && committed_attempt_ == commit.attempt && committed_version_ == commit.version) {
+      // Already committed here (a delegated commit, then the producer's own COMMIT of the same
+      // attempt after the delegate failed): the same answer again.
+      const Active again{rank_, committed_version_, committed_answer_};
+      data.unlock();
+      send(again);
+      return;
+    }
     if (!ours) {
       data.unlock();
       send(Nack{rank_, commit.version, static_cast<uint32_t>(Errc::state),
-                "COMMIT for a version this member has not verified"});
+                "COMMIT for a version this member has not verified", commit.attempt});
       return;
     }
     applier = applier_locked(in_flight_->kind);
@@ -301,6 +309,8 @@ void Session::commit(const Commit& commit, const std::function<void(const Messag
     std::lock_guard lock(state_mutex_);
     committed_version_ = commit.version;
     committed_digest_ = bootstrap ? active_digest : delta_applier_->digest().combined();
+    committed_attempt_ = commit.attempt;
+    committed_answer_ = active_digest;
     end_in_flight_locked(commit.attempt);
   }
   send(Active{rank_, commit.version, active_digest});
@@ -382,6 +392,7 @@ bool Session::replay_frame(const codec::FrameView& view) {
   }
   std::lock_guard lock(state_mutex_);
   committed_version_ = delta_applier_->version();
+  committed_attempt_ = 0;
   committed_digest_ = delta_applier_->digest().combined();
   return true;
 }
@@ -391,6 +402,7 @@ void Session::install(uint64_t version, codec::StateDigest digest) {
   std::lock_guard lock(state_mutex_);
   if (in_flight_) throw Error(Errc::state, "a snapshot installed while a version is in flight");
   committed_version_ = version;
+  committed_attempt_ = 0;
   committed_digest_ = digest.combined();
   reset_delta_locked(version, std::move(digest));  // pending gated versions are superseded
 }

@@ -92,7 +92,8 @@ class Session {
   std::optional<Message> land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash);
 
   // COMMIT: makes the in-flight version current. Calls `send` with ACTIVE (or with a NACK when
-  // this member has not verified that version), then does idle-time work while still holding the
+  // this member has not verified that version; the same ACTIVE again when that attempt already
+  // committed here: a delegated commit followed by the producer's), then does idle-time work while still holding the
   // data lock (after a bootstrap: the full-scan digest the next delta needs).
   void commit(const Commit& commit, const std::function<void(const Message&)>& send);
   // ABORT: rolls back the in-flight attempt (if it is `abort.attempt` or older); returns ACTIVE.
@@ -199,6 +200,8 @@ class Session {
   std::vector<SnapshotReader*> snapshots_;  // open readers (state lock)
   uint64_t committed_version_ = 0;
   uint64_t committed_digest_ = 0;
+  uint64_t committed_attempt_ = 0;  // the attempt that committed committed_version_ here (0: none)
+  uint64_t committed_answer_ = 0;   // the digest its ACTIVE named
 };
 
 }  // namespace deltacast::tree

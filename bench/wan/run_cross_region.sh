@@ -6,12 +6,14 @@
 # setup and the RTT measured right before it) to RESULT; bench/wan/summarize.py makes the tables.
 #
 #   bench/wan/run_cross_region.sh rtt [ROUNDS]          (a) 4 receivers, chain, 100M params, lr 2e-6,
-#                                                           100mbit uplink; one-way delay 0, 25, 50 ms
+#                                                           100mbit uplink; one-way delay 0, 25, 50 ms;
+#                                                           commit: producer and delegated (COMMITS)
 #   bench/wan/run_cross_region.sh table [ROUNDS] [PARAMS] (b) 8 receivers, 100mbit uplink + 25 ms, inner
 #                                                           1gbit; lr for 1/3/5%; chain, double_binary
 #
 # Environment: BUILD (default build-wan), RESULT (default bench/wan/results/<mode>.jsonl), STEPS
-# (refits per run, default 3), DELAYS (a), LRS and TOPOLOGIES (b), UPLINK, INNER, RECEIVERS.
+# (refits per run, default 3), DELAYS and COMMITS (a), LRS and TOPOLOGIES (b), UPLINK, INNER,
+# RECEIVERS, COMMIT (b: the config's `commit`, default auto = delegated here).
 # Rounds are interleaved (round 1 of every setting, then round 2...). Every process runs under
 # timeout; the namespaces are removed on exit, whatever happens.
 set -euo pipefail
@@ -41,16 +43,17 @@ trap 'exit 130' INT TERM
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$work/secret"
 chmod 600 "$work/secret"
 
-# run_once LABEL RECEIVERS TOPOLOGY PARAMS LR UPLINK INNER DELAY_MS ROUND RTT_JSON: one deltacast run,
-# one JSON line appended to $RESULT.
+# run_once LABEL RECEIVERS TOPOLOGY PARAMS LR UPLINK INNER DELAY_MS ROUND RTT_JSON COMMIT: one deltacast
+# run, one JSON line appended to $RESULT.
 run_once() {
-  local label=$1 n=$2 topo=$3 params=$4 lr=$5 uplink=$6 inner=$7 delay=$8 round=$9 rtt=${10} r rc=0 load
+  local label=$1 n=$2 topo=$3 params=$4 lr=$5 uplink=$6 inner=$7 delay=$8 round=$9 rtt=${10} commit=${11} r rc=0 load
   {
     echo "producer: tcp://$("$WAN" addr 0):29850"
     echo "transport: tcp"
     echo "secret_file: $work/secret"
     echo "topology: $topo"
     echo "producer_cluster: trainer"
+    echo "commit: $commit"
     echo "timeouts: {connect: 10s, heartbeat: 1s, peer: 30s, refit: 5m, join: 180s}"
     echo "trainer: {kind: synth, params: $params, steps: $STEPS, lr: $lr}"
     echo "output: {dir: $work/out}"
@@ -77,18 +80,18 @@ run_once() {
     cp "$work/rank0.log" "$OUT/failed-$(date +%H%M%S)-rank0.log" 2>/dev/null || true
   fi
   python3 - "$RESULT" "$work/report.json" "$label" "$n" "$topo" "$params" "$lr" "$uplink" "$inner" "$delay" \
-    "$round" "$rtt" "$load" "$(cut -d' ' -f1 /proc/loadavg)" "$rc" <<'PY'
+    "$round" "$rtt" "$load" "$(cut -d' ' -f1 /proc/loadavg)" "$rc" "$commit" <<'PY'
 import json, os, sys, time
-(result, report, label, n, topo, params, lr, uplink, inner, delay, rnd, rtt, load0, load1, rc) = sys.argv[1:]
+(result, report, label, n, topo, params, lr, uplink, inner, delay, rnd, rtt, load0, load1, rc, commit) = sys.argv[1:]
 rep = json.load(open(report)) if os.path.exists(report) else None
 line = {"bench": "wan", "label": label, "receivers": int(n), "topology": topo, "params": params, "lr": float(lr),
         "uplink": uplink, "inner": inner, "delay_ms": float(delay), "round": int(rnd), "rtt": json.loads(rtt),
         "load_before": float(load0), "load_after": float(load1), "rc": int(rc), "time": time.strftime("%H:%M:%S"),
-        "report": rep}
+        "commit": commit, "report": rep}
 open(result, "a").write(json.dumps(line) + "\n")
 if rep:
     steps = ", ".join(f"{s['refit_seconds']:.3f}" for s in rep["steps"])
-    print(f"{label} round {rnd} {topo} lr {lr} delay {delay} ms (RTT {json.loads(rtt).get('median_ms', 0):.1f}): "
+    print(f"{label} round {rnd} {topo} commit {commit} lr {lr} delay {delay} ms (RTT {json.loads(rtt).get('median_ms', 0):.1f}): "
           f"full {rep['full']['seconds']:.2f} s, refits {steps} s, ok {rep['ok']}, load {load0}->{load1}")
 PY
 }
@@ -100,8 +103,10 @@ case "$MODE" in
     for ((round = 1; round <= ROUNDS; round++)); do
       for delay in ${DELAYS:-0 25 50}; do
         "$WAN" create "$RECEIVERS" "$UPLINK" "$INNER" "$delay" >/dev/null
-        rtt=$("$WAN" rtt 0 1 | tail -1)
-        run_once rtt "$RECEIVERS" chain 100M "${LR:-2e-6}" "$UPLINK" "$INNER" "$delay" "$round" "$rtt"
+        for commit in ${COMMITS:-producer delegated}; do
+          rtt=$("$WAN" rtt 0 1 | tail -1)
+          run_once rtt "$RECEIVERS" chain 100M "${LR:-2e-6}" "$UPLINK" "$INNER" "$delay" "$round" "$rtt" "$commit"
+        done
         "$WAN" destroy
       done
     done ;;
@@ -115,7 +120,7 @@ case "$MODE" in
       for lr in ${LRS:-1.3e-6 5e-6 9e-6}; do
         for topo in ${TOPOLOGIES:-chain double_binary}; do
           rtt=$("$WAN" rtt 0 1 | tail -1)
-          run_once table "$RECEIVERS" "$topo" "$PARAMS" "$lr" "$UPLINK" "$INNER" "$DELAY" "$round" "$rtt"
+          run_once table "$RECEIVERS" "$topo" "$PARAMS" "$lr" "$UPLINK" "$INNER" "$DELAY" "$round" "$rtt" "${COMMIT:-auto}"
         done
       done
     done ;;

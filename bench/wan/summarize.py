@@ -80,10 +80,18 @@ def full_of(line):
     return rep["full"]["seconds"], floor
 
 
-def rtt_table(lines):
+def rtt_tables(lines):
+    """One round-trip table per commit mode (lines before the mode existed are `producer`)."""
+    modes = sorted({l.get("commit", "producer") for l in lines})
+    for mode in modes:
+        rtt_table([l for l in lines if l.get("commit", "producer") == mode], mode)
+
+
+def rtt_table(lines, mode="producer"):
     ok = [l for l in lines if l.get("report")]
     failed = len(lines) - len(ok)
-    print("#### (a) Round trips: 4 receivers, chain, 100M params (200 MB), lr 2e-6, 100 Mbit/s uplink\n")
+    print(f"#### (a) Round trips, commit: {mode}: 4 receivers, chain, 100M params (200 MB), lr 2e-6, "
+          "100 Mbit/s uplink\n")
     print("| one-way delay | measured RTT ms (min-median-max) | runs | refit steps | changed | payload MB "
           "| full s | full/floor | refit s | full/refit | lower bound s | refit/lower bound | extra RTTs vs 0 ms | exact |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -209,7 +217,7 @@ def main():
     a = ap.parse_args()
     rtt = load(a.rtt)
     if rtt:
-        rtt_table(rtt)
+        rtt_tables(rtt)
     table = load(a.table)
     if table:
         side_by_side(cross_table(table))

@@ -247,8 +247,8 @@ void tree_message_seeds(const fs::path& golden) {
       {"welcome", welcome},
       {"join", Join{5, 1}},
       {"ready", Ready{5, 8, 0x77}},
-      {"ack", Ack{2, 5, 0xdeadbeef, 1234}},
-      {"nack", Nack{4, 6, 3, "wrong base"}},
+      {"ack", Ack{2, 5, 0xdeadbeef, 1234, 19}},
+      {"nack", Nack{4, 6, 3, "wrong base", 20}},
       {"commit", Commit{8, 21, 77}},
       {"abort", Abort{8, 22, "dry run"}},
       {"active", Active{1, 8, 77}},
@@ -262,6 +262,8 @@ void tree_message_seeds(const fs::path& golden) {
       {"catchup", Catchup{9, 0x1234, CatchupMode::snapshot, {{0, "tcp://p:1", "", true}}}},
       {"fetch", Fetch{5, CatchupMode::replay, 3, 9}},
       {"fetch_end", FetchEnd{9, 0x1234, 7, "io failed"}},
+      {"delegate", Delegate{9, 31, 0xfeed, 2, {1, 2, 5}}},
+      {"decided", Decided{2, 9, 31, 0xfeed, {1, 2}}},
   };
   for (const auto& [name, m] : messages) seed("tree_message", name, encode_message(m, 3));
   const Bytes golden_bytes = read_file(golden / "v2-small.dcx");

@@ -48,6 +48,8 @@ Sent classify(std::span<const std::byte> message) {
       s.version = codec::parse_frame(payload).header.new_version;
     } else if (*s.type == MessageType::ack) {
       s.version = std::get<Ack>(decode_message(message)).version;
+    } else if (*s.type == MessageType::commit) {
+      s.version = std::get<Commit>(decode_message(message)).version;
     }
   } catch (const Error&) {
   }
@@ -57,13 +59,8 @@ Sent classify(std::span<const std::byte> message) {
 class FailCluster {
  public:
   FailCluster(TopologyKind kind, const codec::Manifest& manifest, uint32_t n, const std::string& name,
-              std::vector<std::string> clusters = {}, std::set<uint32_t> gated = {})
-      : name_(name),
-        clusters_(clusters),
-        gated_(std::move(gated)),
-        buffers_(n + 1),
-        failures_(n + 1),
-        threads_(n + 1) {
+              std::vector<std::string> clusters = {}, std::set<uint32_t> gated = {}, bool delegated = false)
+      : name_(name), clusters_(clusters), gated_(std::move(gated)), buffers_(n + 1), failures_(n + 1), threads_(n + 1) {
     transport::TransportOptions to;
     to.peer_timeout = kPeerTimeout;
     producer_transport_ = transport::make_transport("loop", to);
@@ -76,6 +73,7 @@ class FailCluster {
     po.version_timeout = 30s;
     po.join_timeout = 10s;
     po.peer_timeout = kPeerTimeout;
+    po.delegate_commit = delegated;
     po.on_progress = [this](uint32_t sent, uint32_t) {
       if (on_progress_) on_progress_(sent);
     };
@@ -106,7 +104,15 @@ class FailCluster {
   transport::Transport& transport_of(uint32_t r) { return *transports_[r]; }
   const std::string& failure(uint32_t r) const { return failures_[r]; }
   bool holds(uint32_t r, const codec::ConstWeights& expected) const { return same_bits(buffers_[r], expected); }
+  std::string failures() const {
+    std::string all;
+    for (size_t r = 1; r < failures_.size(); ++r)
+      if (!failures_[r].empty()) all += "rank " + std::to_string(r) + ": " + failures_[r] + "\n";
+    return all;
+  }
   const std::vector<Bytes>& buffers(uint32_t r) const { return buffers_[r]; }
+  // Member r's weights, to change them behind its back (only while it is idle between versions).
+  std::vector<Bytes>& buffers_mut(uint32_t r) { return buffers_[r]; }
   void on_progress(std::function<void(uint32_t)> f) { on_progress_ = std::move(f); }
 
   // Installs a hook on member r: `decide` sees each message r sends and may return die/freeze.
@@ -204,11 +210,12 @@ void expect_failed(const RefitReport& report, uint32_t rank, const std::string& 
 // Bootstrap + one delta, then the faulty version 3, then version 4 to show the job goes on.
 struct Refits {
   Model model = Model::make(11);
+  RefitReport v2;
   void bootstrap_and_step(FailCluster& c) {
     RefitReport full = c.producer().bootstrap(model.weights());
     ASSERT_TRUE(full.committed) << full.abort_reason;
     model.step(1);
-    RefitReport v2 = c.producer().refit(model.weights());
+    v2 = c.producer().refit(model.weights());
     ASSERT_TRUE(v2.committed) << v2.abort_reason;
   }
   RefitReport step(FailCluster& c, uint64_t seed) {
@@ -235,12 +242,24 @@ bool eventually(const std::function<bool()>& done, std::chrono::milliseconds lim
   return true;
 }
 
-class Failover : public ::testing::TestWithParam<TopologyKind> {};
+// Every failure case runs with the producer deciding each commit and, for binary and chain, with
+// a delegate deciding it (docs/protocol.md, "Delegated commit").
+struct FailoverCase {
+  TopologyKind kind = TopologyKind::binary;
+  bool delegated = false;
+};
+class Failover : public ::testing::TestWithParam<FailoverCase> {
+ protected:
+  TopologyKind kind() const { return GetParam().kind; }
+  FailCluster make(const codec::Manifest& manifest, uint32_t n, std::vector<std::string> clusters = {}) {
+    return FailCluster(kind(), manifest, n, test_name(), std::move(clusters), {}, GetParam().delegated);
+  }
+};
 
 TEST_P(Failover, InteriorMemberDiesMidDelta) {
   const uint32_t n = 7;
   Refits run;
-  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  FailCluster c = make(run.model.manifest, n);
   run.bootstrap_and_step(c);
   // Rank 2 forwards in every kind (binary: children 4 and 5; chain: rank 3; double binary: tree 1).
   c.hook(2, at_forwarded_frame(3, 2, loop::Fault::Kind::die));
@@ -260,7 +279,7 @@ TEST_P(Failover, InteriorMemberDiesMidDelta) {
 TEST_P(Failover, RootDiesMidDelta) {
   const uint32_t n = 6;
   Refits run;
-  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  FailCluster c = make(run.model.manifest, n);
   run.bootstrap_and_step(c);
   c.hook(1, at_forwarded_frame(3, 1, loop::Fault::Kind::die));
   RefitReport r3 = run.step(c, 3);
@@ -275,7 +294,7 @@ TEST_P(Failover, RootDiesMidDelta) {
 TEST_P(Failover, LeafDiesBeforeItsAck) {
   const uint32_t n = 7;
   Refits run;
-  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  FailCluster c = make(run.model.manifest, n);
   run.bootstrap_and_step(c);
   c.hook(7, [](const Sent& s) {
     return s.type == MessageType::ack && s.version == 3 ? loop::Fault{loop::Fault::Kind::die} : loop::Fault{};
@@ -290,7 +309,7 @@ TEST_P(Failover, LeafDiesBeforeItsAck) {
 TEST_P(Failover, MemberDiesBetweenItsAckAndTheCommit) {
   const uint32_t n = 5;
   Refits run;
-  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  FailCluster c = make(run.model.manifest, n);
   run.bootstrap_and_step(c);
   // The ACK gets out, then the member dies: it verified, but it is not live at the commit.
   c.hook(3, [](const Sent& s) {
@@ -317,11 +336,11 @@ TEST_P(Failover, MemberDiesBetweenItsAckAndTheCommit) {
 TEST_P(Failover, ParentAndChildDieAtOnce) {
   const uint32_t n = 8;
   Refits run;
-  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  FailCluster c = make(run.model.manifest, n);
   run.bootstrap_and_step(c);
   // Rank 2 and one of its children in tree 0 (binary: 5; chain: 3; double binary: 1 or 3).
   std::atomic<bool> done{false};
-  const uint32_t child = GetParam() == TopologyKind::binary ? 5 : GetParam() == TopologyKind::chain ? 3 : 4;
+  const uint32_t child = kind() == TopologyKind::binary ? 5 : kind() == TopologyKind::chain ? 3 : 4;
   c.on_progress([&](uint32_t sent) {
     if (sent == 3 && !done.exchange(true)) {
       loop::kill(c.transport_of(2));
@@ -342,7 +361,7 @@ TEST_P(Failover, ParentAndChildDieAtOnce) {
 TEST_P(Failover, MemberDiesInTheMiddleOfARawBody) {
   const uint32_t n = 6;
   Model model = Model::make(21);
-  FailCluster c(GetParam(), model.manifest, n, test_name());
+  FailCluster c = make(model.manifest, n);
   // Rank 2 dies as it forwards its third RAW body (a bare message, no tree header).
   auto bodies = std::make_shared<std::atomic<int>>(0);
   c.hook(2, [bodies](const Sent& s) {
@@ -361,7 +380,7 @@ TEST_P(Failover, MemberDiesInTheMiddleOfARawBody) {
 TEST_P(Failover, FrozenMemberIsDetectedWithinPeerTimeoutAndRejoinsAfterThaw) {
   const uint32_t n = 7;
   Refits run;
-  FailCluster c(GetParam(), run.model.manifest, n, test_name());
+  FailCluster c = make(run.model.manifest, n);
   run.bootstrap_and_step(c);
   c.frozen(2);
   c.hook(2, at_forwarded_frame(3, 2, loop::Fault::Kind::freeze));
@@ -399,7 +418,7 @@ TEST_P(Failover, FrozenMemberIsDetectedWithinPeerTimeoutAndRejoinsAfterThaw) {
 TEST_P(Failover, RestartedMemberCatchesUpBySnapshotWhileRefitsFlow) {
   const uint32_t n = 6;
   Refits run;
-  FailCluster c(GetParam(), run.model.manifest, n, test_name(), {"a", "a", "a", "b", "b", "b"});
+  FailCluster c = make(run.model.manifest, n, {"a", "a", "a", "b", "b", "b"});
   run.bootstrap_and_step(c);
   c.restart(5);
   bool back = false;
@@ -420,9 +439,120 @@ TEST_P(Failover, RestartedMemberCatchesUpBySnapshotWhileRefitsFlow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kinds, Failover,
-                         ::testing::Values(TopologyKind::binary, TopologyKind::double_binary, TopologyKind::chain),
-                         [](const auto& param_info) { return std::string(topology_kind_name(param_info.param)); });
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, Failover,
+    ::testing::Values(FailoverCase{TopologyKind::binary, false}, FailoverCase{TopologyKind::double_binary, false},
+                      FailoverCase{TopologyKind::chain, false}, FailoverCase{TopologyKind::binary, true},
+                      FailoverCase{TopologyKind::chain, true}),
+    [](const auto& param_info) {
+      return std::string(topology_kind_name(param_info.param.kind)) + (param_info.param.delegated ? "_delegated" : "");
+    });
+
+// ---- Delegated commit (docs/protocol.md): the delegate's own failures, and a NACK ----------------
+
+FailCluster delegated(const Model& model, uint32_t n) {
+  return FailCluster(TopologyKind::binary, model.manifest, n, test_name(), {}, {}, true);
+}
+
+TEST(DelegatedCommit, TheDelegateCommitsEveryVersionAndTheReportNamesIt) {
+  const uint32_t n = 5;
+  Refits run;
+  FailCluster c = delegated(run.model, n);
+  run.bootstrap_and_step(c);
+  EXPECT_NE(run.v2.commit_delegate, 0u);
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  EXPECT_EQ(r3.commit_delegate, run.v2.commit_delegate);
+  EXPECT_EQ(r3.verified_receivers, n);
+  c.finish();
+  expect_survivors_exact(c, n, {}, run.model);
+  for (uint32_t r = 1; r <= n; ++r) EXPECT_EQ(c.receiver(r).stats().versions_committed, 3u) << "rank " << r;
+}
+
+// The delegate acks (to the producer) and dies before deciding: the producer decides from the
+// answers it has itself, and the next version has another delegate.
+TEST(DelegatedCommit, DelegateDiesBeforeDecidingAndTheProducerCommits) {
+  const uint32_t n = 5;
+  Refits run;
+  FailCluster c = delegated(run.model, n);
+  run.bootstrap_and_step(c);
+  const uint32_t d = run.v2.commit_delegate;
+  ASSERT_NE(d, 0u);
+  c.hook(d, [](const Sent& s) {
+    loop::Fault f;
+    if (s.type == MessageType::ack && s.version == 3) {
+      f.kind = loop::Fault::Kind::die;
+      f.after = true;
+    }
+    return f;
+  });
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  expect_failed(r3, d, "link_closed");
+  EXPECT_EQ(r3.commit_delegate, 0u) << "the producer took over";
+  RefitReport r4 = run.step(c, 4);
+  ASSERT_TRUE(r4.committed) << r4.abort_reason;
+  EXPECT_NE(r4.commit_delegate, 0u);
+  EXPECT_NE(r4.commit_delegate, d);
+  c.finish();
+  expect_survivors_exact(c, n, {d}, run.model);
+}
+
+// The delegate dies while it sends its COMMITs: some members committed, the others did not hear
+// it. The producer commits the same attempt; members that already committed answer ACTIVE again.
+// Nobody rolls back.
+TEST(DelegatedCommit, DelegateDiesHalfwayThroughItsCommitsAndNoMemberRollsBack) {
+  const uint32_t n = 6;
+  Refits run;
+  FailCluster c = delegated(run.model, n);
+  run.bootstrap_and_step(c);
+  const uint32_t d = run.v2.commit_delegate;
+  ASSERT_NE(d, 0u);
+  auto commits = std::make_shared<std::atomic<int>>(0);
+  c.hook(d, [commits](const Sent& s) {
+    if (s.type == MessageType::commit && s.version == 3 && ++*commits == 3) return loop::Fault{loop::Fault::Kind::die};
+    return loop::Fault{};
+  });
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  EXPECT_EQ(commits->load(), 3) << "the delegate did not send its COMMITs";
+  expect_failed(r3, d, "link_closed");
+  RefitReport r4 = run.step(c, 4);
+  ASSERT_TRUE(r4.committed) << r4.abort_reason;
+  c.finish();
+  expect_survivors_exact(c, n, {d}, run.model);
+}
+
+// One member refuses the version while the others ack it to the delegate (its buffers were changed
+// behind its back, so the seal's digests do not verify there): only the producer aborts, every
+// member rolls back to the base bits exactly, and the next version commits.
+TEST(DelegatedCommit, ANackAbortsEveryMemberBackToTheBaseBits) {
+  const uint32_t n = 5;
+  Refits run;
+  FailCluster c = delegated(run.model, n);
+  run.bootstrap_and_step(c);
+  const Model base = run.model;
+  // Between versions (rank 4 is idle): flip every bit of one small tensor; ~1% of its elements
+  // change in the next version, so the incremental digest there cannot match the seal's.
+  const size_t norm = 2;
+  for (auto& b : c.buffers_mut(4)[norm]) b = ~b;
+  RefitReport r3 = run.step(c, 3);
+  EXPECT_FALSE(r3.committed);
+  EXPECT_NE(r3.abort_reason.find("rank 4"), std::string::npos) << r3.abort_reason;
+  EXPECT_EQ(r3.verified_receivers, n - 1);
+  EXPECT_TRUE(r3.failed_members.empty());
+  for (auto& b : c.buffers_mut(4)[norm]) b = ~b;  // its committed bits again
+  for (uint32_t r = 1; r <= n; ++r) {
+    EXPECT_TRUE(c.holds(r, base.weights())) << "rank " << r << " is not back at the base";
+    EXPECT_EQ(c.receiver(r).stats().versions_aborted, 1u) << "rank " << r;
+    EXPECT_EQ(c.receiver(r).version(), 2u) << "rank " << r;
+  }
+  RefitReport r4 = run.step(c, 4);
+  ASSERT_TRUE(r4.committed) << r4.abort_reason;
+  c.finish();
+  EXPECT_EQ(c.failures(), "");
+  for (uint32_t r = 1; r <= n; ++r) EXPECT_TRUE(c.holds(r, run.model.weights())) << "rank " << r;
+}
 
 // A member that comes back claiming a version whose digest is not the producer's is refused with a
 // clear error, and its buffers are left as they were.

@@ -105,12 +105,14 @@ void expect_same(const Ack& a, const Ack& b) {
   EXPECT_FIELD(version);
   EXPECT_FIELD(digest);
   EXPECT_FIELD(applied_changes);
+  EXPECT_FIELD(attempt);
 }
 void expect_same(const Nack& a, const Nack& b) {
   EXPECT_FIELD(rank);
   EXPECT_FIELD(version);
   EXPECT_FIELD(errc);
   EXPECT_FIELD(message);
+  EXPECT_FIELD(attempt);
 }
 void expect_same(const Commit& a, const Commit& b) {
   EXPECT_FIELD(version);
@@ -181,6 +183,20 @@ void expect_same(const FetchEnd& a, const FetchEnd& b) {
   EXPECT_FIELD(errc);
   EXPECT_FIELD(message);
 }
+void expect_same(const Delegate& a, const Delegate& b) {
+  EXPECT_FIELD(version);
+  EXPECT_FIELD(attempt);
+  EXPECT_FIELD(digest);
+  EXPECT_FIELD(delegate);
+  EXPECT_FIELD(ranks);
+}
+void expect_same(const Decided& a, const Decided& b) {
+  EXPECT_FIELD(rank);
+  EXPECT_FIELD(version);
+  EXPECT_FIELD(attempt);
+  EXPECT_FIELD(digest);
+  EXPECT_FIELD(active);
+}
 void expect_same(const RawChunkHeader& a, const RawChunkHeader& b) {
   EXPECT_FIELD(envelope.attempt);
   EXPECT_FIELD(envelope.route);
@@ -233,8 +249,8 @@ std::vector<Message> sample_messages() {
       sample_welcome(),
       Join{5, 1},
       Ready{5, 8, 0x77},
-      Ack{2, 5, 0xdeadbeef, 1234},
-      Nack{4, 6, 3, "wrong base"},
+      Ack{2, 5, 0xdeadbeef, 1234, 19},
+      Nack{4, 6, 3, "wrong base", 20},
       Commit{8, 21, 77},
       Abort{8, 22, "dry run"},
       Active{1, 8, 77},
@@ -250,6 +266,8 @@ std::vector<Message> sample_messages() {
       Catchup{9, 0x1234, CatchupMode::snapshot, {{0, "tcp://p:1", "", true}, {2, "tcp://q:2", "x", false}}},
       Fetch{5, CatchupMode::replay, 3, 9},
       FetchEnd{9, 0x1234, 7, "io failed"},
+      Delegate{9, 31, 0xfeed, 2, {1, 2, 5}},
+      Decided{2, 9, 31, 0xfeed, {1, 2}},
   };
 }
 
@@ -319,9 +337,9 @@ Bytes expected_body(const Message& message) {
         } else if constexpr (std::is_same_v<M, Ready> || std::is_same_v<M, Active>) {
           b.u32(m.rank).u64(m.version).u64(m.digest);
         } else if constexpr (std::is_same_v<M, Ack>) {
-          b.u32(m.rank).u64(m.version).u64(m.digest).u64(m.applied_changes);
+          b.u32(m.rank).u64(m.version).u64(m.digest).u64(m.applied_changes).u64(m.attempt);
         } else if constexpr (std::is_same_v<M, Nack>) {
-          b.u32(m.rank).u64(m.version).u32(m.errc).str(m.message);
+          b.u32(m.rank).u64(m.version).u32(m.errc).str(m.message).u64(m.attempt);
         } else if constexpr (std::is_same_v<M, Commit>) {
           b.u64(m.version).u64(m.attempt).u64(m.digest);
         } else if constexpr (std::is_same_v<M, Abort>) {
@@ -355,6 +373,12 @@ Bytes expected_body(const Message& message) {
           b.u32(m.rank).u8(static_cast<uint8_t>(m.mode)).u64(m.from_version).u64(m.version);
         } else if constexpr (std::is_same_v<M, FetchEnd>) {
           b.u64(m.version).u64(m.digest).u32(m.errc).str(m.message);
+        } else if constexpr (std::is_same_v<M, Delegate>) {
+          b.u64(m.version).u64(m.attempt).u64(m.digest).u32(m.delegate).u32(static_cast<uint32_t>(m.ranks.size()));
+          for (uint32_t r : m.ranks) b.u32(r);
+        } else if constexpr (std::is_same_v<M, Decided>) {
+          b.u32(m.rank).u64(m.version).u64(m.attempt).u64(m.digest).u32(static_cast<uint32_t>(m.active.size()));
+          for (uint32_t r : m.active) b.u32(r);
         } else {
           static_assert(sizeof(M) == 0, "a message type without an expected body");
         }
@@ -364,7 +388,7 @@ Bytes expected_body(const Message& message) {
 }
 
 uint8_t expected_type(const Message& message) {
-  static constexpr uint8_t kTypes[] = {1, 2, 3, 4, 6, 7, 8, 9, 10, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23};
+  static constexpr uint8_t kTypes[] = {1, 2, 3, 4, 6, 7, 8, 9, 10, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25};
   static_assert(std::size(kTypes) == std::variant_size_v<Message>);
   return kTypes[message.index()];
 }
@@ -566,7 +590,7 @@ TEST(Protocol, UnknownAndRetiredTypesAreRefused) {
     EXPECT_NE(what.find("unknown type 1"), std::string::npos) << what;
     EXPECT_THROW(message_header(bytes), Error);
   }
-  for (unsigned type : {0u, 11u, 12u, 24u, 100u, 255u}) {
+  for (unsigned type : {0u, 11u, 12u, 26u, 100u, 255u}) {
     EXPECT_EQ(control_error(header_bytes(static_cast<uint8_t>(type), 0, 0)), Errc::corrupt_frame) << type;
     EXPECT_STREQ(message_type_name(static_cast<MessageType>(type)), "unknown");
   }
