@@ -479,6 +479,14 @@ Config parse_config(std::string_view yaml_text, const std::string& source) {
   return config;
 }
 
+bool commit_is_delegated(const Config& config) {
+  if (config.commit != "auto") return config.commit == "delegated";
+  if (config.producer_cluster.empty()) return false;
+  for (const auto& m : member_list(config))
+    if (m.cluster == config.producer_cluster) return false;
+  return true;
+}
+
 std::vector<MemberConfig> member_list(const Config& config) {
   std::vector<MemberConfig> out;
   if (config.local_members) {

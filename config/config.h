@@ -152,6 +152,10 @@ void validate(const Config& config);
 // transport://host:(base_port + r). Sorted by rank.
 std::vector<MemberConfig> member_list(const Config& config);
 
+// Whether `commit` delegates each version's commit decision: `delegated`, or `auto` when
+// producer_cluster is named and no member carries that label (docs/config.md).
+bool commit_is_delegated(const Config& config);
+
 // clusters: auto: reads probe_file (a `deltacast probe --out` JSON), and gives every member the
 // label "probe-K" of the probe cluster holding its job rank (member r is job rank r + 1; members
 // the probe did not reach keep their own label) and producer_cluster the label of rank 0's

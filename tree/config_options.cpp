@@ -53,16 +53,8 @@ ProducerOptions producer_options_from(const config::Config& c) {
   options.peer_timeout = c.timeouts.peer;
   options.retain_versions = c.retain_versions;
   options.allow_insecure = c.allow_insecure;
-  options.delegate_commit = delegate_commit_of(c);
+  options.delegate_commit = config::commit_is_delegated(c);
   return options;
-}
-
-bool delegate_commit_of(const config::Config& c) {
-  if (c.commit != "auto") return c.commit == "delegated";
-  if (c.producer_cluster.empty()) return false;
-  for (const auto& m : config::member_list(c))
-    if (m.cluster == c.producer_cluster) return false;
-  return true;
 }
 
 }  // namespace deltacast::tree

@@ -23,8 +23,5 @@ ReceiverOptions receiver_options_from(const config::Config& c);
 // start waits max(join, refit) for every member). Listen URL, receivers and encoder threads are
 // the caller's.
 ProducerOptions producer_options_from(const config::Config& c);
-// Whether `commit` (auto | producer | delegated) delegates the commit: auto does when
-// producer_cluster is named and no member carries that label.
-bool delegate_commit_of(const config::Config& c);
 
 }  // namespace deltacast::tree

@@ -13,6 +13,7 @@ void add_repair_json(nlohmann::json& out, const RefitReport& r) {
   out["epoch"] = r.epoch;
   out["repair_seconds"] = r.repair_seconds;
   out["resent_chunks"] = r.resent_chunks;
+  out["commit_delegate"] = r.commit_delegate;  // 0: the producer decided the commit
 }
 
 nlohmann::json refit_report_json(const RefitReport& r) {

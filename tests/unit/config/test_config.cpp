@@ -427,6 +427,28 @@ TEST(Config, EgressCapsForTheProducerTheMembersAndOneMember) {
   EXPECT_TRUE(contains(m, "unknown key 'egress.uplink'")) << m;
 }
 
+TEST(Config, CommitIsDelegatedWhenAskedOrWhenTheProducerIsAcrossABoundary) {
+  const std::string members =
+      "members:\n"
+      "  - {rank: 0, url: tcp://127.0.0.1:2, cluster: rollout}\n"
+      "  - {rank: 1, url: tcp://127.0.0.1:3, cluster: rollout}\n";
+  auto with = [&](const std::string& extra) {
+    return parse_config("producer: tcp://127.0.0.1:1\n" + extra + members, "c.yaml");
+  };
+  EXPECT_EQ(with("").commit, "auto");
+  EXPECT_FALSE(commit_is_delegated(with(""))) << "auto without a producer cluster";
+  EXPECT_TRUE(commit_is_delegated(with("producer_cluster: trainer\n")));
+  EXPECT_FALSE(commit_is_delegated(with("producer_cluster: rollout\n"))) << "a member shares its cluster";
+  EXPECT_FALSE(commit_is_delegated(with("producer_cluster: trainer\ncommit: producer\n")));
+  EXPECT_TRUE(commit_is_delegated(with("commit: delegated\n")));
+  // The shorthand's cluster counts too.
+  const Config local =
+      parse_config("producer: tcp://127.0.0.1:1\nproducer_cluster: a\nmembers: {count: 2, cluster: a}\n", "l.yaml");
+  EXPECT_FALSE(commit_is_delegated(local));
+  const std::string m = parse_error("producer: tcp://h:1\ncommit: rollout\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:9: key 'commit': unknown value 'rollout'")) << m;
+}
+
 TEST(Config, ClustersAutoTakesTheProbesClustersAndTheProducersOwn) {
   const std::string dir = testing::TempDir();
   const std::string probe = dir + "/probe-" + std::to_string(::getpid()) + ".json";
