@@ -1,0 +1,128 @@
+"""Measurement half of bench/model/cost_model.py: runs `deltacast demo` over a matrix of
+configurations (interleaved rounds) and ingests the WAN runs of bench/wan/results.
+
+Kept apart from the fit so that `fit` and `project` import nothing that starts processes.
+"""
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import time
+
+# lr of the simulator -> fraction of BF16 elements that change per step (bench/wan/RESULTS-wan.md:
+# 1.3e-6 -> ~1%, 5e-6 -> ~3%, 9e-6 -> ~5%; the measured fraction is recorded per step).
+LR_FOR_RATE = {0.01: 1.3e-6, 0.03: 5e-6, 0.05: 9e-6}
+
+# The matrix. "train" rows: small models, 1% and 5%, 4 receivers, uplinks 50 and 400 Mbit/s (both
+# topologies), and 2 receivers at 400 Mbit/s (so the fit sees the receiver count change).
+# "heldout" rows: larger models, 3%, 8 receivers, uplinks 100/200/400 Mbit/s; and 150M, 3%, 6
+# receivers (the blind set, measured last). The split is only a
+# label for the reader: `fit` decides its own split by rule (see fit_lib.split_rule).
+def default_matrix():
+    """The list of configurations `measure` runs each round (dicts: params, rate, lr, receivers,
+    uplink, topology)."""
+    m = []
+    for params in ("25M", "50M"):
+        for rate in (0.01, 0.05):
+            for uplink in ("50Mbit/s", "400Mbit/s"):
+                for topo in ("chain", "binary"):
+                    m.append(dict(params=params, rate=rate, receivers=4, uplink=uplink, topology=topo))
+            m.append(dict(params=params, rate=rate, receivers=2, uplink="400Mbit/s", topology="binary"))
+    m.append(dict(params="100M", rate=0.03, receivers=8, uplink="100Mbit/s", topology="chain"))
+    m.append(dict(params="100M", rate=0.03, receivers=8, uplink="200Mbit/s", topology="binary"))
+    m.append(dict(params="200M", rate=0.03, receivers=8, uplink="400Mbit/s", topology="binary"))
+    # measured after the model's form was fixed (a blind held-out set: docs/performance.md)
+    m.append(dict(params="150M", rate=0.03, receivers=6, uplink="300Mbit/s", topology="binary"))
+    m.append(dict(params="150M", rate=0.03, receivers=6, uplink="150Mbit/s", topology="chain"))
+    for c in m:
+        c["lr"] = LR_FOR_RATE[c["rate"]]
+    return m
+
+
+def loadavg():
+    """The 1-minute load average of this machine (float)."""
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def run_demo(deltacast, cfg, steps, timeout_s, workdir):
+    """Run one `deltacast demo` for configuration cfg; returns a run record (dict) with the demo's
+    JSON under "report" (None when the run failed) and the load average before and after."""
+    out = os.path.join(workdir, "demo.json")
+    if os.path.exists(out):
+        os.remove(out)
+    cmd = [deltacast, "demo", "--params", cfg["params"], "--receivers", str(cfg["receivers"]),
+           "--steps", str(steps), "--uplink", cfg["uplink"], "--lr", repr(cfg["lr"]),
+           "--topology", cfg["topology"], "--json", out, "--timeout", f"{timeout_s}s"]
+    rec = dict(config=dict(cfg), steps_asked=steps, load_before=loadavg(),
+               start=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command=" ".join(cmd[1:]))
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout_s + 60)
+    rec["wall_seconds"] = round(time.monotonic() - t0, 3)
+    rec["load_after"] = loadavg()
+    rec["rc"] = proc.returncode
+    m = re.search(r"logs in (/tmp/deltacast-demo-\w+)", proc.stdout)
+    if m and proc.returncode == 0:
+        shutil.rmtree(m.group(1), ignore_errors=True)  # the demo's own temp dir (ours to remove)
+    rec["report"] = json.load(open(out)) if proc.returncode == 0 and os.path.exists(out) else None
+    if rec["report"] is None:
+        rec["output_tail"] = proc.stdout[-2000:]
+    return rec
+
+
+def ingest_wan(root):
+    """The WAN runs of bench/wan/results (rtt.jsonl: one-way delay 0/25/50 ms, table.jsonl: 8
+    receivers at 25 ms): a list of their JSON lines, each tagged with its file name."""
+    out = []
+    for name in ("rtt.jsonl", "table.jsonl"):
+        path = os.path.join(root, "bench", "wan", "results", name)
+        if os.path.exists(path):
+            for line in open(path):
+                if line.strip():
+                    d = json.loads(line)
+                    d["source"] = "bench/wan/results/" + name
+                    out.append(d)
+    return out
+
+
+def measure(deltacast, out_path, rounds, steps, root, matrix=None, timeout_s=240, log=print, append=False):
+    """Run `rounds` interleaved rounds of the matrix (each round visits every configuration once,
+    in an order shuffled per round with a fixed seed), writing out_path after every run so a
+    partial measurement is usable. append: add to the runs already in out_path (a later batch,
+    tagged with its own batch number). Returns the document written."""
+    matrix = matrix or default_matrix()
+    if append and os.path.exists(out_path):
+        doc = json.load(open(out_path))
+        doc["batches"] = doc.get("batches", 1) + 1
+    else:
+        doc = dict(schema="deltacast-cost-model-runs/1", deltacast=deltacast, rounds=rounds, steps=steps,
+                   host=dict(cpus=os.cpu_count()), started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                   runs=[], batches=1, wan_runs=ingest_wan(root))
+    batch = doc["batches"]
+    workdir = os.path.join("/tmp", f"dc-cost-model-{os.getpid()}")
+    os.makedirs(workdir, exist_ok=True)
+    rng = random.Random(14)
+    t_all = time.monotonic()
+    for rnd in range(1, rounds + 1):
+        order = list(range(len(matrix)))
+        rng.shuffle(order)
+        for i in order:
+            rec = run_demo(deltacast, matrix[i], steps, timeout_s, workdir)
+            rec["round"] = rnd
+            rec["batch"] = batch
+            doc["runs"].append(rec)
+            refits = [s["refit_seconds"] for s in (rec["report"] or {}).get("steps", [])]
+            log(f"round {rnd} {matrix[i]['params']} {matrix[i]['rate']:.0%} R{matrix[i]['receivers']} "
+                f"{matrix[i]['uplink']} {matrix[i]['topology']}: rc {rec['rc']} wall {rec['wall_seconds']:.1f} s "
+                f"load {rec['load_before']}->{rec['load_after']} refits {[round(r, 3) for r in refits]}")
+            doc.setdefault("measure_seconds_by_batch", {})[str(batch)] = round(time.monotonic() - t_all, 1)
+            doc["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            tmp = out_path + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(doc, f, indent=1)
+            os.replace(tmp, out_path)
+    shutil.rmtree(workdir, ignore_errors=True)
+    return doc
