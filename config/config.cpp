@@ -528,42 +528,51 @@ void validate(const Config& config) {
     throw Error(Errc::config, "config: trainer.kind watch needs trainer.dir (the directory the trainer writes "
                               "its checkpoints into)");
   }
-  if (config.clusters == "auto" && config.probe_file.empty()) {
-    throw Error(Errc::config,
-                "config: clusters: auto needs probe_file, the JSON `deltacast probe --out FILE` wrote "
-                "(run the probe under the same launcher and config first)");
-  }
   if (config.timeouts.heartbeat >= config.timeouts.peer) {
     throw Error(Errc::config, "config: timeouts.heartbeat must be shorter than timeouts.peer");
   }
 }
 
 void resolve_clusters(Config& config) {
-  if (config.clusters != "auto") return;
+  if (config.clusters != "auto" || config.probe_file.empty()) return;
   const std::string& path = config.probe_file;
   std::ifstream in(path);
   if (!in) throw Error(Errc::config, "probe_file '" + path + "': cannot open (clusters: auto)");
   nlohmann::json probe = nlohmann::json::parse(in, nullptr, false);
   if (probe.is_discarded() || !probe.is_object() || !probe.contains("clusters") || !probe["clusters"].is_array())
     throw Error(Errc::config, "probe_file '" + path + "': not a `deltacast probe` report (no clusters list)");
-  auto members = member_list(config);
-  const size_t job_size = members.size() + 1;
+  const size_t job_size = member_list(config).size() + 1;
   if (probe.value("ranks", 0u) != job_size)
     throw Error(Errc::config, "probe_file '" + path + "' measured " + std::to_string(probe.value("ranks", 0u)) +
                                   " ranks, but this job has " + std::to_string(job_size) +
                                   " (producer + members): probe the same job again");
-  std::vector<std::string> label(job_size);
+  std::vector<std::vector<int>> clusters;
   for (size_t k = 0; k < probe["clusters"].size(); ++k) {
     const auto& cluster = probe["clusters"][k];
     if (!cluster.is_array())
       throw Error(Errc::config, "probe_file '" + path + "': cluster " + std::to_string(k) + " is not a list");
+    clusters.emplace_back();
     for (const auto& rank : cluster) {
       if (!rank.is_number_unsigned() || rank.get<uint64_t>() >= job_size)
         throw Error(Errc::config, "probe_file '" + path + "': cluster " + std::to_string(k) +
                                       " names a rank outside 0.." + std::to_string(job_size - 1));
-      label[rank.get<size_t>()] = "probe-" + std::to_string(k);
+      clusters.back().push_back(rank.get<int>());
     }
   }
+  apply_probe_clusters(config, clusters, "probe_file '" + path + "'");
+}
+
+void apply_probe_clusters(Config& config, const std::vector<std::vector<int>>& clusters, const std::string& source) {
+  auto members = member_list(config);
+  const size_t job_size = members.size() + 1;
+  std::vector<std::string> label(job_size);
+  for (size_t k = 0; k < clusters.size(); ++k)
+    for (int rank : clusters[k]) {
+      if (rank < 0 || static_cast<size_t>(rank) >= job_size)
+        throw Error(Errc::config, source + ": cluster " + std::to_string(k) + " names a rank outside 0.." +
+                                      std::to_string(job_size - 1));
+      label[static_cast<size_t>(rank)] = "probe-" + std::to_string(k);
+    }
   for (auto& m : members) {
     const std::string& found = label[static_cast<size_t>(m.rank) + 1];
     if (!found.empty()) m.cluster = found;

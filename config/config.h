@@ -92,7 +92,8 @@ struct Config {
   // (each boundary crossed once per tree, the producer's edge counted). Empty: its own cluster.
   std::string producer_cluster;
   // "manual": members' `cluster` labels as written. "auto": from the clusters a `deltacast probe`
-  // found (probe_file; resolve_clusters applies them, including the producer's cluster).
+  // found (probe_file; resolve_clusters applies them, including the producer's cluster), or, with
+  // no probe_file, a quick probe `deltacast run` makes at start (O(N) measurements).
   std::string clusters = "manual";
   std::string probe_file;
   // Who takes each version's joint-commit decision: "producer"; "delegated" (a member next to the
@@ -156,13 +157,18 @@ std::vector<MemberConfig> member_list(const Config& config);
 // producer_cluster is named and no member carries that label (docs/config.md).
 bool commit_is_delegated(const Config& config);
 
-// clusters: auto: reads probe_file (a `deltacast probe --out` JSON), and gives every member the
-// label "probe-K" of the probe cluster holding its job rank (member r is job rank r + 1; members
-// the probe did not reach keep their own label) and producer_cluster the label of rank 0's
-// cluster. The local shorthand becomes an explicit list. Does nothing for clusters: manual.
-// Throws Error(config) when the file cannot be read or parsed, or its rank count is not the job's
-// (members + 1). Call after overrides, before member_list is used.
+// clusters: auto with a probe_file: reads it (a `deltacast probe --out` JSON) and applies its
+// clusters (apply_probe_clusters). Does nothing for clusters: manual, nor without a probe_file (the
+// CLI then runs a quick probe at start and applies what it finds). Throws Error(config) when the
+// file cannot be read or parsed, or its rank count is not the job's (members + 1). Call after
+// overrides, before member_list is used.
 void resolve_clusters(Config& config);
+
+// Gives every member the label "probe-K" of the cluster K (a list of job ranks) holding its job
+// rank (member r is job rank r + 1; members in no cluster keep their own label) and
+// producer_cluster the label of rank 0's cluster. The local shorthand becomes an explicit list.
+// Throws Error(config) naming `source` when a cluster names a rank outside 0..members.
+void apply_probe_clusters(Config& config, const std::vector<std::vector<int>>& clusters, const std::string& source);
 
 // output.checkpoint_dir for one process: every "{rank}" replaced by the rank.
 std::string checkpoint_dir_for_rank(const std::string& checkpoint_dir, int rank);

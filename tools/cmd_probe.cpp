@@ -21,12 +21,10 @@
 #include "tools/cli.h"
 #include "tools/lib_cost_model.h"
 #include "tools/lib_probe_analysis.h"
+#include "tools/lib_probe_job.h"
 #include "tools/lib_probe_measure.h"
 #include "tools/lib_probe_svg.h"
-#include "transport/transport.h"
-#include "tree/config_options.h"
 #include "tree/launch_env.h"
-#include "tree/secure_start.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -205,29 +203,8 @@ void probe(const ProbeOptions& o) {
   config::parse_size(o.predict_params);  // a bad value fails before the job starts
 
   const tree::LaunchEnv env = tree::detect_launch_env(process_env(), {o.rank, o.size, o.producer}, c.producer);
-  const auto members = config::member_list(c);
-  if (static_cast<size_t>(env.size) != members.size() + 1)
-    throw Error(Errc::config, "the job has " + std::to_string(env.size) + " processes but " + o.config_path +
-                                  " lists " + std::to_string(members.size()) + " receivers (+1 producer)");
-  LinkOptions link;
-  link.rank = env.rank;
-  link.urls.push_back(env.require_rendezvous());
-  for (const auto& m : members) link.urls.push_back(m.url);
-  link.connect_timeout = c.timeouts.connect;
-  link.peer_timeout = c.timeouts.peer;
-  auto transport =
-      transport::make_transport(c.transport, env.is_producer() ? tree::producer_transport_options(c)
-                                                               : tree::member_transport_options(c, env.member_rank()));
-  const std::string who = env.is_producer() ? "the producer" : "rank " + std::to_string(env.rank);
-  // As `run`: a process whose addresses other machines reach must authenticate its peers.
-  std::vector<std::string> own{link.urls[static_cast<size_t>(env.rank)]};
-  if (!env.is_producer()) own.push_back(link.urls[0]);
-  tree::require_authenticated(*transport, own, c.allow_insecure, who);
-  if (!env.is_producer()) {
-    serve_probe_member(*transport, link, settings);
-    return;
-  }
-  report(coordinate_probe(*transport, link, settings), o, c);
+  JobProbe probe = run_job_probe(c, env, settings);
+  if (env.is_producer()) report(std::move(*probe.measurements), o, c);
 }
 
 void setup(CLI::App& parent) {

@@ -44,14 +44,15 @@
 #include "config/config.h"
 #include "tools/cli.h"
 #include "tools/lib_checkpoint_output.h"
+#include "tools/lib_probe_job.h"
 #include "tools/lib_producer_state.h"
 #include "tools/lib_version_source.h"
 #include "transport/transport.h"
 #include "tree/config_options.h"
 #include "tree/launch_env.h"
-#include "tree/report_json.h"
 #include "tree/producer.h"
 #include "tree/receiver.h"
+#include "tree/report_json.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -571,7 +572,11 @@ void run(const RunOptions& o) {
     throw Error(Errc::config, "the job has " + std::to_string(env.size) + " processes but " +
                                   o.config_path + " lists " + std::to_string(members) +
                                   " receivers (+1 producer)");
-  if (c.clusters == "auto" && env.is_producer()) {
+  if (c.clusters == "auto" && c.probe_file.empty()) {
+    // No probe file: every rank measures a quick probe (O(N) flows) before the tree starts, and
+    // takes the clusters rank 0 found.
+    tools::quick_probe_clusters(c, env);
+  } else if (c.clusters == "auto" && env.is_producer()) {
     std::string text;
     for (const auto& m : config::member_list(c)) text += " " + std::to_string(m.rank + 1) + ":" + m.cluster;
     std::printf("producer: clusters from %s: producer in %s; members%s\n", c.probe_file.c_str(),

@@ -19,6 +19,36 @@ std::optional<double> median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+namespace {
+
+// Every member to and from the producer, then `per_member` distinct random other members as
+// destinations for every member (drawn from `seed`), duplicates removed.
+std::vector<RankPair> producer_and_random_pairs(int ranks, uint64_t seed, int per_member) {
+  std::vector<RankPair> pairs;
+  std::set<RankPair> seen;
+  auto add = [&](int a, int b) {
+    if (seen.insert({a, b}).second) pairs.push_back({a, b});
+  };
+  for (int r = 1; r < ranks; ++r) {
+    add(0, r);
+    add(r, 0);
+  }
+  if (ranks < 3) return pairs;
+  std::mt19937_64 random(seed);
+  std::uniform_int_distribution<int> member(1, ranks - 1);
+  for (int r = 1; r < ranks; ++r) {
+    std::set<int> peers;
+    while (static_cast<int>(peers.size()) < std::min(per_member, ranks - 2)) {
+      const int p = member(random);
+      if (p != r) peers.insert(p);
+    }
+    for (int p : peers) add(r, p);
+  }
+  return pairs;
+}
+
+}  // namespace
+
 std::vector<RankPair> sample_pairs(int ranks, uint64_t seed) {
   if (ranks < 1) throw Error(Errc::invalid_argument, "sample_pairs: a job has at least one rank");
   std::vector<RankPair> pairs;
@@ -28,24 +58,18 @@ std::vector<RankPair> sample_pairs(int ranks, uint64_t seed) {
         if (a != b) pairs.push_back({a, b});
     return pairs;
   }
-  std::set<RankPair> seen;
-  auto add = [&](int a, int b) {
-    if (seen.insert({a, b}).second) pairs.push_back({a, b});
-  };
-  for (int r = 1; r < ranks; ++r) {
-    add(0, r);
-    add(r, 0);
-  }
-  const int per_rank = static_cast<int>(std::ceil(2 * std::log2(static_cast<double>(ranks))));
-  std::mt19937_64 random(seed);
-  std::uniform_int_distribution<int> member(1, ranks - 1);
-  for (int r = 1; r < ranks; ++r) {
-    std::set<int> peers;
-    while (static_cast<int>(peers.size()) < std::min(per_rank, ranks - 2)) {
-      const int p = member(random);
-      if (p != r) peers.insert(p);
-    }
-    for (int p : peers) add(r, p);
+  return producer_and_random_pairs(ranks, seed, static_cast<int>(std::ceil(2 * std::log2(static_cast<double>(ranks)))));
+}
+
+std::vector<RankPair> quick_pairs(int ranks, uint64_t seed, int per_member) {
+  if (ranks < 1) throw Error(Errc::invalid_argument, "quick_pairs: a job has at least one rank");
+  auto pairs = producer_and_random_pairs(ranks, seed, per_member);
+  // A ring over the members too: hosts are usually listed cluster by cluster, and the ring then
+  // links every member of a cluster even where the random picks missed it.
+  std::set<RankPair> seen(pairs.begin(), pairs.end());
+  for (int r = 1; r < ranks && ranks > 2; ++r) {
+    const RankPair next{r, r % (ranks - 1) + 1};
+    if (seen.insert(next).second) pairs.push_back(next);
   }
   return pairs;
 }

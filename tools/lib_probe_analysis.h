@@ -36,6 +36,12 @@ inline constexpr int kAllPairsMaxMembers = 64;
 // the same job gets the same sample), duplicates removed: at most 2(N-1) + (N-1) ceil(2 log2 N)
 // pairs, O(N log N). Throws Error(invalid_argument) when ranks < 1.
 std::vector<RankPair> sample_pairs(int ranks, uint64_t seed);
+// The pairs of a quick probe (`run` with `clusters: auto` and no probe_file): every member to and
+// from the producer, `per_member` random other members per member as destinations, and a ring
+// over the members (r -> r + 1): at most (N - 1)(3 + per_member) pairs, O(N). A member whose
+// sampled pairs inside its cluster all miss ends up a cluster of its own (safe, not optimal).
+// Throws Error(invalid_argument) when ranks < 1.
+std::vector<RankPair> quick_pairs(int ranks, uint64_t seed, int per_member = 2);
 
 // The unordered pairs {a < b} among `pairs` (latency is measured once per unordered pair).
 std::vector<RankPair> unordered_pairs(const std::vector<RankPair>& pairs);

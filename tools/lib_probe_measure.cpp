@@ -70,10 +70,12 @@ class Coordinator {
   Measurements run() {
     const auto start = Clock::now();
     join();
-    const auto pairs = sample_pairs(out_.ranks, settings_.seed);
+    const auto pairs =
+        settings_.quick ? quick_pairs(out_.ranks, settings_.seed) : sample_pairs(out_.ranks, settings_.seed);
     measure_latency(unordered_pairs(pairs));
     measure_bandwidth(pairs);
-    measure_shared();
+    if (!settings_.quick) measure_shared();
+    out_.clusters = find_clusters(out_.bandwidth_gbit, out_.present).clusters;
     finish();
     out_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
     return std::move(out_);
@@ -330,7 +332,7 @@ class Coordinator {
     for (auto& [rank, m] : members_) {
       if (!m.lost.empty()) continue;
       try {
-        send_json(*m.connection, {{"op", "done"}}, link_.peer_timeout);
+        send_json(*m.connection, {{"op", "done"}, {"clusters", out_.clusters}}, link_.peer_timeout);
       } catch (const Error& e) {
         log_->warn("rank {}: cannot send done: {}", rank, e.what());
       }
@@ -356,7 +358,8 @@ Measurements coordinate_probe(transport::Transport& transport, const LinkOptions
   return coordinator.run();
 }
 
-void serve_probe_member(transport::Transport& transport, const LinkOptions& link, const ProbeSettings& settings) {
+std::vector<std::vector<int>> serve_probe_member(transport::Transport& transport, const LinkOptions& link,
+                                                 const ProbeSettings& settings) {
   auto log = logger("probe");
   ProbeNode node(transport, link);
   const std::string who = "rank " + std::to_string(link.rank);
@@ -384,7 +387,13 @@ void serve_probe_member(transport::Transport& transport, const LinkOptions& link
     if (op == "done") {
       log->info("{}: rank 0 says the probe is done", who);
       node.stop();
-      return;
+      std::vector<std::vector<int>> clusters;
+      try {
+        if (message.contains("clusters")) clusters = message.at("clusters").get<std::vector<std::vector<int>>>();
+      } catch (const nlohmann::json::exception& e) {
+        throw Error(Errc::corrupt_frame, who + ": rank 0's clusters are malformed: " + e.what());
+      }
+      return clusters;
     }
     if (op == "refused")
       throw Error(Errc::state, who + ": rank 0 refused this member: " + message.value("reason", std::string("?")));

@@ -5,7 +5,7 @@
 // the figures; rank 0 measures its own flows in-process. Finally it tells every member "done".
 //
 // Control messages are small JSON texts. Coordinator -> member: {"op":"flows","id","to":[...],"ms"},
-// {"op":"ping","id","to","reps"}, {"op":"alive","id"}, {"op":"done"}, {"op":"refused","reason"}
+// {"op":"ping","id","to","reps"}, {"op":"alive","id"}, {"op":"done","clusters"}, {"op":"refused","reason"}
 // (a member that connects after the join window). Member -> coordinator: {"kind":"control","rank"}
 // once, then one answer per command, carrying its id.
 //
@@ -30,6 +30,9 @@ struct ProbeSettings {
   std::chrono::milliseconds join_timeout{30'000};
   int latency_reps = 20;
   uint64_t seed = 1;  // the pair sample of jobs above kAllPairsMaxMembers members
+  // A quick probe (`run` with `clusters: auto` and no probe_file): quick_pairs() instead of
+  // sample_pairs(), no concurrent flows. Enough to find the clusters, O(N) flows.
+  bool quick = false;
 };
 
 struct ProbeFailure {
@@ -47,6 +50,7 @@ struct Measurements {
   std::vector<int> lost;         // members lost during the probe
   std::vector<ProbeFailure> failed;
   nlohmann::json shared_links = nlohmann::json::array();
+  std::vector<std::vector<int>> clusters;  // find_clusters() over the present ranks (sent with "done")
   double seconds = 0;  // wall time of the whole probe
 };
 
@@ -57,9 +61,10 @@ struct Measurements {
 Measurements coordinate_probe(transport::Transport& transport, const LinkOptions& link, const ProbeSettings& settings);
 
 // A member (link.rank >= 1): listens on its URL, connects to rank 0 (retrying up to
-// settings.join_timeout) and carries out its commands until rank 0 says done (returns). Throws
-// Error(connection | timeout) when rank 0 cannot be reached or disappears, Error(state) when rank 0
-// refused it.
-void serve_probe_member(transport::Transport& transport, const LinkOptions& link, const ProbeSettings& settings);
+// settings.join_timeout) and carries out its commands until rank 0 says done; returns the clusters
+// rank 0 found (job-rank lists). Throws Error(connection | timeout) when rank 0 cannot be reached or
+// disappears, Error(state) when rank 0 refused it.
+std::vector<std::vector<int>> serve_probe_member(transport::Transport& transport, const LinkOptions& link,
+                                                 const ProbeSettings& settings);
 
 }  // namespace deltacast::tools

@@ -217,12 +217,32 @@ bool Producer::Impl::delegated_commit(uint64_t expected_digest, Clock::time_poin
   for (const auto& [rank, answer] : f.answers) d.ranks.push_back(rank);
   broadcast(d);
   log->debug("version {}: rank {} decides the commit", f.version, f.delegate);
+  // Every live member acked here and the delegate stays silent (a member's answer did not reach it):
+  // after this grace the producer commits itself, which is always safe once every live member
+  // acked (the delegate only ever commits the same attempt).
+  const auto grace = std::max(options.peer_timeout, std::chrono::milliseconds(1000));
+  std::optional<Clock::time_point> all_acked;
   for (;;) {
     if (f.decided_by_delegate) return true;
     if (f.delegate == 0 || f.answers.empty()) return false;  // the delegate failed: the producer decides
+    bool every = true;
     for (const auto& [rank, answer] : f.answers) {
       const bool wrong_digest = answer == InFlight::Answer::verified && f.ack_digests[rank] != expected_digest;
       if (answer == InFlight::Answer::refused || wrong_digest) return false;  // the producer aborts
+      every = every && answer == InFlight::Answer::verified;
+    }
+    if (!every) {
+      all_acked.reset();
+    } else if (!all_acked) {
+      all_acked = Clock::now();
+    } else if (Clock::now() - *all_acked > grace) {
+      log->warn(
+          "producer: no word from the commit delegate (rank {}) {} ms after every member acked version {}; "
+          "the producer commits it",
+          f.delegate, grace.count(), f.version);
+      f.delegate = 0;
+      f.report->commit_delegate = 0;
+      return false;
     }
     if (Clock::now() > deadline) {
       std::vector<uint32_t> silent;

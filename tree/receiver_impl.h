@@ -54,6 +54,29 @@ struct ControlInput {
   std::shared_ptr<transport::Connection> connection;  // delegate_link (connected, or null), member_link
 };
 
+// A commit link (docs/protocol.md, "Delegated commit"), either end. Sends never block the control
+// thread: they are posted (OutboundLink), and a frozen peer only fills the link's queue.
+struct CommitLink {
+  uint64_t id = 0;  // its reader's link id
+  std::shared_ptr<transport::Connection> connection;
+  std::shared_ptr<OutboundLink> out;
+  CommitLink() = default;
+  CommitLink(uint64_t link_id, std::shared_ptr<transport::Connection> c, uint32_t peer)
+      : id(link_id),
+        connection(c),
+        out(std::make_shared<OutboundLink>(std::make_unique<SharedConnection>(c), peer, -1)) {}
+  explicit operator bool() const { return connection != nullptr; }
+  // Posts `message`. Throws Error(connection) when the link already failed.
+  void send(const Message& message, uint64_t epoch) {
+    if (out->dead()) throw Error(Errc::connection, "the commit link failed");
+    out->post(std::make_shared<const std::vector<std::byte>>(encode_message(message, epoch)));
+  }
+  void close() {
+    if (out) out->cancel_all();
+    if (connection) connection->close();
+  }
+};
+
 struct Receiver::Impl {
   transport::Transport& transport;
   ReceiverOptions options;
@@ -87,13 +110,12 @@ struct Receiver::Impl {
   std::optional<DelegatedCommit> delegation;
   // Member side: the link to the current delegate (connecting: `outbox` waits for it).
   uint32_t link_delegate = 0;
-  std::shared_ptr<transport::Connection> delegate_link;
-  uint64_t delegate_link_id = 0;
+  CommitLink delegate_link;
   bool connecting = false;
   std::vector<Message> outbox;
   TaskThreads connectors;
   // Delegate side: each member's commit link (by rank: link id, connection).
-  std::map<uint32_t, std::pair<uint64_t, std::shared_ptr<transport::Connection>>> member_links;
+  std::map<uint32_t, CommitLink> member_links;
 
   Impl(transport::Transport& t, ReceiverOptions o);
 
@@ -136,6 +158,8 @@ struct Receiver::Impl {
   // Delegated commit glue (the DelegatedCommit hooks).
   DelegatedCommit::Hooks delegation_hooks();
   void send_to_delegate(uint32_t delegate, const Message& message);
+  // Opens the link to link_delegate when answers wait in the outbox and no attempt is running.
+  void connect_delegate();
   void send_to_member(uint32_t rank, const Message& message);
   // Starts reading `connection` as a link of `kind`; returns its id.
   uint64_t read_link(ControlInput::Kind kind, uint32_t rank, std::shared_ptr<transport::Connection> connection);

@@ -82,15 +82,14 @@ uint64_t Receiver::Impl::read_link(ControlInput::Kind kind, uint32_t rank,
 
 void Receiver::Impl::close_links() {
   if (readers) readers->stop();
-  if (delegate_link) delegate_link->close();
-  delegate_link.reset();
-  for (auto& [rank, link] : member_links) link.second->close();
+  delegate_link.close();
+  delegate_link = {};
+  for (auto& [rank, link] : member_links) link.close();
   member_links.clear();
   connectors.join_all();
   readers.reset();
   delegation.reset();
   link_delegate = 0;
-  delegate_link_id = 0;
   connecting = false;
   outbox.clear();
 }
@@ -128,18 +127,23 @@ DelegatedCommit::Hooks Receiver::Impl::delegation_hooks() {
 
 void Receiver::Impl::send_to_delegate(uint32_t delegate, const Message& message) {
   if (delegate != link_delegate) {  // a new delegate: the old link is of no use
-    if (delegate_link) delegate_link->close();
-    delegate_link.reset();
+    delegate_link.close();
+    delegate_link = {};
     outbox.clear();
     link_delegate = delegate;
   }
   if (delegate_link) {
-    send_control(*delegate_link, message, options.peer_timeout, epoch());
+    delegate_link.send(message, epoch());
     return;
   }
   outbox.push_back(message);
-  if (connecting) return;
+  connect_delegate();
+}
+
+void Receiver::Impl::connect_delegate() {
+  if (connecting || delegate_link || outbox.empty() || link_delegate == 0) return;
   connecting = true;
+  const uint32_t delegate = link_delegate;
   const std::string url = url_of(delegate);
   connectors.spawn([this, delegate, url] {
     ControlInput input;
@@ -157,7 +161,7 @@ void Receiver::Impl::send_to_delegate(uint32_t delegate, const Message& message)
 void Receiver::Impl::send_to_member(uint32_t rank, const Message& message) {
   auto it = member_links.find(rank);
   if (it == member_links.end()) throw Error(Errc::connection, "no commit link from rank " + std::to_string(rank));
-  send_control(*it->second.second, message, options.peer_timeout, epoch());
+  it->second.send(message, epoch());
 }
 
 std::optional<Ending> Receiver::Impl::handle_producer(const ControlEvent& event) {
@@ -215,12 +219,13 @@ std::optional<Ending> Receiver::Impl::handle_input(ControlInput& input) {
           log->warn("{}: could not reach the commit delegate (rank {}): {}", who(), event.rank, event.status.message);
           outbox.clear();
         }
+        connect_delegate();  // a newer delegate's answers waited for this attempt to end
         return std::nullopt;
       }
-      delegate_link = input.connection;
-      delegate_link_id = read_link(ControlInput::Kind::from_delegate, event.rank, delegate_link);
+      delegate_link = CommitLink(read_link(ControlInput::Kind::from_delegate, event.rank, input.connection),
+                                 input.connection, event.rank);
       try {
-        for (const auto& m : outbox) send_control(*delegate_link, m, options.peer_timeout, epoch());
+        for (const auto& m : outbox) delegate_link.send(m, epoch());
       } catch (const Error& e) {
         log->warn("{}: commit link to rank {} failed: {}", who(), event.rank, e.what());
       }
@@ -229,9 +234,9 @@ std::optional<Ending> Receiver::Impl::handle_input(ControlInput& input) {
     case ControlInput::Kind::member_link: {
       const Message& first = *event.message;
       const uint32_t rank = std::holds_alternative<Ack>(first) ? std::get<Ack>(first).rank : std::get<Nack>(first).rank;
-      if (auto old = member_links.find(rank); old != member_links.end()) old->second.second->close();
+      if (auto old = member_links.find(rank); old != member_links.end()) old->second.close();
       const uint64_t id = read_link(ControlInput::Kind::from_member, rank, input.connection);
-      member_links[rank] = {id, input.connection};
+      member_links[rank] = CommitLink(id, input.connection, rank);
       delegation->from_member(rank, first);
       return std::nullopt;
     }
@@ -244,18 +249,18 @@ std::optional<Ending> Receiver::Impl::handle_input(ControlInput& input) {
     case ControlInput::Kind::producer:
       return handle_producer(event);
     case ControlInput::Kind::from_delegate:
-      if (id != delegate_link_id) return std::nullopt;  // an older link
+      if (!delegate_link || id != delegate_link.id) return std::nullopt;  // an older link
       if (!event.message) {
         log->info("{}: commit link to rank {} closed: {}", who(), event.rank, event.status.message);
-        delegate_link.reset();
-        delegate_link_id = 0;
+        delegate_link.close();
+        delegate_link = {};
         link_delegate = 0;
         return std::nullopt;
       }
       if (auto* commit = std::get_if<Commit>(&*event.message)) {
         commit_here(*commit, [&](const Message& m) {
           try {
-            send_control(*delegate_link, m, options.peer_timeout, epoch());
+            delegate_link.send(m, epoch());
           } catch (const Error& e) {
             log->warn("{}: could not answer the delegate's COMMIT: {}", who(), e.what());
           }
@@ -264,8 +269,9 @@ std::optional<Ending> Receiver::Impl::handle_input(ControlInput& input) {
       return std::nullopt;
     case ControlInput::Kind::from_member: {
       auto it = member_links.find(event.rank);
-      if (it == member_links.end() || it->second.first != id) return std::nullopt;  // an older link
+      if (it == member_links.end() || it->second.id != id) return std::nullopt;  // an older link
       if (!event.message) {
+        it->second.close();
         member_links.erase(it);
         delegation->link_lost(event.rank);
       } else {

@@ -17,6 +17,7 @@ frozen (SIGSTOP). Everything a trial varies is drawn from random.Random(f"{seed}
              0-300 ms after a producer line ("receivers joined": during the bootstrap; "step K:")
   topology   binary, double_binary, chain
   transport  tcp, ucx, ofi+tcp (UCX/libfabric pinned to lo)
+  commit     producer, delegated (docs/protocol.md, "Delegated commit")
   model      10-20M parameters, 4-5 steps, lr 1e-5 (~5% of elements change), 256 KiB chunks
              (the bootstrap and each delta are ~80-160 data messages)
 
@@ -145,8 +146,10 @@ def plan_trial(seed: int, trial: int) -> dict:
             moment = {"kind": "external", "after_step": step, "delay_s": round(rng.uniform(0.0, 0.3), 3)}
         victims.append({"rank": rank, "role": role, "signal": "SIGKILL" if action == "kill" else "SIGSTOP",
                         "moment": moment})
+    # Drawn last, so that a seed's earlier plans stay what they were before the commit mode existed.
+    commit = rng.choice(["producer", "delegated"])
     return {"seed": seed, "trial": trial, "receivers": receivers, "topology": topology, "transport": transport,
-            "params": f"{params_m}M", "steps": steps, "victims": victims}
+            "params": f"{params_m}M", "steps": steps, "victims": victims, "commit": commit}
 
 
 def moment_text(v: dict) -> str:
@@ -163,7 +166,8 @@ def run_trial(dc: str, plan: dict, hang_s: float, work: Path, peer_s: float) -> 
                             params=plan["params"], steps=plan["steps"], lr="1e-5", seed=plan["trial"] + 1,
                             chunk_bytes="256KiB", connect="5s", heartbeat=f"{int(peer_s * 250)}ms",
                             peer=f"{int(peer_s * 1000)}ms",
-                            refit="60s", join="60s", producer_loss="10s", log_level="info")
+                            refit="60s", join="60s", producer_loss="10s", log_level="info",
+                            commit=plan.get("commit", "auto"))
     t0 = time.monotonic()
     result = dict(plan)
     result["victims"] = [dict(v) for v in plan["victims"]]
@@ -387,7 +391,7 @@ def summarize(results: list) -> str:
     # by transport / topology
     lines.append("| by | trials | clean trials | survivors exact | hangs |")
     lines.append("| --- | --- | --- | --- | --- |")
-    for key in ("transport", "topology"):
+    for key in ("transport", "topology", "commit"):
         for value in sorted({r[key] for r in results}):
             rs = [r for r in results if r[key] == value]
             lines.append(f"| {key} {value} | {len(rs)} | {sum(r['clean'] for r in rs)} | "

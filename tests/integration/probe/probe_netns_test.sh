@@ -5,7 +5,8 @@
 # in the OTHER group (u32 filters on the destination address). `deltacast probe`, one process per
 # namespace (--rank/--size), must find exactly these two clusters, and its figures for one
 # inter-group pair (0 -> 3) and one intra-group pair (1 -> 2) must agree with iperf3 (-t 3) on the
-# same links within +-25%. Exit 77 (ctest SKIP) when namespaces are not permitted here.
+# same links within +-25%. Then `run` with clusters: auto and no probe_file must find the same two
+# groups with its quick probe at start. Exit 77 (ctest SKIP) when namespaces are not permitted here.
 set -euo pipefail
 bin=$1 root=$2
 export DELTACAST_NETNS_PREFIX=dcprb DELTACAST_NETNS_RATE=none
@@ -103,3 +104,23 @@ for t in crossings:  # the boundary once per tree (+ producer -> root when the r
 sys.exit(0 if ok else 1)
 PY
 echo "OK: two clusters, probe within 25% of iperf3"
+
+# clusters: auto with no probe_file: `run` probes quickly at start (O(N) flows), finds the same two
+# groups, roots every tree in the producer's, and commits every step on every member.
+for r in 1 2 3 4; do
+  ip netns exec "${DELTACAST_NETNS_PREFIX}$r" timeout 170 "$bin" run --config "$dir/cluster.yaml" --rank $r \
+    --size 5 --set clusters=auto --set trainer.params=2M --set trainer.steps=2 >"$dir/run$r.txt" 2>&1 &
+  pids+=($!)
+done
+ip netns exec "${DELTACAST_NETNS_PREFIX}0" timeout 160 "$bin" run --config "$dir/cluster.yaml" --rank 0 --size 5 \
+  --set clusters=auto --set trainer.params=2M --set trainer.steps=2 --set output.dir="$dir/out" \
+  --set output.metrics_file="$dir/report.json" >"$dir/run0.txt" 2>&1 || { cat "$dir/run0.txt"; fail "run rank 0 exited non-zero"; }
+for k in 0 1 2 3; do
+  wait "${pids[$k]}" || { cat "$dir/run$((k + 1)).txt"; fail "run rank $((k + 1)) exited non-zero"; }
+done
+pids=()
+grep "clusters from a quick probe (.* 5 of 5 ranks reached): {0,1,2} {3,4}" "$dir/run0.txt" \
+  || { cat "$dir/run0.txt"; fail "the quick probe did not find {0,1,2} {3,4}"; }
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["ok"] is True and all(s["verified_receivers"] == 4 for s in r["steps"]), r' \
+  "$dir/report.json" || fail "the run after a quick probe is not as expected"
+echo "OK: run with clusters: auto probed quickly and found the two groups"

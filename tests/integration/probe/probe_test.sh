@@ -2,7 +2,9 @@
 # probe_test.sh mpirun|unreachable DELTACAST REPO_ROOT
 #   mpirun:      `deltacast probe` as 5 ranks under mpirun on loopback (tcp): the 5x5 bandwidth and
 #                latency matrices are filled off the diagonal with positive figures, the SVG parses
-#                as XML, clusters, recommendation and predictions are present.
+#                as XML, clusters, recommendation and predictions are present; then `run` with
+#                clusters: auto, first from that probe file, then with no file (a quick probe at
+#                start), each committing every step on every member.
 #   unreachable: a config of 4 members, ranks 0..3 started with --rank/--size 5 (rank 4 never
 #                starts), --join-timeout 3s: rank 0 exits 0 within a bound, lists rank 4 as
 #                unreachable, fills the other cells; the members exit 0.
@@ -88,6 +90,17 @@ for k, c in enumerate(probe["clusters"]):
         if r: assert f" {r}:probe-{k}" in out, (r, k, out)
 print("OK: run with clusters: auto", probe["clusters"])
 PY
+    # clusters: auto without probe_file: the job probes quickly at start, then runs.
+    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
+      --mca oob_tcp_if_include lo -np 5 "$bin" run --config "$dir/cluster.yaml" --set clusters=auto \
+      --set trainer.params=2M --set trainer.steps=2 \
+      --set output.dir="$dir/run-quick" --set output.metrics_file="$dir/report-quick.json" \
+      >"$dir/run-quick.txt" 2>&1 || { cat "$dir/run-quick.txt"; fail "mpirun run with a quick probe exited non-zero"; }
+    grep "clusters from a quick probe (.* 5 of 5 ranks reached): {" "$dir/run-quick.txt" \
+      || { cat "$dir/run-quick.txt"; fail "run did not probe at start"; }
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["ok"] is True and all(s["verified_receivers"] == 4 for s in r["steps"]), r' \
+      "$dir/report-quick.json" || fail "the run after a quick probe is not as expected"
+    echo "OK: run with clusters: auto and a quick probe"
     ;;
   unreachable)
     for r in 1 2 3; do

@@ -144,6 +144,22 @@ TEST(ProbeSample, N200IsOrderNLogN) {
   EXPECT_EQ(pairs, sample_pairs(n, 7));  // deterministic
 }
 
+TEST(ProbeSample, QuickPairsAreOrderNAndFindTwoGroups) {
+  for (int n : {2, 3, 9, 200}) {
+    const auto pairs = quick_pairs(n, 3);
+    EXPECT_LE(pairs.size(), static_cast<size_t>(5 * (n - 1))) << n;  // producer both ways, 2 peers, ring
+    std::set<RankPair> seen(pairs.begin(), pairs.end());
+    EXPECT_EQ(seen.size(), pairs.size());
+    for (int r = 1; r < n; ++r) EXPECT_TRUE(seen.count({0, r}) && seen.count({r, 0})) << n << " " << r;
+    for (const auto& p : pairs) EXPECT_NE(p.from, p.to);
+  }
+  // Two groups {0..4} and {5..8}, 10 Gbit/s inside, 1 Gbit/s between: the quick sample finds them.
+  const int n = 9;
+  RankMatrix bw(n, std::vector<std::optional<double>>(n));
+  for (const auto& p : quick_pairs(n, 3)) bw[p.from][p.to] = (p.from < 5) == (p.to < 5) ? 10.0 : 1.0;
+  EXPECT_EQ(find_clusters(bw, all_ranks(n)).clusters, (std::vector<std::vector<int>>{{0, 1, 2, 3, 4}, {5, 6, 7, 8}}));
+}
+
 TEST(ProbeSample, ConcurrencySampleAndPeers) {
   const auto present = all_ranks(20);
   const auto sample = concurrency_sample(present, 8);

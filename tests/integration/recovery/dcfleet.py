@@ -126,6 +126,7 @@ class JobConfig:
     join: str = "2m"
     producer_loss: str = "30s"
     log_level: str = "info"
+    commit: str = "auto"  # auto | producer | delegated (docs/config.md)
     # Network namespaces: the address of each rank (index 0 = producer). None: all on 127.0.0.1.
     hosts: Optional[list] = None
     cluster: str = "local"
@@ -216,7 +217,8 @@ class Fleet:
                    f"trainer:\n  kind: synth\n  params: {j.params}\n  steps: {j.steps}\n  lr: {j.lr}\n"
                    f"  seed: {j.seed}\n") +
                 f"output:\n  dir: {self.dir}\n  log_file: \"\"\n"
-                f"log_level: {j.log_level}\n")
+                f"log_level: {j.log_level}\n"
+                f"commit: {j.commit}\n")
         path = self.dir / "cluster.yaml"
         path.write_text(text)
         return path

@@ -498,6 +498,37 @@ TEST(DelegatedCommit, DelegateDiesBeforeDecidingAndTheProducerCommits) {
   expect_survivors_exact(c, n, {d}, run.model);
 }
 
+// The delegate freezes after its ACK (SIGSTOP): members cannot reach it, the producer fails it
+// after timeouts.peer and commits itself; the next versions have another delegate, to which the
+// members' answers go although their links to the frozen one were still being opened.
+TEST(DelegatedCommit, DelegateFreezesAndTheNextVersionsHaveAnother) {
+  const uint32_t n = 5;
+  Refits run;
+  FailCluster c = delegated(run.model, n);
+  run.bootstrap_and_step(c);
+  const uint32_t d = run.v2.commit_delegate;
+  ASSERT_NE(d, 0u);
+  c.frozen(d);
+  c.hook(d, [](const Sent& s) {
+    loop::Fault f;
+    if (s.type == MessageType::ack && s.version == 3) {
+      f.kind = loop::Fault::Kind::freeze;
+      f.after = true;
+    }
+    return f;
+  });
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  expect_failed(r3, d, "silent");
+  for (uint64_t v = 4; v <= 5; ++v) {
+    RefitReport r = run.step(c, v);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    EXPECT_NE(r.commit_delegate, d);
+  }
+  c.finish();
+  expect_survivors_exact(c, n, {d}, run.model);
+}
+
 // The delegate dies while it sends its COMMITs: some members committed, the others did not hear
 // it. The producer commits the same attempt; members that already committed answer ACTIVE again.
 // Nobody rolls back.

@@ -484,12 +484,20 @@ TEST(Config, ClustersAutoTakesTheProbesClustersAndTheProducersOwn) {
   EXPECT_THROW(resolve_clusters(d), Error);
   d.probe_file = dir + "/no-such-probe.json";
   EXPECT_THROW(resolve_clusters(d), Error);
-  Config e = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 2}\nclusters: auto\n", "e.yaml");
+  // Without a probe_file the CLI probes at start: the config is valid and keeps its labels until then.
+  Config e = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 2, cluster: x}\nclusters: auto\n", "e.yaml");
+  validate(e);
+  resolve_clusters(e);
+  EXPECT_EQ(member_list(e)[0].cluster, "x");
+  apply_probe_clusters(e, {{0, 2}, {1}}, "a quick probe");
+  EXPECT_EQ(e.producer_cluster, "probe-0");
+  EXPECT_EQ(member_list(e)[0].cluster, "probe-1");
+  EXPECT_EQ(member_list(e)[1].cluster, "probe-0");
   try {
-    validate(e);
-    ADD_FAILURE() << "clusters: auto without probe_file was accepted";
+    apply_probe_clusters(e, {{0, 3}}, "a quick probe");
+    ADD_FAILURE() << "a rank outside the job was accepted";
   } catch (const Error& err) {
-    EXPECT_TRUE(contains(err.what(), "clusters: auto needs probe_file")) << err.what();
+    EXPECT_TRUE(contains(err.what(), "a quick probe: cluster 0 names a rank outside 0..2")) << err.what();
   }
   std::remove(probe.c_str());
 }
