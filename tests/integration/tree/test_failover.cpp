@@ -71,7 +71,7 @@ class FailCluster {
     po.encode.chunk_bytes = 32 << 10;  // many chunks for a small model
     po.max_inflight_bytes_per_root = 256 << 10;
     po.version_timeout = 30s;
-    po.join_timeout = 10s;
+    po.join_timeout = test_time::scaled(10s);
     po.peer_timeout = kPeerTimeout;
     po.delegate_commit = delegated;
     po.on_progress = [this](uint32_t sent, uint32_t) {
@@ -85,7 +85,16 @@ class FailCluster {
       receivers_[r] = make_receiver(r, clusters.empty() ? "" : clusters[r - 1]);
       threads_[r] = std::thread([this, r] { serve(r); });
     }
-    producer_->start();
+    try {
+      producer_->start();
+    } catch (...) {
+      // A failed start (an overloaded machine, e.g. under TSan): end every member thread before the
+      // exception leaves, or joinable threads terminate the process.
+      for (uint32_t r = 1; r <= n; ++r) loop::kill(*transports_[r]);
+      for (uint32_t r = 1; r <= n; ++r)
+        if (threads_[r].joinable()) threads_[r].join();
+      throw;
+    }
   }
   ~FailCluster() {
     if (!finished_) finish();
@@ -146,8 +155,8 @@ class FailCluster {
     ro.cluster = cluster;
     ro.max_inflight_bytes_per_child = 128 << 10;
     ro.peer_timeout = kPeerTimeout;
-    ro.connect_timeout = 2s;
-    ro.join_timeout = 10s;
+    ro.connect_timeout = test_time::scaled(2s);
+    ro.join_timeout = test_time::scaled(10s);
     ro.producer_loss_timeout = 1s;
     ro.gated = gated_.count(r) > 0;
     return std::make_unique<Receiver>(*transports_[r], ro);
