@@ -51,7 +51,7 @@ struct Measurements {
   std::vector<ProbeFailure> failed;
   nlohmann::json shared_links = nlohmann::json::array();
   std::vector<std::vector<int>> clusters;  // find_clusters() over the present ranks (sent with "done")
-  double seconds = 0;  // wall time of the whole probe
+  double seconds = 0;                      // wall time of the whole probe
 };
 
 // Rank 0: listens on link.urls[0], waits up to settings.join_timeout for the members
