@@ -206,6 +206,18 @@ std::function<loop::Fault(const Sent&)> at_forwarded_frame(uint64_t version, int
   };
 }
 
+// Dies (or freezes) right after its first ACK of `version` left: it verified, then it is gone.
+std::function<loop::Fault(const Sent&)> after_its_ack(uint64_t version, loop::Fault::Kind kind) {
+  return [=](const Sent& s) {
+    loop::Fault f;
+    if (s.type == MessageType::ack && s.version == version) {
+      f.kind = kind;
+      f.after = true;
+    }
+    return f;
+  };
+}
+
 void expect_failed(const RefitReport& report, uint32_t rank, const std::string& cause) {
   bool found = false;
   for (const auto& f : report.failed_members)
@@ -321,14 +333,7 @@ TEST_P(Failover, MemberDiesBetweenItsAckAndTheCommit) {
   FailCluster c = make(run.model.manifest, n);
   run.bootstrap_and_step(c);
   // The ACK gets out, then the member dies: it verified, but it is not live at the commit.
-  c.hook(3, [](const Sent& s) {
-    loop::Fault f;
-    if (s.type == MessageType::ack && s.version == 3) {
-      f.kind = loop::Fault::Kind::die;
-      f.after = true;
-    }
-    return f;
-  });
+  c.hook(3, after_its_ack(3, loop::Fault::Kind::die));
   RefitReport r3 = run.step(c, 3);
   ASSERT_TRUE(r3.committed) << r3.abort_reason;
   RefitReport r4 = run.step(c, 4);
@@ -487,14 +492,7 @@ TEST(DelegatedCommit, DelegateDiesBeforeDecidingAndTheProducerCommits) {
   run.bootstrap_and_step(c);
   const uint32_t d = run.v2.commit_delegate;
   ASSERT_NE(d, 0u);
-  c.hook(d, [](const Sent& s) {
-    loop::Fault f;
-    if (s.type == MessageType::ack && s.version == 3) {
-      f.kind = loop::Fault::Kind::die;
-      f.after = true;
-    }
-    return f;
-  });
+  c.hook(d, after_its_ack(3, loop::Fault::Kind::die));
   RefitReport r3 = run.step(c, 3);
   ASSERT_TRUE(r3.committed) << r3.abort_reason;
   expect_failed(r3, d, "link_closed");
@@ -518,14 +516,7 @@ TEST(DelegatedCommit, DelegateFreezesAndTheNextVersionsHaveAnother) {
   const uint32_t d = run.v2.commit_delegate;
   ASSERT_NE(d, 0u);
   c.frozen(d);
-  c.hook(d, [](const Sent& s) {
-    loop::Fault f;
-    if (s.type == MessageType::ack && s.version == 3) {
-      f.kind = loop::Fault::Kind::freeze;
-      f.after = true;
-    }
-    return f;
-  });
+  c.hook(d, after_its_ack(3, loop::Fault::Kind::freeze));
   RefitReport r3 = run.step(c, 3);
   ASSERT_TRUE(r3.committed) << r3.abort_reason;
   expect_failed(r3, d, "silent");
