@@ -51,7 +51,10 @@ void quick_probe_clusters(config::Config& c, const tree::LaunchEnv& env) {
     std::string text;
     for (const auto& cluster : probe.clusters) {
       text += " {";
-      for (size_t i = 0; i < cluster.size(); ++i) text += (i ? "," : "") + std::to_string(cluster[i]);
+      for (size_t i = 0; i < cluster.size(); ++i) {
+        if (i) text += ',';
+        text += std::to_string(cluster[i]);
+      }
       text += "}";
     }
     const auto& m = *probe.measurements;
