@@ -43,8 +43,9 @@ struct ProbeOptions {
   std::string join_timeout = "30s";
   std::string predict_params = "1G";
   std::vector<double> change_rates{0.01, 0.03, 0.05};
-  double bytes_per_change = 0.80;
+  double bytes_per_change = 0;  // 0: the measured one at each rate (bench/model/fit.json)
   int diff_threads = 8;
+  int apply_threads = 8;
   uint64_t seed = 1;
 };
 
@@ -127,17 +128,29 @@ void print_table(const Measurements& m, const ClusterResult& clusters, const std
   for (const auto& p : predicted) {
     const auto& t = p["terms"];
     std::printf(
-        "predicted refit, %.3g params at %.3g%% changed: %.3f s (diff %.3f, transfer %.3f, fill %.3f, apply %.3f, "
-        "round trips %.4f)\n",
+        "predicted refit, %.3g params at %.3g%% changed: %.3f s = max(diff %.3f, transfer %.3f, apply %.3f) + fill "
+        "%.3f + commit %.4f (%.2f round trips, %s commit; %.3f s if nothing overlapped)\n",
         p["params"].get<double>(), 100 * p["change_rate"].get<double>(), p["seconds"].get<double>(),
-        t["diff"].get<double>(), t["transfer"].get<double>(), t["fill"].get<double>(), t["apply"].get<double>(),
-        t["round_trips"].get<double>());
-  }
-  if (rec) {
-    const CostModel model;
-    std::printf("cost model: %s\n", model.to_json().dump().c_str());
+        t["diff"].get<double>(), t["transfer"].get<double>(), t["apply"].get<double>(), t["fill"].get<double>(),
+        t["commit"].get<double>(), t["commit_round_trips"].get<double>(), p["commit"].get<std::string>().c_str(),
+        t["serial_seconds"].get<double>());
   }
   for (const auto& f : m.failed) std::printf("failed: %d -> %d: %s\n", f.from, f.to, f.error.c_str());
+}
+
+// Whether `deltacast run` with this config would delegate the commit (config::commit_is_delegated),
+// with the clusters this probe found when the config says `clusters: auto`.
+bool run_commits_delegated(const config::Config& c, const std::vector<std::vector<int>>& found) {
+  config::Config run = c;
+  if (run.clusters == "auto") {
+    try {
+      config::apply_probe_clusters(run, found, "the probe");
+    } catch (const Error& e) {
+      logger("probe")->warn("predictions assume the producer's commit: {}", e.what());
+      return false;
+    }
+  }
+  return config::commit_is_delegated(run);
 }
 
 void report(const Measurements& m, const ProbeOptions& o, const config::Config& c) {
@@ -147,6 +160,8 @@ void report(const Measurements& m, const ProbeOptions& o, const config::Config& 
   predict_options.change_rates = o.change_rates;
   predict_options.bytes_per_change = o.bytes_per_change;
   predict_options.diff_threads = o.diff_threads;
+  predict_options.apply_threads = o.apply_threads;
+  predict_options.delegated_commit = run_commits_delegated(c, clusters.clusters);
   const ProbeFigures figures{m.ranks, m.bandwidth_gbit, m.latency_us, m.present, clusters.clusters};
   const auto rec = recommend(figures, predict_options);
   const nlohmann::json predicted = rec ? predictions_json(*rec, predict_options) : nlohmann::json::array();
@@ -198,6 +213,8 @@ void probe(const ProbeOptions& o) {
   settings.seed = o.seed;
   if (settings.flow_time.count() <= 0) throw Error(Errc::invalid_argument, "--flow-time must be positive");
   if (o.diff_threads < 1) throw Error(Errc::invalid_argument, "--diff-threads must be at least 1");
+  if (o.apply_threads < 1) throw Error(Errc::invalid_argument, "--apply-threads must be at least 1");
+  if (o.bytes_per_change < 0) throw Error(Errc::invalid_argument, "--bytes-per-change must not be negative");
   for (double rate : o.change_rates)
     if (!(rate > 0 && rate <= 1)) throw Error(Errc::invalid_argument, "--change-rates: each rate must be in (0, 1]");
   config::parse_size(o.predict_params);  // a bad value fails before the job starts
@@ -226,9 +243,12 @@ void setup(CLI::App& parent) {
   cmd->add_option("--change-rates", o->change_rates, "Changed fractions to predict refits for")
       ->capture_default_str()
       ->delimiter(',');
-  cmd->add_option("--bytes-per-change", o->bytes_per_change, "Encoded bytes per changed element")
+  cmd->add_option("--bytes-per-change", o->bytes_per_change,
+                  "Encoded bytes per changed element (0: the measured one at each rate)")
       ->capture_default_str();
   cmd->add_option("--diff-threads", o->diff_threads, "Producer encode threads in the prediction")
+      ->capture_default_str();
+  cmd->add_option("--apply-threads", o->apply_threads, "Threads applying one receiver's changes in the prediction")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the pair sample (jobs of more than 64 members)")->capture_default_str();
   cmd->callback([o] { probe(*o); });

@@ -288,6 +288,8 @@ Candidate evaluate_topology(const ProbeFigures& f, tree::TopologyKind kind, cons
   c.inputs.change_rate = o.change_rates.empty() ? 0.01 : o.change_rates.front();
   c.inputs.bytes_per_change = o.bytes_per_change;
   c.inputs.diff_threads = o.diff_threads;
+  c.inputs.apply_threads = o.apply_threads;
+  c.inputs.delegated_commit = o.delegated_commit;
   c.inputs.bottleneck_seconds_per_byte = worst;
   c.inputs.tree_depth = depth;
   c.inputs.chunk_bytes = static_cast<double>(c.chunk_bytes);
@@ -323,6 +325,7 @@ nlohmann::json predictions_json(const Recommendation& r, const PredictOptions& o
                    {"seconds", p.seconds},
                    {"topology", std::string(tree::topology_kind_name(r.chosen.kind))},
                    {"chunk_bytes", r.chosen.chunk_bytes},
+                   {"commit", o.delegated_commit ? "delegated" : "producer"},
                    {"terms", p.terms_json()}});
   }
   return out;

@@ -99,9 +99,11 @@ struct ProbeFigures {
 struct PredictOptions {
   double params = 1e9;
   std::vector<double> change_rates{0.01, 0.03, 0.05};
-  double bytes_per_change = 0.80;
+  double bytes_per_change = 0;  // 0: the measured bytes per change at each rate
   int diff_threads = 8;
-  CostModel model;
+  int apply_threads = 8;
+  bool delegated_commit = false;  // the run's commit mode (config::commit_is_delegated)
+  CostModel model = CostModel::fitted();
 };
 
 struct Candidate {

@@ -3,7 +3,10 @@
 
     python3 bench/model/cost_model.py measure --out bench/model/runs.json [--rounds 3] [--steps 3]
                                               [--deltacast PATH] [--quick]
+    python3 bench/model/cost_model.py measure --append --matrix blind2 [--rounds 5]   (the second blind set)
+    python3 bench/model/cost_model.py ingest-wan --runs bench/model/runs.json        (refresh the WAN runs)
     python3 bench/model/cost_model.py fit --runs bench/model/runs.json [--out bench/model/fit.json] [--check]
+                                          [--freeze bench/model/fit-frozen.json]
     python3 bench/model/cost_model.py project [--fit bench/model/fit.json] [--svg docs/performance-projection.svg]
                                               [--paths K] [--bytes-per-change B] [--producer-ranks P] ...
     python3 bench/model/cost_model.py all [--deltacast PATH] [--rounds 3]
@@ -16,6 +19,7 @@ import json
 import os
 import shutil
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -37,7 +41,7 @@ def find_deltacast(path):
 def cmd_measure(args):
     """Run the demo matrix (interleaved rounds) and ingest the WAN runs into --out."""
     import measure_lib
-    matrix = measure_lib.default_matrix()
+    matrix = measure_lib.blind2_matrix() if args.matrix == "blind2" else measure_lib.default_matrix()
     if args.quick:  # a smoke test: the two smallest configurations
         matrix = [m for m in matrix if m["params"] == "25M" and m["receivers"] == 2]
     if args.only_receivers:  # a batch of one receiver count (e.g. 2, added later with --append)
@@ -48,6 +52,43 @@ def cmd_measure(args):
                               append=args.append)
     secs = doc.get("measure_seconds", 0) + sum(doc.get("measure_seconds_by_batch", {}).values())
     print(f"{len(doc['runs'])} runs, {secs:.0f} s of measurement in all -> {args.out}")
+    return 0
+
+
+def cmd_ingest_wan(args):
+    """Replace runs.json's wan_runs by the JSON lines of bench/wan/results (rtt, rtt-commit, table),
+    saying which sources changed; the demo runs are untouched."""
+    import measure_lib
+    doc = json.load(open(args.runs))
+    old = doc.get("wan_runs", [])
+    new = measure_lib.ingest_wan(ROOT)
+    for src in sorted({d["source"] for d in old + new}):
+        a = [d for d in old if d["source"] == src]
+        b = [d for d in new if d["source"] == src]
+        print(f"{src}: {len(a)} -> {len(b)} runs{'' if a == b[:len(a)] else ' (stored lines changed!)'}")
+    doc["wan_runs"] = new
+    tmp = args.runs + ".tmp"
+    with open(tmp, "w") as fo:
+        json.dump(doc, fo, indent=1)
+    os.replace(tmp, args.runs)
+    return 0
+
+
+def cmd_cv(args):
+    """Leave-one-group-out cross-validation of the forms A, B and C on the training runs only."""
+    import statistics
+    doc = json.load(open(args.runs))
+    groups = {"size-receivers": lambda r: (r["params_label"], r["receivers"]),
+              "receivers": lambda r: r["receivers"]}
+    for name, key in groups.items():
+        print(f"leave one {name} group out (training runs only):")
+        for form in fit_lib.FORMS:
+            cv = fit_lib.cross_validate(doc, form, key)
+            errs = [e for v in cv.values() for e in v]
+            print(f"  form {form}: |error| median {statistics.median(abs(e) for e in errs):.1%}, max "
+                  f"{max(abs(e) for e in errs):.0%}, within +-15% {sum(abs(e) <= 0.15 for e in errs)}/{len(errs)}; "
+                  + " ".join(f"{'/'.join(map(str, g)) if isinstance(g, tuple) else g}: "
+                             + ",".join(f"{e:+.0%}" for e in v) for g, v in cv.items()))
     return 0
 
 
@@ -69,12 +110,15 @@ def print_fit_markdown(f):
     for v in f["heldout"]:
         print(f"| **held-out** | {md_cfg(v['config'])} | {v['rounds']} | {v['measured_min']:.3f}-{v['measured_median']:.3f}-"
               f"{v['measured_max']:.3f} | {v['predicted']:.3f} | **{v['error']:+.1%}** |")
+    for v in f.get("controls", []):
+        print(f"| control | {md_cfg(v['config'])} | {v['rounds']} | {v['measured_min']:.3f}-{v['measured_median']:.3f}-"
+              f"{v['measured_max']:.3f} | {v['predicted']:.3f} | {v['error']:+.1%} |")
     for w in f.get("wan_check", []):
         print(f"| WAN check | {md_cfg(w['config'])} | {w['rounds']} | {w['measured_min']:.3f}-{w['measured_median']:.3f}-"
               f"{w['measured_max']:.3f} | {w['predicted']:.3f} | {w['error']:+.1%} |")
     print("\n| held-out configuration | batch | diff | wire | fill | apply | commit | per-run errors | load |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for v in f["heldout"]:
+    for v in f["heldout"] + f.get("controls", []):
         t = v["terms"]
         print(f"| {md_cfg(v['config']).replace(' | ', ', ')} | {','.join(map(str, v['batches']))} | {t['diff']:.3f} | {t['wire']:.3f} | {t['fill']:.3f} | "
               f"{t['apply']:.3f} | {t['commit']:.4f} | {' '.join(f'{e:+.0%}' for e in v['run_errors'])} | "
@@ -87,9 +131,12 @@ def cmd_fit(args):
     doc = json.load(open(args.runs))
     f = fit_lib.fit(doc)
     val = fit_lib.validate(doc, f)
-    fa = fit_lib.fit(doc, contention=False)
-    f["model_a_heldout_errors"] = [v["error"] for v in fit_lib.validate(doc, fa)]
+    others = {form: fit_lib.fit(doc, form=form) for form in ("A", "B")}
+    for form, fo in others.items():
+        f[f"model_{form.lower()}_heldout_errors"] = [v["error"] for v in fit_lib.validate(doc, fo)]
+        f[f"model_{form.lower()}_train_abs_error_median"] = fo["train"]["abs_error_median"]
     f["heldout"] = val
+    f["controls"] = controls(doc, f)
     first = [r for r in fit_lib.steps_of_runs(doc, first_steps=True) if fit_lib.is_heldout(r)]
     f["heldout_first_step_error_median"] = (
         sorted(fit_lib.predict_row(f["constants"], r)["total"] / r["refit"] - 1 for r in first)[len(first) // 2]
@@ -106,9 +153,14 @@ def cmd_fit(args):
     print(f"  fill           t_hop    {c['t_hop_s']*1e3:8.2f} ms per tree level")
     print(f"  apply          t_apply_c {c['t_apply_c_s']*1e9:7.2f} ns per change; t_apply_rc {c['t_apply_rc_s']*1e9:.2f} ns "
           f"per change per receiver; t_scan_rc {c['t_scan_rc_s_per_byte']*1e12:.3f} ps per byte per receiver (thread-s, "
-          f"x s = (R+1+load)/({c['cores']}(R+1)) here)" if c["contention"] else "(wall, no share term: model A)")
-    print(f"  commit         c0       {c['c0_s']*1e3:8.2f} ms per version; k = {c['k_rtt']:.2f} RTTs "
-          f"(per round: {', '.join(f'{x:.2f}' for x in f['commit_fit'].get('per_round_k', []))})")
+          f"x s = (R+1+L)/({c['cores']}(R+1)) here, L = {c['load_ref']:.2f}: the training runs' median load)")
+    cd, cs = f["commit_fit_delegated"], f["commit_fit_same_session_producer"]
+    print(f"  commit         c0       {c['c0_s']*1e3:8.2f} ms per version; producer commit k = {c['k_rtt']:.2f} RTTs "
+          f"(per round: {', '.join(f'{x:.2f}' for x in f['commit_fit'].get('per_round_k', []))}; rtt.jsonl)")
+    if "k_rtt_delegated" in c:
+        print(f"                 delegated commit k = {c['k_rtt_delegated']:.2f} RTTs (+-{cd['k_se']:.2f} s.e.; per round: "
+              f"{', '.join(f'{x:.2f}' for x in cd['per_round_k'])}; rtt-commit.jsonl); the producer commit in the same "
+              f"rounds: k = {cs['k']:.2f} (+-{cs['k_se']:.2f}; per round {', '.join(f'{x:.2f}' for x in cs['per_round_k'])})")
     print(f"  training fit: |error| median {f['train']['abs_error_median']:.1%}, max {f['train']['abs_error_max']:.1%} "
           f"(per configuration; per step: median {f['train']['step_abs_error_median']:.1%})")
     if args.verbose:
@@ -130,9 +182,17 @@ def cmd_fit(args):
               f"{t['fill']:6.3f} {t['apply']:6.3f} {t['commit']:6.3f}  "
               f"{' '.join(f'{e:+.0%}' for e in v['run_errors'])}   {v['load'][0]:.1f}-{v['load'][1]:.1f}"
               + f"  batch {','.join(map(str, v['batches']))}" + ("" if ok else "  OUTSIDE"))
-    print(f"  (model A, the same fit without the share term: held-out errors "
-          f"{' '.join(f'{e:+.0%}' for e in f['model_a_heldout_errors'])}, training |error| median "
-          f"{fa['train']['abs_error_median']:.1%}: not used)")
+    for form in ("A", "B"):
+        print(f"  (model {form}, the same training runs: held-out errors "
+              f"{' '.join(f'{e:+.0%}' for e in f[f'model_{form.lower()}_heldout_errors'])}, training |error| median "
+              f"{f[f'model_{form.lower()}_train_abs_error_median']:.1%}: not used)")
+    if f["controls"]:
+        print("controls (training configurations re-measured in the blind set's rounds, same binary):")
+        for v in f["controls"]:
+            print(f"  {fmt_cfg(v['config']):<38} {v['rounds']:>6} {v['measured_min']:>8.3f}-{v['measured_median']:.3f}-"
+                  f"{v['measured_max']:.3f} {v['predicted']:>9.3f} {v['error']:>+7.1%}  training batches: median "
+                  f"{v['train_median']:.3f} ({v['train_rounds']} rounds): new / old {v['new_over_old']:.2f}; "
+                  f"encode new / old {v['encode_new_over_old']:.2f}; load {v['load'][0]:.1f}-{v['load'][1]:.1f}")
     if f["heldout_first_step_error_median"] is not None:
         print(f"  (step 1 of each held-out run, never fitted: median error {f['heldout_first_step_error_median']:+.0%}: "
               f"the first delta after the bootstrap is slower)")
@@ -145,17 +205,39 @@ def cmd_fit(args):
         for w in f["wan_check"]:
             print(f"  {fmt_cfg(w['config']):<38} {w['rounds']:>6} {w['measured_min']:>8.3f}-{w['measured_median']:.3f}-"
                   f"{w['measured_max']:.3f} {w['predicted']:>9.3f} {w['error']:>+7.1%}  RTT {w['rtt_ms']:.1f} ms, load {w['load']:.1f}")
+    if args.freeze:  # the frozen fit: written once, before the held-out runs are measured
+        if os.path.exists(args.freeze):
+            raise SystemExit(f"{args.freeze} exists: a frozen fit is not rewritten")
+        fz = dict(f, frozen_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                  frozen_runs=len(doc["runs"]), frozen_heldout_rows=len(val))
+        with open(args.freeze, "w") as fo:
+            json.dump(fz, fo, indent=1)
+        print(f"frozen: {args.freeze} at {fz['frozen_at']} ({len(doc['runs'])} demo runs, {len(val)} held-out rows)")
     if args.out:
         with open(args.out, "w") as fo:
             json.dump(f, fo, indent=1)
     if not val:
-        print("no held-out rows", file=sys.stderr)
-        return 1
+        print("no held-out rows (yet)", file=sys.stderr)
+        return 1 if args.check else 0
     if args.check and bad:
         print(f"FAIL: {bad} held-out configuration(s) outside +-{args.tolerance:.0%}", file=sys.stderr)
         return 1
     print(f"held-out: {len(val) - bad}/{len(val)} within +-{args.tolerance:.0%}")
     return 0
+
+
+def controls(doc, f):
+    """The control configurations (re-measured training configurations): the validation rows plus
+    their training-batch median, so a shift of the new binary or hour shows."""
+    out = fit_lib.validate(doc, f, select=fit_lib.is_control)
+    train = {fit_lib.config_key(a): a for a in fit_lib.aggregate(
+        [r for r in fit_lib.steps_of_runs(doc) if fit_lib.is_train(r)])}
+    for v in out:
+        t = train.get(tuple(v["config"][k] for k in ("params", "rate", "receivers", "uplink", "topology")))
+        if t:
+            v.update(train_median=t["refit"], train_rounds=t["rounds"], new_over_old=v["measured_median"] / t["refit"],
+                     encode_new_over_old=v["measured_encode_median"] / t["encode"])
+    return [v for v in out if "train_median" in v]
 
 
 def assumptions(args):
@@ -176,27 +258,35 @@ def cmd_project(args):
     print(f"link: {link*8/1e9:.3f} Gbit/s per path (2 TB in 87.5 min), K = {a['paths']} path(s); RTT {a['rtt_s']*1e3:g} ms; "
           f"producer {a['producer_ranks']} ranks x {a['producer_threads']} threads; receiver {a['receiver_threads']} threads; "
           f"{a['receivers']} receivers (binary, depth {rows[0]['depth']})")
+    c = f["constants"]
     print(f"{'model':<5} {'change':>6} {'B/chg':>6} {'payload GB':>10} {'diff s':>7} {'wire s':>7} {'fill s':>7} "
-          f"{'apply s':>7} {'commit s':>8} {'total s':>8} {'k=1 total':>9} {'serial s':>8} {'full s':>8} {'full/refit':>10}")
+          f"{'apply s':>7} {'commit s':>8} {'total s':>8} {'producer':>9} {'k=1':>7} {'serial s':>8} {'full s':>8} {'full/refit':>10}")
     for r in rows:
         print(f"{r['model']:<5} {r['rate']:>6.0%} {r['bytes_per_change']:>6.3f} {r['payload_bytes']/1e9:>10.2f} {r['diff']:>7.2f} "
-              f"{r['wire']:>7.2f} {r['fill']:>7.3f} {r['apply']:>7.2f} {r['commit_k']:>8.3f} {r['total_k']:>8.1f} "
-              f"{r['total_1']:>9.1f} {r['serial_k']:>8.1f} {r['full']:>8.0f} {r['full']/r['total_k']:>9.0f}x")
-    print(f"rows: {len(rows)}  (total = max(diff, wire, apply) + fill + commit, k = {f['constants']['k_rtt']:.2f}; "
-          f"k=1: delegated commit, not built; serial = the sum, nothing overlapped)")
-    print("\n1T at 3%: what it takes to be under 60 s (total with k fitted / k = 1):")
+              f"{r['wire']:>7.2f} {r['fill']:>7.3f} {r['apply']:>7.2f} {r['commit_d']:>8.3f} {r['total_d']:>8.1f} "
+              f"{r['total_p']:>9.1f} {r['total_1']:>7.1f} {r['serial_d']:>8.1f} {r['full']:>8.0f} {r['full']/r['total_d']:>9.0f}x")
+    print(f"rows: {len(rows)}  (total = max(diff, wire, apply) + fill + commit with the delegated commit (`commit: auto` "
+          f"across regions), k = {rows[0]['k_delegated']:.2f} fitted; producer: its commit, k = {c['k_rtt']:.2f}; "
+          f"k=1: the delegated commit's design value; serial = the sum, nothing overlapped)")
+    print("\n1T at 3%: what it takes to be under 60 s (total with the delegated commit / the producer's / k = 1):")
     for s in project_lib.scenarios_1t(f, a):
         tag = " (measured)" if s["measured_bpc"] else ""
         print(f"  K={s['paths']} paths, {s['bytes_per_change']:.3f} B/change{tag}: wire {s['wire']:6.1f} s, "
-              f"total {s['total_k']:6.1f} / {s['total_1']:6.1f} s {'<60' if s['total_k'] < 60 else '>=60'}")
+              f"total {s['total_d']:6.1f} / {s['total_p']:6.1f} / {s['total_1']:6.1f} s {'<60' if s['total_d'] < 60 else '>=60'}")
     if args.markdown:
-        print("\n| model | change | B/change | payload GB | diff s | wire s | fill s | apply s | commit s (k fitted) | "
-              "total s | total s, k = 1 | serial s | full s | full / refit |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        print("\n| model | change | B/change | payload GB | diff s | wire s | fill s | apply s | commit s (delegated) | "
+              "total s | total s, producer commit | total s, k = 1 | serial s | full s | full / refit |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in rows:
             print(f"| {r['model']} | {r['rate']:.0%} | {r['bytes_per_change']:.3f} | {r['payload_bytes']/1e9:.2f} | {r['diff']:.2f} | "
-                  f"{r['wire']:.2f} | {r['fill']:.3f} | {r['apply']:.2f} | {r['commit_k']:.3f} | **{r['total_k']:.1f}** | "
-                  f"{r['total_1']:.1f} | {r['serial_k']:.1f} | {r['full']:.0f} | {r['full']/r['total_k']:.0f}x |")
+                  f"{r['wire']:.2f} | {r['fill']:.3f} | {r['apply']:.2f} | {r['commit_d']:.3f} | **{r['total_d']:.1f}** | "
+                  f"{r['total_p']:.1f} | {r['total_1']:.1f} | {r['serial_d']:.1f} | {r['full']:.0f} | {r['full']/r['total_d']:.0f}x |")
+        print("\n| paths K | bytes per change | wire s | total s (delegated) | total s (producer commit) | total s (k = 1) | under 60 s |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+        for s in project_lib.scenarios_1t(f, a):
+            tag = "measured" if s["measured_bpc"] else "scenario"
+            print(f"| {s['paths']} | {s['bytes_per_change']:.3f} ({tag}) | {s['wire']:.1f} | {s['total_d']:.1f} | "
+                  f"{s['total_p']:.1f} | {s['total_1']:.1f} | {'yes' if s['total_d'] < 60 else '**no**'} |")
     if args.svg:
         project_lib.svg_plot(f, a, args.svg)
         print(f"plot: {args.svg}")
@@ -217,7 +307,13 @@ def main():
     m.add_argument("--quick", action="store_true")
     m.add_argument("--append", action="store_true", help="add a batch to the runs already in --out")
     m.add_argument("--only-receivers", type=int, help="only the configurations with this many receivers")
-    m.add_argument("--only-heldout", action="store_true", help="only the held-out configurations (6, 8 receivers)")
+    m.add_argument("--only-heldout", action="store_true", help="only the former held-out configurations (6, 8 receivers)")
+    m.add_argument("--matrix", choices=("default", "blind2"), default="default",
+                   help="blind2: the second blind set (120M, ~2%%, 5 and 10 receivers) and its 2 controls")
+    cv = sub.add_parser("cv")
+    cv.add_argument("--runs", default=os.path.join(HERE, "runs.json"))
+    iw = sub.add_parser("ingest-wan")
+    iw.add_argument("--runs", default=os.path.join(HERE, "runs.json"))
     fi = sub.add_parser("fit")
     fi.add_argument("--runs", default=os.path.join(HERE, "runs.json"))
     fi.add_argument("--out")
@@ -225,6 +321,7 @@ def main():
     fi.add_argument("--verbose", "-v", action="store_true", help="also print every training configuration")
     fi.add_argument("--markdown", action="store_true", help="also print the tables in Markdown")
     fi.add_argument("--tolerance", type=float, default=0.15)
+    fi.add_argument("--freeze", help="also write the fit here with the time, once (refuses to overwrite)")
     pr = sub.add_parser("project")
     al = sub.add_parser("all")
     for q in (pr, al):
@@ -249,14 +346,19 @@ def main():
         return cmd_measure(args)
     if args.cmd == "fit":
         return cmd_fit(args)
+    if args.cmd == "cv":
+        return cmd_cv(args)
+    if args.cmd == "ingest-wan":
+        return cmd_ingest_wan(args)
     if args.cmd == "project":
         return cmd_project(args)
     # all
     args.out_runs, args.quick = args.runs, False
     cmd_measure(argparse.Namespace(out=args.runs, rounds=args.rounds, steps=args.steps, deltacast=args.deltacast,
-                                   quick=False, append=False, only_receivers=None, only_heldout=False))
+                                   quick=False, append=False, only_receivers=None, only_heldout=False,
+                                   matrix="default"))
     rc = cmd_fit(argparse.Namespace(runs=args.runs, out=args.fit, check=True, tolerance=args.tolerance, verbose=True,
-                                       markdown=False))
+                                       markdown=False, freeze=None))
     rc2 = cmd_project(args)
     return rc or rc2
 

@@ -16,17 +16,25 @@ Model of one refit step (seconds), as measured on this machine:
                                                    thread-seconds, stretched by s = the share of the
                                                    cores they get:
     s      = (n + L) / (cores * n), n = R + 1        n processes of ours and L other runnable threads
-                                                   (the 1-minute load average around the run)
-                                                   share `cores` cores fairly (Linux CFS)
+                                                   share `cores` cores fairly (Linux CFS); model C
+                                                   (the default): L = load_ref, the median load
+                                                   average of the training runs (measured, one
+                                                   constant); model B: L = the run's own load average
     fill   = depth * t_hop                          pipeline fill: one per-hop constant per tree level
     commit = c0 + k * RTT                           per-version constant + k round trips
 The max(): the producer encodes chunk i+1 while chunk i is on the wire (tree/producer.cpp send_all)
 and receivers apply chunk by chunk, so the wire and the CPU stages overlap; on this 2-core machine
 the producer's and the receivers' CPU work compete, hence their sum. E = checkpoint bytes, C =
 changed elements, R = receivers, depth = hops from the producer to the deepest receiver (chain:
-R, binary/double_binary: floor(log2 R) + 1). Without s (contention=False, "model A") the
-receivers' CPU is wall time that grows linearly with R: it fits the training runs slightly better but
-over-predicts the held-out runs by 15-46% (docs/performance.md).
+R, binary/double_binary: floor(log2 R) + 1). Without s (form "A") the receivers' CPU is wall time
+that grows linearly with R. Forms (docs/performance.md, "How the form was arrived at"):
+    A: no share term; encode with the R terms          (the first form; failed the 8-receiver check)
+    B: s with each run's own load average; encode with the R terms t_scan_r, t_change_r
+                                                       (the form of the first blind check: -17%, -21%)
+    C: s with one background load load_ref (the training runs' median); encode = E t_scan + C t_change
+                                                       (chosen on the training runs only, by
+                                                       leave-one-group-out cross-validation, before
+                                                       the second blind set was measured)
 """
 import itertools
 import math
@@ -58,9 +66,20 @@ def depth_of(topology, receivers):
     return int(math.floor(math.log2(receivers))) + 1
 
 
+RATES = (0.01, 0.02, 0.03, 0.05)  # nominal change rates (0.02: the second blind set only)
+
+# The training / held-out split is by batch: every run measured up to and including batch
+# TRAIN_BATCHES (2026-12-02 06:20-07:17 UTC) is training; the fit was then frozen
+# (bench/model/fit-frozen.json) and the runs of later batches are held out (role "blind") or
+# controls (role "control": training configurations re-measured in the same rounds as the blind set,
+# with the same binary, to see whether the new binary or the hour shifts the timings).
+TRAIN_BATCHES = 5
+FORMS = ("A", "B", "C")
+
+
 def nominal_rate(fraction):
-    """The nominal change rate (0.01, 0.03 or 0.05) nearest a measured changed fraction."""
-    return min((0.01, 0.03, 0.05), key=lambda r: abs(r - fraction))
+    """The nominal change rate (0.01, 0.02, 0.03 or 0.05) nearest a measured changed fraction."""
+    return min(RATES, key=lambda r: abs(r - fraction))
 
 
 def steps_of_runs(doc, first_steps=False):
@@ -79,7 +98,8 @@ def steps_of_runs(doc, first_steps=False):
             if (s["step"] == 1) != first_steps or not s["committed"]:
                 continue
             rows.append(dict(
-                run=i, round=run["round"], batch=run.get("batch", 1), params=rep["params"], params_label=cfg["params"],
+                run=i, round=run["round"], batch=run.get("batch", 1), role=cfg.get("role", "train"),
+                params=rep["params"], params_label=cfg["params"],
                 rate=nominal_rate(s["changed_fraction"]), changed_fraction=s["changed_fraction"],
                 receivers=s["receivers"], topology=cfg["topology"], uplink_label=cfg["uplink"],
                 uplink=uplink, depth=depth_of(cfg["topology"], s["receivers"]),
@@ -144,13 +164,21 @@ def wan_check(doc, f):
 
 
 def is_train(row):
-    """Training subset: the small models (<= 50M params) at ~1% and ~5% with 2 or 4 receivers."""
-    return row["params"] <= 60e6 and row["receivers"] in (2, 4) and row["rate"] in (0.01, 0.05)
+    """Training subset: every run of batches 1-TRAIN_BATCHES (25M-200M, ~1/3/5%, 2/4/6/8 receivers;
+    the former held-out 6- and 8-receiver configurations included)."""
+    return row.get("batch", 1) <= TRAIN_BATCHES
 
 
 def is_heldout(row):
-    """Held-out subset: other sizes (>= 100M), another rate (~3%), more receivers (6 or 8)."""
-    return row["params"] >= 90e6 and row["receivers"] >= 6 and row["rate"] == 0.03
+    """Held-out subset: the blind set measured after the freeze (batch > TRAIN_BATCHES, role blind:
+    120M, ~2%, 5 and 10 receivers, 120 and 250 Mbit/s; no size, rate or receiver count of it is in
+    the training runs)."""
+    return row.get("batch", 1) > TRAIN_BATCHES and row.get("role") == "blind"
+
+
+def is_control(row):
+    """Controls: training configurations re-measured after the freeze, in the blind set's rounds."""
+    return row.get("batch", 1) > TRAIN_BATCHES and row.get("role") == "control"
 
 
 def solve(a, b):
@@ -199,20 +227,22 @@ def fit_link_efficiency(doc):
     """eta: the fraction of the configured uplink the full checkpoint achieved, median over the
     training runs at the lowest uplink (where the full send is wire-bound, not CPU-bound)."""
     runs = [r for r in doc["runs"] if r.get("report") and r["config"]["receivers"] == 4
-            and rate_bytes_per_s(r["config"]["uplink"]) > 0]
+            and r.get("batch", 1) <= TRAIN_BATCHES and rate_bytes_per_s(r["config"]["uplink"]) > 0]
     low = min(rate_bytes_per_s(r["config"]["uplink"]) for r in runs)
     ratios = [r["report"]["checkpoint_bytes"] / low / r["report"]["full"]["seconds"]
               for r in runs if rate_bytes_per_s(r["config"]["uplink"]) == low]
     return statistics.median(ratios), (min(ratios), max(ratios)), len(ratios)
 
 
-def fit_commit_round_trips(doc):
-    """k: extra seconds per second of RTT, from the WAN runs of bench/wan/results/rtt.jsonl (one-way
-    delay 0/25/50 ms, same setup otherwise). OLS of each run's median steady refit on its measured
-    median RTT; also the per-round slopes (spread). Returns dict."""
+def fit_commit_round_trips(doc, source="bench/wan/results/rtt.jsonl", commit="producer"):
+    """k: extra seconds per second of RTT, from the WAN runs of `source` (one-way delay 0/25/50 ms,
+    same setup otherwise) with commit mode `commit` (runs recorded before the mode existed are
+    `producer`). OLS of each run's median steady refit on its measured median RTT; also the
+    per-round slopes (spread) and the slope's standard error. Returns dict."""
     pts, by_round = [], {}
     for d in doc.get("wan_runs", []):
-        if d.get("label") != "rtt" or not d.get("report"):
+        if (d.get("label") != "rtt" or not d.get("report") or d.get("source", source) != source
+                or d.get("commit", "producer") != commit):
             continue
         steady = [s["refit_seconds"] for s in d["report"]["steps"] if s["step"] >= 2]
         rtt = d["rtt"]["median_ms"] / 1e3
@@ -228,19 +258,24 @@ def fit_commit_round_trips(doc):
         return sum((a - mx) * (b - my) for a, b in p) / sxx, my - mx * sum((a - mx) * (b - my) for a, b in p) / sxx
 
     k, a0 = ols(pts)
-    slopes = [ols(p)[0] for p in by_round.values() if len(p) >= 2]
-    return dict(k=k, intercept_s=a0, points=len(pts), per_round_k=slopes,
-                source="bench/wan/results/rtt.jsonl (steps >= 2, median per run; OLS on measured RTT)")
+    slopes = [ols(p)[0] for _, p in sorted(by_round.items()) if len(p) >= 2]
+    mx = sum(a for a, _ in pts) / len(pts)
+    sxx = sum((a - mx) ** 2 for a, _ in pts)
+    ssr = sum((b - a0 - k * a) ** 2 for a, b in pts)
+    se = math.sqrt(ssr / (len(pts) - 2) / sxx) if len(pts) > 2 else None
+    return dict(k=k, k_se=se, intercept_s=a0, points=len(pts), per_round_k=slopes, commit=commit,
+                source=f"{source} (commit: {commit}; steps >= 2, median per run; OLS on measured RTT)")
 
 
 def stretch(c, row):
     """s: how much longer CPU work takes than on a core of its own, for row's receivers on this
-    machine: (n + L) / (cores * n) with n = R + 1 and L = the run's load average (1 when the fit
-    has no contention term)."""
+    machine: (n + L) / (cores * n) with n = R + 1 and L = the background load: load_ref (form C) or
+    the run's own load average (form B); 1 when the fit has no contention term (form A)."""
     if not c.get("contention", True):
         return 1.0
     n = row["receivers"] + 1
-    return (n + row["load"]) / (c.get("cores", CORES) * n)
+    load = c["load_ref"] if c.get("form", "B") == "C" else row["load"]
+    return (n + load) / (c.get("cores", CORES) * n)
 
 
 def apply_features(row, s):
@@ -300,7 +335,7 @@ def fit_rest(train, c, iterations=20):
 
 def bytes_per_change(rows, wan_runs):
     """Bytes per changed element by nominal change rate: min/median/max over every steady step of
-    the demo runs and the WAN table runs (lr tuned for 1/3/5%; the rtt runs, at ~1.4%, are left
+    the training demo runs and the WAN table runs (lr tuned for 1/3/5%; the rtt runs, at ~1.4%, are left
     out). Returns {rate: dict}."""
     vals = {}
     for r in rows:
@@ -315,25 +350,37 @@ def bytes_per_change(rows, wan_runs):
             for k, v in sorted(vals.items())}
 
 
-def fit(doc, contention=True):
-    """Fit every constant on the training rows only. contention: the share term s (model B, the
-    default); False: model A (receivers' CPU as wall time, linear in R). Returns the fit document
-    (constants with units, the training residuals, bytes per change, the split's rule)."""
+def fit(doc, form="C", train_filter=None):
+    """Fit every constant on the training rows only, in one of FORMS: "C" (the default: share term
+    with the training runs' median load, encode without R terms), "B" (share term with each run's
+    load, encode with R terms: the previous form), "A" (no share term). Returns the fit document
+    (constants with units, the training residuals, bytes per change, the split's rule).
+    train_filter: a further filter on the training rows (cross_validate leaves groups out with it)."""
+    assert form in FORMS
     rows = steps_of_runs(doc)
-    train_steps = [r for r in rows if is_train(r)]
+    train_steps = [r for r in rows if is_train(r) and (train_filter is None or train_filter(r))]
     train = aggregate(train_steps)
     if len(train) < 6:
         raise SystemExit(f"only {len(train)} training configurations: measure more")
     # 1. producer diff: the demo reports the producer's encode thread-seconds per step.
-    enc = nnls([encode_features(r) for r in train], [r["encode"] for r in train], [1 / r["encode"] for r in train])
+    feats = [encode_features(r) if form != "C" else encode_features(r)[:2] for r in train]
+    enc = nnls(feats, [r["encode"] for r in train], [1 / r["encode"] for r in train]) + [0.0, 0.0]
     eta, eta_range, eta_n = fit_link_efficiency(doc)
+    train_runs = {}
+    for r in train_steps:
+        train_runs[r["run"]] = r["load"]
     c = dict(t_scan_s_per_byte=enc[0], t_change_s=enc[1], t_scan_r_s_per_byte=enc[2], t_change_r_s=enc[3],
-             eta=eta, contention=contention,
+             eta=eta, contention=form != "A", form=form,
+             load_ref=statistics.median(train_runs.values()),
              cores=(doc.get("host") or {}).get("cpus", CORES))
     # 2. the receivers' CPU, the fill and the per-version constant, through the max().
     c = fit_rest(train, c)
     commit = fit_commit_round_trips(doc)
     c["k_rtt"] = commit["k"]
+    delegated = fit_commit_round_trips(doc, "bench/wan/results/rtt-commit.jsonl", "delegated")
+    same_session = fit_commit_round_trips(doc, "bench/wan/results/rtt-commit.jsonl", "producer")
+    if delegated.get("points", 0) >= 2:
+        c["k_rtt_delegated"] = delegated["k"]
     errs = [predict_row(c, r)["total"] / r["refit"] - 1 for r in train]
     step_errs = [predict_row(c, r)["total"] / r["refit"] - 1 for r in train_steps]
     return dict(
@@ -347,12 +394,17 @@ def fit(doc, contention=True):
                    t_apply_c_s="thread-s per changed element, not growing with R (x s)",
                    t_apply_rc_s="thread-s per changed element per receiver (x s)",
                    t_scan_rc_s_per_byte="thread-s per checkpoint byte per receiver (x s)",
-                   contention="the share term s = (R + 1 + load) / (cores (R + 1)) is on",
+                   contention="the share term s = (R + 1 + L) / (cores (R + 1)) is on",
+                   form="C: L = load_ref; B: L = the run's load average; A: no share term",
+                   load_ref="the median 1-minute load average of the training runs (L of form C)",
                    cores="cores of the measuring machine",
                    c0_s="s per version (loopback commit round trips + fixed costs)",
-                   k_rtt="round trips per version (s of refit per s of RTT)"),
-        eta_range=eta_range, eta_runs=eta_n, commit_fit=commit,
-        train=dict(rule="params <= 50M, receivers 2 and 4, ~1% and ~5%, steps >= 2, median per configuration",
+                   k_rtt="round trips per version, producer commit (s of refit per s of RTT)",
+                   k_rtt_delegated="round trips per version, delegated commit (s of refit per s of RTT)"),
+        eta_range=eta_range, eta_runs=eta_n, commit_fit=commit, commit_fit_delegated=delegated,
+        commit_fit_same_session_producer=same_session,
+        train=dict(rule=f"batches 1-{TRAIN_BATCHES} (2026-12-02 06:20-07:17 UTC): 25M-200M params, ~1/3/5%, "
+                        "2/4/6/8 receivers; steps >= 2, median per configuration",
                    configurations=len(train), steps=len(train_steps),
                    runs=len({r["run"] for r in train_steps}),
                    abs_error_median=statistics.median(abs(e) for e in errs),
@@ -362,15 +414,17 @@ def fit(doc, contention=True):
                               measured=r["refit"], measured_min=r["refit_min"], measured_max=r["refit_max"],
                               predicted=predict_row(c, r)["total"], bound=predict_row(c, r)["bound"],
                               error=e, rounds=r["rounds"]) for r, e in zip(train, errs)]),
-        heldout_rule="params >= 100M, receivers 6 or 8, ~3%, steps >= 2 (median over rounds per configuration)",
-        bytes_per_change=bytes_per_change(rows, doc.get("wan_runs", [])))
+        heldout_rule=f"batches > {TRAIN_BATCHES}, role blind (120M, ~2%, 5 and 10 receivers), steps >= 2 "
+                     "(median over rounds per configuration)",
+        bytes_per_change=bytes_per_change(train_steps, doc.get("wan_runs", [])))
 
 
-def validate(doc, f, rows=None):
+def validate(doc, f, rows=None, select=None):
     """Held-out validation: per configuration (median over its rounds' steady steps), predicted vs
-    measured. Returns (list of dicts per configuration, list of dicts per run)."""
+    measured, for the rows `select` keeps (is_heldout by default; is_control for the controls).
+    Returns a list of dicts per configuration."""
     c = f["constants"]
-    rows = [r for r in (rows or steps_of_runs(doc)) if is_heldout(r)]
+    rows = [r for r in (rows or steps_of_runs(doc)) if (select or is_heldout)(r)]
     by_cfg, by_run = {}, {}
     for r in rows:
         by_cfg.setdefault(config_key(r), []).append(r)
@@ -389,4 +443,21 @@ def validate(doc, f, rows=None):
                         predicted_encode=statistics.median(encode_thread_seconds(c, r) for r in rs),
                         load=[min(r["load"] for r in rs), max(r["load"] for r in rs)],
                         run_errors=[pred / m - 1 for m in run_meds]))
+    return out
+
+
+def cross_validate(doc, form, group=lambda r: (r["params_label"], r["receivers"])):
+    """Leave-one-group-out cross-validation on the training rows only (how form C was chosen, before
+    the second blind set was measured): each group (by default a (size, receivers) pair: 25M/2,
+    25M/4, 50M/2, 50M/4, 100M/8, 150M/6, 200M/8) is left out in turn, the rest fitted, and the
+    group's configurations predicted. Returns {group: [error per configuration]}."""
+    rows = [r for r in steps_of_runs(doc) if is_train(r)]
+    out = {}
+    for g in sorted({group(r) for r in rows}):
+        try:
+            f = fit(doc, form, train_filter=lambda r, g=g: group(r) != g)
+        except SystemExit:
+            continue
+        out[g] = [predict_row(f["constants"], a)["total"] / a["refit"] - 1
+                  for a in aggregate([r for r in rows if group(r) == g])]
     return out

@@ -13,7 +13,8 @@
 #
 # Environment: BUILD (default build-wan), RESULT (default bench/wan/results/<mode>.jsonl), STEPS
 # (refits per run, default 3), DELAYS and COMMITS (a), LRS and TOPOLOGIES (b), UPLINK, INNER,
-# RECEIVERS, COMMIT (b: the config's `commit`, default auto = delegated here).
+# RECEIVERS, COMMIT (b: the config's `commit`, default auto = delegated here), PARAMS (a: default
+# 100M; a smaller model with a slower UPLINK keeps the wire, not this machine's CPU, the bottleneck).
 # Rounds are interleaved (round 1 of every setting, then round 2...). Every process runs under
 # timeout; the namespaces are removed on exit, whatever happens.
 set -euo pipefail
@@ -105,7 +106,7 @@ case "$MODE" in
         "$WAN" create "$RECEIVERS" "$UPLINK" "$INNER" "$delay" >/dev/null
         for commit in ${COMMITS:-producer delegated}; do
           rtt=$("$WAN" rtt 0 1 | tail -1)
-          run_once rtt "$RECEIVERS" chain 100M "${LR:-2e-6}" "$UPLINK" "$INNER" "$delay" "$round" "$rtt" "$commit"
+          run_once rtt "$RECEIVERS" chain "${PARAMS:-100M}" "${LR:-2e-6}" "$UPLINK" "$INNER" "$delay" "$round" "$rtt" "$commit"
         done
         "$WAN" destroy
       done

@@ -90,8 +90,9 @@ def rtt_tables(lines):
 def rtt_table(lines, mode="producer"):
     ok = [l for l in lines if l.get("report")]
     failed = len(lines) - len(ok)
-    print(f"#### (a) Round trips, commit: {mode}: 4 receivers, chain, 100M params (200 MB), lr 2e-6, "
-          "100 Mbit/s uplink\n")
+    first = (ok or lines)[0]
+    print(f"#### (a) Round trips, commit: {mode}: {first['receivers']} receivers, {first['topology']}, "
+          f"{first['params']} params, lr {first['lr']:g}, {first['uplink']} uplink\n")
     print("| one-way delay | measured RTT ms (min-median-max) | runs | refit steps | changed | payload MB "
           "| full s | full/floor | refit s | full/refit | lower bound s | refit/lower bound | extra RTTs vs 0 ms | exact |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")

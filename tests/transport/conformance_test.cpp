@@ -66,7 +66,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
 
   // Connects one client and accepts it: {client end, server end}.
   std::pair<std::unique_ptr<Connection>, std::unique_ptr<Connection>> connect_pair() {
-    auto client = client_->connect(listener_->local_url(), 5s);
+    auto client = client_->connect(listener_->local_url(), test_time::scaled(5s));
     auto server = listener_->accept(10s);
     if (!server) throw Error(Errc::timeout, "accept returned no connection");
     return {std::move(client), std::move(server)};
@@ -163,7 +163,7 @@ TEST_P(Conformance, ConcurrentConnections) {
   for (int c = 0; c < kClients; ++c) {
     threads.emplace_back([&, c] {
       try {
-        auto connection = client_->connect(listener_->local_url(), 5s);
+        auto connection = client_->connect(listener_->local_url(), test_time::scaled(5s));
         for (uint32_t k = 0; k < kMessages; ++k) {
           uint32_t value[2] = {static_cast<uint32_t>(c), k};
           if (!connection->post_send(std::as_bytes(std::span(value)))->wait(kWait).ok()) failures++;
@@ -218,7 +218,7 @@ TEST_P(Conformance, SendAboveMaxMessageIsRefused) {
   options.max_message_bytes = 1024;
   auto transport = make_transport(GetParam(), options);
   auto listener = transport->listen(Url::parse(listen_text(GetParam())));
-  auto a = transport->connect(listener->local_url(), 5s);
+  auto a = transport->connect(listener->local_url(), test_time::scaled(5s));
   std::vector<std::byte> message(1025);
   try {
     a->post_send(message);
@@ -231,7 +231,7 @@ TEST_P(Conformance, SendAboveMaxMessageIsRefused) {
 TEST_P(Conformance, WrongSecretIsRefused) {
   auto intruder = make_transport(GetParam(), test_options("not-the-secret"));
   try {
-    intruder->connect(listener_->local_url(), 5s);
+    intruder->connect(listener_->local_url(), test_time::scaled(5s));
     FAIL() << "connect with a wrong secret succeeded";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::auth) << e.what();
@@ -299,7 +299,7 @@ TEST_P(Conformance, PeerProcessKilledMidTransferGivesAnError) {
   client_.reset();
   testing::StreamingPeer peer(GetParam(), test_options(), kMessage);
   client_ = make_transport(GetParam(), test_options());
-  auto connection = client_->connect(peer.url(), 5s);
+  auto connection = client_->connect(peer.url(), test_time::scaled(5s));
   std::vector<std::byte> buffer(kMessage);
   for (uint64_t k = 0; k < 2; ++k) {
     auto recv = connection->post_recv(buffer);
@@ -322,7 +322,7 @@ TEST_P(Conformance, SilentPeerTimesOut) {
   client_.reset();
   testing::StreamingPeer peer(GetParam(), test_options(), kMessage);
   client_ = make_transport(GetParam(), test_options());
-  auto connection = client_->connect(peer.url(), 5s);
+  auto connection = client_->connect(peer.url(), test_time::scaled(5s));
   std::vector<std::byte> buffer(kMessage);
   expect_ok(connection->post_recv(buffer));
   peer.signal(SIGSTOP);  // alive for the kernel, silent for us

@@ -2,9 +2,11 @@
 // tools/lib_probe_svg.h) on synthetic matrices: clusters, chunk rounding, crossing plan, the pair
 // sample's size, and the cost model's arithmetic.
 #include <cmath>
+#include <fstream>
 #include <set>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "tools/lib_cost_model.h"
 #include "tools/lib_probe_analysis.h"
@@ -175,25 +177,99 @@ TEST(ProbeSample, ConcurrencySampleAndPeers) {
   EXPECT_EQ(into0.front(), 1);  // the only fast sender into 0
 }
 
-TEST(ProbeCostModel, TermsAddUp) {
-  CostModel model;
+// Round numbers, so every term can be checked by hand.
+CostModel round_model() {
+  CostModel m;
+  m.t_scan_s_per_byte = 0.5e-9;
+  m.t_change_s = 40e-9;
+  m.t_apply_c_s = 1e-9;
+  m.t_apply_rc_s = 15e-9;
+  m.t_scan_rc_s_per_byte = 0.1e-9;
+  m.t_hop_s = 0.01;
+  m.c0_s = 0.002;
+  m.k_rtt_producer = 2.5;
+  m.k_rtt_delegated = 1.0;
+  m.bytes_per_change_1 = 1.0;
+  m.bytes_per_change_3 = 0.85;
+  m.bytes_per_change_5 = 0.8;
+  return m;
+}
+
+TEST(ProbeCostModel, TermsByHand) {
+  const CostModel model = round_model();
   CostInputs in;
   in.params = 1e9;
   in.change_rate = 0.01;
-  in.bytes_per_change = 0.8;
   in.diff_threads = 8;
+  in.apply_threads = 4;
   in.bottleneck_seconds_per_byte = 1 / 1.25e9;  // 10 Gbit/s
   in.tree_depth = 4;
   in.chunk_bytes = 1 << 20;
   in.inner_bytes_per_second = 1.25e9;
-  in.rtt_seconds = 100e-6;
+  in.rtt_seconds = 0.1;
   const auto p = predict(model, in);
-  EXPECT_NEAR(p.diff, 2e9 / (2.7e9 * 8), 1e-12);
-  EXPECT_NEAR(p.transfer, 8e6 / 1.25e9, 1e-12);
-  EXPECT_NEAR(p.fill, 4.0 * (1 << 20) / 1.25e9, 1e-12);
-  EXPECT_NEAR(p.apply, 2e9 / 5e9, 1e-12);
-  EXPECT_NEAR(p.round_trips, 2.3e-4, 1e-12);
-  EXPECT_NEAR(p.seconds, p.diff + p.transfer + p.fill + p.apply + p.round_trips, 1e-12);
+  EXPECT_DOUBLE_EQ(p.bytes_per_change, 1.0);  // measured at 1%
+  EXPECT_DOUBLE_EQ(p.payload_bytes, 1e7);
+  EXPECT_NEAR(p.diff, (2e9 * 0.5e-9 + 1e7 * 40e-9) / 8, 1e-12);
+  EXPECT_NEAR(p.transfer, 1e7 / 1.25e9, 1e-12);
+  EXPECT_NEAR(p.apply, (1e7 * 16e-9 + 2e9 * 0.1e-9) / 4, 1e-12);
+  EXPECT_NEAR(p.fill, 4 * (0.01 + (1 << 20) / 2.0 * 0.01 * 1.0 / 1.25e9), 1e-12);
+  EXPECT_NEAR(p.commit, 0.002 + 2.5 * 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ(p.commit_round_trips, 2.5);
+  // Pipelined: the slowest stage (diff, 0.175 s) sets the pace; serial adds all three.
+  EXPECT_NEAR(p.seconds, p.diff + p.fill + p.commit, 1e-12);
+  EXPECT_NEAR(p.serial_seconds, p.diff + p.transfer + p.apply + p.fill + p.commit, 1e-12);
+
+  // The wire bound: a slow link makes transfer the max.
+  in.bottleneck_seconds_per_byte = 1 / 12.5e6;  // 100 Mbit/s
+  const auto slow = predict(model, in);
+  EXPECT_NEAR(slow.seconds, slow.transfer + slow.fill + slow.commit, 1e-12);
+
+  // A delegated commit: one round trip per version instead of 2.5.
+  in.delegated_commit = true;
+  const auto delegated = predict(model, in);
+  EXPECT_NEAR(slow.seconds - delegated.seconds, 1.5 * 0.1, 1e-12);
+
+  // A given bytes-per-change overrides the measured one.
+  in.bytes_per_change = 0.5;
+  EXPECT_NEAR(predict(model, in).payload_bytes, 5e6, 1e-6);
+}
+
+TEST(ProbeCostModel, MeasuredBytesPerChangeAtNearestRate) {
+  const CostModel model = round_model();
+  EXPECT_DOUBLE_EQ(model.bytes_per_change_at(0.001), 1.0);
+  EXPECT_DOUBLE_EQ(model.bytes_per_change_at(0.015), 1.0);
+  EXPECT_DOUBLE_EQ(model.bytes_per_change_at(0.025), 0.85);
+  EXPECT_DOUBLE_EQ(model.bytes_per_change_at(0.045), 0.8);
+  EXPECT_DOUBLE_EQ(model.bytes_per_change_at(0.5), 0.8);
+}
+
+// The constants compiled in are those of bench/model/fit.json (cmake/CostModelFit.cmake).
+TEST(ProbeCostModel, FittedConstantsAreTheFitFile) {
+  std::ifstream in(DELTACAST_COST_MODEL_FIT);
+  ASSERT_TRUE(in) << DELTACAST_COST_MODEL_FIT;
+  const auto fit = nlohmann::json::parse(in);
+  const auto& c = fit.at("constants");
+  const CostModel m = CostModel::fitted();
+  EXPECT_DOUBLE_EQ(m.t_scan_s_per_byte, c.at("t_scan_s_per_byte").get<double>());
+  EXPECT_DOUBLE_EQ(m.t_change_s, c.at("t_change_s").get<double>());
+  EXPECT_DOUBLE_EQ(m.t_apply_c_s, c.at("t_apply_c_s").get<double>());
+  EXPECT_DOUBLE_EQ(m.t_apply_rc_s, c.at("t_apply_rc_s").get<double>());
+  EXPECT_DOUBLE_EQ(m.t_scan_rc_s_per_byte, c.at("t_scan_rc_s_per_byte").get<double>());
+  EXPECT_DOUBLE_EQ(m.t_hop_s, c.at("t_hop_s").get<double>());
+  EXPECT_DOUBLE_EQ(m.c0_s, c.at("c0_s").get<double>());
+  EXPECT_DOUBLE_EQ(m.k_rtt_producer, c.at("k_rtt").get<double>());
+  EXPECT_DOUBLE_EQ(m.k_rtt_delegated, c.at("k_rtt_delegated").get<double>());
+  const auto& bpc = fit.at("bytes_per_change");
+  EXPECT_DOUBLE_EQ(m.bytes_per_change_1, bpc.at("0.01").at("median").get<double>());
+  EXPECT_DOUBLE_EQ(m.bytes_per_change_3, bpc.at("0.03").at("median").get<double>());
+  EXPECT_DOUBLE_EQ(m.bytes_per_change_5, bpc.at("0.05").at("median").get<double>());
+  // Sane magnitudes: a fit that lost a unit would be off by 10^3 or more.
+  EXPECT_GT(m.t_scan_s_per_byte, 1e-11);
+  EXPECT_LT(m.t_scan_s_per_byte, 1e-8);
+  EXPECT_GT(m.k_rtt_producer, m.k_rtt_delegated);
+  EXPECT_GT(m.bytes_per_change_1, 0.5);
+  EXPECT_LT(m.bytes_per_change_1, 2.0);
 }
 
 TEST(ProbeRecommend, TwoClustersGiveAPlanAndPredictions) {
