@@ -44,6 +44,10 @@ class Cluster {
     options.encode.chunk_bytes = chunk_bytes;  // default: many chunks for a small model
     options.max_inflight_bytes_per_root = 256 << 10;
     options.version_timeout = std::chrono::milliseconds(60'000);
+    // Under sanitizers (tests/common/time_scale.h) a healthy peer is slower: the silence and join
+    // bounds stretch with it (under TSan an ofi+tcp handshake alone can outlast 5 s).
+    options.peer_timeout = test_time::scaled(options.peer_timeout);
+    options.join_timeout = test_time::scaled(options.join_timeout);
     producer_ = std::make_unique<Producer>(*transport_, manifest, options);
     for (uint32_t r = 1; r <= n; ++r) {
       ReceiverOptions ro;
@@ -52,6 +56,8 @@ class Cluster {
       ro.listen_url = url(params.scheme, name + "-r" + std::to_string(r));
       ro.max_inflight_bytes_per_child = 128 << 10;  // exercise back-pressure
       ro.producer_loss_timeout = std::chrono::milliseconds(2000);  // a fenced member gives up soon
+      ro.peer_timeout = test_time::scaled(ro.peer_timeout);        // sets each connect attempt's bound
+      ro.connect_timeout = test_time::scaled(ro.connect_timeout);
       receivers_.push_back(std::make_unique<Receiver>(*transport_, ro));
     }
     for (uint32_t i = 0; i < n; ++i) threads_.emplace_back([this, i] { serve(i); });
