@@ -487,6 +487,11 @@ bool commit_is_delegated(const Config& config) {
   return true;
 }
 
+bool commit_is_delegated(Config config, const std::vector<std::vector<int>>& clusters) {
+  if (config.clusters == "auto") apply_probe_clusters(config, clusters, "the probe");
+  return commit_is_delegated(config);
+}
+
 std::vector<MemberConfig> member_list(const Config& config) {
   std::vector<MemberConfig> out;
   if (config.local_members) {

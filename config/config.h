@@ -156,6 +156,10 @@ std::vector<MemberConfig> member_list(const Config& config);
 // Whether `commit` delegates each version's commit decision: `delegated`, or `auto` when
 // producer_cluster is named and no member carries that label (docs/config.md).
 bool commit_is_delegated(const Config& config);
+// commit_is_delegated for the config `deltacast run` would use after a probe found `clusters`: with
+// clusters: auto they replace the labels first (apply_probe_clusters), else the config's own count.
+// Throws what apply_probe_clusters throws.
+bool commit_is_delegated(Config config, const std::vector<std::vector<int>>& clusters);
 
 // clusters: auto with a probe_file: reads it (a `deltacast probe --out` JSON) and applies its
 // clusters (apply_probe_clusters). Does nothing for clusters: manual, nor without a probe_file (the

@@ -138,19 +138,14 @@ void print_table(const Measurements& m, const ClusterResult& clusters, const std
   for (const auto& f : m.failed) std::printf("failed: %d -> %d: %s\n", f.from, f.to, f.error.c_str());
 }
 
-// Whether `deltacast run` with this config would delegate the commit (config::commit_is_delegated),
-// with the clusters this probe found when the config says `clusters: auto`.
+// Whether `deltacast run` with this config would delegate the commit, with the clusters found.
 bool run_commits_delegated(const config::Config& c, const std::vector<std::vector<int>>& found) {
-  config::Config run = c;
-  if (run.clusters == "auto") {
-    try {
-      config::apply_probe_clusters(run, found, "the probe");
-    } catch (const Error& e) {
-      logger("probe")->warn("predictions assume the producer's commit: {}", e.what());
-      return false;
-    }
+  try {
+    return config::commit_is_delegated(c, found);
+  } catch (const Error& e) {
+    logger("probe")->warn("predictions assume the producer's commit: {}", e.what());
+    return false;
   }
-  return config::commit_is_delegated(run);
 }
 
 void report(const Measurements& m, const ProbeOptions& o, const config::Config& c) {

@@ -7,22 +7,7 @@
 
 namespace deltacast::tools {
 
-CostModel CostModel::fitted() noexcept {
-  CostModel m;
-  m.t_scan_s_per_byte = fitted::t_scan_s_per_byte;
-  m.t_change_s = fitted::t_change_s;
-  m.t_apply_c_s = fitted::t_apply_c_s;
-  m.t_apply_rc_s = fitted::t_apply_rc_s;
-  m.t_scan_rc_s_per_byte = fitted::t_scan_rc_s_per_byte;
-  m.t_hop_s = fitted::t_hop_s;
-  m.c0_s = fitted::c0_s;
-  m.k_rtt_producer = fitted::k_rtt_producer;
-  m.k_rtt_delegated = fitted::k_rtt_delegated;
-  m.bytes_per_change_1 = fitted::bytes_per_change_1;
-  m.bytes_per_change_3 = fitted::bytes_per_change_3;
-  m.bytes_per_change_5 = fitted::bytes_per_change_5;
-  return m;
-}
+CostModel CostModel::fitted() noexcept { return kFittedCostModel; }
 
 double CostModel::bytes_per_change_at(double change_rate) const noexcept {
   // The nearest measured rate, as project_lib.bytes_per_change_for picks it (exact ties go low).

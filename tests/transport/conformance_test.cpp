@@ -67,7 +67,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
   // Connects one client and accepts it: {client end, server end}.
   std::pair<std::unique_ptr<Connection>, std::unique_ptr<Connection>> connect_pair() {
     auto client = client_->connect(listener_->local_url(), test_time::scaled(5s));
-    auto server = listener_->accept(10s);
+    auto server = listener_->accept(test_time::scaled(10s));
     if (!server) throw Error(Errc::timeout, "accept returned no connection");
     return {std::move(client), std::move(server)};
   }

@@ -52,6 +52,8 @@ assert p["recommended"]["topology"] in ("binary", "double_binary", "chain"), p["
 c = p["recommended"]["chunk_bytes"]
 assert 256 << 10 <= c <= 16 << 20 and c & (c - 1) == 0, c
 assert len(p["predicted"]) == 3 and all(x["seconds"] > 0 for x in p["predicted"]), p["predicted"]
+# No producer_cluster and one member label: `run` would have the producer commit, and so does the model.
+assert all(x["commit"] == "producer" for x in p["predicted"]), p["predicted"]
 assert p["failed"] == [], p["failed"]
 assert p["flow_seconds"] > 0
 if not unreachable:

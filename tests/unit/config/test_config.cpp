@@ -445,6 +445,15 @@ TEST(Config, CommitIsDelegatedWhenAskedOrWhenTheProducerIsAcrossABoundary) {
   const Config local =
       parse_config("producer: tcp://127.0.0.1:1\nproducer_cluster: a\nmembers: {count: 2, cluster: a}\n", "l.yaml");
   EXPECT_FALSE(commit_is_delegated(local));
+  // After a probe (`deltacast probe` predicts with the commit `run` would use): with clusters: auto
+  // the found clusters decide; with manual clusters the config's labels do.
+  Config probed =
+      parse_config("producer: tcp://127.0.0.1:1\nclusters: auto\nmembers: {count: 3, cluster: a}\n", "p.yaml");
+  EXPECT_TRUE(commit_is_delegated(probed, {{0}, {1, 2, 3}})) << "the producer alone in its cluster";
+  EXPECT_FALSE(commit_is_delegated(probed)) << "the caller's config is not changed";
+  EXPECT_FALSE(commit_is_delegated(probed, {{0, 1}, {2, 3}})) << "a member in the producer's cluster";
+  EXPECT_THROW(commit_is_delegated(probed, {{0, 7}}), Error);
+  EXPECT_FALSE(commit_is_delegated(local, {{0}, {1, 2}})) << "clusters: manual keeps its labels";
   const std::string m = parse_error("producer: tcp://h:1\ncommit: rollout\n");
   EXPECT_TRUE(contains(m, "test.yaml:2:9: key 'commit': unknown value 'rollout'")) << m;
 }
