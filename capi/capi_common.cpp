@@ -111,6 +111,36 @@ uint64_t parse_digest(const std::string& key, const std::string& text) {
   throw Error(Errc::config, key + " must be a 64-bit digest (16 hex digits, 0x..., or decimal), not '" + text + "'");
 }
 
+namespace {
+void require_probe_file(const config::Config& c) {
+  if (c.probe_file.empty())
+    throw Error(Errc::config,
+                "clusters: auto needs probe_file here: an embedded producer or receiver cannot probe at start "
+                "(every rank of the job probes together). Run `deltacast probe --config FILE --out probe.json` "
+                "under the job's launcher and set probe_file: probe.json");
+}
+}  // namespace
+
+void resolve_producer_clusters(config::Config& c, uint64_t receivers) {
+  if (c.clusters != "auto") return;
+  require_probe_file(c);
+  // The job's members as resolve_clusters counts them (hosts and ports do not matter here: the
+  // producer learns its members' URLs and labels from their HELLOs).
+  c.members.clear();
+  c.local_members = config::LocalMembers{static_cast<int>(receivers), "127.0.0.1", 0, ""};
+  config::resolve_clusters(c);
+}
+
+std::string receiver_cluster(const config::Config& c, uint32_t rank, const std::optional<std::string>& configured) {
+  if (c.clusters != "auto") return configured.value_or("default");
+  if (configured)
+    throw Error(Errc::config, "set either \"cluster\" (" + *configured + ") or clusters: auto (probe_file), not both");
+  require_probe_file(c);
+  const std::string label =
+      config::probe_cluster_label(config::read_probe_clusters(c.probe_file, 0), static_cast<int>(rank));
+  return label.empty() ? "default" : label;
+}
+
 bool parse_bool(const std::string& key, const std::string& text) {
   for (const char* yes : {"true", "True", "TRUE", "yes", "on", "1"})
     if (text == yes) return true;

@@ -74,6 +74,17 @@ uint64_t parse_digest(const std::string& key, const std::string& text);
 // Error(config) naming `key` otherwise.
 bool parse_bool(const std::string& key, const std::string& text);
 
+// clusters: auto in the C API, which has no member list and cannot probe at start (every rank of
+// the job probes together; run `deltacast probe --out FILE` and set probe_file). Both throw
+// Error(config) for clusters: auto without probe_file, and what config::read_probe_clusters throws.
+// The producer: `c` as for a job of `receivers` members (the report must have receivers + 1 ranks):
+// producer_cluster becomes rank 0's probe cluster, so commit: auto delegates when no receiver
+// shares it. Does nothing for clusters: manual.
+void resolve_producer_clusters(config::Config& c, uint64_t receivers);
+// A receiver of job rank `rank`: the label of its probe cluster (`configured` stays when the probe
+// did not reach it). `configured`: the "cluster" key, which clusters: auto excludes.
+std::string receiver_cluster(const config::Config& c, uint32_t rank, const std::optional<std::string>& configured);
+
 // log_level for every subsystem that logs.
 void set_log_level(const std::string& level);
 

@@ -52,11 +52,13 @@ namespace {
 void listen(dc_producer& p) {
   if (p.phase != dc_producer::Phase::created) return;
   if (p.tensors.empty()) throw Error(Errc::state, "dc_producer_listen: add the tensors first (dc_producer_add_tensor)");
-  const config::Config& c = p.options.config();
+  config::Config c = p.options.config();  // a copy: clusters: auto resolves into it
   const auto receivers = p.options.process("receivers");
   if (!receivers) throw Error(Errc::config, "set \"receivers\" (how many members start waits for) first");
+  const auto count = static_cast<uint32_t>(capi::parse_count("receivers", *receivers, 1, 1u << 20));
+  capi::resolve_producer_clusters(c, count);
   tree::ProducerOptions options = tree::producer_options_from(c);
-  options.receivers = static_cast<uint32_t>(capi::parse_count("receivers", *receivers, 1, 1u << 20));
+  options.receivers = count;
   options.listen_url = p.options.process("listen").value_or(c.transport + "://127.0.0.1:0");
   options.encode.threads = p.options.process("threads")
                                ? static_cast<unsigned>(capi::parse_count("threads", *p.options.process("threads"), 1, 1024))

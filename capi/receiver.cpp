@@ -244,7 +244,7 @@ int dc_receiver_join(dc_receiver* r, int64_t timeout_ms) {
     options.rank = static_cast<uint32_t>(capi::parse_count("rank (0 is the producer)", *rank, 1, 0xffffffffu));
     options.producer_url = *producer;
     options.listen_url = r->options.process("listen").value_or(c.transport + "://127.0.0.1:0");
-    options.cluster = r->options.process("cluster").value_or("default");
+    options.cluster = capi::receiver_cluster(c, options.rank, r->options.process("cluster"));
     options.gated = capi::parse_bool("gated", r->options.process("gated").value_or("false"));
     if (timeout_ms > 0) options.join_timeout = std::chrono::milliseconds(timeout_ms);
     options.on_active = [r](uint64_t version) { r->tree_event(DC_EVENT_COMMITTED, version, DC_OK, ""); };

@@ -538,17 +538,18 @@ void validate(const Config& config) {
   }
 }
 
-void resolve_clusters(Config& config) {
-  if (config.clusters != "auto" || config.probe_file.empty()) return;
-  const std::string& path = config.probe_file;
+std::vector<std::vector<int>> read_probe_clusters(const std::string& path, size_t job_size) {
   std::ifstream in(path);
   if (!in) throw Error(Errc::config, "probe_file '" + path + "': cannot open (clusters: auto)");
   nlohmann::json probe = nlohmann::json::parse(in, nullptr, false);
   if (probe.is_discarded() || !probe.is_object() || !probe.contains("clusters") || !probe["clusters"].is_array())
     throw Error(Errc::config, "probe_file '" + path + "': not a `deltacast probe` report (no clusters list)");
-  const size_t job_size = member_list(config).size() + 1;
-  if (probe.value("ranks", 0u) != job_size)
-    throw Error(Errc::config, "probe_file '" + path + "' measured " + std::to_string(probe.value("ranks", 0u)) +
+  const auto& ranks = probe["ranks"];
+  if (!ranks.is_number_unsigned() || ranks.get<uint64_t>() < 1)
+    throw Error(Errc::config, "probe_file '" + path + "': not a `deltacast probe` report (no rank count)");
+  const uint64_t measured = ranks.get<uint64_t>();
+  if (job_size != 0 && measured != job_size)
+    throw Error(Errc::config, "probe_file '" + path + "' measured " + std::to_string(measured) +
                                   " ranks, but this job has " + std::to_string(job_size) +
                                   " (producer + members): probe the same job again");
   std::vector<std::vector<int>> clusters;
@@ -558,33 +559,44 @@ void resolve_clusters(Config& config) {
       throw Error(Errc::config, "probe_file '" + path + "': cluster " + std::to_string(k) + " is not a list");
     clusters.emplace_back();
     for (const auto& rank : cluster) {
-      if (!rank.is_number_unsigned() || rank.get<uint64_t>() >= job_size)
+      if (!rank.is_number_unsigned() || rank.get<uint64_t>() >= measured)
         throw Error(Errc::config, "probe_file '" + path + "': cluster " + std::to_string(k) +
-                                      " names a rank outside 0.." + std::to_string(job_size - 1));
+                                      " names a rank outside 0.." + std::to_string(measured - 1));
       clusters.back().push_back(rank.get<int>());
     }
   }
-  apply_probe_clusters(config, clusters, "probe_file '" + path + "'");
+  return clusters;
+}
+
+std::string probe_cluster_label(const std::vector<std::vector<int>>& clusters, int rank) {
+  for (size_t k = 0; k < clusters.size(); ++k)
+    for (int r : clusters[k])
+      if (r == rank) return "probe-" + std::to_string(k);
+  return {};
+}
+
+void resolve_clusters(Config& config) {
+  if (config.clusters != "auto" || config.probe_file.empty()) return;
+  const auto clusters = read_probe_clusters(config.probe_file, member_list(config).size() + 1);
+  apply_probe_clusters(config, clusters, "probe_file '" + config.probe_file + "'");
 }
 
 void apply_probe_clusters(Config& config, const std::vector<std::vector<int>>& clusters, const std::string& source) {
   auto members = member_list(config);
   const size_t job_size = members.size() + 1;
-  std::vector<std::string> label(job_size);
   for (size_t k = 0; k < clusters.size(); ++k)
-    for (int rank : clusters[k]) {
+    for (int rank : clusters[k])
       if (rank < 0 || static_cast<size_t>(rank) >= job_size)
         throw Error(Errc::config, source + ": cluster " + std::to_string(k) + " names a rank outside 0.." +
                                       std::to_string(job_size - 1));
-      label[static_cast<size_t>(rank)] = "probe-" + std::to_string(k);
-    }
   for (auto& m : members) {
-    const std::string& found = label[static_cast<size_t>(m.rank) + 1];
+    const std::string found = probe_cluster_label(clusters, m.rank + 1);
     if (!found.empty()) m.cluster = found;
   }
   config.members = std::move(members);
   config.local_members.reset();
-  if (!label[0].empty()) config.producer_cluster = label[0];
+  if (const std::string producer = probe_cluster_label(clusters, 0); !producer.empty())
+    config.producer_cluster = producer;
 }
 
 std::string checkpoint_dir_for_rank(const std::string& checkpoint_dir, int rank) {

@@ -168,6 +168,15 @@ bool commit_is_delegated(Config config, const std::vector<std::vector<int>>& clu
 // overrides, before member_list is used.
 void resolve_clusters(Config& config);
 
+// The clusters (lists of job ranks) of a `deltacast probe --out` report at `path`. Throws
+// Error(config) naming the file when it cannot be read or is not a probe report, when its rank
+// count is not job_size (0: any count), or when a cluster names a rank outside the report's.
+std::vector<std::vector<int>> read_probe_clusters(const std::string& path, size_t job_size);
+
+// The label apply_probe_clusters gives job rank `rank` (0 = the producer): "probe-K" for the
+// cluster K that holds it; empty when none does (a rank the probe did not reach).
+std::string probe_cluster_label(const std::vector<std::vector<int>>& clusters, int rank);
+
 // Gives every member the label "probe-K" of the cluster K (a list of job ranks) holding its job
 // rank (member r is job rank r + 1; members in no cluster keep their own label) and
 // producer_cluster the label of rank 0's cluster. The local shorthand becomes an explicit list.

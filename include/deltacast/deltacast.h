@@ -132,7 +132,8 @@ DC_API void dc_receiver_free(dc_receiver* receiver);
  * uses (transport, secret_file, retain_versions, timeouts.connect, timeouts.heartbeat,
  * timeouts.peer, timeouts.join, timeouts.producer_loss, timeouts.refit, log_level), plus the
  * process-level ones: "producer" (the rendezvous URL), "rank" (1..N), "listen" (where children
- * connect, e.g. "tcp://127.0.0.1:0"), "cluster" (its label), "gated" ("true": the apply gate,
+ * connect, e.g. "tcp://127.0.0.1:0"), "cluster" (its label; or the YAML keys "clusters" = "auto" and
+ * "probe_file", a `deltacast probe --out` report of the job: its rank's probe cluster), "gated" ("true": the apply gate,
  * see dc_receiver_apply; default "false"), "held_version" and "held_digest" (a restarted server
  * whose buffers still hold a committed version: the version and the digest dc_receiver_version
  * gave for it, 16 hex digits; it rejoins by replaying the deltas after it instead of a full
@@ -230,7 +231,9 @@ DC_API int dc_producer_create(dc_producer** out);
 DC_API void dc_producer_free(dc_producer* producer);
 
 /* Sets an option by key (before start): the YAML keys a producer uses (transport, topology,
- * chunk_bytes, retain_versions, secret_file, timeouts.*, log_level), plus "listen" (the
+ * chunk_bytes, retain_versions, secret_file, timeouts.*, log_level, commit, producer_cluster;
+ * clusters = "auto" with probe_file: rank 0's probe cluster, the report must have receivers + 1
+ * ranks, else DC_ERR_CONFIG at listen), plus "listen" (the
  * rendezvous URL, port 0 picks one), "receivers" (exactly how many members start waits for),
  * "threads" (encoder threads), and "config" as for the receiver; the environment likewise. */
 DC_API int dc_producer_set(dc_producer* producer, const char* key, const char* value);

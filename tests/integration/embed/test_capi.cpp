@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 
 extern char** environ;
@@ -109,6 +110,8 @@ class CApi : public ::testing::Test {
   Model model;
   dc_producer* p = nullptr;
   std::vector<std::unique_ptr<Server>> servers;
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  Settings producer_settings, receiver_settings;  // more keys for every producer / receiver
 
   void TearDown() override {
     dc_producer_free(p);
@@ -122,6 +125,7 @@ class CApi : public ::testing::Test {
     DC_EXPECT_OK(dc_producer_set(p, "topology", "binary"));
     DC_EXPECT_OK(dc_producer_set(p, "chunk_bytes", "64KiB"));
     DC_EXPECT_OK(dc_producer_set(p, "timeouts.join", "60s"));
+    for (const auto& [key, value] : producer_settings) DC_EXPECT_OK(dc_producer_set(p, key.c_str(), value.c_str()));
     for (auto& t : model.tensors)
       DC_EXPECT_OK(dc_producer_add_tensor(p, t.name.c_str(), t.dtype, static_cast<int>(t.shape.size()),
                                           t.shape.data(), t.bytes.data(), t.bytes.size(), DC_DEVICE_HOST, 0));
@@ -131,7 +135,7 @@ class CApi : public ::testing::Test {
   }
   // Creates, joins and attaches a receiver (join runs on `joiner` threads: the producer's start
   // waits for all of them).
-  static void join_server(Server& s, const std::string& url, int rank, int* status, bool gated) {
+  static void join_server(Server& s, const std::string& url, int rank, int* status, bool gated, Settings settings) {
     *status = DC_OK;
     auto check = [&](int st) {
       if (st != DC_OK && *status == DC_OK) *status = st;
@@ -142,6 +146,8 @@ class CApi : public ::testing::Test {
     if (!check(dc_receiver_set(s.r, "rank", std::to_string(rank).c_str()))) return;
     if (!check(dc_receiver_set(s.r, "listen", "tcp://127.0.0.1:0"))) return;
     if (!check(dc_receiver_set(s.r, "gated", gated ? "true" : "false"))) return;
+    for (const auto& [key, value] : settings)
+      if (!check(dc_receiver_set(s.r, key.c_str(), value.c_str()))) return;
     if (!check(dc_receiver_join(s.r, 60'000))) return;
     size_t n = 0;
     check(dc_receiver_tensor_count(s.r, &n));
@@ -168,7 +174,7 @@ class CApi : public ::testing::Test {
     for (int i = 0; i < receivers; ++i) {
       servers.push_back(std::make_unique<Server>());
       joiners.emplace_back(join_server, std::ref(*servers.back()), std::string(url), i + 1,
-                           &statuses[static_cast<size_t>(i)], gated.count(i + 1) > 0);
+                           &statuses[static_cast<size_t>(i)], gated.count(i + 1) > 0, receiver_settings);
     }
     const int started = dc_producer_start(p, 60'000);
     for (auto& t : joiners) t.join();
@@ -390,6 +396,98 @@ TEST_F(CApi, RefitsLandBitExactInTheServersOwnBuffers) {
     }
     EXPECT_EQ(expected, 6u);
   }
+}
+
+// clusters: auto with a probe file (docs/config.md): the producer takes rank 0's cluster and each
+// receiver the cluster of its rank, so the trees are rooted in the producer's cluster.
+class CApiProbeFile : public CApi {
+ protected:
+  std::string probe = testing::TempDir() + "/capi-probe-" + std::to_string(::getpid()) + ".json";
+  void TearDown() override {
+    CApi::TearDown();
+    std::remove(probe.c_str());
+  }
+  // Starts 3 receivers with clusters from `clusters_json`, refits once, and returns the delegate
+  // of that version's commit (the report's commit_delegate; 0: the producer decided).
+  int refit_and_delegate(const std::string& clusters_json, const std::string& commit) {
+    std::ofstream(probe) << R"({"ranks": 4, "clusters": )" << clusters_json << "}";
+    producer_settings = {{"clusters", "auto"}, {"probe_file", probe}, {"commit", commit}};
+    receiver_settings = {{"clusters", "auto"}, {"probe_file", probe}};
+    start_all(3);
+    if (HasFatalFailure()) return -1;
+    model.step(1, 0.01);
+    point_producer_at_model();
+    EXPECT_EQ(dc_producer_refit(p, 0), DC_OK) << dc_last_error();
+    expect_servers_hold_model(2);
+    const char* json = nullptr;
+    EXPECT_EQ(dc_producer_report(p, &json), DC_OK);
+    const std::string report(json ? json : "");
+    const size_t at = report.find("\"commit_delegate\":");
+    if (at == std::string::npos) {
+      ADD_FAILURE() << report;
+      return -1;
+    }
+    return std::stoi(report.substr(at + 18));
+  }
+};
+
+TEST_F(CApiProbeFile, EverySideTakesItsClusterSoTheTreeIsRootedBesideTheProducer) {
+  // Rank 3 shares the producer's cluster: every tree is rooted there, so the delegated commit is
+  // rank 3's. Had the receivers kept one label, tree 0's root (the delegate) would be rank 1; had
+  // the producer ignored the file, rank 3 would not be first either.
+  EXPECT_EQ(refit_and_delegate("[[0, 3], [1, 2]]", "delegated"), 3);
+}
+
+TEST_F(CApiProbeFile, AProducerAloneInItsClusterDelegatesTheCommit) {
+  // commit: auto delegates when no member shares the producer's cluster (here: the probe's).
+  const int delegate = refit_and_delegate("[[0], [1, 2, 3]]", "auto");
+  EXPECT_GE(delegate, 1);
+  EXPECT_LE(delegate, 3);
+}
+
+TEST(CApiErrors, ClustersAutoNeedsAProbeFileOfThisJob) {
+  const std::string probe = testing::TempDir() + "/capi-probe-bad-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(probe) << R"({"ranks": 9, "clusters": [[0, 1], [2, 3, 4, 5, 6, 7, 8]]})";
+  std::vector<std::byte> data(64);
+  const int64_t dims[1] = {32};
+  auto producer_with = [&](const std::string& probe_file) {
+    dc_producer* p = nullptr;
+    EXPECT_EQ(dc_producer_create(&p), DC_OK);
+    EXPECT_EQ(dc_producer_set(p, "receivers", "3"), DC_OK);
+    EXPECT_EQ(dc_producer_set(p, "clusters", "auto"), DC_OK);
+    if (!probe_file.empty()) {
+      EXPECT_EQ(dc_producer_set(p, "probe_file", probe_file.c_str()), DC_OK);
+    }
+    EXPECT_EQ(dc_producer_add_tensor(p, "w", DC_DTYPE_BF16, 1, dims, data.data(), data.size(), DC_DEVICE_HOST, 0),
+              DC_OK);
+    const int status = dc_producer_listen(p);
+    const std::string error = dc_last_error();
+    dc_producer_free(p);
+    return std::make_pair(status, error);
+  };
+  auto [status, error] = producer_with("");
+  EXPECT_EQ(status, DC_ERR_CONFIG);
+  EXPECT_NE(error.find("needs probe_file"), std::string::npos) << error;
+  std::tie(status, error) = producer_with(probe);
+  EXPECT_EQ(status, DC_ERR_CONFIG);
+  EXPECT_NE(error.find("measured 9 ranks, but this job has 4"), std::string::npos) << error;
+  // A receiver cannot name its cluster and take it from the probe too; nor go without the file.
+  for (const bool with_file : {true, false}) {
+    dc_receiver* r = nullptr;
+    ASSERT_EQ(dc_receiver_create(&r), DC_OK);
+    EXPECT_EQ(dc_receiver_set(r, "producer", "tcp://127.0.0.1:1"), DC_OK);
+    EXPECT_EQ(dc_receiver_set(r, "rank", "1"), DC_OK);
+    EXPECT_EQ(dc_receiver_set(r, "clusters", "auto"), DC_OK);
+    if (with_file) {
+      EXPECT_EQ(dc_receiver_set(r, "probe_file", probe.c_str()), DC_OK);
+      EXPECT_EQ(dc_receiver_set(r, "cluster", "rack-7"), DC_OK);
+    }
+    EXPECT_EQ(dc_receiver_join(r, 2000), DC_ERR_CONFIG);
+    const std::string message = dc_last_error();
+    EXPECT_NE(message.find(with_file ? "not both" : "needs probe_file"), std::string::npos) << message;
+    dc_receiver_free(r);
+  }
+  std::remove(probe.c_str());
 }
 
 TEST_F(CApi, DryRunIsVerifiedThenRolledBackWithAnEvent) {

@@ -511,6 +511,45 @@ TEST(Config, ClustersAutoTakesTheProbesClustersAndTheProducersOwn) {
   std::remove(probe.c_str());
 }
 
+// The pieces the C API uses (it has no member list: its job size is the producer's "receivers" + 1,
+// and a receiver knows only its own rank).
+TEST(Config, ProbeClustersAreReadForAnyJobSizeAndLabelled) {
+  const std::string probe = testing::TempDir() + "/probe-read-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(probe) << R"({"ranks": 4, "clusters": [[0], [1, 3]], "unreachable": [2]})";
+  const auto clusters = read_probe_clusters(probe, 0);
+  ASSERT_EQ(clusters, (std::vector<std::vector<int>>{{0}, {1, 3}}));
+  EXPECT_EQ(read_probe_clusters(probe, 4), clusters);
+  EXPECT_EQ(probe_cluster_label(clusters, 0), "probe-0");
+  EXPECT_EQ(probe_cluster_label(clusters, 3), "probe-1");
+  EXPECT_EQ(probe_cluster_label(clusters, 2), "") << "a rank the probe did not reach has no label";
+  EXPECT_EQ(probe_cluster_label(clusters, 9), "");
+  auto refused = [&](const std::string& text, size_t job_size) {
+    std::ofstream(probe) << text;
+    try {
+      read_probe_clusters(probe, job_size);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::config);
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_TRUE(contains(refused(R"({"ranks": 4, "clusters": [[0]]})", 5), "measured 4 ranks, but this job has 5"));
+  EXPECT_TRUE(contains(refused(R"({"clusters": [[0]]})", 0), "no rank count"));
+  EXPECT_TRUE(contains(refused(R"({"ranks": 3, "clusters": [[0, 3]]})", 0), "cluster 0 names a rank outside 0..2"));
+  EXPECT_TRUE(contains(refused(R"({"ranks": 3, "clusters": [[0, -1]]})", 0), "names a rank outside"));
+  EXPECT_TRUE(contains(refused(R"({"ranks": 3, "clusters": [0]})", 0), "cluster 0 is not a list"));
+  EXPECT_TRUE(contains(refused("[1, 2]", 0), "not a `deltacast probe` report"));
+  std::remove(probe.c_str());
+  EXPECT_TRUE(contains(refused("", 0), "not a `deltacast probe` report"));
+  std::remove(probe.c_str());
+  try {
+    read_probe_clusters(probe, 0);
+    ADD_FAILURE() << "a missing file was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "cannot open")) << e.what();
+  }
+}
+
 TEST(ConfigValues, EveryKeyRejectsControlCharacters) {
   // A stray \r (a Windows-edited env file) must fail at load time, not as a missing host later.
   Config c;
