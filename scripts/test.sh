@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test: installs what is missing, builds, then ctest. Tests that need Open MPI, Slurm,
 # libfabric, UCX or network namespaces start those themselves (pinned to loopback).
-#   scripts/test.sh [--sanitize] [--cmake OPTION]... [CTEST ARGUMENTS]
+#   scripts/test.sh [--sanitize] [--build-only] [--cmake OPTION]... [CTEST ARGUMENTS]
 # --cmake OPTION (repeatable) goes to cmake's configure step, e.g. --cmake -DDELTACAST_WERROR=ON;
 # so does each word of $DELTACAST_CMAKE_ARGS. Everything else goes to ctest (e.g. -L codec, -R Golden).
 # --sanitize: the same tests built with AddressSanitizer + UndefinedBehaviorSanitizer
 # (DELTACAST_SANITIZE=ON) in build-asan/ ($DELTACAST_BUILD_DIR wins); any report fails the test.
 # $DELTACAST_BUILD_TARGETS (space-separated) builds only those targets (CI: the codec and tree
 # tests under ASan).
+# --build-only: install and build as above, run no test (CI builds the ASan tests beside the suite).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cmake_args=()
@@ -15,9 +16,11 @@ if [ -n "${DELTACAST_CMAKE_ARGS:-}" ]; then
   read -r -a cmake_args <<< "$DELTACAST_CMAKE_ARGS"
 fi
 sanitize=0
+build_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --sanitize) sanitize=1; shift ;;
+    --build-only) build_only=1; shift ;;
     --cmake)
       [ $# -ge 2 ] || { echo "test.sh: --cmake needs an option (e.g. --cmake -DDELTACAST_WERROR=ON)" >&2; exit 2; }
       cmake_args+=("$2"); shift 2 ;;
@@ -43,6 +46,7 @@ fi
 bash "$root/scripts/install-deps.sh" --test
 bash "$root/scripts/build.sh" "${cmake_args[@]}"
 build="${DELTACAST_BUILD_DIR:-$root/build}"
+[ "$build_only" = 1 ] && exit 0
 cd "$build"
 # A fresh build directory has no record of how long each test takes, so ctest would start them in
 # declaration order and the longest (the netns and multi-process ones) could start last, leaving a
