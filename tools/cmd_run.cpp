@@ -368,7 +368,11 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
     if (!source->next()) break;  // watch: SIGTERM while waiting for the next checkpoint
     sending->store(producer.version() + 1);
     sending_step = static_cast<uint64_t>(step);
-    tree::RefitReport r = producer.refit(source->weights());
+    // A checkpoint whose __metadata__, index metadata, side files or shard split changed goes with
+    // its layout (the producer sends it only when it differs from the committed version's).
+    tree::RefitOptions refit_options;
+    refit_options.layout = source->layout();
+    tree::RefitReport r = producer.refit(source->weights(), refit_options);
     const auto committed_at = std::chrono::steady_clock::now();
 
     max_rss_anon = std::max(max_rss_anon, rss_anon_bytes());
@@ -487,10 +491,13 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
   // Writing checkpoints: refits queue behind the apply gate, the writer thread applies them
   // between writes (tools/lib_checkpoint_output.h), so the tree never waits for the disk.
   options.gated = !checkpoint_dir.empty();
+  std::unique_ptr<tree::Receiver> receiver;  // declared first: the writer (which reads it) goes first
   std::unique_ptr<CheckpointDirWriter> writer;
-  auto announce = std::make_shared<std::atomic<CheckpointDirWriter*>>(nullptr);  // set once writer exists
-  options.on_active = [announce](uint64_t version) {
-    if (auto* w = announce->load()) w->committed(version);
+  // Set once the writer exists (on_active runs only inside run(), on the receiver's control thread,
+  // where layout() is the version's own).
+  auto announce = std::make_shared<std::atomic<CheckpointDirWriter*>>(nullptr);
+  options.on_active = [announce, &receiver](uint64_t version) {
+    if (auto* w = announce->load()) w->committed(version, receiver->layout());
   };
   if (!o.fault.empty()) {
     const Fault f = parse_fault(o.fault);
@@ -498,7 +505,7 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
     install_fault(options, f, env.rank);
   }
   Held held = held_at_start(checkpoint_dir, env.rank);
-  auto receiver = std::make_unique<tree::Receiver>(*transport, options);
+  receiver = std::make_unique<tree::Receiver>(*transport, options);
   const codec::Manifest* manifest = nullptr;
   try {
     manifest = &receiver->join(held.version, held.digest);
@@ -523,8 +530,7 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
     writer = std::make_unique<CheckpointDirWriter>(
         CheckpointDirWriter::Options{checkpoint_dir, c.output.keep, o.slow_disk_bytes_per_second,
                                      std::max(1u, std::thread::hardware_concurrency())},
-        *receiver, weights.as_const(), disk_layout(receiver->layout(), *manifest), receiver->layout().files,
-        held.version);
+        *receiver, weights.as_const(), held.version);
   announce->store(writer.get());
   tree::RunSummary summary = receiver->run();
   // Everything committed reaches the buffers (and, with a checkpoint_dir, the disk) before the

@@ -187,14 +187,8 @@ std::optional<HeldCheckpoint> load_latest(const fs::path& dir, unsigned threads)
 }
 
 CheckpointDirWriter::CheckpointDirWriter(Options options, tree::Receiver& receiver, codec::ConstWeights weights,
-                                         checkpoint::Layout layout, std::vector<tree::NamedBytes> side_files,
                                          uint64_t already_written)
-    : options_(std::move(options)),
-      receiver_(receiver),
-      weights_(std::move(weights)),
-      layout_(std::move(layout)),
-      side_files_(std::move(side_files)) {
-  std::erase_if(side_files_, [](const tree::NamedBytes& f) { return !is_side_file_name(f.name); });
+    : options_(std::move(options)), receiver_(receiver), weights_(std::move(weights)) {
   std::error_code ec;
   fs::create_directories(options_.dir, ec);
   if (ec) throw Error(Errc::io, "output.checkpoint_dir: cannot create " + options_.dir.string() + ": " + ec.message());
@@ -226,8 +220,12 @@ CheckpointDirWriter::~CheckpointDirWriter() {
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
-void CheckpointDirWriter::committed(uint64_t version) {
+void CheckpointDirWriter::committed(uint64_t version, std::shared_ptr<const tree::CheckpointLayout> layout) {
+  if (!layout)
+    throw Error(Errc::invalid_argument,
+                "output.checkpoint_dir: version " + std::to_string(version) + " announced without a layout");
   std::lock_guard lock(mutex_);
+  if (version > stats_.latest) layouts_[version] = std::move(layout);
   committed_ = std::max(committed_, version);
   wake_.notify_all();
 }
@@ -262,7 +260,19 @@ void CheckpointDirWriter::loop() {
     try {
       receiver_.apply_pending();  // this thread is the buffers' only reader: its safe point
       version = receiver_.applied_version();
-      if (version > stats().latest) write_version(version, receiver_.applied_digest());
+      std::shared_ptr<const tree::CheckpointLayout> layout;
+      {
+        std::lock_guard hold(mutex_);
+        if (const auto it = layouts_.find(version); it != layouts_.end()) layout = it->second;
+        if (!layout && stopping_ && version > stats_.latest && version > committed_) {
+          // Reached but never announced (run() ended in between): its layout is unknown.
+          log->warn("output.checkpoint_dir: version {} was never announced; latest stays at {}", version,
+                    stats_.latest);
+          return;
+        }
+      }
+      // Without its layout the version is not announced yet (its on_active is on its way): wait.
+      if (layout && version > stats().latest) write_version(version, receiver_.applied_digest(), *layout);
     } catch (const std::exception& e) {
       failure = e.what();
       log->error("output.checkpoint_dir: version {} not written: {}", version, e.what());
@@ -278,21 +288,23 @@ void CheckpointDirWriter::loop() {
   }
 }
 
-void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest) {
+void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest, const tree::CheckpointLayout& from) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  const checkpoint::Layout layout = disk_layout(from, *weights_.manifest);
   const std::string v = "v" + std::to_string(version);
   const fs::path partial = options_.dir / ("." + v + ".partial");
   const fs::path final_dir = options_.dir / v;
   fs::remove_all(partial);
   fs::create_directories(partial);
   // 1. The shards (each atomically) and the index last, the side files, the version record.
-  if (layout_.sharded)
-    checkpoint::write_checkpoint(partial, weights_, layout_);
+  if (layout.sharded)
+    checkpoint::write_checkpoint(partial, weights_, layout);
   else
-    checkpoint::write_checkpoint(partial / layout_.shards.front().file, weights_, layout_);
-  for (const auto& file : side_files_)
-    checkpoint::write_file_atomically(partial / file.name, std::as_bytes(std::span(file.bytes)));
+    checkpoint::write_checkpoint(partial / layout.shards.front().file, weights_, layout);
+  for (const auto& file : from.files)
+    if (is_side_file_name(file.name))
+      checkpoint::write_file_atomically(partial / file.name, std::as_bytes(std::span(file.bytes)));
   Json names = Json::array();
   for (const auto& t : weights_.manifest->tensors()) names.push_back(t.name);
   const std::string record =
@@ -336,6 +348,7 @@ void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest) {
     stats_.skipped += skipped;
     stats_.written += 1;
     stats_.latest = version;
+    layouts_.erase(layouts_.begin(), layouts_.upper_bound(version));
     stats_.last_write_seconds = seconds;
   }
   logger("run")->info("output.checkpoint_dir: wrote version {} as {} in {:.3f} s{}", version, final_dir.string(),

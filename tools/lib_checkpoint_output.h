@@ -1,11 +1,13 @@
 #pragma once
 // Receivers that write what they hold (`output.checkpoint_dir`, docs/config.md):
 //
-//   DIR/v<version>/   every committed version the receiver held, in the producer's shard layout
-//                     (the same shard files, tensors per shard, __metadata__ and index), the small
-//                     files the trainer keeps beside its shards (config.json, tokenizer files),
-//                     and deltacast.json {version, digest, manifest}: a directory vLLM or SGLang
-//                     can load;
+//   DIR/v<version>/   every committed version the receiver held, in the shard layout of that
+//                     version's trainer checkpoint (the same shard files, tensors per shard,
+//                     __metadata__ and index), the small files the trainer kept beside those
+//                     shards (config.json, tokenizer files), and deltacast.json {version, digest,
+//                     manifest}: a directory vLLM or SGLang can load. The layout comes with each
+//                     version (committed()): a trainer checkpoint that changed its config.json or
+//                     __metadata__ is written as it was (docs/protocol.md, "Checkpoint layouts");
 //   DIR/latest        a symlink to the newest v<version>, switched atomically (rename);
 //   DIR/.lock         held (flock) while a receiver writes DIR: two receivers never share one.
 //
@@ -25,6 +27,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -80,15 +84,18 @@ class CheckpointDirWriter {
   };
   // Takes DIR (created; Error(io) when it cannot be, Error(state) when another process holds its
   // lock) and starts the writer thread. `receiver` must be gated and attached to `weights`.
+  // already_written: the version DIR/latest holds (0: none).
   CheckpointDirWriter(Options options, tree::Receiver& receiver, codec::ConstWeights weights,
-                      checkpoint::Layout layout, std::vector<tree::NamedBytes> side_files,
                       uint64_t already_written = 0);
   ~CheckpointDirWriter();  // finish() if not called
   CheckpointDirWriter(const CheckpointDirWriter&) = delete;
   CheckpointDirWriter& operator=(const CheckpointDirWriter&) = delete;
 
-  // A version became active (the receiver's on_active): wakes the writer. Any thread, cheap.
-  void committed(uint64_t version);
+  // A version became active (the receiver's on_active), laid out as `layout` (the receiver's
+  // layout() then): wakes the writer. A version is written only once its layout came this way:
+  // one the buffers reach before its announcement waits for it. Any thread, cheap. Throws
+  // Error(invalid_argument) for a null layout.
+  void committed(uint64_t version, std::shared_ptr<const tree::CheckpointLayout> layout);
   // Applies and writes what is committed and not written yet, then stops the thread. Returns the
   // version latest names (0: none). Throws the writer's last error, if its last attempt failed.
   uint64_t finish();
@@ -103,17 +110,18 @@ class CheckpointDirWriter {
 
  private:
   void loop();
-  void write_version(uint64_t version, uint64_t digest);
+  void write_version(uint64_t version, uint64_t digest, const tree::CheckpointLayout& layout);
 
   const Options options_;
   tree::Receiver& receiver_;
   codec::ConstWeights weights_;
-  checkpoint::Layout layout_;
-  std::vector<tree::NamedBytes> side_files_;
   int lock_fd_ = -1;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   uint64_t committed_ = 0;  // newest version announced
+  // The layouts of the versions announced and not written yet (one object shared by the versions
+  // of an unchanged layout).
+  std::map<uint64_t, std::shared_ptr<const tree::CheckpointLayout>> layouts_;
   bool stopping_ = false;
   std::optional<std::string> error_;  // the last attempt's failure, cleared by a success
   Stats stats_;

@@ -32,7 +32,8 @@ class VersionSource {
   virtual void describe(nlohmann::json& step, std::chrono::steady_clock::time_point committed) const = 0;
   // Records the current version's position (synth: nothing beyond the step; watch: its name).
   virtual void save(ProducerState& state) const = 0;
-  // How the trainer's checkpoints lie on disk, for WELCOME (synth: none).
+  // How the current version's checkpoint lies on disk: for WELCOME (the first or resumed version),
+  // then with each refit (RefitOptions::layout). Synth: none.
   virtual tree::CheckpointLayout layout() const { return {}; }
   // One line for the producer's log: what version 1 is.
   virtual std::string describe_bootstrap() const = 0;

@@ -97,10 +97,23 @@ RefitReport Producer::Impl::run_version(InFlight flight, const std::function<voi
   for (uint32_t r : live_ranks()) flight.answers[r] = InFlight::Answer::none;
   flight.report = &report;
   in_flight = std::move(flight);
+  // A new layout becomes the committed one with the version (an abort keeps the old one).
+  const auto commit_version = [this, layout = in_flight->layout, &on_commit] {
+    if (on_commit) on_commit();
+    if (layout) this->layout = layout;
+  };
   try {
     if (in_flight->answers.empty()) throw Error(Errc::state, "no live receivers");
+    if (in_flight->layout) {
+      // Before any data of the attempt, on the control link of every member in it. Members admitted
+      // later hear of it with their WELCOME or CATCHUP, once it committed.
+      broadcast(LayoutUpdate{in_flight->version, in_flight->attempt, *in_flight->layout});
+      for (const auto& [rank, answer] : in_flight->answers) control[rank].told_layout = in_flight->layout;
+      log->info("version {}: the checkpoint layout changes ({} shards, {} files)", in_flight->version,
+                in_flight->layout->shards.size(), in_flight->layout->files.size());
+    }
     send_all(*in_flight);
-    joint_commit(report, expected_digest(), dry_run, on_commit);
+    joint_commit(report, expected_digest(), dry_run, commit_version);
   } catch (...) {
     // Nothing can commit now: receivers roll back what they applied of this attempt. Unless a
     // decision is out, or a delegate may have committed it: an ABORT then could cross a COMMIT.
@@ -288,6 +301,7 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
   d.baseline_digest = codec::StateDigest::full_scan(d.baseline_weights(), d.options.encode.threads);
   d.zero_digest = d.baseline_digest.combined();
   d.remember_version(0, d.zero_digest);
+  d.layout = std::make_shared<const CheckpointLayout>(d.options.layout);
   if (d.options.resume) {
     // A restarted producer: the baseline is the committed version's bits, checked against the
     // digest its predecessor recorded, and the version chain goes on from there.
@@ -321,6 +335,18 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
 Producer::~Producer() { impl_->stop_threads(); }
 
 std::string Producer::url() const { return impl_->listener->local_url().str(); }
+const CheckpointLayout& Producer::layout() const { return *impl_->layout; }
+
+std::shared_ptr<const CheckpointLayout> Producer::Impl::changed_layout(
+    const std::optional<CheckpointLayout>& wanted) const {
+  if (!wanted || *wanted == *layout) return nullptr;
+  try {
+    check_layout(*wanted, manifest.size());
+  } catch (const Error& e) {
+    throw Error(Errc::invalid_argument, std::string("the refit's ") + e.what());
+  }
+  return std::make_shared<const CheckpointLayout>(*wanted);
+}
 uint64_t Producer::version() const noexcept { return impl_->version; }
 const codec::StateDigest& Producer::digest() const { return impl_->baseline_digest; }
 
@@ -368,7 +394,7 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
   welcome.tensors = d.manifest.tensors();
   welcome.committed_version = d.version;
   welcome.committed_digest = d.committed_digest();
-  welcome.layout = d.options.layout;
+  welcome.layout = *d.layout;
   // The start's "repair": every live member says READY once its parent links are up. It is
   // registered first, so that a member failed while WELCOMEs go out is not waited for.
   Impl::Repair start{Clock::now(), d.epoch(), {}};
@@ -377,6 +403,7 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
   for (uint32_t r = 1; r <= n; ++r) {
     if (!d.control[r].connection) continue;  // refused
     welcome.instance = d.control[r].instance;
+    d.control[r].told_layout = d.layout;
     if (d.membership->live(r)) {
       if (!d.send_to(r, welcome)) d.fail(r, FailureCause::link_closed, "WELCOME could not be sent", Clock::now());
       continue;
@@ -422,6 +449,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
   codec::ConstWeights checked = next;
   checked.manifest = &d.manifest;
   codec::check_weights(checked);
+  auto new_layout = d.changed_layout(refit_options.layout);
 
   codec::EncodeOptions encode = d.options.encode;
   // From the all-zero state an XOR mask is the value itself; ulp distances would be huge.
@@ -436,10 +464,11 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
 
   Impl::InFlight flight;
   flight.version = new_version;
+  flight.layout = std::move(new_layout);
   flight.keys = count + 1;  // the seal is key `count`
   flight.tree_of = [count, kind](uint32_t key) { return key == count ? 0 : tree_for_chunk(kind, key); };
   flight.make = [&d, &encoder, &seal_frame, count](uint32_t key, uint32_t route) {
-    const Envelope envelope{d.in_flight->attempt, route};
+    const Envelope envelope = d.in_flight->envelope(route);
     if (key == count)
       return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(*seal_frame, envelope, d.epoch())), {}};
     return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(encoder.encode_chunk(key), envelope, d.epoch())), {}};
@@ -458,7 +487,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
     std::atomic<uint32_t> cursor{0};
     std::atomic<bool> cancel{false};
     Status worker_status;
-    const Envelope envelope{f.attempt, 0};
+    const Envelope envelope = f.envelope(0);
     const uint64_t epoch = d.epoch();
     auto work = [&] {
       codec::DeltaStats stats;
@@ -615,6 +644,7 @@ RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames,
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
   if (!d.membership) throw Error(Errc::state, "Producer::publish before start()");
+  auto new_layout = d.changed_layout(refit_options.layout);
   // Keys are codec chunk keys (the seal is chunk_count); duplicates in `frames` are sent as given.
   std::map<uint32_t, size_t> first_of_key;
   std::vector<uint32_t> key_of(frames.size());
@@ -631,20 +661,21 @@ RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames,
     if (codec::parse_frame(frames[i]).header.kind == codec::FrameKind::seal) is_seal[key_of[i]] = true;
   Impl::InFlight flight;
   flight.version = new_version;
+  flight.layout = std::move(new_layout);
   flight.keys = keys;
   flight.tree_of = [kind, is_seal](uint32_t key) { return is_seal[key] ? 0 : tree_for_chunk(kind, key); };
   flight.make = [&](uint32_t key, uint32_t route) {
     auto it = first_of_key.find(key);
     if (it == first_of_key.end()) throw Error(Errc::not_found, "publish: no frame for chunk " + std::to_string(key));
     return Outgoing{std::make_shared<const std::vector<std::byte>>(
-                        encode_frame_message(frames[it->second], {d.in_flight->attempt, route}, d.epoch())),
+                        encode_frame_message(frames[it->second], d.in_flight->envelope(route), d.epoch())),
                     {}};
   };
   auto send_all = [&](Impl::InFlight& f) {
     for (size_t i = 0; i < frames.size(); ++i) {
       const uint32_t key = key_of[i];
       d.deliver(f.tree_of(key), Outgoing{std::make_shared<const std::vector<std::byte>>(
-                                             encode_frame_message(frames[i], {f.attempt, 0}, d.epoch())),
+                                             encode_frame_message(frames[i], f.envelope(0), d.epoch())),
                                          {}});
       f.sent[key] = true;
       f.report->frames_bytes += frames[i].size();

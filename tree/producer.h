@@ -79,9 +79,11 @@ struct ProducerOptions {
   // verify). Aborts stay with the producer; a member that does not answer within version_timeout
   // is failed instead of aborting the version. Dry runs are never delegated.
   bool delegate_commit = false;
-  // The trainer's checkpoint files, sent to every member in WELCOME (members that write what they
-  // hold use it: `output.checkpoint_dir`). Empty: no files. Must pass check_layout for the
-  // manifest (Error(invalid_argument) otherwise).
+  // How the committed version's checkpoint lies on disk (members that write what they hold use
+  // it: `output.checkpoint_dir`): the bootstrap's on a fresh start, resume->version's on a resume.
+  // WELCOME carries the committed version's layout; a refit that changes it says so in
+  // RefitOptions::layout. Empty: no files. Must pass check_layout for the manifest
+  // (Error(invalid_argument) otherwise).
   CheckpointLayout layout;
 };
 
@@ -115,6 +117,12 @@ struct RefitOptions {
   // Value mode for XOR-safe tensors; default: EncodeOptions::xor_safe_mode, except xor_bits when
   // the base is the all-zero version 0 (an XOR against zero is the value itself).
   std::optional<codec::ValueMode> value_mode;
+  // How the new version lies on disk (docs/protocol.md, "Checkpoint layouts"). nullopt, or equal to
+  // the committed version's layout: unchanged, nothing extra is sent. Otherwise every live member
+  // gets it as LAYOUT before any data of the version, holds back its ACK until it has it, and
+  // takes it as its layout when the version commits (an abort keeps the committed one's). Must
+  // pass check_layout for the manifest: Error(invalid_argument) before anything is sent.
+  std::optional<CheckpointLayout> layout;
 };
 
 // A member that left the live set during a version (or between versions: reported with the next).
@@ -171,8 +179,9 @@ class Producer {
   // `timeout` replaces options.join_timeout for this wait.
   StartReport start(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   // Encodes `next` against the baseline as version()+1, sends it, and commits or aborts.
-  // Throws Error(invalid_argument) when next does not match the manifest, Error(connection) when
-  // a root link died. A refused/failed version is not an exception: see RefitReport::committed.
+  // Throws Error(invalid_argument) when next does not match the manifest or options.layout does
+  // not pass check_layout, Error(connection) when a root link died. A refused/failed version is
+  // not an exception: see RefitReport::committed.
   RefitReport refit(const codec::ConstWeights& next, RefitOptions options = {});
   // Sends a full checkpoint as version 1 to receivers that hold the all-zero version 0: raw
   // bytes in RAW messages of at most chunk_bytes (whole elements), forwarded through the tree
@@ -193,6 +202,9 @@ class Producer {
   // Sends BYE to every receiver and closes the links.
   void finish();
 
+  // The committed version's checkpoint layout (ProducerOptions::layout, then each committed
+  // RefitOptions::layout). Host thread, between calls.
+  const CheckpointLayout& layout() const;
   uint64_t version() const noexcept;            // last committed version
   const codec::StateDigest& digest() const;     // its digest
   // For the producer's state file (ProducerResume): the last attempt id used, and the combined

@@ -67,6 +67,9 @@ struct Producer::Impl {
     bool caught_up = false;    // said READY at the committed version: admit at the next version
     uint64_t caught_up_version = 0;
     std::optional<uint64_t> last_catchup_from;  // a second plan from the same version is a snapshot
+    // The layout this member was last sent (WELCOME or LAYOUT): a member catching up is sent the
+    // committed one with its CATCHUP when they differ.
+    std::shared_ptr<const CheckpointLayout> told_layout;
   };
   std::vector<ControlLink> control;            // [rank]
   std::vector<std::set<uint64_t>> replaced;    // [rank]: fenced-as-replaced instances
@@ -92,6 +95,8 @@ struct Producer::Impl {
   std::map<uint32_t, Clock::time_point> child_trouble;     // rank -> last REPORT about its child
   std::map<uint32_t, Clock::time_point> stall_accusations;  // rank -> when its parent said stalled
   std::map<uint64_t, uint64_t> history;  // committed version -> combined digest
+  // The committed version's checkpoint layout (a new object each time it changes).
+  std::shared_ptr<const CheckpointLayout> layout;
   uint64_t zero_digest = 0;              // combined digest of the all-zero version 0
   // start(): what each rank said at HELLO ([rank]). A rank refused at start counts as answered:
   // it does not hold up the start, and is not in the initial live set.
@@ -115,6 +120,10 @@ struct Producer::Impl {
     uint64_t version = 0;
     uint64_t attempt = 0;
     uint32_t keys = 0;  // data messages: chunks (+ the seal for deltas)
+    // The version's layout when it differs from the committed one's (null: unchanged): sent as
+    // LAYOUT before the data, whose envelopes say so (envelope()); committed with the version.
+    std::shared_ptr<const CheckpointLayout> layout;
+    Envelope envelope(uint32_t route) const { return Envelope{attempt, route, layout != nullptr}; }
     std::function<Outgoing(uint32_t key, uint32_t route)> make;  // deterministic re-encoding
     std::function<int(uint32_t key)> tree_of;
     std::vector<bool> sent;
@@ -159,6 +168,9 @@ struct Producer::Impl {
   void handle_ready(uint32_t rank, const Ready& ready, uint64_t epoch);
   // Tells a member that is not live how to reach the committed version from `held` (CATCHUP).
   bool send_catchup(uint32_t rank, uint64_t held);
+  // The layout of a refit: null when `wanted` is absent or equal to the committed one. Throws
+  // Error(invalid_argument) when it does not pass check_layout.
+  std::shared_ptr<const CheckpointLayout> changed_layout(const std::optional<CheckpointLayout>& wanted) const;
   // Edge reports wait a moment: a peer that died is usually declared dead by its control link
   // meanwhile, which makes the report moot (no needless move).
   struct EdgeReport {

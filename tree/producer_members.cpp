@@ -416,7 +416,7 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
       said.why = why;
       return refuse(code, "rank " + std::to_string(h.rank) + " " + why);
     }
-    link = ControlLink{event.connection, next_generation++, h.instance, false, false, 0, std::nullopt};
+    link = ControlLink{event.connection, next_generation++, h.instance, false, false, 0, std::nullopt, nullptr};
     members[h.rank] = Member{h.rank, h.data_url, h.cluster, true};
     readers->add(h.rank, link.generation, event.connection);
     return;
@@ -447,7 +447,7 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
     return refuse(Errc::verify_failed, "rank " + std::to_string(h.rank) + " " + text + "; nothing was written");
   }
   members[h.rank] = Member{h.rank, h.data_url, h.cluster, false};
-  link = ControlLink{event.connection, next_generation++, h.instance, true, false, 0, std::nullopt};
+  link = ControlLink{event.connection, next_generation++, h.instance, true, false, 0, std::nullopt, nullptr};
   readers->add(h.rank, link.generation, event.connection);
 
   log->info("producer: rank {} rejoins holding version {}; the committed version is {}", h.rank, h.held_version,
@@ -464,7 +464,8 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
   w.tensors = manifest.tensors();
   w.committed_version = version;
   w.committed_digest = history.count(version) ? history.at(version) : 0;
-  w.layout = options.layout;
+  w.layout = *layout;
+  link.told_layout = layout;
   if (!send_to(h.rank, w) || !send_catchup(h.rank, h.held_version)) close_control(h.rank);
 }
 
@@ -565,6 +566,12 @@ bool Producer::Impl::send_catchup(uint32_t rank, uint64_t held) {
   if (plan.mode == CatchupMode::snapshot) plan.sources.push_back(members[0]);
   log->info("producer: rank {} catches up from version {} to {} by {}", rank, held, version,
             plan.mode == CatchupMode::none ? "nothing" : plan.mode == CatchupMode::replay ? "replay" : "snapshot");
+  // A version that changed the layout committed since this member's WELCOME: the committed layout
+  // goes with the plan (attempt 0), on the same ordered link.
+  if (link.told_layout != layout) {
+    if (!send_to(rank, LayoutUpdate{version, 0, *layout})) return false;
+    link.told_layout = layout;
+  }
   return send_to(rank, plan);
 }
 

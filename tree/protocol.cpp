@@ -230,6 +230,14 @@ struct Schema<Decided> {
                                             field("active", &Decided::active)};
 };
 
+template <>
+struct Schema<LayoutUpdate> {
+  static constexpr MessageType type = MessageType::layout;
+  static constexpr auto fields =
+      std::tuple{field("version", &LayoutUpdate::version), field("attempt", &LayoutUpdate::attempt),
+                 field("layout", &LayoutUpdate::layout)};
+};
+
 // ---------------------------------------------------------------------------------------------
 // Value rules (docs/protocol.md): integers LE; enums and bools one byte, range-checked; strings
 // u32 length + bytes; vectors u32 count + items; bitmaps u32 bit count + packed bytes (bit i in
@@ -240,6 +248,8 @@ struct Schema<Decided> {
 // Largest count or length any field may announce: they are small; this refuses absurd values
 // before anything is allocated (counts are also checked against the bytes left).
 constexpr uint32_t kMaxCount = uint32_t{1} << 28;
+// The envelope's flags word: bit 0 is Envelope::new_layout, the others are reserved (zero).
+constexpr uint32_t kEnvelopeNewLayout = 1;
 
 template <class T>
 inline constexpr bool kIsVector = false;
@@ -329,7 +339,7 @@ class Encoder {
     } else if constexpr (std::same_as<T, Envelope>) {
       w_.u64(v.attempt);
       w_.u32(v.route);
-      w_.u32(0);
+      w_.u32(v.new_layout ? kEnvelopeNewLayout : 0);
     } else {
       static_assert(Struct<T>, "no wire rule for this type");
       static_assert(schema_lists_every_member<T>(), "a data member of T is missing from its Schema");
@@ -393,7 +403,9 @@ class Decoder {
     } else if constexpr (std::same_as<T, Envelope>) {
       v.attempt = r_.u64();
       v.route = r_.u32();
-      if (r_.u32() != 0) fail(name, "reserved bytes are not zero");
+      const uint32_t flags = r_.u32();
+      if ((flags & ~kEnvelopeNewLayout) != 0) fail(name, "reserved flag bits are set");
+      v.new_layout = (flags & kEnvelopeNewLayout) != 0;
     } else {
       static_assert(Struct<T>, "no wire rule for this type");
       std::apply([&](const auto&... f) { (value(v.*(f.member), f.name), ...); }, Schema<T>::fields);
@@ -536,6 +548,7 @@ const char* message_type_name(MessageType type) noexcept {
     case MessageType::fetch_end: return "fetch_end";
     case MessageType::delegate: return "delegate";
     case MessageType::decided: return "decided";
+    case MessageType::layout: return "layout";
   }
   return "unknown";
 }

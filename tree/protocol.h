@@ -44,6 +44,7 @@ enum class MessageType : uint8_t {
   fetch_end = 23,
   delegate = 24,  // producer -> live members: who decides this attempt's commit (commit: delegated)
   decided = 25,   // delegate -> producer: the attempt committed, these members are active
+  layout = 26,    // producer -> member: the checkpoint layout of a version (it changed)
 };
 
 // Why a member left the live set, or why a link is reported (REPORT, EPOCH, the report's
@@ -263,10 +264,22 @@ struct Decided {
   std::vector<uint32_t> active;
 };
 
+// producer -> member, on the control link (docs/protocol.md "Checkpoint layouts"): `version` lies
+// on disk as `layout`, which differs from the committed version's. attempt > 0: sent to every
+// live member before any data of that attempt, whose data messages then carry
+// Envelope::new_layout (a member does not ACK such an attempt before it holds this message).
+// attempt 0: the layout of the committed version `version`, sent to a member catching up to it.
+// Decoding does not check the layout against a manifest: the member runs check_layout on it.
+struct LayoutUpdate {
+  uint64_t version = 0;
+  uint64_t attempt = 0;
+  CheckpointLayout layout;
+};
+
 // A decoded control message. FRAME and RAW messages are not decoded into this: use
 // decode_frame_message() / decode_raw_message().
 using Message = std::variant<Hello, Welcome, Join, Ready, Ack, Nack, Commit, Abort, Active, Resume, Bye, EpochUpdate,
-                             Report, Gap, Fenced, Refused, Catchup, Fetch, FetchEnd, Delegate, Decided>;
+                             Report, Gap, Fenced, Refused, Catchup, Fetch, FetchEnd, Delegate, Decided, LayoutUpdate>;
 
 struct MessageHeader {
   MessageType type = MessageType::bye;
@@ -278,12 +291,17 @@ struct MessageHeader {
 // attempt: the producer's id of the version attempt that sent it (a retry of an aborted version
 //   number gets a new id, so a stale in-flight frame is never taken for the retry's);
 // route: 0 = the whole tree; a member rank = a re-send for that member: relays that already hold
-//   it pass it on only towards that member.
+//   it pass it on only towards that member;
+// new_layout: the attempt's version has another checkpoint layout than the committed one, sent
+//   as LAYOUT (LayoutUpdate) on the control link: a member holds its ACK until it has that LAYOUT
+//   (the data comes through relays, the LAYOUT straight from the producer: no order between them).
 struct Envelope {
   uint64_t attempt = 0;
   uint32_t route = 0;
+  bool new_layout = false;
 };
-inline constexpr size_t kEnvelopeSize = 16;  // attempt u64 | route u32 | reserved u32
+// attempt u64 | route u32 | flags u32 (bit 0: new_layout; the other bits zero)
+inline constexpr size_t kEnvelopeSize = 16;
 
 struct FrameMessage {
   MessageHeader header;

@@ -72,12 +72,68 @@ void Receiver::Impl::take_welcome(Welcome w, uint64_t e) {
     throw Error(Errc::version_mismatch, "the producer's manifest differs from the one this member holds");
   check_layout(w.layout, w.tensors.size());
   auto m = Membership::from_welcome(parse_topology_kind(w.topology), e, w.members, w.forest);
+  auto announced = std::make_shared<const CheckpointLayout>(std::move(w.layout));
+  w.layout = {};
   std::lock_guard lock(control_mutex);
   membership.emplace(std::move(m));
+  {
+    // A (new) producer: nothing of what an earlier one announced stands. The layout is the
+    // committed version's: this member's at once when it holds that version (or has none yet),
+    // else once it caught up to it.
+    std::lock_guard layouts(layout_mutex);
+    pending_layouts.clear();
+    parked_ack.reset();
+    const uint64_t held = session ? session->version() : held_version;
+    if (!layout || held == w.committed_version)
+      layout = std::move(announced);
+    else
+      pending_layouts[w.committed_version] = PendingLayout{0, std::move(announced)};
+  }
   welcome = std::move(w);
 }
 
-Message Receiver::Impl::recv_control(std::chrono::milliseconds timeout, std::vector<std::byte>& buffer,
+bool Receiver::Impl::ack_may_leave(const Ack& ack) {
+  std::lock_guard lock(layout_mutex);
+  if (!session->awaits_layout(ack.attempt)) return true;
+  for (const auto& [version, pending] : pending_layouts)
+    if (pending.attempt == ack.attempt) return true;
+  parked_ack = ack;
+  log->info("{}: version {} verified; its ACK waits for the version's LAYOUT", who(), ack.version);
+  return false;
+}
+
+std::optional<Ack> Receiver::Impl::take_layout(const LayoutUpdate& update) {
+  try {
+    check_layout(update.layout, manifest->size());
+  } catch (const Error& e) {
+    throw Error(Errc::corrupt_frame,
+                "the producer's LAYOUT of version " + std::to_string(update.version) + ": " + e.what());
+  }
+  if (update.attempt != 0 && update.attempt <= session->attempt_floor()) return std::nullopt;  // ended here
+  std::lock_guard lock(layout_mutex);
+  pending_layouts[update.version] =
+      PendingLayout{update.attempt, std::make_shared<const CheckpointLayout>(update.layout)};
+  if (!parked_ack || parked_ack->attempt != update.attempt) return std::nullopt;
+  std::optional<Ack> released = std::move(parked_ack);
+  parked_ack.reset();
+  return released;
+}
+
+void Receiver::Impl::adopt_layout(uint64_t version) {
+  std::lock_guard lock(layout_mutex);
+  const auto after = pending_layouts.upper_bound(version);
+  if (after != pending_layouts.begin()) layout = std::prev(after)->second.layout;
+  pending_layouts.erase(pending_layouts.begin(), after);
+}
+
+void Receiver::Impl::forget_layouts(uint64_t attempt) {
+  std::lock_guard lock(layout_mutex);
+  std::erase_if(pending_layouts,
+                [&](const auto& entry) { return entry.second.attempt != 0 && entry.second.attempt <= attempt; });
+  if (parked_ack && parked_ack->attempt <= attempt) parked_ack.reset();
+}
+
+Message Receiver::Impl::recv_control(std::chrono::milliseconds timeout, std::span<std::byte> buffer,
                                      uint64_t* epoch_out) {
   std::shared_ptr<transport::Connection> link;
   {
@@ -102,13 +158,19 @@ Message Receiver::Impl::recv_control(std::chrono::milliseconds timeout, std::vec
 // reaches the producer's committed version as CATCHUP says, says READY, and waits until an EPOCH
 // admits it. Returns false on BYE.
 bool Receiver::Impl::catch_up() {
-  std::vector<std::byte> buffer(kControlBufferBytes);
+  // As large as a WELCOME: a LAYOUT may come (uninitialised: only what a message fills is paid).
+  const auto storage = std::make_unique_for_overwrite<std::byte[]>(kWelcomeBufferBytes);
+  const std::span<std::byte> buffer(storage.get(), kWelcomeBufferBytes);
   for (;;) {
     uint64_t e = 0;
     auto message = recv_control(options.idle_timeout, buffer, &e);
     if (auto* update = std::get_if<EpochUpdate>(&message)) {
       on_epoch(*update, e);
       if (membership->live(options.rank)) return true;
+      continue;
+    }
+    if (auto* update = std::get_if<LayoutUpdate>(&message)) {
+      take_layout(*update);  // a committed version's (attempt 0): taken once this member reaches it
       continue;
     }
     if (std::holds_alternative<Bye>(message)) return false;
@@ -253,9 +315,10 @@ Receiver::~Receiver() {
   if (impl_->edges) impl_->edges->stop();
 }
 
-const CheckpointLayout& Receiver::layout() const {
+std::shared_ptr<const CheckpointLayout> Receiver::layout() const {
   if (!impl_->manifest) throw Error(Errc::state, "layout() before join()");
-  return impl_->welcome.layout;
+  std::lock_guard lock(impl_->layout_mutex);
+  return impl_->layout;
 }
 
 std::string Receiver::listen_url() const { return impl_->listener->local_url().str(); }

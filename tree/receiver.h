@@ -59,7 +59,8 @@ struct ReceiverOptions {
   // transport has no shared secret (config allow_insecure; docs/security.md). Off: refused.
   bool allow_insecure = false;
   // Called on the control thread after a version became active: committed, or reached by catching
-  // up (a snapshot and/or replayed versions) when this member rejoined. Optional.
+  // up (a snapshot and/or replayed versions) when this member rejoined; layout() is already that
+  // version's. Optional.
   std::function<void(uint64_t version)> on_active;
   // Called on the control thread after a version was aborted and rolled back (the buffers hold
   // the committed version again). Optional.
@@ -143,10 +144,13 @@ class Receiver {
   // the bootstrap committed, or while an ungated version is being written (retry after it ends).
   void reattach(uint32_t tensor, std::span<std::byte> memory);
 
-  // How the producer's checkpoint lies on disk (WELCOME; empty when the producer has no files).
-  // Call between join() and run() (a restarted producer's WELCOME replaces it while run() runs);
-  // Error(state) before join().
-  const CheckpointLayout& layout() const;
+  // How the committed version this member holds lies on the trainer's disk (empty when the
+  // producer has no files): WELCOME's, then, as versions commit here, the layout each one came with
+  // (LAYOUT; docs/protocol.md "Checkpoint layouts"); an aborted version leaves it as it was. While a
+  // rejoining member catches up it stays its held version's until it reached the producer's (on
+  // the first join: WELCOME's at once). Inside on_active it is that version's. Any thread (a
+  // snapshot: the object never changes); Error(state) before join().
+  std::shared_ptr<const CheckpointLayout> layout() const;
 
   // The URL children connect to (with the real port).
   std::string listen_url() const;

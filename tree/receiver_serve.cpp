@@ -21,6 +21,9 @@ void Receiver::Impl::start_edges() {
   relay.join_timeout = options.join_timeout;
   RelayEdges::Callbacks callbacks;
   callbacks.to_producer = [this](const Message& m) {
+    // An ACK of a version whose LAYOUT has not come yet waits for it (the control thread sends it
+    // then): no member acks, so nobody commits, a version it could not write as the trainer did.
+    if (auto* ack = std::get_if<Ack>(&m); ack && !ack_may_leave(*ack)) return;
     // An ACK or NACK may be owed to a commit delegate too: the control thread decides.
     if (std::holds_alternative<Ack>(m) || std::holds_alternative<Nack>(m)) {
       ControlInput input;
@@ -74,9 +77,9 @@ std::string Receiver::Impl::url_of(uint32_t rank) const {
 }
 
 uint64_t Receiver::Impl::read_link(ControlInput::Kind kind, uint32_t rank,
-                                   std::shared_ptr<transport::Connection> connection) {
+                                   std::shared_ptr<transport::Connection> connection, size_t max_bytes) {
   const uint64_t id = next_link++;
-  readers->add(rank, (id << 3) | static_cast<uint64_t>(kind), std::move(connection));
+  readers->add(rank, (id << 3) | static_cast<uint64_t>(kind), std::move(connection), max_bytes);
   return id;
 }
 
@@ -106,6 +109,7 @@ Message Receiver::Impl::commit_here(const Commit& commit, const std::function<vo
   });
   if (edges) edges->prepare_next_version();
   if (session->version() == commit.version && before != commit.version) {
+    adopt_layout(commit.version);  // before the host hears of the version (on_active)
     ++versions_committed;
     active_version->store(commit.version);
     if (options.on_active) options.on_active(commit.version);
@@ -182,6 +186,7 @@ std::optional<Ending> Receiver::Impl::handle_producer(const ControlEvent& event)
   } else if (auto* abort = std::get_if<Abort>(&message)) {
     Message reply = session->abort(*abort);
     store->end_attempt(abort->attempt, false);
+    forget_layouts(abort->attempt);  // the committed version's layout stays
     ++versions_aborted;
     log->info("{}: version {} aborted ({}), back at version {}", who(), abort->version, abort->reason,
               session->version());
@@ -192,6 +197,12 @@ std::optional<Ending> Receiver::Impl::handle_producer(const ControlEvent& event)
     on_epoch(*update, event.epoch);
   } else if (auto* d = std::get_if<Delegate>(&message)) {
     delegation->delegate(*d);
+  } else if (auto* layout_update = std::get_if<LayoutUpdate>(&message)) {
+    if (auto ack = take_layout(*layout_update)) {
+      log->info("{}: LAYOUT of version {} received; its ACK goes", who(), layout_update->version);
+      send_to_producer(*ack);
+      if (delegation) delegation->own_answer(*ack);
+    }
   } else if (auto* fenced = std::get_if<Fenced>(&message)) {
     log->warn("{}: fenced by the producer: {}", who(), fenced->reason);
     if (fenced->replaced)
@@ -289,6 +300,7 @@ Ending Receiver::Impl::serve() {
     if (!catch_up()) return Ending::bye;
     // Caught up (a snapshot and/or replayed versions): the host holds a committed version now.
     const uint64_t held = session->version();
+    adopt_layout(held);
     if (held > active_version->load()) {
       active_version->store(held);
       if (options.on_active) options.on_active(held);
@@ -308,7 +320,7 @@ Ending Receiver::Impl::serve() {
     std::lock_guard lock(control_mutex);
     producer = control;
   }
-  read_link(ControlInput::Kind::producer, 0, producer);
+  read_link(ControlInput::Kind::producer, 0, producer, kWelcomeBufferBytes);  // a LAYOUT may be large
   struct CloseLinks {
     Impl& d;
     ~CloseLinks() { d.close_links(); }

@@ -200,12 +200,13 @@ ControlReaders::ControlReaders(size_t max_bytes, std::function<void(ControlEvent
 
 ControlReaders::~ControlReaders() { stop(); }
 
-void ControlReaders::add(uint32_t rank, uint64_t generation,
-                         std::shared_ptr<transport::Connection> connection) {
+void ControlReaders::add(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection,
+                         size_t max_bytes) {
   std::lock_guard lock(mutex_);
   if (stopping_) return;
-  threads_.emplace_back([this, rank, generation, connection = std::move(connection)]() mutable {
-    read_loop(rank, generation, std::move(connection));
+  if (max_bytes == 0) max_bytes = max_bytes_;
+  threads_.emplace_back([this, rank, generation, max_bytes, connection = std::move(connection)]() mutable {
+    read_loop(rank, generation, std::move(connection), max_bytes);
   });
 }
 
@@ -220,9 +221,10 @@ void ControlReaders::stop() {
     if (thread.joinable()) thread.join();
 }
 
-void ControlReaders::read_loop(uint32_t rank, uint64_t generation,
-                               std::shared_ptr<transport::Connection> connection) {
-  std::vector<std::byte> buffer(max_bytes_);
+void ControlReaders::read_loop(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection,
+                               size_t max_bytes) {
+  const auto storage = std::make_unique_for_overwrite<std::byte[]>(max_bytes);
+  const std::span<std::byte> buffer(storage.get(), max_bytes);
   auto stopping = [&] {
     std::lock_guard lock(mutex_);
     return stopping_;

@@ -190,12 +190,15 @@ class ControlReaders {
   ControlReaders(const ControlReaders&) = delete;
   ControlReaders& operator=(const ControlReaders&) = delete;
   // Starts reading `connection` for `rank` under `generation`. The reader shares ownership.
-  void add(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection);
+  // max_bytes: the largest message this link may carry (0: the constructor's). Its receive buffer
+  // is allocated uninitialised, so pages a message never reached cost no memory.
+  void add(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection, size_t max_bytes = 0);
   // Stops every reader (their current receives are cancelled) and joins them.
   void stop();
 
  private:
-  void read_loop(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection);
+  void read_loop(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection,
+                 size_t max_bytes);
 
   const size_t max_bytes_;
   std::function<void(ControlEvent)> sink_;

@@ -152,16 +152,26 @@ void Session::reset_delta_locked(uint64_t version, codec::StateDigest digest) {
 
 Session::~Session() = default;
 
-bool Session::admit(DataKind kind, uint64_t attempt, uint64_t version) {
+bool Session::admit(DataKind kind, uint64_t attempt, uint64_t version, bool new_layout) {
   std::lock_guard lock(state_mutex_);
   if (attempt <= floor_) return false;
-  if (in_flight_) return in_flight_->attempt == attempt && in_flight_->version == version;
+  if (in_flight_) {
+    if (in_flight_->attempt != attempt || in_flight_->version != version) return false;
+    in_flight_->new_layout = in_flight_->new_layout || new_layout;  // the producer flags every message alike
+    return true;
+  }
   InFlight f;
   f.attempt = attempt;
   f.version = version;
   f.kind = kind;
+  f.new_layout = new_layout;
   in_flight_ = f;
   return true;
+}
+
+bool Session::awaits_layout(uint64_t attempt) const {
+  std::lock_guard lock(state_mutex_);
+  return in_flight_ && in_flight_->attempt == attempt && in_flight_->new_layout;
 }
 
 // The bootstrap lands raw only on the all-zero version 0; anything else goes to the delta

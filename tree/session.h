@@ -72,8 +72,12 @@ class Session {
   ~Session();
 
   // Whether a data message of `attempt` creating `version` belongs to the in-flight attempt
-  // (starting it when idle). False: stale or foreign (drop it, do not forward it).
-  bool admit(DataKind kind, uint64_t attempt, uint64_t version);
+  // (starting it when idle). False: stale or foreign (drop it, do not forward it). new_layout: the
+  // message's Envelope::new_layout (the attempt's version comes with a LAYOUT on the control link).
+  bool admit(DataKind kind, uint64_t attempt, uint64_t version, bool new_layout = false);
+  // True when `attempt` is in flight and its data said that a LAYOUT comes with it: its ACK must
+  // wait until the member holds that LAYOUT (docs/protocol.md, "Checkpoint layouts").
+  bool awaits_layout(uint64_t attempt) const;
 
   // Applies a FRAME of the in-flight attempt. Returns the ACK or NACK to send, if this frame
   // completed or failed the version. A replayed chunk is counted by the caller (Errc::replayed
@@ -175,6 +179,7 @@ class Session {
     uint64_t attempt = 0;
     uint64_t version = 0;
     DataKind kind = DataKind::frame;
+    bool new_layout = false;
     bool acked = false;
     bool nacked = false;
     uint64_t changes = 0;

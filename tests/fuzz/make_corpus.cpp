@@ -242,6 +242,12 @@ void tree_message_seeds(const fs::path& golden) {
   welcome.committed_digest = 0xfeedfacecafebeefull;
   std::vector<bool> have(13);
   have[0] = have[7] = have[12] = true;
+  CheckpointLayout layout;
+  layout.sharded = true;
+  layout.shards = {{"model-00001-of-00002.safetensors", {1}, {{"format", "pt"}}},
+                   {"model-00002-of-00002.safetensors", {0}, {}}};
+  layout.index_metadata_json = R"({"total_size":132})";
+  layout.files = {{"config.json", R"({"model_type": "llama"})"}, {"generation_config.json", R"({"top_p": 0.9})"}};
   const std::vector<std::pair<const char*, Message>> messages = {
       {"hello", Hello{3, "tcp://10.0.0.4:7000", "west", 7, 0x9999888877776666ull, 12, 0xabcdef0123456789ull}},
       {"welcome", welcome},
@@ -264,11 +270,14 @@ void tree_message_seeds(const fs::path& golden) {
       {"fetch_end", FetchEnd{9, 0x1234, 7, "io failed"}},
       {"delegate", Delegate{9, 31, 0xfeed, 2, {1, 2, 5}}},
       {"decided", Decided{2, 9, 31, 0xfeed, {1, 2}}},
+      {"layout", LayoutUpdate{42, 33, layout}},
+      {"layout-committed", LayoutUpdate{41, 0, CheckpointLayout{false, {{"model.safetensors", {0, 1}, {}}}, "", {}}}},
   };
   for (const auto& [name, m] : messages) seed("tree_message", name, encode_message(m, 3));
   const Bytes golden_bytes = read_file(golden / "v2-small.dcx");
   const auto frames = codec::split_frames(golden_bytes);
   seed("tree_message", "frame", encode_frame_message(frames.back(), Envelope{12, 0}, 2));
+  seed("tree_message", "frame-new-layout", encode_frame_message(frames.back(), Envelope{33, 0, true}, 2));
   seed("tree_message", "raw", encode_raw_message(RawChunkHeader{{5, 3}, 1, 2, 9, 1, 64, 128}, 1));
 }
 

@@ -18,9 +18,13 @@ model written by `deltacast synth --shards 3` (Hugging Face sharded directories)
      takes 8 s per version, longer than timeouts.peer): no member is failed, the slow one skips
      versions committed during its write, and each receiver's latest is the trainer's last
      checkpoint bit for bit, in its shard layout (file names, index, __metadata__) with the files
-     beside the shards; keep 2 leaves two version directories and no partial one;
+     beside the shards; from the third checkpoint on the trainer changes config.json, adds
+     generation_config.json and rewrites every shard's __metadata__: each version directory left
+     holds exactly that version's checkpoint files (LAYOUT); keep 2 leaves two version directories
+     and no partial one;
   7. a receiver killed in the middle of version 3 and restarted rejoins from its latest (version
-     2) by replay, not by a snapshot, and ends on the last checkpoint like the others.
+     2) by replay, not by a snapshot, and ends on the last checkpoint like the others; version 3
+     changed the layout while it was away: it writes v3 and v4 with their own files too.
 Standard library only.
 """
 
@@ -148,11 +152,29 @@ def sigterm(dc: str, work: Path, made: Path) -> None:
         print("ok: SIGTERM ends a producer following the directory cleanly")
 
 
+def set_metadata(shard: Path, metadata: dict) -> None:
+    """Rewrites a safetensors file's __metadata__ (its tensors' bytes stay; the header is padded
+    with spaces to a multiple of 8 bytes, as the format allows)."""
+    data = shard.read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header["__metadata__"] = metadata
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    shard.write_bytes(struct.pack("<Q", len(text)) + text + data[8 + n:])
+
+
 def with_side_files(src: Path, dst: Path, step: int) -> Path:
-    """A copy of checkpoint src with the small files a trainer writes beside its shards."""
+    """A copy of checkpoint src with the small files a trainer writes beside its shards. From step 2
+    on the trainer changes them (config.json, a new generation_config.json) and every shard's
+    __metadata__: receivers must write each version with its own checkpoint's files."""
     shutil.copytree(src, dst)
-    (dst / "config.json").write_text(json.dumps({"model_type": "llama", "layers": 4}) + "\n")
+    (dst / "config.json").write_text(json.dumps({"model_type": "llama", "layers": 4, "step": min(step, 2)}) + "\n")
     (dst / "tokenizer.model").write_bytes(bytes(range(256)) * 3)
+    if step >= 2:
+        (dst / "generation_config.json").write_text(json.dumps({"top_p": 0.9, "step": step}) + "\n")
+        for shard in dst.glob("*.safetensors"):
+            set_metadata(shard, {"format": "pt", "trainer_step": str(step)})
     return dst
 
 
@@ -170,22 +192,39 @@ def shard_layout(checkpoint: Path, metadata: bool = False) -> dict:
     return {"shards": out, "weight_map": index["weight_map"]}
 
 
-def written(dc: str, out: Path, want: Path, bootstrap: Path, rank: int) -> None:
-    """out/latest must be `want` bit for bit, in its layout, with its side files; the __metadata__
-    is the one the producer had at the receiver's join (the bootstrap's, docs/config.md)."""
+def same_version_dir(dc: str, target: Path, want: Path, what: str) -> None:
+    """`target` (a receiver's v<k>) is trainer checkpoint `want` bit for bit: tensors, shard layout,
+    each shard's __metadata__, the index, and exactly the trainer's files beside the shards (same
+    names, same bytes; deltacast.json is the receiver's own record)."""
+    rc = subprocess.run([dc, "verify", str(target), str(want)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    check(rc.returncode == 0, f"{what}: {target.name} is not {want.name}: {rc.stdout.decode(errors='replace')}")
+    check(tensors_sha256(target) == tensors_sha256(want), f"{what}: tensor bytes differ")
+    check(shard_layout(target) == shard_layout(want), f"{what}: {target} is not in the trainer's shard layout")
+    check(shard_layout(target, True)["shards"] == shard_layout(want, True)["shards"],
+          f"{what}: {target}'s __metadata__ is not {want.name}'s")
+    index = json.loads((target / "model.safetensors.index.json").read_text())
+    want_index = json.loads((want / "model.safetensors.index.json").read_text())
+    check(index.get("metadata") == want_index.get("metadata"), f"{what}: the index metadata differs")
+    side = sorted(p.name for p in want.iterdir() if not p.name.endswith(".safetensors") and p.name != "model.safetensors.index.json")
+    got = sorted(p.name for p in target.iterdir()
+                 if not p.name.endswith(".safetensors") and p.name not in ("model.safetensors.index.json", "deltacast.json"))
+    check(got == side, f"{what}: files beside the shards {got}, the trainer's {side}")
+    for name in side:
+        check((target / name).read_bytes() == (want / name).read_bytes(), f"{what}: {name} differs from {want.name}'s")
+
+
+def written(dc: str, out: Path, want: Path, sources: list, rank: int, keep: int = 2) -> None:
+    """out/latest must be `want` bit for bit, in its layout, with its own side files and
+    __metadata__ (the trainer changed them after the bootstrap); every version directory left,
+    v<k>, must be version k's checkpoint sources[k - 1] likewise."""
     latest = out / "latest"
     check(latest.is_symlink(), f"rank {rank}: no {latest} symlink")
     target = latest.resolve()
-    rc = subprocess.run([dc, "verify", str(target), str(want)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    check(rc.returncode == 0, f"rank {rank}: latest is not {want.name}: {rc.stdout.decode(errors='replace')}")
-    check(tensors_sha256(target) == tensors_sha256(want), f"rank {rank}: tensor bytes differ")
-    check(shard_layout(target) == shard_layout(want), f"rank {rank}: {target} is not in the trainer's shard layout")
-    check(shard_layout(target, True)["shards"] == shard_layout(bootstrap, True)["shards"],
-          f"rank {rank}: {target}'s __metadata__ is not the bootstrap's")
-    for side in ("config.json", "tokenizer.model"):
-        check((target / side).read_bytes() == (want / side).read_bytes(), f"rank {rank}: {side} differs")
+    same_version_dir(dc, target, want, f"rank {rank} latest")
     versions = sorted(p.name for p in out.iterdir() if p.name.startswith("v"))
-    check(len(versions) == 2 and target.name in versions, f"rank {rank}: keep 2 left {versions}")
+    check(len(versions) == keep and target.name in versions, f"rank {rank}: keep {keep} left {versions}")
+    for name in versions:
+        same_version_dir(dc, out / name, sources[int(name[1:]) - 1], f"rank {rank} {name}")
     check(not [p for p in out.iterdir() if p.name.endswith(".partial")], f"rank {rank}: a partial directory is left")
 
 
@@ -219,7 +258,7 @@ def write_dirs(dc: str, work: Path, made: Path) -> None:
         for rank in (1, 2):
             s = fleet.summary(rank)
             check(s["version"] == 4 and s["checkpoint_dir"]["latest"] == 4, f"rank {rank}: {s}")
-            written(dc, Path(str(out).replace("{rank}", str(rank))), src[3], src[0], rank)
+            written(dc, Path(str(out).replace("{rank}", str(rank))), src[3], src, rank)
         slow = fleet.summary(2)["checkpoint_dir"]
         check(slow["skipped"] >= 1, f"the slow disk skipped no version: {slow}")
         print(f"ok: receivers write what they hold (fast: {fleet.summary(1)['checkpoint_dir']}, slow: {slow})")
@@ -266,8 +305,8 @@ def rejoin_from_latest(dc: str, work: Path, made: Path) -> None:
         s2 = json.loads(fleet.current[2].summary.read_text())
         check(s2["started_at_version"] == 2 and s2["version"] == 4, f"restarted rank 2: {s2}")
         for rank in (1, 2):
-            written(dc, Path(str(out).replace("{rank}", str(rank))), src[3], src[0], rank)
-        print("ok: a restarted receiver rejoins from its latest by replay")
+            written(dc, Path(str(out).replace("{rank}", str(rank))), src[3], src, rank)
+        print("ok: a restarted receiver rejoins from its latest by replay, and writes each version with its files")
 
 
 def main():

@@ -290,7 +290,8 @@ TEST_P(RelayTree, AbortRollsEveryReceiverBackToTheBaseBits) {
   ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);
   Model base = model;
   model.step(20);
-  RefitReport report = cluster.producer().refit(model.weights(), {.dry_run = true, .value_mode = std::nullopt});
+  RefitReport report =
+      cluster.producer().refit(model.weights(), {.dry_run = true, .value_mode = std::nullopt, .layout = std::nullopt});
   EXPECT_FALSE(report.committed);
   EXPECT_EQ(report.verified_receivers, n);  // everybody applied and verified, then rolled back
   EXPECT_EQ(cluster.producer().version(), 1u);

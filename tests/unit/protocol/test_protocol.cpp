@@ -91,6 +91,11 @@ void expect_same(const Welcome& a, const Welcome& b) {
   EXPECT_FIELD(committed_digest);
   EXPECT_FIELD(layout);
 }
+void expect_same(const LayoutUpdate& a, const LayoutUpdate& b) {
+  EXPECT_FIELD(version);
+  EXPECT_FIELD(attempt);
+  EXPECT_FIELD(layout);
+}
 void expect_same(const Join& a, const Join& b) {
   EXPECT_FIELD(rank);
   EXPECT_FIELD(tree);
@@ -268,6 +273,7 @@ std::vector<Message> sample_messages() {
       FetchEnd{9, 0x1234, 7, "io failed"},
       Delegate{9, 31, 0xfeed, 2, {1, 2, 5}},
       Decided{2, 9, 31, 0xfeed, {1, 2}},
+      LayoutUpdate{12, 33, sample_welcome().layout},
   };
 }
 
@@ -299,6 +305,23 @@ struct Body {
   }
 };
 
+// Layout = sharded u8, shards [file str, tensors [u32], metadata [name str, bytes str]],
+// index_metadata_json str, files [name str, bytes str].
+void layout_body(Body& b, const CheckpointLayout& layout) {
+  const auto named = [&b](const std::vector<NamedBytes>& list) {
+    b.u32(static_cast<uint32_t>(list.size()));
+    for (const auto& n : list) b.str(n.name).str(n.bytes);
+  };
+  b.u8(layout.sharded ? 1 : 0).u32(static_cast<uint32_t>(layout.shards.size()));
+  for (const auto& shard : layout.shards) {
+    b.str(shard.file).u32(static_cast<uint32_t>(shard.tensors.size()));
+    for (uint32_t t : shard.tensors) b.u32(t);
+    named(shard.metadata);
+  }
+  b.str(layout.index_metadata_json);
+  named(layout.files);
+}
+
 Bytes expected_body(const Message& message) {
   Body b;
   std::visit(
@@ -320,18 +343,10 @@ Bytes expected_body(const Message& message) {
             for (uint64_t d : t.shape) b.u64(d);
           }
           b.u64(m.committed_version).u64(m.committed_digest);
-          const auto named = [&b](const std::vector<NamedBytes>& list) {
-            b.u32(static_cast<uint32_t>(list.size()));
-            for (const auto& n : list) b.str(n.name).str(n.bytes);
-          };
-          b.u8(m.layout.sharded ? 1 : 0).u32(static_cast<uint32_t>(m.layout.shards.size()));
-          for (const auto& shard : m.layout.shards) {
-            b.str(shard.file).u32(static_cast<uint32_t>(shard.tensors.size()));
-            for (uint32_t t : shard.tensors) b.u32(t);
-            named(shard.metadata);
-          }
-          b.str(m.layout.index_metadata_json);
-          named(m.layout.files);
+          layout_body(b, m.layout);
+        } else if constexpr (std::is_same_v<M, LayoutUpdate>) {
+          b.u64(m.version).u64(m.attempt);
+          layout_body(b, m.layout);
         } else if constexpr (std::is_same_v<M, Join>) {
           b.u32(m.rank).u32(m.tree);
         } else if constexpr (std::is_same_v<M, Ready> || std::is_same_v<M, Active>) {
@@ -388,7 +403,7 @@ Bytes expected_body(const Message& message) {
 }
 
 uint8_t expected_type(const Message& message) {
-  static constexpr uint8_t kTypes[] = {1, 2, 3, 4, 6, 7, 8, 9, 10, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25};
+  static constexpr uint8_t kTypes[] = {1, 2, 3, 4, 6, 7, 8, 9, 10, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26};
   static_assert(std::size(kTypes) == std::variant_size_v<Message>);
   return kTypes[message.index()];
 }
@@ -590,7 +605,7 @@ TEST(Protocol, UnknownAndRetiredTypesAreRefused) {
     EXPECT_NE(what.find("unknown type 1"), std::string::npos) << what;
     EXPECT_THROW(message_header(bytes), Error);
   }
-  for (unsigned type : {0u, 11u, 12u, 26u, 100u, 255u}) {
+  for (unsigned type : {0u, 11u, 12u, 27u, 100u, 255u}) {
     EXPECT_EQ(control_error(header_bytes(static_cast<uint8_t>(type), 0, 0)), Errc::corrupt_frame) << type;
     EXPECT_STREQ(message_type_name(static_cast<MessageType>(type)), "unknown");
   }
@@ -750,13 +765,14 @@ TEST(Protocol, Names) {
   EXPECT_STREQ(failure_cause_name(static_cast<FailureCause>(0)), "unknown");
   EXPECT_STREQ(failure_cause_name(static_cast<FailureCause>(8)), "unknown");
   const std::pair<MessageType, const char*> types[] = {
-      {MessageType::hello, "hello"},     {MessageType::welcome, "welcome"}, {MessageType::join, "join"},
-      {MessageType::ready, "ready"},     {MessageType::frame, "frame"},     {MessageType::ack, "ack"},
-      {MessageType::nack, "nack"},       {MessageType::commit, "commit"},   {MessageType::abort, "abort"},
-      {MessageType::active, "active"},   {MessageType::resume, "resume"},   {MessageType::bye, "bye"},
-      {MessageType::raw, "raw"},         {MessageType::epoch, "epoch"},     {MessageType::report, "report"},
-      {MessageType::gap, "gap"},         {MessageType::fenced, "fenced"},   {MessageType::refused, "refused"},
-      {MessageType::catchup, "catchup"}, {MessageType::fetch, "fetch"},     {MessageType::fetch_end, "fetch_end"}};
+      {MessageType::hello, "hello"},       {MessageType::welcome, "welcome"}, {MessageType::join, "join"},
+      {MessageType::ready, "ready"},       {MessageType::frame, "frame"},     {MessageType::ack, "ack"},
+      {MessageType::nack, "nack"},         {MessageType::commit, "commit"},   {MessageType::abort, "abort"},
+      {MessageType::active, "active"},     {MessageType::resume, "resume"},   {MessageType::bye, "bye"},
+      {MessageType::raw, "raw"},           {MessageType::epoch, "epoch"},     {MessageType::report, "report"},
+      {MessageType::gap, "gap"},           {MessageType::fenced, "fenced"},   {MessageType::refused, "refused"},
+      {MessageType::catchup, "catchup"},   {MessageType::fetch, "fetch"},     {MessageType::fetch_end, "fetch_end"},
+      {MessageType::delegate, "delegate"}, {MessageType::decided, "decided"}, {MessageType::layout, "layout"}};
   for (const auto& [type, name] : types) EXPECT_STREQ(message_type_name(type), name);
 }
 
@@ -805,8 +821,8 @@ TEST(Protocol, MalformedFrameMessagesAreRefused) {
   }
   for (size_t i = 36; i < 40; ++i) {
     Bytes bad = message;
-    bad[i] = std::byte{1};
-    EXPECT_EQ(frame_error(bad), Errc::corrupt_frame) << "reserved envelope byte " << i;
+    bad[i] = std::byte{i == 36 ? uint8_t{2} : uint8_t{1}};  // bit 0 of byte 36 is new_layout
+    EXPECT_EQ(frame_error(bad), Errc::corrupt_frame) << "reserved envelope flag bits in byte " << i;
   }
   Bytes bad_size = message;
   bad_size.pop_back();
@@ -814,6 +830,75 @@ TEST(Protocol, MalformedFrameMessagesAreRefused) {
   EXPECT_EQ(frame_error(encode_message(Ready{})), Errc::corrupt_frame);
   EXPECT_THROW(frame_payload(encode_message(Ready{})), Error);
   EXPECT_EQ(frame_error(encode_raw_message(RawChunkHeader{{}, 1, 0, 1, 0, 0, 4})), Errc::corrupt_frame);
+}
+
+TEST(Protocol, EnvelopeNewLayoutIsFlagBitZero) {
+  const Bytes frame = sample_frame(20);
+  const Bytes flagged = encode_frame_message(frame, Envelope{7, 3, true}, 2);
+  Body envelope_bytes;
+  envelope_bytes.u64(7).u32(3).u32(1);
+  EXPECT_EQ(flagged, concat(concat(header_bytes(5, 2, 16 + frame.size()), envelope_bytes.bytes), frame));
+  EXPECT_TRUE(decode_frame_message(flagged).envelope.new_layout);
+  EXPECT_FALSE(decode_frame_message(encode_frame_message(frame, Envelope{7, 3}, 2)).envelope.new_layout);
+  // The same flag in a RAW message's envelope, and a re-encoding gives the same bytes.
+  RawChunkHeader raw{{5, 0, true}, 1, 0, 2, 0, 0, 8};
+  const Bytes raw_bytes = encode_raw_message(raw, 1);
+  EXPECT_EQ(raw_bytes[kMessageHeaderSize + 12], std::byte{1});
+  const RawChunkHeader back = decode_raw_message(raw_bytes);
+  EXPECT_TRUE(back.envelope.new_layout);
+  EXPECT_EQ(encode_raw_message(back, 1), raw_bytes);
+}
+
+// ----- LAYOUT -----
+
+TEST(Protocol, LayoutMessageRoundTripsByteExactly) {
+  LayoutUpdate update{7, 19, sample_welcome().layout};
+  update.layout.files.push_back({"generation_config.json", std::string(100'000, 'x')});  // a larger side file
+  const Bytes bytes = encode_message(update, 4);
+  Body body;
+  body.u64(7).u64(19);
+  layout_body(body, update.layout);
+  EXPECT_EQ(bytes, concat(header_bytes(26, 4, body.bytes.size()), body.bytes));
+  const Message decoded = decode_message(bytes);
+  ASSERT_TRUE(std::holds_alternative<LayoutUpdate>(decoded));
+  EXPECT_EQ(std::get<LayoutUpdate>(decoded).layout, update.layout);
+  EXPECT_EQ(encode_message(decoded, message_header(bytes).epoch), bytes) << "re-encoding differs";
+  // An empty layout (a synthetic trainer) round-trips too.
+  const Bytes empty = encode_message(LayoutUpdate{1, 0, {}});
+  EXPECT_EQ(encode_message(decode_message(empty)), empty);
+}
+
+TEST(Protocol, TruncatedOrGarbageLayoutMessagesAreRefused) {
+  const Bytes bytes = encode_message(LayoutUpdate{7, 19, sample_welcome().layout}, 4);
+  for (size_t len = kMessageHeaderSize; len < bytes.size(); ++len) {
+    Bytes cut(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(len));
+    fix_body_size(cut);
+    std::string what;
+    EXPECT_EQ(control_error(cut, &what), Errc::corrupt_frame) << len;
+    EXPECT_NE(what.find("layout"), std::string::npos) << len << ": " << what;
+  }
+  // The body starts version u64, attempt u64, sharded u8, shard count u32.
+  const size_t sharded = kMessageHeaderSize + 16;
+  Bytes bad_bool = bytes;
+  bad_bool[sharded] = std::byte{2};
+  std::string what;
+  EXPECT_EQ(control_error(bad_bool, &what), Errc::corrupt_frame);
+  EXPECT_NE(what.find("sharded"), std::string::npos) << what;
+  // Forged counts are refused before anything is sized by them.
+  for (uint32_t count : {0xffffffffu, 0x0fffffffu, 3u}) {
+    Bytes forged = bytes;
+    store_le<uint32_t>(forged.data() + sharded + 1, count);
+    EXPECT_EQ(control_error(forged, &what), Errc::corrupt_frame) << count;
+  }
+  // Garbage after a valid header of type LAYOUT.
+  Bytes garbage = header_bytes(26, 0, 40);
+  for (int i = 0; i < 40; ++i) garbage.push_back(static_cast<std::byte>(0xA5 ^ (i * 37)));
+  EXPECT_EQ(control_error(garbage), Errc::corrupt_frame);
+  // A decoded layout is not yet a valid one: the member checks it against its manifest.
+  LayoutUpdate twice{7, 19, sample_welcome().layout};
+  twice.layout.shards[1].tensors = {0};  // tensor 0 in two shards, tensor 1 in none
+  const Message decoded = decode_message(encode_message(twice));
+  EXPECT_THROW(check_layout(std::get<LayoutUpdate>(decoded).layout, 3), Error);
 }
 
 // ----- RAW -----
@@ -854,8 +939,8 @@ TEST(Protocol, MalformedRawMessagesAreRefused) {
   EXPECT_EQ(raw_error(trailing), Errc::corrupt_frame);
   for (size_t i = 36; i < 40; ++i) {
     Bytes bad = message;
-    bad[i] = std::byte{1};
-    EXPECT_EQ(raw_error(bad), Errc::corrupt_frame) << "reserved envelope byte " << i;
+    bad[i] = std::byte{i == 36 ? uint8_t{2} : uint8_t{1}};  // bit 0 of byte 36 is new_layout
+    EXPECT_EQ(raw_error(bad), Errc::corrupt_frame) << "reserved envelope flag bits in byte " << i;
   }
   // A chunk index outside the count: refused by the decoder, and the encoder will not write it.
   Bytes outside = message;
