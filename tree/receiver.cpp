@@ -114,7 +114,7 @@ std::optional<Ack> Receiver::Impl::take_layout(const LayoutUpdate& update) {
   pending_layouts[update.version] =
       PendingLayout{update.attempt, std::make_shared<const CheckpointLayout>(update.layout)};
   if (!parked_ack || parked_ack->attempt != update.attempt) return std::nullopt;
-  std::optional<Ack> released = std::move(parked_ack);
+  std::optional<Ack> released = parked_ack;
   parked_ack.reset();
   return released;
 }

@@ -126,7 +126,7 @@ struct Receiver::Impl {
   // An attempt ended without committing here (ABORT), or everything in flight was dropped
   // (attempt = max): its pending layout and parked ACK go.
   void forget_layouts(uint64_t attempt);
-  std::atomic<bool> leaving{false};            // stop(): run() returns instead of rejoining
+  std::atomic<bool> leaving{false};  // stop(): run() returns instead of rejoining
 
   // ---- the control thread while serving (tree/receiver_serve.cpp) ----
   EventQueue<ControlInput> inputs;

@@ -205,8 +205,8 @@ void ControlReaders::add(uint32_t rank, uint64_t generation, std::shared_ptr<tra
   std::lock_guard lock(mutex_);
   if (stopping_) return;
   if (max_bytes == 0) max_bytes = max_bytes_;
-  threads_.emplace_back([this, rank, generation, max_bytes, connection = std::move(connection)]() mutable {
-    read_loop(rank, generation, std::move(connection), max_bytes);
+  threads_.emplace_back([this, rank, generation, max_bytes, connection = std::move(connection)] {
+    read_loop(rank, generation, connection, max_bytes);
   });
 }
 
@@ -221,8 +221,8 @@ void ControlReaders::stop() {
     if (thread.joinable()) thread.join();
 }
 
-void ControlReaders::read_loop(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection,
-                               size_t max_bytes) {
+void ControlReaders::read_loop(uint32_t rank, uint64_t generation,
+                               const std::shared_ptr<transport::Connection>& connection, size_t max_bytes) {
   const auto storage = std::make_unique_for_overwrite<std::byte[]>(max_bytes);
   const std::span<std::byte> buffer(storage.get(), max_bytes);
   auto stopping = [&] {

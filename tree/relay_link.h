@@ -197,7 +197,7 @@ class ControlReaders {
   void stop();
 
  private:
-  void read_loop(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection,
+  void read_loop(uint32_t rank, uint64_t generation, const std::shared_ptr<transport::Connection>& connection,
                  size_t max_bytes);
 
   const size_t max_bytes_;

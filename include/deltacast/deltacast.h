@@ -133,16 +133,15 @@ DC_API void dc_receiver_free(dc_receiver* receiver);
  * timeouts.peer, timeouts.join, timeouts.producer_loss, timeouts.refit, log_level), plus the
  * process-level ones: "producer" (the rendezvous URL), "rank" (1..N), "listen" (where children
  * connect, e.g. "tcp://127.0.0.1:0"), "cluster" (its label; or the YAML keys "clusters" = "auto" and
- * "probe_file", a `deltacast probe --out` report of the job: its rank's probe cluster), "gated" ("true": the apply gate,
- * see dc_receiver_apply; default "false"), "held_version" and "held_digest" (a restarted server
- * whose buffers still hold a committed version: the version and the digest dc_receiver_version
- * gave for it, 16 hex digits; it rejoins by replaying the deltas after it instead of a full
- * snapshot; the producer refuses a digest it does not know for that version with
- * DC_ERR_VERIFY_FAILED, a version it never committed with DC_ERR_VERSION_MISMATCH, and start
- * refuses buffers whose bits differ with DC_ERR_VERIFY_FAILED, nothing written), "config" (a YAML file whose keys it
- * loads, then the environment over them; "members" there is ignored). Values are strings in the
- * YAML spelling ("5s", "4MiB"). Layers as in the CLI: defaults (log_level "warn"), then the
- * DELTACAST_* environment (DELTACAST_TIMEOUTS_PEER=5s, ...; read at create), then these calls. */
+ * "probe_file", a `deltacast probe --out` report of the job: its rank's probe cluster), "gated" ("true": the apply
+ * gate, see dc_receiver_apply; default "false"), "held_version" and "held_digest" (a restarted server whose buffers
+ * still hold a committed version: the version and the digest dc_receiver_version gave for it, 16 hex digits; it rejoins
+ * by replaying the deltas after it instead of a full snapshot; the producer refuses a digest it does not know for that
+ * version with DC_ERR_VERIFY_FAILED, a version it never committed with DC_ERR_VERSION_MISMATCH, and start refuses
+ * buffers whose bits differ with DC_ERR_VERIFY_FAILED, nothing written), "config" (a YAML file whose keys it loads,
+ * then the environment over them; "members" there is ignored). Values are strings in the YAML spelling ("5s", "4MiB").
+ * Layers as in the CLI: defaults (log_level "warn"), then the DELTACAST_* environment (DELTACAST_TIMEOUTS_PEER=5s, ...;
+ * read at create), then these calls. */
 DC_API int dc_receiver_set(dc_receiver* receiver, const char* key, const char* value);
 
 /* Reaches the producer (retrying up to timeouts.join, or timeout_ms when > 0), says HELLO and

@@ -27,12 +27,12 @@ namespace {
 
 using namespace std::chrono_literals;
 namespace loop = transport::loopback;
-const auto kPeerTimeout = test_time::scaled(2000ms);
+std::chrono::milliseconds peer_timeout() { return test_time::scaled(2000ms); }
 
 // Tensors of Model: embed, layer.0.w, layer.0.norm, layer.1.w, head.bias (manifest order is by name:
 // look them up rather than assume it).
 CheckpointLayout layout_of(const codec::Manifest& m, std::vector<std::vector<std::string>> shards,
-                           std::vector<NamedBytes> metadata, std::string index_metadata,
+                           const std::vector<NamedBytes>& metadata, std::string index_metadata,
                            std::vector<NamedBytes> files) {
   CheckpointLayout l;
   l.sharded = true;
@@ -76,7 +76,7 @@ class LayoutCluster {
         seen_(n + 1),
         aborted_(n + 1) {
     transport::TransportOptions to;
-    to.peer_timeout = kPeerTimeout;
+    to.peer_timeout = peer_timeout();
     producer_transport_ = transport::make_transport("loop", to);
     ProducerOptions po;
     po.listen_url = "loop://" + name + "-producer";
@@ -85,7 +85,7 @@ class LayoutCluster {
     po.encode.chunk_bytes = 32 << 10;
     po.version_timeout = 30s;
     po.join_timeout = test_time::scaled(10s);
-    po.peer_timeout = kPeerTimeout;
+    po.peer_timeout = peer_timeout();
     po.delegate_commit = delegated;
     po.layout = first;
     producer_ = std::make_unique<Producer>(*producer_transport_, manifest, po);
@@ -95,7 +95,7 @@ class LayoutCluster {
       ro.rank = r;
       ro.producer_url = po.listen_url;
       ro.listen_url = "loop://" + name + "-r" + std::to_string(r);
-      ro.peer_timeout = kPeerTimeout;
+      ro.peer_timeout = peer_timeout();
       ro.connect_timeout = test_time::scaled(2s);
       ro.join_timeout = test_time::scaled(10s);
       // What the member's layout is when the host hears of each version (on its control thread).
