@@ -135,7 +135,8 @@ class CApi : public ::testing::Test {
   }
   // Creates, joins and attaches a receiver (join runs on `joiner` threads: the producer's start
   // waits for all of them).
-  static void join_server(Server& s, const std::string& url, int rank, int* status, bool gated, Settings settings) {
+  static void join_server(Server& s, const std::string& url, int rank, int* status, bool gated,
+                          const Settings& settings) {
     *status = DC_OK;
     auto check = [&](int st) {
       if (st != DC_OK && *status == DC_OK) *status = st;
