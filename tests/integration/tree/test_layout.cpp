@@ -150,13 +150,7 @@ class LayoutCluster {
  private:
   void serve(uint32_t r) {
     try {
-      auto& receiver = *receivers_[r];
-      const auto& manifest = receiver.join();
-      codec::MutableWeights weights{&manifest, {}};
-      for (const auto& t : manifest.tensors()) buffers_[r].emplace_back(t.nbytes(), std::byte{0});
-      for (auto& b : buffers_[r]) weights.tensors.emplace_back(b.data(), b.size());
-      receiver.attach(weights, 0);
-      receiver.run();
+      join_and_serve(*receivers_[r], buffers_[r]);
     } catch (const std::exception& e) {
       failures_[r] = e.what();
     }

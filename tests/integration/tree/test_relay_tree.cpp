@@ -110,15 +110,7 @@ class Cluster {
   }
   void serve(size_t i) {
     try {
-      auto& receiver = *receivers_[i];
-      const auto& manifest = receiver.join();
-      codec::MutableWeights weights{&manifest, {}};
-      const uint64_t version = i == 0 ? first_start_version_ : 0;
-      for (const auto& t : manifest.tensors())
-        buffers_[i].emplace_back(t.nbytes(), version ? std::byte{0x5A} : std::byte{0});
-      for (auto& b : buffers_[i]) weights.tensors.emplace_back(b.data(), b.size());
-      receiver.attach(weights, version);
-      summaries_[i] = receiver.run();
+      summaries_[i] = join_and_serve(*receivers_[i], buffers_[i], i == 0 ? first_start_version_ : 0);
     } catch (const std::exception& e) {
       failures_[i] = e.what();
     }

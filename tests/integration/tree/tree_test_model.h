@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codec/manifest.h"
+#include "tree/receiver.h"
 
 namespace deltacast::tree {
 
@@ -53,6 +54,19 @@ inline bool same_bits(const std::vector<Bytes>& tensors, const codec::ConstWeigh
         std::memcmp(tensors[t].data(), expected.tensors[t].data(), tensors[t].size()) != 0)
       return false;
   return true;
+}
+
+// A member's life in a test: joins, attaches one buffer per manifest tensor (kept in `buffers`:
+// zeros, the all-zero version 0; or, attaching at `held_version` > 0, 0x5A bytes that are not that
+// version's) and serves until the receiver ends. Throws what join, attach and run throw.
+inline RunSummary join_and_serve(Receiver& receiver, std::vector<Bytes>& buffers, uint64_t held_version = 0) {
+  const auto& manifest = receiver.join();
+  codec::MutableWeights weights{&manifest, {}};
+  for (const auto& t : manifest.tensors())
+    buffers.emplace_back(t.nbytes(), held_version ? std::byte{0x5A} : std::byte{0});
+  for (auto& b : buffers) weights.tensors.emplace_back(b.data(), b.size());
+  receiver.attach(weights, held_version);
+  return receiver.run();
 }
 
 }  // namespace deltacast::tree
