@@ -24,15 +24,22 @@ void Receiver::Impl::start_edges() {
     // An ACK of a version whose LAYOUT has not come yet waits for it (the control thread sends it
     // then): no member acks, so nobody commits, a version it could not write as the trainer did.
     if (auto* ack = std::get_if<Ack>(&m); ack && !ack_may_leave(*ack)) return;
-    // An ACK or NACK may be owed to a commit delegate too: the control thread decides.
-    if (std::holds_alternative<Ack>(m) || std::holds_alternative<Nack>(m)) {
-      ControlInput input;
-      input.kind = ControlInput::Kind::own_answer;
-      input.event.rank = options.rank;
-      input.event.message = m;
-      inputs.push(std::move(input));
+    if (!std::holds_alternative<Ack>(m) && !std::holds_alternative<Nack>(m)) return send_to_producer(m);
+    // An ACK or NACK may be owed to a commit delegate too: the control thread decides, after the
+    // producer was sent it (also when that send failed), so a delegate never commits on an answer
+    // of its own that the producer was not sent first.
+    ControlInput input;
+    input.kind = ControlInput::Kind::own_answer;
+    input.event.rank = options.rank;
+    input.event.message = m;
+    auto hand_over = [&] { inputs.push(std::move(input)); };
+    try {
+      send_to_producer(m);
+    } catch (...) {
+      hand_over();
+      throw;
     }
-    send_to_producer(m);
+    hand_over();
   };
   callbacks.on_data = options.on_data;
   callbacks.on_commit_link = [this](std::shared_ptr<transport::Connection> connection, Message first) {
