@@ -68,7 +68,7 @@ struct Producer::Impl {
     uint64_t caught_up_version = 0;
     std::optional<uint64_t> last_catchup_from;  // a second plan from the same version is a snapshot
     // The layout this member was last sent (WELCOME or LAYOUT): a member catching up is sent the
-    // committed one with its CATCHUP when they differ.
+    // committed one, when they differ, once it says READY at the committed version.
     std::shared_ptr<const CheckpointLayout> told_layout;
   };
   std::vector<ControlLink> control;            // [rank]
@@ -168,6 +168,9 @@ struct Producer::Impl {
   void handle_ready(uint32_t rank, const Ready& ready, uint64_t epoch);
   // Tells a member that is not live how to reach the committed version from `held` (CATCHUP).
   bool send_catchup(uint32_t rank, uint64_t held);
+  // Sends a member that is not live the committed version's layout (LAYOUT, attempt 0) unless it
+  // was told that one already. False when the send failed.
+  bool tell_committed_layout(uint32_t rank);
   // The layout of a refit: null when `wanted` is absent or equal to the committed one. Throws
   // Error(invalid_argument) when it does not pass check_layout.
   std::shared_ptr<const CheckpointLayout> changed_layout(const std::optional<CheckpointLayout>& wanted) const;

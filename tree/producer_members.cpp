@@ -174,6 +174,10 @@ void Producer::Impl::handle_ready(uint32_t rank, const Ready& ready, uint64_t ep
                          (ready.version == 0 ? ready.digest == zero_digest
                                              : known != history.end() && known->second == ready.digest);
     if (current) {
+      // Versions that changed the layout may have committed since this member's WELCOME, and a
+      // snapshot source serves what it holds, newer than any plan said: the layout of the version
+      // the member reached goes now, ahead of the EPOCH that admits it (on the same ordered link).
+      if (!tell_committed_layout(rank)) return close_control(rank);
       link.caught_up = true;
       link.caught_up_version = ready.version;
       log->info("producer: rank {} caught up to version {}; it joins at the next version", rank, version);
@@ -565,14 +569,18 @@ bool Producer::Impl::send_catchup(uint32_t rank, uint64_t held) {
       if ((membership->cluster(r) == cluster) == (pass == 0)) plan.sources.push_back(members[r]);
   if (plan.mode == CatchupMode::snapshot) plan.sources.push_back(members[0]);
   log->info("producer: rank {} catches up from version {} to {} by {}", rank, held, version,
-            plan.mode == CatchupMode::none ? "nothing" : plan.mode == CatchupMode::replay ? "replay" : "snapshot");
-  // A version that changed the layout committed since this member's WELCOME: the committed layout
-  // goes with the plan (attempt 0), on the same ordered link.
-  if (link.told_layout != layout) {
-    if (!send_to(rank, LayoutUpdate{version, 0, *layout})) return false;
-    link.told_layout = layout;
-  }
+            plan.mode == CatchupMode::none     ? "nothing"
+            : plan.mode == CatchupMode::replay ? "replay"
+                                               : "snapshot");
   return send_to(rank, plan);
+}
+
+bool Producer::Impl::tell_committed_layout(uint32_t rank) {
+  auto& link = control[rank];
+  if (link.told_layout == layout) return true;
+  if (!send_to(rank, LayoutUpdate{version, 0, *layout})) return false;
+  link.told_layout = layout;
+  return true;
 }
 
 // Members that caught up join the live set at a version boundary (here, before a version starts):

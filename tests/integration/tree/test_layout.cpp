@@ -91,27 +91,7 @@ class LayoutCluster {
     producer_ = std::make_unique<Producer>(*producer_transport_, manifest, po);
     for (uint32_t r = 1; r <= n; ++r) {
       transports_[r] = transport::make_transport("loop", to);
-      ReceiverOptions ro;
-      ro.rank = r;
-      ro.producer_url = po.listen_url;
-      ro.listen_url = "loop://" + name + "-r" + std::to_string(r);
-      ro.peer_timeout = peer_timeout();
-      ro.connect_timeout = test_time::scaled(2s);
-      ro.join_timeout = test_time::scaled(10s);
-      // What the member's layout is when the host hears of each version (on its control thread).
-      ro.on_active = [this, r](uint64_t version) {
-        auto layout = receivers_[r]->layout();
-        std::lock_guard lock(mutex_);
-        seen_[r][version] = layout;
-        announced_.notify_all();
-      };
-      ro.on_aborted = [this, r](uint64_t version) {
-        auto layout = receivers_[r]->layout();
-        std::lock_guard lock(mutex_);
-        aborted_[r][version] = layout;
-        announced_.notify_all();
-      };
-      receivers_[r] = std::make_unique<Receiver>(*transports_[r], ro);
+      receivers_[r] = make_receiver(r);
     }
     for (uint32_t r = 1; r <= n; ++r) threads_[r] = std::thread([this, r] { serve(r); });
     try {
@@ -131,8 +111,26 @@ class LayoutCluster {
     for (uint32_t r = 1; r < threads_.size(); ++r)
       if (threads_[r].joinable()) threads_[r].join();
   }
+  // Member r dies (its transport is killed) and comes back as a new process holding version 0.
+  void restart(uint32_t r) {
+    loop::kill(*transports_[r]);
+    if (threads_[r].joinable()) threads_[r].join();
+    failures_[r].clear();
+    buffers_[r].clear();
+    {
+      std::lock_guard lock(mutex_);
+      seen_[r].clear();
+      aborted_[r].clear();
+    }
+    transport::TransportOptions to;
+    to.peer_timeout = peer_timeout();
+    transports_[r] = transport::make_transport("loop", to);
+    receivers_[r] = make_receiver(r);
+    threads_[r] = std::thread([this, r] { serve(r); });
+  }
   Producer& producer() { return *producer_; }
   transport::Transport& producer_transport() { return *producer_transport_; }
+  transport::Transport& member_transport(uint32_t r) { return *transports_[r]; }
   Receiver& receiver(uint32_t r) { return *receivers_[r]; }
   uint32_t size() const { return static_cast<uint32_t>(receivers_.size() - 1); }
   const std::string& failure(uint32_t r) const { return failures_[r]; }
@@ -148,6 +146,30 @@ class LayoutCluster {
   }
 
  private:
+  std::unique_ptr<Receiver> make_receiver(uint32_t r) {
+    ReceiverOptions ro;
+    ro.rank = r;
+    ro.producer_url = "loop://" + name_ + "-producer";
+    ro.listen_url = "loop://" + name_ + "-r" + std::to_string(r);
+    ro.peer_timeout = peer_timeout();
+    ro.connect_timeout = test_time::scaled(2s);
+    ro.join_timeout = test_time::scaled(10s);
+    ro.producer_loss_timeout = 1s;  // a killed member's thread stops trying to rejoin soon
+    // What the member's layout is when the host hears of each version (on its control thread).
+    ro.on_active = [this, r](uint64_t version) {
+      auto layout = receivers_[r]->layout();
+      std::lock_guard lock(mutex_);
+      seen_[r][version] = layout;
+      announced_.notify_all();
+    };
+    ro.on_aborted = [this, r](uint64_t version) {
+      auto layout = receivers_[r]->layout();
+      std::lock_guard lock(mutex_);
+      aborted_[r][version] = layout;
+      announced_.notify_all();
+    };
+    return std::make_unique<Receiver>(*transports_[r], ro);
+  }
   void serve(uint32_t r) {
     try {
       join_and_serve(*receivers_[r], buffers_[r]);
@@ -283,6 +305,108 @@ TEST_P(LayoutPerVersion, NoMemberCommitsAVersionBeforeItsLayoutArrived) {
     EXPECT_TRUE(c.holds(r, model.weights())) << "rank " << r;
   }
 }
+
+// A member catching up while a version changes the layout: it was not live for that version, so
+// that version's LAYOUT did not reach it; once it says READY at the committed version (after a
+// replay, or a snapshot that brought it there straight), the producer sends it the committed
+// layout (LAYOUT, attempt 0) ahead of the EPOCH that admits it. Without that it would keep the
+// layout of its WELCOME: the snapshot case failed so (the layout went only with a second CATCHUP,
+// which a snapshot of the newest version never needs). Its first CATCHUP is held back 1.5 s, so
+// that the version with the new layout commits while it is on its way.
+enum class Away { restarted, frozen };  // restarted: holds version 0, snapshot; frozen: replay
+class LayoutCatchUp : public ::testing::TestWithParam<Away> {};
+
+TEST_P(LayoutCatchUp, TheMemberGetsTheLayoutOfVersionsCommittedMeanwhile) {
+  const bool frozen = GetParam() == Away::frozen;
+  Model model = Model::make(8);
+  const Layouts layouts(model.manifest);
+  LayoutCluster c(model.manifest, 3, test_name() + (frozen ? "-f" : "-r"), layouts.v1, false);
+  ASSERT_TRUE(c.producer().bootstrap(model.weights()).committed);
+  model.step(1);
+  ASSERT_TRUE(c.producer().refit(model.weights(), with_layout(layouts.v1)).committed);
+  uint64_t last = 2;
+  if (frozen) {  // rank 3 misses version 3 (found silent) and comes back holding version 2
+    loop::freeze(c.member_transport(3));
+    model.step(++last);
+    const RefitReport v3 = c.producer().refit(model.weights(), with_layout(layouts.v1));
+    ASSERT_TRUE(v3.committed) << v3.abort_reason;
+    ASSERT_EQ(v3.verified_receivers, 2u);
+  }
+
+  struct Sends {
+    std::mutex mutex;
+    std::condition_variable sent;
+    int catchups = 0;
+    std::vector<LayoutUpdate> catchup_layouts;  // the producer's LAYOUTs of attempt 0
+  };
+  auto sends = std::make_shared<Sends>();
+  loop::set_member_fault_hook(c.producer_transport(),
+                              std::make_shared<loop::FaultFunction>([sends](uint64_t, std::span<const std::byte> m) {
+                                loop::Fault f;
+                                try {
+                                  const MessageType type = message_type(m);
+                                  std::lock_guard lock(sends->mutex);
+                                  if (type == MessageType::catchup && ++sends->catchups == 1) {
+                                    f.kind = loop::Fault::Kind::delay;
+                                    f.delay = 1500ms;
+                                  }
+                                  if (type == MessageType::layout) {
+                                    auto update = std::get<LayoutUpdate>(decode_message(m));
+                                    if (update.attempt == 0) sends->catchup_layouts.push_back(std::move(update));
+                                  }
+                                  sends->sent.notify_all();
+                                } catch (const Error&) {
+                                }
+                                return f;
+                              }));
+  if (frozen)
+    loop::thaw(c.member_transport(3));
+  else
+    c.restart(3);
+  {
+    std::unique_lock lock(sends->mutex);
+    ASSERT_TRUE(sends->sent.wait_for(lock, test_time::scaled(10s), [&] { return sends->catchups > 0; }))
+        << "rank 3 was sent no CATCHUP";
+  }
+  model.step(++last);
+  const uint64_t changed = last;
+  const RefitReport with_new = c.producer().refit(model.weights(), with_layout(layouts.v2));
+  ASSERT_TRUE(with_new.committed) << with_new.abort_reason;
+  ASSERT_EQ(with_new.verified_receivers, 2u) << "rank 3 took part in version " << changed << ": not held back";
+
+  // Refits go on (the layout unchanged) until rank 3 is admitted again.
+  bool back = false;
+  while (!back && last < 14) {
+    std::this_thread::sleep_for(500ms);
+    model.step(++last);
+    const RefitReport r = c.producer().refit(model.weights(), with_layout(layouts.v2));
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    back = r.verified_receivers == 3;
+  }
+  ASSERT_TRUE(back) << "rank 3 never caught up";
+  {
+    std::lock_guard lock(sends->mutex);
+    ASSERT_EQ(sends->catchup_layouts.size(), 1u) << "rank 3 was not sent the committed layout once";
+    // The committed version's layout (the producer may have committed more versions by then).
+    EXPECT_GE(sends->catchup_layouts.front().version, changed);
+    EXPECT_TRUE(sends->catchup_layouts.front().layout == layouts.v2);
+    if (frozen) {
+      EXPECT_GE(sends->catchups, 2) << "no second CATCHUP: the replay path was not taken";
+    }
+  }
+  expect_layout(c, last, layouts.v2);
+  c.finish();
+  for (uint32_t r = 1; r <= c.size(); ++r) {
+    EXPECT_EQ(c.failure(r), "") << "rank " << r;
+    EXPECT_TRUE(c.holds(r, model.weights())) << "rank " << r;
+    EXPECT_TRUE(*c.receiver(r).layout() == layouts.v2) << "rank " << r;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Away, LayoutCatchUp, ::testing::Values(Away::restarted, Away::frozen),
+                         [](const ::testing::TestParamInfo<Away>& param_info) {
+                           return std::string(param_info.param == Away::frozen ? "frozen" : "restarted");
+                         });
 
 INSTANTIATE_TEST_SUITE_P(Commit, LayoutPerVersion, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& param_info) {
