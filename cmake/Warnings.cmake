@@ -1,3 +1,22 @@
+# deltacast_uninstrumented_host_env(VAR): in a sanitizer build (DELTACAST_SANITIZE), the ctest
+# ENVIRONMENT entries a test needs whose process is not instrumented but loads our instrumented
+# library (Python, an out-of-tree consumer, the shell scripts that start them): the ASan and UBSan
+# runtimes preloaded (ASan must come first in the library list), leak checks off (the interpreter's
+# and torch's allocations at exit are not ours; our code's leaks are checked by the C++ tests).
+# Empty otherwise.
+function(deltacast_uninstrumented_host_env var)
+  set(env "")
+  if(DELTACAST_SANITIZE)
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libasan.so OUTPUT_VARIABLE asan
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    execute_process(COMMAND ${CMAKE_CXX_COMPILER} -print-file-name=libubsan.so OUTPUT_VARIABLE ubsan
+                    OUTPUT_STRIP_TRAILING_WHITESPACE)
+    set(env "LD_PRELOAD=${asan}:${ubsan}"
+      "ASAN_OPTIONS=halt_on_error=1:detect_leaks=0:detect_stack_use_after_return=0:suppressions=${PROJECT_SOURCE_DIR}/tests/sanitizers/asan.supp")
+  endif()
+  set(${var} "${env}" PARENT_SCOPE)
+endfunction()
+
 # deltacast_target_defaults(target): warnings (as errors when DELTACAST_WERROR), sanitizers.
 function(deltacast_target_defaults target)
   target_compile_options(${target} PRIVATE

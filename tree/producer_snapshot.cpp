@@ -36,8 +36,8 @@ void Producer::Impl::adopt_baseline(const codec::ConstWeights& next, uint64_t v,
                       changed);
     for (auto* reader : baseline_readers) reader->record(changed);
   }
-  for (size_t t = 0; t < baseline.size(); ++t)
-    std::memcpy(baseline[t].data(), next.tensors[t].data(), baseline[t].size());
+  for (size_t t = 0; t < baseline.size(); ++t)  // an empty tensor may have no storage (memcpy of null is UB)
+    if (!baseline[t].empty()) std::memcpy(baseline[t].data(), next.tensors[t].data(), baseline[t].size());
   baseline_digest = digest ? std::move(*digest) : codec::StateDigest::full_scan(baseline_weights(), options.encode.threads);
   baseline_version = v;
 }

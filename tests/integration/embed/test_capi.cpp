@@ -892,7 +892,13 @@ TEST_P(CApiMemory, AServerHoldsNoShadowCopyOfItsModel) {
               model / 1048576, before / 1048576, peak / 1048576, held / 1048576, held / model,
               static_cast<double>(retained) / 1048576);
   const double queued = gated ? 2.0 * 8.0 * static_cast<double>(kElements / 97 + 1) + 16.0 * 1048576 : 0.0;
+#if defined(__SANITIZE_ADDRESS__)
+  // Under ASan the peak holds its shadow (1/8 of what is touched) and its quarantine (up to 256
+  // MiB of freed memory held back): not deltacast's to bound. The rest of the test still runs.
+  std::printf("peak not bounded under AddressSanitizer\n");
+#else
   EXPECT_LE(held, 0.2 * model + static_cast<double>(retained) + queued);
+#endif
 }
 INSTANTIATE_TEST_SUITE_P(Gate, CApiMemory, ::testing::Bool(),
                          [](const auto& param_info) { return param_info.param ? "gated" : "ungated"; });
