@@ -44,31 +44,52 @@ struct StagedVersion {
   StateDigest digest;  // of the buffers once this version is written
 };
 
+// Element access at any address: a tensor mapped from a safetensors file need not start at a
+// multiple of its element size (memcpy: one unaligned load or store, no undefined behaviour).
+template <class T>
+T load_unit(const std::byte* base, size_t position) noexcept {
+  T bits;
+  std::memcpy(&bits, base + position * sizeof(T), sizeof(T));
+  return bits;
+}
+template <class T>
+void store_unit(std::byte* base, size_t position, T bits) noexcept {
+  std::memcpy(base + position * sizeof(T), &bits, sizeof(T));
+}
 uint32_t load_bits(const std::byte* base, unsigned width, uint32_t position) noexcept {
   switch (width) {
-    case 1: return reinterpret_cast<const uint8_t*>(base)[position];
-    case 2: return reinterpret_cast<const uint16_t*>(base)[position];
-    default: return reinterpret_cast<const uint32_t*>(base)[position];
+    case 1:
+      return load_unit<uint8_t>(base, position);
+    case 2:
+      return load_unit<uint16_t>(base, position);
+    default:
+      return load_unit<uint32_t>(base, position);
   }
 }
 void store_bits(std::byte* base, unsigned width, uint32_t position, uint32_t bits) noexcept {
   switch (width) {
-    case 1: reinterpret_cast<uint8_t*>(base)[position] = static_cast<uint8_t>(bits); return;
-    case 2: reinterpret_cast<uint16_t*>(base)[position] = static_cast<uint16_t>(bits); return;
-    default: reinterpret_cast<uint32_t*>(base)[position] = bits; return;
+    case 1:
+      return store_unit(base, position, static_cast<uint8_t>(bits));
+    case 2:
+      return store_unit(base, position, static_cast<uint16_t>(bits));
+    default:
+      return store_unit(base, position, bits);
   }
 }
 
 // Puts back entries[count-1], ..., entries[0] into the segment starting at `base`.
 template <class T>
-void restore_entries_of(T* base, const UndoEntry* entries, size_t count) noexcept {
-  for (size_t k = count; k-- > 0;) base[entries[k].position] = static_cast<T>(entries[k].bits);
+void restore_entries_of(std::byte* base, const UndoEntry* entries, size_t count) noexcept {
+  for (size_t k = count; k-- > 0;) store_unit(base, entries[k].position, static_cast<T>(entries[k].bits));
 }
 void restore_entries(std::byte* base, unsigned width, const UndoEntry* entries, size_t count) noexcept {
   switch (width) {
-    case 1: return restore_entries_of(reinterpret_cast<uint8_t*>(base), entries, count);
-    case 2: return restore_entries_of(reinterpret_cast<uint16_t*>(base), entries, count);
-    default: return restore_entries_of(reinterpret_cast<uint32_t*>(base), entries, count);
+    case 1:
+      return restore_entries_of<uint8_t>(base, entries, count);
+    case 2:
+      return restore_entries_of<uint16_t>(base, entries, count);
+    default:
+      return restore_entries_of<uint32_t>(base, entries, count);
   }
 }
 

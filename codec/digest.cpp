@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include <xxhash.h>
@@ -27,8 +28,10 @@ DC_INLINE uint64_t tensor_seed(uint32_t tensor_index) { return mix64(uint64_t{te
 // shifted up by 32), and the low halves are summed as 16-bit pieces, which 32-bit lanes hold
 // for up to 2^16 elements before they are folded into 64 bits. The index word steps by a
 // constant inside each 2^32 block of indexes.
+// `p` need not be aligned to T: a safetensors tensor may start at any byte offset, so elements are
+// loaded with memcpy (one unaligned load; the loop still vectorises).
 template <typename T>
-DC_INLINE uint64_t sum_terms(const T* p, uint64_t n, uint64_t first_index, uint64_t seed) {
+DC_INLINE uint64_t sum_terms(const std::byte* p, uint64_t n, uint64_t first_index, uint64_t seed) {
   using namespace detail;
   uint32_t sum_hi = 0;
   uint64_t sum_lo = 0;
@@ -39,7 +42,9 @@ DC_INLINE uint64_t sum_terms(const T* p, uint64_t n, uint64_t first_index, uint6
     uint32_t u = digest_index_word(seed, first_index);
     uint32_t lo_low = 0, lo_high = 0;  // sums of the low and high 16 bits of the low halves
     for (uint64_t i = 0; i < m; ++i) {
-      const uint32_t hi = digest_term_hi(u, p[i]);
+      T bits;
+      std::memcpy(&bits, p + i * sizeof(T), sizeof(T));
+      const uint32_t hi = digest_term_hi(u, bits);
       const uint32_t lo = digest_term_lo(hi, seed_hi);
       sum_hi += hi;
       lo_low += lo & 0xFFFFu;
@@ -47,20 +52,20 @@ DC_INLINE uint64_t sum_terms(const T* p, uint64_t n, uint64_t first_index, uint6
       u += kDigestIndexMul;
     }
     sum_lo += uint64_t{lo_low} + (uint64_t{lo_high} << 16);
-    p += m;
+    p += m * sizeof(T);
     n -= m;
     first_index += m;
   }
   return (uint64_t{sum_hi} << 32) + sum_lo;
 }
-DC_HOT_CLONES uint64_t sum_terms_u8(const uint8_t* p, uint64_t n, uint64_t first, uint64_t seed) {
-  return sum_terms(p, n, first, seed);
+DC_HOT_CLONES uint64_t sum_terms_u8(const std::byte* p, uint64_t n, uint64_t first, uint64_t seed) {
+  return sum_terms<uint8_t>(p, n, first, seed);
 }
-DC_HOT_CLONES uint64_t sum_terms_u16(const uint16_t* p, uint64_t n, uint64_t first, uint64_t seed) {
-  return sum_terms(p, n, first, seed);
+DC_HOT_CLONES uint64_t sum_terms_u16(const std::byte* p, uint64_t n, uint64_t first, uint64_t seed) {
+  return sum_terms<uint16_t>(p, n, first, seed);
 }
-DC_HOT_CLONES uint64_t sum_terms_u32(const uint32_t* p, uint64_t n, uint64_t first, uint64_t seed) {
-  return sum_terms(p, n, first, seed);
+DC_HOT_CLONES uint64_t sum_terms_u32(const std::byte* p, uint64_t n, uint64_t first, uint64_t seed) {
+  return sum_terms<uint32_t>(p, n, first, seed);
 }
 
 // changes_digest_delta in 32-bit lanes: index first + p has the low word lo32(first) + p (mod 2^32)
@@ -91,9 +96,12 @@ DC_HOT_CLONES uint64_t sum_change_terms(uint64_t seed, uint64_t first, const uin
 uint64_t digest_range(uint32_t tensor_index, DType dtype, const std::byte* data, uint64_t first, uint64_t n) {
   const uint64_t seed = tensor_seed(tensor_index);
   switch (dtype_unit_size(dtype)) {
-    case 1: return sum_terms_u8(reinterpret_cast<const uint8_t*>(data), n, first, seed);
-    case 2: return sum_terms_u16(reinterpret_cast<const uint16_t*>(data), n, first, seed);
-    case 4: return sum_terms_u32(reinterpret_cast<const uint32_t*>(data), n, first, seed);
+    case 1:
+      return sum_terms_u8(data, n, first, seed);
+    case 2:
+      return sum_terms_u16(data, n, first, seed);
+    case 4:
+      return sum_terms_u32(data, n, first, seed);
     default: DC_ASSERT(false && "bad dtype size");
   }
   return 0;
