@@ -440,6 +440,21 @@ struct DeltaApplier::Impl {
     return out;
   }
   void write_segment(const SegmentDecode& d, SegmentLog& log, std::byte* base) const {
+    // The writers go through pointers to the width's unsigned type: a segment of a tensor that
+    // starts at an odd byte offset (a safetensors file need not align its tensors) is written in
+    // an aligned copy, which goes back in place afterwards (also when the write throws).
+    if (reinterpret_cast<uintptr_t>(base) % d.width != 0) {
+      const size_t bytes = d.element_count * d.width;
+      std::vector<uint64_t> aligned((bytes + 7) / 8);
+      std::memcpy(aligned.data(), base, bytes);
+      struct CopyBack {
+        std::byte* to;
+        const void* from;
+        size_t bytes;
+        ~CopyBack() { std::memcpy(to, from, bytes); }
+      } copy_back{base, aligned.data(), bytes};
+      return write_segment(d, log, reinterpret_cast<std::byte*>(aligned.data()));
+    }
     const SegmentWrite w{base, d.mode, d.is_float, d.tokens.data(), ChangeLog{&SegmentLog::flush, &log}};
     if (d.locations.coding == LocationCoding::classed_gaps)
       return select_and_write(d.width, d.abs_mask, d.element_count, d.locations.classes, d.locations.ranks, w);

@@ -1,5 +1,9 @@
 #include "codec/scan.h"
 
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
 #ifdef DELTACAST_HAVE_X86_KERNELS
 #include <cpuid.h>
 #endif
@@ -50,6 +54,23 @@ Isa isa() {
   static const Isa chosen = detect_isa();
   return chosen;
 }
+// The kernels read elements through pointers to the width's unsigned type, so an array must be
+// aligned to its element width. A tensor mapped from a safetensors file can start at any byte
+// offset (the safetensors library aligns its tensors, other writers need not): such an array is
+// scanned from an aligned copy (rare; it costs the array's size while the call runs).
+class AlignedCopy {
+ public:
+  // `p` itself when it is aligned to `width`, else an aligned copy of its n elements.
+  const void* of(const void* p, unsigned width, uint64_t n) {
+    if (p == nullptr || reinterpret_cast<uintptr_t>(p) % width == 0) return p;
+    storage_.resize((n * width + 7) / 8);
+    std::memcpy(storage_.data(), p, n * width);
+    return storage_.data();
+  }
+
+ private:
+  std::vector<uint64_t> storage_;
+};
 void check_args(unsigned width, uint64_t n, const ClassSpec* cs) {
   DC_ASSERT(width == 1 || width == 2 || width == 4);
   DC_ASSERT(n < (uint64_t{1} << 32));
@@ -61,6 +82,9 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
                   const ClassSpec* classes, ScanOutput& out) {
   check_args(width, n, classes);
   if (classes && classes->count == 1) classes = nullptr;
+  AlignedCopy old_copy, new_copy;
+  old_bits = old_copy.of(old_bits, width, n);
+  new_bits = new_copy.of(new_bits, width, n);
 #ifdef DELTACAST_HAVE_X86_KERNELS
   if (isa() == Isa::avx512) return scan_changes_avx512(width, abs_mask, old_bits, new_bits, n, classes, out);
   if (isa() == Isa::avx2_bmi2) return scan_changes_avx2_bmi2(width, abs_mask, old_bits, new_bits, n, classes, out);
@@ -74,6 +98,8 @@ void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, u
                       ScanVector<uint32_t>& coding_index, ScanVector<uint32_t>& old_values) {
   check_args(width, n, &classes);
   DC_ASSERT(ranks.size() >= classes.count);
+  AlignedCopy old_copy;
+  old_bits = old_copy.of(old_bits, width, n);
 #ifdef DELTACAST_HAVE_X86_KERNELS
   if (isa() == Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
   if (isa() == Isa::avx2_bmi2)
@@ -86,6 +112,7 @@ void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, u
 void select_and_write(unsigned width, uint32_t abs_mask, uint64_t n, const ClassSpec& classes,
                       const std::vector<ScanVector<uint32_t>>& ranks, const SegmentWrite& write) {
   check_args(width, n, &classes);
+  DC_ASSERT(reinterpret_cast<uintptr_t>(write.elements) % width == 0);  // the applier aligns (write_segment)
   DC_ASSERT(ranks.size() >= classes.count);
 #ifdef DELTACAST_HAVE_X86_KERNELS
   if (isa() == Isa::avx512) return select_and_write_avx512(width, abs_mask, n, classes, ranks, write);
@@ -133,6 +160,9 @@ void sample_exponents(unsigned width, uint32_t abs_mask, unsigned mantissa_bits,
   const size_t buckets = (size_t{abs_mask} >> mantissa_bits) + 1;
   hist_all.assign(buckets, 0);
   hist_changed.assign(buckets, 0);
+  AlignedCopy old_copy, new_copy;  // sampled: only every stride-th run is read, but the copy is whole
+  old_bits = old_copy.of(old_bits, width, n);
+  new_bits = new_copy.of(new_bits, width, n);
   switch (width) {
     case 1: return sample_impl(abs_mask, mantissa_bits, static_cast<const uint8_t*>(old_bits), static_cast<const uint8_t*>(new_bits), n, stride, hist_all, hist_changed);
     case 2: return sample_impl(abs_mask, mantissa_bits, static_cast<const uint16_t*>(old_bits), static_cast<const uint16_t*>(new_bits), n, stride, hist_all, hist_changed);

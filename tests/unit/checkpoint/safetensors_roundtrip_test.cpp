@@ -1,6 +1,7 @@
 // Round trips through write_safetensors / SafetensorsFile for every dtype, empty and scalar
 // tensors, metadata, in-place updates and atomic replacement.
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <cstring>
 #include <vector>
@@ -44,7 +45,8 @@ void expect_same(const OwnedWeights& expected, const SafetensorsFile& file) {
     EXPECT_EQ(m.at(i).dtype, expected.manifest.at(i).dtype);
     EXPECT_EQ(m.at(i).shape, expected.manifest.at(i).shape);
     ASSERT_EQ(w.tensors[i].size(), expected.data[i].size());
-    EXPECT_EQ(0, std::memcmp(w.tensors[i].data(), expected.data[i].data(), expected.data[i].size())) << m.at(i).name;
+    // std::equal, not memcmp: an empty tensor's vector has no storage (memcmp of null is UB).
+    EXPECT_TRUE(std::equal(expected.data[i].begin(), expected.data[i].end(), w.tensors[i].begin())) << m.at(i).name;
   }
 }
 
