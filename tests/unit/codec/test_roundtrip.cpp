@@ -114,7 +114,7 @@ TEST(RoundTripMisaligned, TensorsAtOddOffsetsCodeAndApplyLikeAlignedOnes) {
   ASSERT_TRUE(base_digest == StateDigest::full_scan(base.view()));
   ASSERT_TRUE(StateDigest::full_scan(view(next_s)) == StateDigest::full_scan(next.view()));
   EncodeOptions opts;
-  opts.chunk_bytes = 16 * 1024;
+  opts.chunk_bytes = uint64_t{16} << 10;
   const auto shifted = encode_delta(view(base_s), view(next_s), base_digest, {0, 1}, opts);
   const auto aligned = encode_delta(base.view(), next.view(), base_digest, {0, 1}, opts);
   EXPECT_TRUE(shifted.frames == aligned.frames) << "the frames depend on where the tensors lie";
