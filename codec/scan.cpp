@@ -124,9 +124,17 @@ void select_and_write(unsigned width, uint32_t abs_mask, uint64_t n, const Class
 
 namespace {
 // Four interleaved histogram copies, summed at the end: consecutive elements mostly share an
-// exponent, and a single copy would serialise every increment on the previous one.
+// exponent, and a single copy would serialise every increment on the previous one. Elements are
+// loaded with memcpy: the arrays need not be aligned to T, and this reads only a sample of them,
+// so an aligned copy (what the scan kernels take) would cost far more than the reads.
 template <class T>
-void sample_impl(uint32_t abs_mask, unsigned mant, const T* o, const T* nw, uint64_t n, unsigned stride,
+T unit_at(const std::byte* p, uint64_t i) noexcept {
+  T bits;
+  std::memcpy(&bits, p + i * sizeof(T), sizeof(T));
+  return bits;
+}
+template <class T>
+void sample_impl(uint32_t abs_mask, unsigned mant, const std::byte* o, const std::byte* nw, uint64_t n, unsigned stride,
                  std::vector<uint64_t>& all, std::vector<uint64_t>& changed) {
   const size_t buckets = all.size();
   thread_local std::vector<uint32_t> lanes;  // [4][buckets] counts of all, then [4][buckets] of changed
@@ -141,9 +149,10 @@ void sample_impl(uint32_t abs_mask, unsigned mant, const T* o, const T* nw, uint
   for (uint64_t start = 0; start < n; start += step) {
     const uint64_t end = std::min(n, start + kRun);
     for (uint64_t i = start; i < end; ++i) {
-      const size_t at = (i & 3) * buckets + ((static_cast<uint32_t>(o[i]) & abs_mask) >> mant);
+      const T old = unit_at<T>(o, i);
+      const size_t at = (i & 3) * buckets + ((static_cast<uint32_t>(old) & abs_mask) >> mant);
       ++lane_all[at];
-      lane_chg[at] += o[i] != nw[i];
+      lane_chg[at] += old != unit_at<T>(nw, i);
     }
   }
   for (unsigned l = 0; l < 4; ++l)
@@ -160,13 +169,15 @@ void sample_exponents(unsigned width, uint32_t abs_mask, unsigned mantissa_bits,
   const size_t buckets = (size_t{abs_mask} >> mantissa_bits) + 1;
   hist_all.assign(buckets, 0);
   hist_changed.assign(buckets, 0);
-  AlignedCopy old_copy, new_copy;  // sampled: only every stride-th run is read, but the copy is whole
-  old_bits = old_copy.of(old_bits, width, n);
-  new_bits = new_copy.of(new_bits, width, n);
+  const auto* o = static_cast<const std::byte*>(old_bits);
+  const auto* nw = static_cast<const std::byte*>(new_bits);
   switch (width) {
-    case 1: return sample_impl(abs_mask, mantissa_bits, static_cast<const uint8_t*>(old_bits), static_cast<const uint8_t*>(new_bits), n, stride, hist_all, hist_changed);
-    case 2: return sample_impl(abs_mask, mantissa_bits, static_cast<const uint16_t*>(old_bits), static_cast<const uint16_t*>(new_bits), n, stride, hist_all, hist_changed);
-    case 4: return sample_impl(abs_mask, mantissa_bits, static_cast<const uint32_t*>(old_bits), static_cast<const uint32_t*>(new_bits), n, stride, hist_all, hist_changed);
+    case 1:
+      return sample_impl<uint8_t>(abs_mask, mantissa_bits, o, nw, n, stride, hist_all, hist_changed);
+    case 2:
+      return sample_impl<uint16_t>(abs_mask, mantissa_bits, o, nw, n, stride, hist_all, hist_changed);
+    case 4:
+      return sample_impl<uint32_t>(abs_mask, mantissa_bits, o, nw, n, stride, hist_all, hist_changed);
   }
   DC_ASSERT(false && "bad element width");
 }
