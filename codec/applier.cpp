@@ -44,18 +44,6 @@ struct StagedVersion {
   StateDigest digest;  // of the buffers once this version is written
 };
 
-// Element access at any address: a tensor mapped from a safetensors file need not start at a
-// multiple of its element size (memcpy: one unaligned load or store, no undefined behaviour).
-template <class T>
-T load_unit(const std::byte* base, size_t position) noexcept {
-  T bits;
-  std::memcpy(&bits, base + position * sizeof(T), sizeof(T));
-  return bits;
-}
-template <class T>
-void store_unit(std::byte* base, size_t position, T bits) noexcept {
-  std::memcpy(base + position * sizeof(T), &bits, sizeof(T));
-}
 uint32_t load_bits(const std::byte* base, unsigned width, uint32_t position) noexcept {
   switch (width) {
     case 1:

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <thread>
 
 #include <xxhash.h>
 
+#include "codec/element_bits.h"
 #include "codec/simd.h"
 #include "util/error.h"
 
@@ -28,8 +28,7 @@ DC_INLINE uint64_t tensor_seed(uint32_t tensor_index) { return mix64(uint64_t{te
 // shifted up by 32), and the low halves are summed as 16-bit pieces, which 32-bit lanes hold
 // for up to 2^16 elements before they are folded into 64 bits. The index word steps by a
 // constant inside each 2^32 block of indexes.
-// `p` need not be aligned to T: a safetensors tensor may start at any byte offset, so elements are
-// loaded with memcpy (one unaligned load; the loop still vectorises).
+// `p` need not be aligned to T (load_unit): a safetensors tensor may start at any byte offset.
 template <typename T>
 DC_INLINE uint64_t sum_terms(const std::byte* p, uint64_t n, uint64_t first_index, uint64_t seed) {
   using namespace detail;
@@ -42,9 +41,7 @@ DC_INLINE uint64_t sum_terms(const std::byte* p, uint64_t n, uint64_t first_inde
     uint32_t u = digest_index_word(seed, first_index);
     uint32_t lo_low = 0, lo_high = 0;  // sums of the low and high 16 bits of the low halves
     for (uint64_t i = 0; i < m; ++i) {
-      T bits;
-      std::memcpy(&bits, p + i * sizeof(T), sizeof(T));
-      const uint32_t hi = digest_term_hi(u, bits);
+      const uint32_t hi = digest_term_hi(u, load_unit<T>(p, i));
       const uint32_t lo = digest_term_lo(hi, seed_hi);
       sum_hi += hi;
       lo_low += lo & 0xFFFFu;

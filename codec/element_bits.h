@@ -1,11 +1,27 @@
 #pragma once
 // Bit-level helpers on one element of width 1, 2 or 4 bytes (internal header): the order-preserving
 // key of ulp_delta values and how a value token turns old bits into new.
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "codec/frame.h"
 
 namespace deltacast::codec {
+
+// Unit `position` of an array of T-sized units at any address: a tensor mapped from a safetensors
+// file need not start at a multiple of its element size (memcpy: one unaligned load or store, no
+// undefined behaviour; loops over it still vectorise).
+template <class T>
+inline T load_unit(const std::byte* base, size_t position) noexcept {
+  T bits;
+  std::memcpy(&bits, base + position * sizeof(T), sizeof(T));
+  return bits;
+}
+template <class T>
+inline void store_unit(std::byte* base, size_t position, T bits) noexcept {
+  std::memcpy(base + position * sizeof(T), &bits, sizeof(T));
+}
 
 inline uint32_t width_mask(unsigned width) noexcept { return width == 4 ? 0xFFFFFFFFu : (1u << (8 * width)) - 1; }
 

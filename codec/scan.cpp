@@ -125,14 +125,8 @@ void select_and_write(unsigned width, uint32_t abs_mask, uint64_t n, const Class
 namespace {
 // Four interleaved histogram copies, summed at the end: consecutive elements mostly share an
 // exponent, and a single copy would serialise every increment on the previous one. Elements are
-// loaded with memcpy: the arrays need not be aligned to T, and this reads only a sample of them,
-// so an aligned copy (what the scan kernels take) would cost far more than the reads.
-template <class T>
-T unit_at(const std::byte* p, uint64_t i) noexcept {
-  T bits;
-  std::memcpy(&bits, p + i * sizeof(T), sizeof(T));
-  return bits;
-}
+// read in place (load_unit): the arrays need not be aligned to T, and this reads only a sample of
+// them, so an aligned copy (what the scan kernels take) would cost far more than the reads.
 template <class T>
 void sample_impl(uint32_t abs_mask, unsigned mant, const std::byte* o, const std::byte* nw, uint64_t n, unsigned stride,
                  std::vector<uint64_t>& all, std::vector<uint64_t>& changed) {
@@ -149,10 +143,10 @@ void sample_impl(uint32_t abs_mask, unsigned mant, const std::byte* o, const std
   for (uint64_t start = 0; start < n; start += step) {
     const uint64_t end = std::min(n, start + kRun);
     for (uint64_t i = start; i < end; ++i) {
-      const T old = unit_at<T>(o, i);
+      const T old = load_unit<T>(o, i);
       const size_t at = (i & 3) * buckets + ((static_cast<uint32_t>(old) & abs_mask) >> mant);
       ++lane_all[at];
-      lane_chg[at] += old != unit_at<T>(nw, i);
+      lane_chg[at] += old != load_unit<T>(nw, i);
     }
   }
   for (unsigned l = 0; l < 4; ++l)
