@@ -13,22 +13,15 @@
 #include "util/error.h"
 
 namespace deltacast::checkpoint {
-namespace {
-
-[[noreturn]] void throw_os(const std::string& what, const std::filesystem::path& path, int err) {
-  throw Error(Errc::io, what + " " + path.string() + ": " + std::strerror(err));
-}
-
-}  // namespace
 
 MappedFile::MappedFile(const std::filesystem::path& path, bool writable) : writable_(writable) {
   const int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) throw_os("cannot open", path, errno);
+  if (fd < 0) throw_os_error("cannot open", path, errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    throw_os("cannot stat", path, err);
+    throw_os_error("cannot stat", path, err);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -41,7 +34,7 @@ MappedFile::MappedFile(const std::filesystem::path& path, bool writable) : writa
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      throw_os("cannot mmap", path, err);
+      throw_os_error("cannot mmap", path, err);
     }
     data_ = static_cast<std::byte*>(p);
   }
@@ -73,7 +66,7 @@ void MappedFile::release() noexcept {
 
 void MappedFile::sync(const std::filesystem::path& path_for_errors) const {
   if (!writable_ || data_ == nullptr) return;
-  if (::msync(data_, size_, MS_SYNC) != 0) throw_os("cannot msync", path_for_errors, errno);
+  if (::msync(data_, size_, MS_SYNC) != 0) throw_os_error("cannot msync", path_for_errors, errno);
 }
 
 }  // namespace deltacast::checkpoint

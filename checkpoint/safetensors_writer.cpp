@@ -14,13 +14,10 @@
 #include "util/error.h"
 
 namespace deltacast::checkpoint {
+
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-[[noreturn]] void throw_os(const std::string& what, const std::filesystem::path& path, int err) {
-  throw Error(Errc::io, what + " " + path.string() + ": " + std::strerror(err));
-}
 
 // Closes the descriptor and unlinks the temporary file unless released after the rename.
 class TempFile {
@@ -31,7 +28,7 @@ class TempFile {
     path_ = target;
     path_ += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(nonce);
     fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw_os("cannot create", path_, errno);
+    if (fd_ < 0) throw_os_error("cannot create", path_, errno);
   }
   TempFile(const TempFile&) = delete;
   TempFile& operator=(const TempFile&) = delete;
@@ -46,7 +43,7 @@ class TempFile {
       const ssize_t n = ::write(fd_, p, std::min<size_t>(size, size_t{1} << 30));
       if (n < 0) {
         if (errno == EINTR) continue;
-        throw_os("cannot write", path_, errno);
+        throw_os_error("cannot write", path_, errno);
       }
       p += n;
       size -= static_cast<size_t>(n);
@@ -54,13 +51,13 @@ class TempFile {
   }
 
   void commit_to(const std::filesystem::path& target) {
-    if (::fsync(fd_) != 0) throw_os("cannot fsync", path_, errno);
+    if (::fsync(fd_) != 0) throw_os_error("cannot fsync", path_, errno);
     if (::close(fd_) != 0) {
       fd_ = -1;
-      throw_os("cannot close", path_, errno);
+      throw_os_error("cannot close", path_, errno);
     }
     fd_ = -1;
-    if (::rename(path_.c_str(), target.c_str()) != 0) throw_os("cannot rename onto", target, errno);
+    if (::rename(path_.c_str(), target.c_str()) != 0) throw_os_error("cannot rename onto", target, errno);
     renamed_ = true;
     // Make the rename itself durable.
     const auto dir = target.parent_path();

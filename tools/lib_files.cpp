@@ -12,17 +12,10 @@
 #include "util/error.h"
 
 namespace deltacast::tools {
-namespace {
-
-[[noreturn]] void throw_os(const std::string& what, const std::filesystem::path& path, int err) {
-  throw Error(Errc::io, what + " " + path.string() + ": " + std::strerror(err));
-}
-
-}  // namespace
 
 std::vector<std::byte> read_file(const std::filesystem::path& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw_os("cannot open", path, errno);
+  if (fd < 0) throw_os_error("cannot open", path, errno);
   std::vector<std::byte> out;
   std::byte buffer[1 << 16];
   for (;;) {
@@ -31,7 +24,7 @@ std::vector<std::byte> read_file(const std::filesystem::path& path) {
       if (errno == EINTR) continue;
       const int err = errno;
       ::close(fd);
-      throw_os("cannot read", path, err);
+      throw_os_error("cannot read", path, err);
     }
     if (n == 0) break;
     out.insert(out.end(), buffer, buffer + n);

@@ -14,7 +14,6 @@ namespace deltacast::tree {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr size_t kControlBufferBytes = size_t{1} << 20;
 constexpr auto kRootSettleTimeout = 30s;
 
 }  // namespace

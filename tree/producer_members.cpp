@@ -9,8 +9,7 @@ namespace deltacast::tree {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr size_t kControlBufferBytes = size_t{1} << 20;
-constexpr auto kControlSendTimeout = 10s;
+constexpr auto kMemberSendTimeout = 10s;
 
 }  // namespace
 
@@ -58,7 +57,7 @@ void Producer::Impl::stop_threads() {
 // silence, drops the connection.
 void Producer::Impl::greet(std::shared_ptr<transport::Connection> connection) {
   try {
-    auto bytes = recv_message(*connection, kControlBufferBytes, kControlSendTimeout);
+    auto bytes = recv_message(*connection, kControlBufferBytes, kMemberSendTimeout);
     ProducerEvent event;
     event.connection = connection;
     event.epoch = message_header(bytes).epoch;
@@ -70,7 +69,7 @@ void Producer::Impl::greet(std::shared_ptr<transport::Connection> connection) {
       serve_fetch(connection, *fetch);  // on this greeter thread: no event for the driver
       return;
     } else if (auto* join = std::get_if<Join>(&message)) {
-      auto next = decode_message(recv_message(*connection, kControlBufferBytes, kControlSendTimeout));
+      auto next = decode_message(recv_message(*connection, kControlBufferBytes, kMemberSendTimeout));
       auto* resume = std::get_if<Resume>(&next);
       if (!resume) throw Error(Errc::corrupt_frame, "a root's JOIN was not followed by RESUME");
       event.kind = ProducerEvent::Kind::root_join;
@@ -285,7 +284,7 @@ bool Producer::Impl::send_to(uint32_t rank, const Message& message) {
   auto& link = control[rank];
   if (!link.connection) return false;
   try {
-    send_control(*link.connection, message, kControlSendTimeout, epoch());
+    send_control(*link.connection, message, kMemberSendTimeout, epoch());
     return true;
   } catch (const Error& e) {
     log->warn("producer: rank {} unreachable: {}", rank, e.what());
@@ -303,7 +302,7 @@ void Producer::Impl::broadcast(const Message& message, bool include_catching_up)
     sends.push_back(link.connection->post_send(bytes));
   }
   // Post to everyone first, then wait: one frozen member delays nobody's copy.
-  for (auto& s : sends) s->wait(kControlSendTimeout);
+  for (auto& s : sends) s->wait(kMemberSendTimeout);
 }
 
 void Producer::Impl::close_control(uint32_t rank) {
@@ -397,7 +396,7 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
   auto refuse = [&](Errc code, const std::string& why) {
     log->warn("producer: refused HELLO from rank {}: {}", h.rank, why);
     try {
-      send_control(*event.connection, Refused{static_cast<uint32_t>(code), why}, kControlSendTimeout, epoch());
+      send_control(*event.connection, Refused{static_cast<uint32_t>(code), why}, kMemberSendTimeout, epoch());
     } catch (const Error&) {
     }
     event.connection->close();
@@ -532,7 +531,7 @@ StartReport Producer::Impl::place_members_at_start() {
     for (uint32_t r = 1; r <= n; ++r) {
       if (!control[r].connection) continue;
       try {
-        send_control(*control[r].connection, Refused{static_cast<uint32_t>(Errc::state), why}, kControlSendTimeout, 0);
+        send_control(*control[r].connection, Refused{static_cast<uint32_t>(Errc::state), why}, kMemberSendTimeout, 0);
       } catch (const Error&) {
       }
       close_control(r);
@@ -613,7 +612,7 @@ void Producer::Impl::handle_root_join(ProducerEvent& event) {
     log->warn("producer: refused a JOIN from rank {} for tree {}: not its root at epoch {}", rank, tree, epoch());
     try {
       send_control(*event.connection, Refused{static_cast<uint32_t>(Errc::state), "not the root of tree " + std::to_string(tree)},
-                   kControlSendTimeout, epoch());
+                   kMemberSendTimeout, epoch());
     } catch (const Error&) {
     }
     event.connection->close();

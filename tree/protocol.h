@@ -19,6 +19,9 @@ namespace deltacast::tree {
 inline constexpr uint32_t kMessageMagic = 0x4D544344;  // "DCTM" little-endian
 // magic u32 | type u8 | 3 reserved zero bytes | epoch u64 | body_size u64
 inline constexpr size_t kMessageHeaderSize = 24;
+// The largest control message (everything but WELCOME and frames) a producer or member accepts
+// from a peer; a header announcing more is refused before anything is allocated.
+inline constexpr size_t kControlBufferBytes = size_t{1} << 20;
 
 enum class MessageType : uint8_t {
   hello = 1,

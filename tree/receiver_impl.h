@@ -31,7 +31,6 @@
 namespace deltacast::tree {
 
 using namespace std::chrono_literals;
-inline constexpr size_t kControlBufferBytes = size_t{1} << 20;
 inline constexpr size_t kWelcomeBufferBytes = size_t{64} << 20;
 inline constexpr auto kControlSendTimeout = 60s;
 

@@ -11,7 +11,6 @@ namespace deltacast::tree {
 namespace {
 
 using namespace std::chrono_literals;
-constexpr size_t kControlBufferBytes = size_t{1} << 20;
 
 }  // namespace
 

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 namespace deltacast {
 
@@ -25,6 +26,10 @@ std::string_view errc_name(Errc code) noexcept {
     case Errc::internal: return "internal";
   }
   return "unknown";
+}
+
+void throw_os_error(std::string_view what, const std::string& subject, int err) {
+  throw Error(Errc::io, std::string(what) + " " + subject + ": " + std::strerror(err));
 }
 
 void assert_fail(const char* expr, const char* file, int line) noexcept {

@@ -52,6 +52,11 @@ class Error : public std::runtime_error {
   Errc code_;
 };
 
+// Throws Error(Errc::io, "<what> <subject>: <strerror(err)>"), for an OS call on a file that failed
+// with errno `err` ("cannot open", "/ckpt/model.safetensors", ENOENT). A std::filesystem::path
+// converts to `subject`.
+[[noreturn]] void throw_os_error(std::string_view what, const std::string& subject, int err);
+
 [[noreturn]] void assert_fail(const char* expr, const char* file, int line) noexcept;
 
 }  // namespace deltacast
