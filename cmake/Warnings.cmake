@@ -25,6 +25,12 @@ function(deltacast_target_defaults target)
   if(DELTACAST_WERROR)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
   endif()
+  if(CMAKE_UNITY_BUILD)
+    # A unity build (CI's Release build: -DCMAKE_UNITY_BUILD=ON) includes each .cpp into a
+    # generated one, and GCC then warns about every class of a .cpp with a member whose type is in
+    # that .cpp's anonymous namespace (-Wsubobject-linkage: meant for such classes in headers).
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+  endif()
   if(DELTACAST_SANITIZE)
     # GCC 12's -Wstringop-overflow and -Warray-bounds misfire on std::vector fills under
     # -fsanitize=address (sizes of 2^64 - 4 in stl_algobase.h): off in sanitizer builds only, so

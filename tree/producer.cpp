@@ -692,6 +692,9 @@ void Producer::finish() {
   if (d.finished || !d.membership) return;
   d.finished = true;
   d.pump(0ms);
+  // A member on its way back (restarted, fenced, or admitted while a version was in flight) is
+  // given the time a join gets to reach the committed version: BYE would leave it behind.
+  d.wait_for_catch_ups();
   for (auto& root : d.roots)
     if (root) root->flush(kRootSettleTimeout);
   d.broadcast(Bye{}, true);

@@ -160,6 +160,9 @@ struct Producer::Impl {
   void greet(std::shared_ptr<transport::Connection> connection);
   // Handles queued events for up to `wait` (0: only what is queued now).
   void pump(std::chrono::milliseconds wait);
+  // finish(), before BYE: pumps until every member catching up holds the committed version (it
+  // said READY at it), for up to options.join_timeout; warns about each that did not.
+  void wait_for_catch_ups();
   void handle(ProducerEvent& event);
   void handle_control(const ControlEvent& event);
   void handle_report(uint32_t from, const Report& report, Clock::time_point at);

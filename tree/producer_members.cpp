@@ -96,6 +96,29 @@ void Producer::Impl::pump(std::chrono::milliseconds wait) {
   review_edge_reports();
 }
 
+void Producer::Impl::wait_for_catch_ups() {
+  const auto behind = [this] {
+    std::vector<uint32_t> ranks;
+    for (uint32_t r = 1; r < control.size(); ++r) {
+      const auto& link = control[r];
+      if (link.connection && link.catching_up && !(link.caught_up && link.caught_up_version == version))
+        ranks.push_back(r);
+    }
+    return ranks;
+  };
+  auto waiting = behind();
+  if (waiting.empty()) return;
+  log->info("producer: finishing: waiting up to {} ms for {} member(s) catching up to version {}",
+            options.join_timeout.count(), waiting.size(), version);
+  const auto deadline = Clock::now() + options.join_timeout;
+  while (!waiting.empty() && Clock::now() < deadline) {
+    pump(50ms);
+    waiting = behind();
+  }
+  for (const uint32_t r : waiting)
+    log->warn("producer: rank {} is still catching up at finish: it ends short of version {}", r, version);
+}
+
 void Producer::Impl::handle(ProducerEvent& event) {
   switch (event.kind) {
     case ProducerEvent::Kind::control:

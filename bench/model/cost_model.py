@@ -49,7 +49,7 @@ def cmd_measure(args):
     if args.only_heldout:  # the held-out configurations only (6 and 8 receivers), interleaved
         matrix = [m for m in matrix if m["receivers"] >= 6]
     doc = measure_lib.measure(find_deltacast(args.deltacast), args.out, args.rounds, args.steps, ROOT, matrix,
-                              append=args.append)
+                              append=args.append, train_batches=args.train_batches)
     secs = doc.get("measure_seconds", 0) + sum(doc.get("measure_seconds_by_batch", {}).values())
     print(f"{len(doc['runs'])} runs, {secs:.0f} s of measurement in all -> {args.out}")
     return 0
@@ -306,6 +306,9 @@ def main():
     m.add_argument("--deltacast")
     m.add_argument("--quick", action="store_true")
     m.add_argument("--append", action="store_true", help="add a batch to the runs already in --out")
+    m.add_argument("--train-batches", type=int,
+                   help="for a new --out: the last batch `fit` trains on (the later ones are held out); "
+                        "default: fit_lib.TRAIN_BATCHES (runs.json's split)")
     m.add_argument("--only-receivers", type=int, help="only the configurations with this many receivers")
     m.add_argument("--only-heldout", action="store_true", help="only the former held-out configurations (6, 8 receivers)")
     m.add_argument("--matrix", choices=("default", "blind2"), default="default",

@@ -73,7 +73,14 @@ RATES = (0.01, 0.02, 0.03, 0.05)  # nominal change rates (0.02: the second blind
 # (bench/model/fit-frozen.json) and the runs of later batches are held out (role "blind") or
 # controls (role "control": training configurations re-measured in the same rounds as the blind set,
 # with the same binary, to see whether the new binary or the hour shifts the timings).
+# A runs file that says otherwise ("train_batches", written by `measure --train-batches` when it
+# creates the file) keeps its own split: bench/model/runs-quiet.json's training is batch 1.
 TRAIN_BATCHES = 5
+
+
+def train_batches(doc):
+    """The last training batch of a runs document (its "train_batches", else TRAIN_BATCHES)."""
+    return doc.get("train_batches", TRAIN_BATCHES)
 FORMS = ("A", "B", "C")
 
 
@@ -88,6 +95,7 @@ def steps_of_runs(doc, first_steps=False):
     first delta after the bootstrap and is slower (bench/wan/RESULTS-wan.md (b)); it is reported
     apart, never fitted."""
     rows = []
+    last_train = train_batches(doc)
     for i, run in enumerate(doc["runs"]):
         rep = run.get("report")
         if not rep:
@@ -99,6 +107,7 @@ def steps_of_runs(doc, first_steps=False):
                 continue
             rows.append(dict(
                 run=i, round=run["round"], batch=run.get("batch", 1), role=cfg.get("role", "train"),
+                train=run.get("batch", 1) <= last_train,
                 params=rep["params"], params_label=cfg["params"],
                 rate=nominal_rate(s["changed_fraction"]), changed_fraction=s["changed_fraction"],
                 receivers=s["receivers"], topology=cfg["topology"], uplink_label=cfg["uplink"],
@@ -166,19 +175,19 @@ def wan_check(doc, f):
 def is_train(row):
     """Training subset: every run of batches 1-TRAIN_BATCHES (25M-200M, ~1/3/5%, 2/4/6/8 receivers;
     the former held-out 6- and 8-receiver configurations included)."""
-    return row.get("batch", 1) <= TRAIN_BATCHES
+    return row.get("train", True)
 
 
 def is_heldout(row):
     """Held-out subset: the blind set measured after the freeze (batch > TRAIN_BATCHES, role blind:
     120M, ~2%, 5 and 10 receivers, 120 and 250 Mbit/s; no size, rate or receiver count of it is in
     the training runs)."""
-    return row.get("batch", 1) > TRAIN_BATCHES and row.get("role") == "blind"
+    return not row.get("train", True) and row.get("role") == "blind"
 
 
 def is_control(row):
     """Controls: training configurations re-measured after the freeze, in the blind set's rounds."""
-    return row.get("batch", 1) > TRAIN_BATCHES and row.get("role") == "control"
+    return not row.get("train", True) and row.get("role") == "control"
 
 
 def solve(a, b):
@@ -227,7 +236,7 @@ def fit_link_efficiency(doc):
     """eta: the fraction of the configured uplink the full checkpoint achieved, median over the
     training runs at the lowest uplink (where the full send is wire-bound, not CPU-bound)."""
     runs = [r for r in doc["runs"] if r.get("report") and r["config"]["receivers"] == 4
-            and r.get("batch", 1) <= TRAIN_BATCHES and rate_bytes_per_s(r["config"]["uplink"]) > 0]
+            and r.get("batch", 1) <= train_batches(doc) and rate_bytes_per_s(r["config"]["uplink"]) > 0]
     low = min(rate_bytes_per_s(r["config"]["uplink"]) for r in runs)
     ratios = [r["report"]["checkpoint_bytes"] / low / r["report"]["full"]["seconds"]
               for r in runs if rate_bytes_per_s(r["config"]["uplink"]) == low]
@@ -403,8 +412,8 @@ def fit(doc, form="C", train_filter=None):
                    k_rtt_delegated="round trips per version, delegated commit (s of refit per s of RTT)"),
         eta_range=eta_range, eta_runs=eta_n, commit_fit=commit, commit_fit_delegated=delegated,
         commit_fit_same_session_producer=same_session,
-        train=dict(rule=f"batches 1-{TRAIN_BATCHES} (2026-12-02 06:20-07:17 UTC): 25M-200M params, ~1/3/5%, "
-                        "2/4/6/8 receivers; steps >= 2, median per configuration",
+        train=dict(rule=f"batches 1-{train_batches(doc)} (from {doc.get('started', '?')}): 25M-200M params, "
+                        "~1/3/5%, 2/4/6/8 receivers; steps >= 2, median per configuration",
                    configurations=len(train), steps=len(train_steps),
                    runs=len({r["run"] for r in train_steps}),
                    abs_error_median=statistics.median(abs(e) for e in errs),
@@ -414,7 +423,7 @@ def fit(doc, form="C", train_filter=None):
                               measured=r["refit"], measured_min=r["refit_min"], measured_max=r["refit_max"],
                               predicted=predict_row(c, r)["total"], bound=predict_row(c, r)["bound"],
                               error=e, rounds=r["rounds"]) for r, e in zip(train, errs)]),
-        heldout_rule=f"batches > {TRAIN_BATCHES}, role blind (120M, ~2%, 5 and 10 receivers), steps >= 2 "
+        heldout_rule=f"batches > {train_batches(doc)}, role blind (120M, ~2%, 5 and 10 receivers), steps >= 2 "
                      "(median over rounds per configuration)",
         bytes_per_change=bytes_per_change(train_steps, doc.get("wan_runs", [])))
 

@@ -126,11 +126,13 @@ def ingest_wan(root):
     return out
 
 
-def measure(deltacast, out_path, rounds, steps, root, matrix=None, timeout_s=240, log=print, append=False):
+def measure(deltacast, out_path, rounds, steps, root, matrix=None, timeout_s=240, log=print, append=False,
+            train_batches=None):
     """Run `rounds` interleaved rounds of the matrix (each round visits every configuration once,
     in an order shuffled per round with a fixed seed), writing out_path after every run so a
     partial measurement is usable. append: add to the runs already in out_path (a later batch,
-    tagged with its own batch number). Returns the document written."""
+    tagged with its own batch number). train_batches: recorded in a new document, the last batch
+    `fit` trains on (fit_lib.train_batches). Returns the document written."""
     matrix = matrix or default_matrix()
     if append and os.path.exists(out_path):
         doc = json.load(open(out_path))
@@ -139,6 +141,8 @@ def measure(deltacast, out_path, rounds, steps, root, matrix=None, timeout_s=240
         doc = dict(schema="deltacast-cost-model-runs/1", deltacast=deltacast, rounds=rounds, steps=steps,
                    host=dict(cpus=os.cpu_count()), started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                    runs=[], batches=1, wan_runs=ingest_wan(root))
+        if train_batches is not None:
+            doc["train_batches"] = train_batches
     batch = doc["batches"]
     doc.setdefault("deltacast_by_batch", {})[str(batch)] = deltacast  # the binary of each batch
     workdir = os.path.join("/tmp", f"dc-cost-model-{os.getpid()}")

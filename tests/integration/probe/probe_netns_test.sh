@@ -114,7 +114,12 @@ for r in 1 2 3 4; do
 done
 ip netns exec "${DELTACAST_NETNS_PREFIX}0" timeout 160 "$bin" run --config "$dir/cluster.yaml" --rank 0 --size 5 \
   --set clusters=auto --set trainer.params=2M --set trainer.steps=2 --set output.dir="$dir/out" \
-  --set output.metrics_file="$dir/report.json" >"$dir/run0.txt" 2>&1 || { cat "$dir/run0.txt"; fail "run rank 0 exited non-zero"; }
+  --set output.metrics_file="$dir/report.json" >"$dir/run0.txt" 2>&1 || {
+  cat "$dir/run0.txt"
+  for r in 1 2 3 4; do wait "${pids[$((r - 1))]}" || true; echo "--- rank $r:"; cat "$dir/run$r.txt"; done
+  pids=()
+  fail "run rank 0 exited non-zero"
+}
 for k in 0 1 2 3; do
   wait "${pids[$k]}" || { cat "$dir/run$((k + 1)).txt"; fail "run rank $((k + 1)) exited non-zero"; }
 done

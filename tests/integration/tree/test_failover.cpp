@@ -133,7 +133,8 @@ class FailCluster {
   }
   void frozen(uint32_t r) { frozen_.insert(r); }
   // A new process for rank r (after the old one died): fresh buffers at version 0, same rank.
-  void restart(uint32_t r) {
+  // `decide`, when given, is the new member's hook (see hook()) from its first message on.
+  void restart(uint32_t r, std::function<loop::Fault(const Sent&)> decide = {}) {
     loop::kill(*transports_[r]);
     if (threads_[r].joinable()) threads_[r].join();
     failures_[r].clear();
@@ -141,6 +142,7 @@ class FailCluster {
     transport::TransportOptions to;
     to.peer_timeout = kPeerTimeout;
     transports_[r] = transport::make_transport("loop", to);
+    if (decide) hook(r, std::move(decide));
     receivers_[r] = make_receiver(r, clusters_.empty() ? "" : clusters_[r - 1]);
     threads_[r] = std::thread([this, r] { serve(r); });
   }
@@ -445,6 +447,37 @@ TEST_P(Failover, RestartedMemberCatchesUpBySnapshotWhileRefitsFlow) {
     EXPECT_EQ(c.failure(r), "") << "rank " << r;
     EXPECT_TRUE(c.holds(r, run.model.weights())) << "rank " << r << " differs";
   }
+}
+
+// finish() while a restarted member is still catching up: the producer waits for it (up to the
+// join timeout) before BYE, so it ends on the committed version like every other member. It said
+// HELLO before finish() was called, and its first snapshot request (FETCH, to a live peer) is held
+// back until that peer counts as silent (600 ms), so it takes its snapshot from the next peer, well
+// after finish() began (without the wait, BYE ends every peer first and it stays at version 0).
+TEST_P(Failover, MemberStillCatchingUpAtFinishEndsOnTheCommittedVersion) {
+  const uint32_t n = 4;
+  Refits run;
+  FailCluster c = make(run.model.manifest, n);
+  run.bootstrap_and_step(c);
+  RefitReport r3 = run.step(c, 3);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  auto hello_sent = std::make_shared<std::atomic<bool>>(false);
+  auto fetches = std::make_shared<std::atomic<int>>(0);
+  c.restart(3, [hello_sent, fetches](const Sent& s) {
+    loop::Fault f;
+    if (s.type == MessageType::hello) hello_sent->store(true);
+    if (s.type == MessageType::fetch && fetches->fetch_add(1) == 0) {
+      f.kind = loop::Fault::Kind::delay;
+      f.delay = 1500ms;
+    }
+    return f;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + test_time::scaled(10s);
+  while (!hello_sent->load() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(hello_sent->load()) << "the restarted member never said HELLO";
+  std::this_thread::sleep_for(200ms);  // the HELLO reaches the producer's queue
+  c.finish();
+  expect_survivors_exact(c, n, {}, run.model);
 }
 
 INSTANTIATE_TEST_SUITE_P(
