@@ -634,7 +634,8 @@ void Producer::Impl::handle_root_join(ProducerEvent& event) {
   if (!valid) {
     log->warn("producer: refused a JOIN from rank {} for tree {}: not its root at epoch {}", rank, tree, epoch());
     try {
-      send_control(*event.connection, Refused{static_cast<uint32_t>(Errc::state), "not the root of tree " + std::to_string(tree)},
+      send_control(*event.connection,
+                   Refused{static_cast<uint32_t>(Errc::state), "not the root of tree " + std::to_string(tree)},
                    kMemberSendTimeout, epoch());
     } catch (const Error&) {
     }
