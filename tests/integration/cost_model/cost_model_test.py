@@ -11,6 +11,8 @@
 2. The check bites: a copy of runs.json with the held-out refits made 1.5x slower fails `--check`.
 3. `project` prints 9 rows (30B/120B/1T x 1/3/5%), writes a JSON with 9 rows whose totals are
    positive and ordered (more change, more time; bigger model, more time), and an SVG.
+4. The quiet re-run (bench/model/runs-quiet.json, fit-quiet-frozen.json) gives its documented
+   result (see QUIET_TOLERANCE).
 """
 import json
 import os
@@ -27,6 +29,7 @@ import tempfile
 TOLERANCE = 0.30
 STRICT = 0.15
 OUTSIDE_STRICT = {("120M", 5, "120Mbit/s", "chain")}
+QUIET_TOLERANCE = 0.20
 
 
 def run(args):
@@ -109,6 +112,36 @@ def main():
                 failures.append(f"{x:.0%}: totals {t} not increasing with the size")
         if "<svg" not in open(svg).read():
             failures.append("no SVG written")
+
+        # 4. the quiet re-run (bench/model/runs-quiet.json: its own training batch 1, frozen in
+        # fit-quiet-frozen.json, then the same blind set): the fit is the frozen one, no held-out
+        # run started before the freeze, and its documented result holds: the 5-receiver blind
+        # configurations within STRICT, the 10-receiver ones (outside the training's 2-8) within
+        # QUIET_TOLERANCE (they are at -15.9% and -17.1%; `fit --check` at 15% exits 1 on them).
+        quiet = os.path.join(src, "bench", "model", "runs-quiet.json")
+        quiet_frozen = json.load(open(os.path.join(src, "bench", "model", "fit-quiet-frozen.json")))
+        quiet_fit = os.path.join(tmp, "fit-quiet.json")
+        rc, out = run([script, "fit", "--runs", quiet, "--out", quiet_fit, "--check", "--tolerance", str(QUIET_TOLERANCE)])
+        print(out)
+        if rc != 0:
+            failures.append(f"fit --check on runs-quiet.json exited {rc}")
+        qf = json.load(open(quiet_fit))
+        for key, value in quiet_frozen["constants"].items():
+            same = qf["constants"][key] == value if isinstance(value, (str, bool)) else \
+                abs(qf["constants"][key] - value) <= 1e-9 * max(1.0, abs(value))
+            if not same:
+                failures.append(f"quiet constant {key}: {qf['constants'][key]} differs from fit-quiet-frozen.json {value}")
+        if len(qf["heldout"]) != 4:
+            failures.append(f"runs-quiet.json: {len(qf['heldout'])} held-out configurations, not 4")
+        for v in qf["heldout"]:
+            limit = STRICT if v["config"]["receivers"] == 5 else QUIET_TOLERANCE
+            if abs(v["error"]) > limit:
+                failures.append(f"quiet held-out {v['config']} error {v['error']:+.1%} (limit +-{limit:.0%})")
+        qdoc = json.load(open(quiet))
+        late = [r["start"] for r in qdoc["runs"] if r["config"].get("role") in ("blind", "control")
+                and r["start"] < quiet_frozen["frozen_at"]]
+        if late or quiet_frozen["frozen_heldout_rows"] != 0:
+            failures.append("runs-quiet.json: held-out runs before the freeze, or a frozen fit that saw them")
     for msg in failures:
         print("FAIL:", msg)
     return 1 if failures else 0
