@@ -37,6 +37,38 @@ def run(args):
     return p.returncode, p.stdout
 
 
+def checked_fit(script, runs, out_path, tolerance, failures):
+    """`fit --runs RUNS --check --tolerance T` (printed); a non-zero exit is a failure. The fit."""
+    rc, out = run([script, "fit", "--runs", runs, "--out", out_path, "--check", "--tolerance", str(tolerance)])
+    print(out)
+    if rc != 0:
+        failures.append(f"fit --check on {os.path.basename(runs)} exited {rc}")
+    return json.load(open(out_path))
+
+
+def expect_constants(fit, stored, name, failures):
+    """Every constant of the stored fit `name` equals the fit's (deterministic fits)."""
+    for key, value in stored["constants"].items():
+        same = fit["constants"][key] == value if isinstance(value, (str, bool)) else \
+            abs(fit["constants"][key] - value) <= 1e-9 * max(1.0, abs(value))
+        if not same:
+            failures.append(f"constant {key}: {fit['constants'][key]} differs from the stored {name} {value}")
+
+
+def expect_blind_after_freeze(runs, frozen, failures):
+    """Every blind or control run of RUNS started after the frozen fit was written, which saw none."""
+    doc = json.load(open(runs))
+    late = [r["start"] for r in doc["runs"] if r["config"].get("role") in ("blind", "control")
+            and r["start"] < frozen["frozen_at"]]
+    if not any(r["config"].get("role") == "blind" for r in doc["runs"]):
+        failures.append(f"no held-out (blind) runs in {os.path.basename(runs)}")
+    if late:
+        failures.append(f"{len(late)} held-out run(s) of {os.path.basename(runs)} started before the freeze "
+                        f"({frozen['frozen_at']})")
+    if frozen["frozen_heldout_rows"] != 0:
+        failures.append("a frozen fit saw held-out rows")
+
+
 def main():
     src = sys.argv[1]
     script = os.path.join(src, "bench", "model", "cost_model.py")
@@ -46,11 +78,7 @@ def main():
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
         fit_out = os.path.join(tmp, "fit.json")
-        rc, out = run([script, "fit", "--runs", runs, "--out", fit_out, "--check", "--tolerance", str(TOLERANCE)])
-        print(out)
-        if rc != 0:
-            failures.append(f"fit --check exited {rc}")
-        f = json.load(open(fit_out))
+        f = checked_fit(script, runs, fit_out, TOLERANCE, failures)
         if len(f["heldout"]) < 4:
             failures.append(f"only {len(f['heldout'])} held-out configurations")
         for v in f["heldout"]:
@@ -64,19 +92,8 @@ def main():
                 failures.append(f"constant {key} = {c[key]} (must be > 0)")
         frozen = json.load(open(frozen_fit))
         for name, stored in (("fit.json", json.load(open(stored_fit))), ("fit-frozen.json", frozen)):
-            for key, value in stored["constants"].items():
-                same = c[key] == value if isinstance(value, (str, bool)) else abs(c[key] - value) <= 1e-9 * max(1.0, abs(value))
-                if not same:
-                    failures.append(f"constant {key}: {c[key]} differs from the stored {name} {value}")
-        doc = json.load(open(runs))
-        late = [r["start"] for r in doc["runs"] if r["config"].get("role") in ("blind", "control")
-                and r["start"] < frozen["frozen_at"]]
-        if not any(r["config"].get("role") == "blind" for r in doc["runs"]):
-            failures.append("no held-out (blind) runs in runs.json")
-        if late:
-            failures.append(f"{len(late)} held-out run(s) started before the freeze ({frozen['frozen_at']})")
-        if frozen["frozen_heldout_rows"] != 0:
-            failures.append("the frozen fit saw held-out rows")
+            expect_constants(f, stored, name, failures)
+        expect_blind_after_freeze(runs, frozen, failures)
 
         # 2. a wrong measurement must fail the check
         doc = json.load(open(runs))
@@ -120,28 +137,15 @@ def main():
         # QUIET_TOLERANCE (they are at -15.9% and -17.1%; `fit --check` at 15% exits 1 on them).
         quiet = os.path.join(src, "bench", "model", "runs-quiet.json")
         quiet_frozen = json.load(open(os.path.join(src, "bench", "model", "fit-quiet-frozen.json")))
-        quiet_fit = os.path.join(tmp, "fit-quiet.json")
-        rc, out = run([script, "fit", "--runs", quiet, "--out", quiet_fit, "--check", "--tolerance", str(QUIET_TOLERANCE)])
-        print(out)
-        if rc != 0:
-            failures.append(f"fit --check on runs-quiet.json exited {rc}")
-        qf = json.load(open(quiet_fit))
-        for key, value in quiet_frozen["constants"].items():
-            same = qf["constants"][key] == value if isinstance(value, (str, bool)) else \
-                abs(qf["constants"][key] - value) <= 1e-9 * max(1.0, abs(value))
-            if not same:
-                failures.append(f"quiet constant {key}: {qf['constants'][key]} differs from fit-quiet-frozen.json {value}")
+        qf = checked_fit(script, quiet, os.path.join(tmp, "fit-quiet.json"), QUIET_TOLERANCE, failures)
+        expect_constants(qf, quiet_frozen, "fit-quiet-frozen.json", failures)
         if len(qf["heldout"]) != 4:
             failures.append(f"runs-quiet.json: {len(qf['heldout'])} held-out configurations, not 4")
         for v in qf["heldout"]:
             limit = STRICT if v["config"]["receivers"] == 5 else QUIET_TOLERANCE
             if abs(v["error"]) > limit:
                 failures.append(f"quiet held-out {v['config']} error {v['error']:+.1%} (limit +-{limit:.0%})")
-        qdoc = json.load(open(quiet))
-        late = [r["start"] for r in qdoc["runs"] if r["config"].get("role") in ("blind", "control")
-                and r["start"] < quiet_frozen["frozen_at"]]
-        if late or quiet_frozen["frozen_heldout_rows"] != 0:
-            failures.append("runs-quiet.json: held-out runs before the freeze, or a frozen fit that saw them")
+        expect_blind_after_freeze(quiet, quiet_frozen, failures)
     for msg in failures:
         print("FAIL:", msg)
     return 1 if failures else 0
