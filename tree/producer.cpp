@@ -84,6 +84,7 @@ RefitReport Producer::Impl::run_version(InFlight flight, const std::function<voi
                                         const std::function<void()>& on_commit) {
   pump(0ms);
   admit_caught_up();
+  hold_for_chasers();
   RefitReport report;
   report.version = flight.version;
   report.failed_members = std::move(failures);
@@ -122,6 +123,7 @@ RefitReport Producer::Impl::run_version(InFlight flight, const std::function<voi
     throw;
   }
   report.epoch = epoch();
+  last_version_seconds = seconds_since(in_flight->start);
   in_flight.reset();
   return report;
 }

@@ -70,6 +70,11 @@ struct Producer::Impl {
     // The layout this member was last sent (WELCOME or LAYOUT): a member catching up is sent the
     // committed one, when they differ, once it says READY at the committed version.
     std::shared_ptr<const CheckpointLayout> told_layout;
+    uint64_t plan_target = 0;  // the committed version its last CATCHUP was for
+    // It reached plan_target after a newer version began, and replays the rest: the next version
+    // may wait for it (hold_for_chasers), at most kMaxAdmissionHolds times per catch-up.
+    bool chasing = false;
+    int holds = 0;
   };
   std::vector<ControlLink> control;            // [rank]
   std::vector<std::set<uint64_t>> replaced;    // [rank]: fenced-as-replaced instances
@@ -193,6 +198,15 @@ struct Producer::Impl {
   void reparent(uint32_t rank, int tree, const std::string& why, Clock::time_point at);
   void announce(const EpochUpdate& update, std::vector<TreeEdge> moves, Clock::time_point detected);
   void admit_caught_up();
+  // Before a version starts: a member that reached its target just after a newer version began
+  // (chasing) replays that one version now. When versions follow each other faster than it can,
+  // it would chase the producer for ever: this waits for it (pumping events) for up to
+  // admission_hold(), then admits whoever caught up. A member that dies or freezes meanwhile is
+  // not waited for past its link's failure or the bound.
+  void hold_for_chasers();
+  // The bound of one hold: twice the last version's time, at least 1 s, at most the peer timeout.
+  std::chrono::milliseconds admission_hold() const;
+  double last_version_seconds = 0;
   void broadcast(const Message& message, bool include_catching_up = false);
   bool send_to(uint32_t rank, const Message& message);
   void close_control(uint32_t rank);

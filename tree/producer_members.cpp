@@ -10,6 +10,8 @@ namespace {
 
 using namespace std::chrono_literals;
 constexpr auto kMemberSendTimeout = 10s;
+// How many times a version waits for one member that chases the producer (hold_for_chasers).
+constexpr int kMaxAdmissionHolds = 3;
 
 }  // namespace
 
@@ -204,6 +206,9 @@ void Producer::Impl::handle_ready(uint32_t rank, const Ready& ready, uint64_t ep
       link.caught_up_version = ready.version;
       log->info("producer: rank {} caught up to version {}; it joins at the next version", rank, version);
     } else {
+      // It got where its plan said, but a newer version committed meanwhile.
+      if (ready.version == link.plan_target && known != history.end() && known->second == ready.digest)
+        link.chasing = true;
       log->info("producer: rank {} says READY at version {}; the producer is at {}: catching up again", rank,
                 ready.version, version);
       if (!send_catchup(rank, ready.version)) close_control(rank);
@@ -583,6 +588,7 @@ bool Producer::Impl::send_catchup(uint32_t rank, uint64_t held) {
   const bool replayable = held > 0 && history.count(held) && link.last_catchup_from != held;
   if (held < version) plan.mode = replayable ? CatchupMode::replay : CatchupMode::snapshot;
   link.last_catchup_from = held;
+  link.plan_target = version;
   // Sources: live members of its own cluster first, then the others, and the producer last (its
   // uplink only when no peer could serve: a snapshot of its baseline).
   const std::string& cluster = members[rank].cluster;
@@ -613,6 +619,7 @@ void Producer::Impl::admit_caught_up() {
     if (!link.catching_up || !link.caught_up) continue;
     if (link.caught_up_version != version) {  // a version committed meanwhile
       link.caught_up = false;
+      link.chasing = true;
       if (!send_catchup(r, link.caught_up_version)) close_control(r);
       continue;
     }
@@ -624,6 +631,39 @@ void Producer::Impl::admit_caught_up() {
     log->info("producer: rank {} is back in the tree at epoch {}", r, epoch());
     announce(update, std::move(moves), Clock::now());
   }
+}
+
+std::chrono::milliseconds Producer::Impl::admission_hold() const {
+  const auto twice = std::chrono::milliseconds(static_cast<int64_t>(2e3 * last_version_seconds));
+  return std::min<std::chrono::milliseconds>(std::max<std::chrono::milliseconds>(twice, 1s), options.peer_timeout);
+}
+
+void Producer::Impl::hold_for_chasers() {
+  std::vector<uint32_t> held;
+  for (uint32_t r = 1; r < control.size(); ++r) {
+    auto& link = control[r];
+    if (link.connection && link.catching_up && link.chasing && link.holds < kMaxAdmissionHolds) {
+      ++link.holds;
+      held.push_back(r);
+    }
+  }
+  if (held.empty()) return;
+  const auto behind = [&] {
+    std::erase_if(held, [this](uint32_t r) {
+      const auto& link = control[r];
+      return !link.connection || !link.catching_up || (link.caught_up && link.caught_up_version == version);
+    });
+    return !held.empty();
+  };
+  const auto bound = admission_hold();
+  const auto started = Clock::now();
+  const auto deadline = started + bound;
+  while (behind() && Clock::now() < deadline) pump(10ms);
+  for (const uint32_t r : held)
+    log->info("producer: rank {} is still catching up to version {} after a hold of {} ms; version {} starts without it",
+              r, version, bound.count(), version + 1);
+  log->debug("producer: held version {} for {:.1f} ms for members catching up", version + 1, 1e3 * seconds_since(started));
+  admit_caught_up();
 }
 
 void Producer::Impl::handle_root_join(ProducerEvent& event) {

@@ -480,6 +480,45 @@ TEST_P(Failover, MemberStillCatchingUpAtFinishEndsOnTheCommittedVersion) {
   expect_survivors_exact(c, n, {}, run.model);
 }
 
+// A restarted member whose every FETCH takes 150 ms, while the producer refits back to back (a
+// version takes far less): each catch-up ends after a newer version began, so it would chase the
+// producer round after round (a READY, a new plan, another FETCH). The next version waits for it
+// instead (a bounded hold, docs/protocol.md "Rejoin and late join"): a snapshot, at most two
+// replays, and it is back; then it ends bit-exact.
+TEST_P(Failover, MemberChasingBackToBackVersionsIsAdmittedAfterAFewRounds) {
+  const uint32_t n = 4;
+  Refits run;
+  FailCluster c = make(run.model.manifest, n);
+  run.bootstrap_and_step(c);
+  auto readies = std::make_shared<std::atomic<int>>(0);
+  c.restart(3, [readies](const Sent& s) {
+    loop::Fault f;
+    if (s.type == MessageType::ready) readies->fetch_add(1);
+    if (s.type == MessageType::fetch) {
+      f.kind = loop::Fault::Kind::delay;
+      f.delay = 150ms;
+    }
+    return f;
+  });
+  uint64_t v = 3;
+  int rounds = -1;  // READYs it sent while catching up
+  for (int k = 1; k <= 60 && rounds < 0; ++k, ++v) {
+    const int before = readies->load();
+    RefitReport r = run.step(c, v);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    // (Before the producer saw the old process die, rank 3 may still count as live.)
+    if (before > 0 && r.receivers == n && r.verified_receivers == n) rounds = before;
+  }
+  ASSERT_GT(rounds, 0) << "the restarted member never got back in 60 back-to-back versions";
+  RecordProperty("catch_up_rounds", rounds);
+  EXPECT_LE(rounds, 3) << "the restarted member chased the producer for " << rounds << " rounds";
+  RefitReport last = run.step(c, v);
+  ASSERT_TRUE(last.committed) << last.abort_reason;
+  EXPECT_EQ(last.verified_receivers, n);
+  c.finish();
+  expect_survivors_exact(c, n, {}, run.model);
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Kinds, Failover,
     ::testing::Values(FailoverCase{TopologyKind::binary, false}, FailoverCase{TopologyKind::double_binary, false},
