@@ -660,9 +660,11 @@ void Producer::Impl::hold_for_chasers() {
   const auto deadline = started + bound;
   while (behind() && Clock::now() < deadline) pump(10ms);
   for (const uint32_t r : held)
-    log->info("producer: rank {} is still catching up to version {} after a hold of {} ms; version {} starts without it",
-              r, version, bound.count(), version + 1);
-  log->debug("producer: held version {} for {:.1f} ms for members catching up", version + 1, 1e3 * seconds_since(started));
+    log->info(
+        "producer: rank {} is still catching up to version {} after a hold of {} ms; version {} starts without it", r,
+        version, bound.count(), version + 1);
+  log->debug("producer: held version {} for {:.1f} ms for members catching up", version + 1,
+             1e3 * seconds_since(started));
   admit_caught_up();
 }
 
