@@ -4,6 +4,8 @@
     python3 bench/model/cost_model.py measure --out bench/model/runs.json [--rounds 3] [--steps 3]
                                               [--deltacast PATH] [--quick]
     python3 bench/model/cost_model.py measure --append --matrix blind2 [--rounds 5]   (the second blind set)
+    python3 bench/model/cost_model.py measure --out F --matrix wide --train-batches 1, then (after fit --freeze)
+                                      measure --out F --append --matrix blind3 --rounds 5   (the fourth check)
     python3 bench/model/cost_model.py ingest-wan --runs bench/model/runs.json        (refresh the WAN runs)
     python3 bench/model/cost_model.py fit --runs bench/model/runs.json [--out bench/model/fit.json] [--check]
                                           [--freeze bench/model/fit-frozen.json]
@@ -41,7 +43,7 @@ def find_deltacast(path):
 def cmd_measure(args):
     """Run the demo matrix (interleaved rounds) and ingest the WAN runs into --out."""
     import measure_lib
-    matrix = measure_lib.blind2_matrix() if args.matrix == "blind2" else measure_lib.default_matrix()
+    matrix = measure_lib.MATRICES[args.matrix]()
     if args.quick:  # a smoke test: the two smallest configurations
         matrix = [m for m in matrix if m["params"] == "25M" and m["receivers"] == 2]
     if args.only_receivers:  # a batch of one receiver count (e.g. 2, added later with --append)
@@ -311,8 +313,9 @@ def main():
                         "default: fit_lib.TRAIN_BATCHES (runs.json's split)")
     m.add_argument("--only-receivers", type=int, help="only the configurations with this many receivers")
     m.add_argument("--only-heldout", action="store_true", help="only the former held-out configurations (6, 8 receivers)")
-    m.add_argument("--matrix", choices=("default", "blind2"), default="default",
-                   help="blind2: the second blind set (120M, ~2%%, 5 and 10 receivers) and its 2 controls")
+    m.add_argument("--matrix", choices=("default", "blind2", "wide", "blind3"), default="default",
+                   help="blind2: the second blind set (120M, ~2%%, 5 and 10 receivers) and its 2 controls; "
+                        "wide: the fourth check's training (2-12 receivers); blind3: its blind set and controls")
     cv = sub.add_parser("cv")
     cv.add_argument("--runs", default=os.path.join(HERE, "runs.json"))
     iw = sub.add_parser("ingest-wan")

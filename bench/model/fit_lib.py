@@ -66,7 +66,7 @@ def depth_of(topology, receivers):
     return int(math.floor(math.log2(receivers))) + 1
 
 
-RATES = (0.01, 0.02, 0.03, 0.05)  # nominal change rates (0.02: the second blind set only)
+RATES = (0.01, 0.02, 0.03, 0.04, 0.05)  # nominal change rates (0.02, 0.04: blind sets only)
 
 # The training / held-out split is by batch: every run measured up to and including batch
 # TRAIN_BATCHES (2026-12-02 06:20-07:17 UTC) is training; the fit was then frozen

@@ -15,7 +15,8 @@ import time
 # lr of the simulator -> fraction of BF16 elements that change per step (bench/wan/RESULTS-wan.md:
 # 1.3e-6 -> ~1%, 5e-6 -> ~3%, 9e-6 -> ~5%; 2.9e-6 -> ~2%: 1.98-2.05% in steps 2-3 of a 25M offline demo,
 # 2026-12-02 12:12 UTC; the measured fraction is recorded per step).
-LR_FOR_RATE = {0.01: 1.3e-6, 0.02: 2.9e-6, 0.03: 5e-6, 0.05: 9e-6}
+# 7e-6 -> ~4% (between the two; the fourth check's blind set only, its measured fraction recorded).
+LR_FOR_RATE = {0.01: 1.3e-6, 0.02: 2.9e-6, 0.03: 5e-6, 0.04: 7e-6, 0.05: 9e-6}
 
 # The training matrix (batches 1-5). Small models, 1% and 5%, 4 receivers, uplinks 50 and 400
 # Mbit/s (both topologies), and 2 receivers at 400 Mbit/s (so the fit sees the receiver count
@@ -57,6 +58,45 @@ def blind2_matrix():
     for c in m:
         c["lr"] = LR_FOR_RATE[c["rate"]]
     return m
+
+
+def wide_matrix():
+    """The fourth check's training matrix (docs/performance.md, "The fourth check"): receiver counts
+    2, 4, 8 and 12 (the span the blind set lies inside), 50M/100M/150M, ~1/3/5%, uplinks 50-400
+    Mbit/s, chain and binary; 18 configurations."""
+    m = []
+    for params, rate, receivers, uplink, topology in (
+            ("50M", 0.01, 2, "400Mbit/s", "binary"), ("100M", 0.05, 2, "200Mbit/s", "chain"),
+            ("150M", 0.03, 2, "150Mbit/s", "binary"),
+            ("50M", 0.01, 4, "50Mbit/s", "binary"), ("50M", 0.05, 4, "400Mbit/s", "chain"),
+            ("100M", 0.03, 4, "100Mbit/s", "binary"), ("150M", 0.01, 4, "300Mbit/s", "chain"),
+            ("100M", 0.03, 8, "200Mbit/s", "binary"), ("100M", 0.03, 8, "100Mbit/s", "chain"),
+            ("150M", 0.05, 8, "400Mbit/s", "binary"), ("50M", 0.01, 8, "150Mbit/s", "chain"),
+            ("50M", 0.03, 12, "200Mbit/s", "binary"), ("100M", 0.01, 12, "100Mbit/s", "chain"),
+            ("100M", 0.05, 12, "400Mbit/s", "binary"), ("150M", 0.03, 12, "250Mbit/s", "chain"),
+            ("150M", 0.03, 12, "150Mbit/s", "binary"), ("50M", 0.05, 12, "50Mbit/s", "binary"),
+            ("150M", 0.01, 8, "250Mbit/s", "binary")):
+        m.append(dict(params=params, rate=rate, receivers=receivers, uplink=uplink, topology=topology,
+                      lr=LR_FOR_RATE[rate]))
+    return m
+
+
+def blind3_matrix():
+    """The fourth check's blind set, measured after its fit was frozen: sizes (80M, 120M), change
+    rates (~2%, ~4%) and receiver counts (6, 10) that no training run of wide_matrix has, inside its
+    span, crossed with both shapes and uplinks; plus 2 training configurations as controls."""
+    m = [dict(params="80M", rate=0.02, receivers=6, uplink="120Mbit/s", topology="chain", role="blind"),
+         dict(params="120M", rate=0.04, receivers=6, uplink="250Mbit/s", topology="binary", role="blind"),
+         dict(params="80M", rate=0.04, receivers=10, uplink="250Mbit/s", topology="chain", role="blind"),
+         dict(params="120M", rate=0.02, receivers=10, uplink="120Mbit/s", topology="binary", role="blind"),
+         dict(params="100M", rate=0.03, receivers=8, uplink="200Mbit/s", topology="binary", role="control"),
+         dict(params="150M", rate=0.03, receivers=12, uplink="250Mbit/s", topology="chain", role="control")]
+    for c in m:
+        c["lr"] = LR_FOR_RATE[c["rate"]]
+    return m
+
+
+MATRICES = dict(default=default_matrix, blind2=blind2_matrix, wide=wide_matrix, blind3=blind3_matrix)
 
 
 def loadavg():
