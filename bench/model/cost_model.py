@@ -131,9 +131,9 @@ def cmd_fit(args):
     """Fit on the training rows, print the constants and the held-out table; --check: exit 1 if
     any held-out configuration is off by more than --tolerance."""
     doc = json.load(open(args.runs))
-    f = fit_lib.fit(doc)
+    f = fit_lib.fit(doc, form=args.form)
     val = fit_lib.validate(doc, f)
-    others = {form: fit_lib.fit(doc, form=form) for form in ("A", "B")}
+    others = {form: fit_lib.fit(doc, form=form) for form in fit_lib.FORMS if form != args.form}
     for form, fo in others.items():
         f[f"model_{form.lower()}_heldout_errors"] = [v["error"] for v in fit_lib.validate(doc, fo)]
         f[f"model_{form.lower()}_train_abs_error_median"] = fo["train"]["abs_error_median"]
@@ -155,7 +155,8 @@ def cmd_fit(args):
     print(f"  fill           t_hop    {c['t_hop_s']*1e3:8.2f} ms per tree level")
     print(f"  apply          t_apply_c {c['t_apply_c_s']*1e9:7.2f} ns per change; t_apply_rc {c['t_apply_rc_s']*1e9:.2f} ns "
           f"per change per receiver; t_scan_rc {c['t_scan_rc_s_per_byte']*1e12:.3f} ps per byte per receiver (thread-s, "
-          f"x s = (R+1+L)/({c['cores']}(R+1)) here, L = {c['load_ref']:.2f}: the training runs' median load)")
+          + (f"x s = (R+1+L)/({c['cores']}(R+1)) here, L = {c['load_ref']:.2f}: the training runs' median load)"
+             if c.get("contention", True) else f"form {c['form']}: no share term, wall time on this machine)"))
     cd, cs = f["commit_fit_delegated"], f["commit_fit_same_session_producer"]
     print(f"  commit         c0       {c['c0_s']*1e3:8.2f} ms per version; producer commit k = {c['k_rtt']:.2f} RTTs "
           f"(per round: {', '.join(f'{x:.2f}' for x in f['commit_fit'].get('per_round_k', []))}; rtt.jsonl)")
@@ -184,7 +185,7 @@ def cmd_fit(args):
               f"{t['fill']:6.3f} {t['apply']:6.3f} {t['commit']:6.3f}  "
               f"{' '.join(f'{e:+.0%}' for e in v['run_errors'])}   {v['load'][0]:.1f}-{v['load'][1]:.1f}"
               + f"  batch {','.join(map(str, v['batches']))}" + ("" if ok else "  OUTSIDE"))
-    for form in ("A", "B"):
+    for form in others:
         print(f"  (model {form}, the same training runs: held-out errors "
               f"{' '.join(f'{e:+.0%}' for e in f[f'model_{form.lower()}_heldout_errors'])}, training |error| median "
               f"{f[f'model_{form.lower()}_train_abs_error_median']:.1%}: not used)")
@@ -324,6 +325,8 @@ def main():
     fi.add_argument("--runs", default=os.path.join(HERE, "runs.json"))
     fi.add_argument("--out")
     fi.add_argument("--check", action="store_true")
+    fi.add_argument("--form", choices=fit_lib.FORMS, default="C",
+                    help="the model's form (fit_lib): the one `cv` chooses on the training runs; default C")
     fi.add_argument("--verbose", "-v", action="store_true", help="also print every training configuration")
     fi.add_argument("--markdown", action="store_true", help="also print the tables in Markdown")
     fi.add_argument("--tolerance", type=float, default=0.15)

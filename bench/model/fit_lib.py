@@ -28,7 +28,9 @@ the producer's and the receivers' CPU work compete, hence their sum. E = checkpo
 changed elements, R = receivers, depth = hops from the producer to the deepest receiver (chain:
 R, binary/double_binary: floor(log2 R) + 1). Without s (form "A") the receivers' CPU is wall time
 that grows linearly with R. Forms (docs/performance.md, "How the form was arrived at"):
-    A: no share term; encode with the R terms          (the first form; failed the 8-receiver check)
+    A: no share term; encode with the R terms          (the first form; failed the 8-receiver check;
+                                                       chosen again by cross-validation over the fourth
+                                                       check's 2-12 receivers: runs-wide.json, fit --form A)
     B: s with each run's own load average; encode with the R terms t_scan_r, t_change_r
                                                        (the form of the first blind check: -17%, -21%)
     C: s with one background load load_ref (the training runs' median); encode = E t_scan + C t_change
@@ -179,9 +181,9 @@ def is_train(row):
 
 
 def is_heldout(row):
-    """Held-out subset: the blind set measured after the freeze (batch > TRAIN_BATCHES, role blind:
-    120M, ~2%, 5 and 10 receivers, 120 and 250 Mbit/s; no size, rate or receiver count of it is in
-    the training runs)."""
+    """Held-out subset: the blind set measured after the freeze (a batch after the training ones,
+    role blind; runs.json: 120M, ~2%, 5 and 10 receivers; runs-wide.json: 80M/120M, ~2/4%, 6 and 10;
+    no size, rate or receiver count of it is in the training runs)."""
     return not row.get("train", True) and row.get("role") == "blind"
 
 
@@ -359,6 +361,18 @@ def bytes_per_change(rows, wan_runs):
             for k, v in sorted(vals.items())}
 
 
+def describe(rows):
+    """What a set of step rows spans, e.g. "25M-200M params, ~1/3/5%, 2/4/8 receivers" (sizes as
+    labelled, nominal rates, receiver counts); "none" for no rows."""
+    if not rows:
+        return "none"
+    sizes = sorted({r["params_label"] for r in rows}, key=lambda p: rate_bytes_per_s(p + "bit/s"))
+    rates = "/".join(f"{x * 100:g}" for x in sorted({r["rate"] for r in rows}))
+    receivers = "/".join(str(x) for x in sorted({r["receivers"] for r in rows}))
+    span = sizes[0] if len(sizes) == 1 else f"{sizes[0]}-{sizes[-1]}"
+    return f"{span} params ({len(sizes)} sizes), ~{rates}%, {receivers} receivers"
+
+
 def fit(doc, form="C", train_filter=None):
     """Fit every constant on the training rows only, in one of FORMS: "C" (the default: share term
     with the training runs' median load, encode without R terms), "B" (share term with each run's
@@ -412,8 +426,8 @@ def fit(doc, form="C", train_filter=None):
                    k_rtt_delegated="round trips per version, delegated commit (s of refit per s of RTT)"),
         eta_range=eta_range, eta_runs=eta_n, commit_fit=commit, commit_fit_delegated=delegated,
         commit_fit_same_session_producer=same_session,
-        train=dict(rule=f"batches 1-{train_batches(doc)} (from {doc.get('started', '?')}): 25M-200M params, "
-                        "~1/3/5%, 2/4/6/8 receivers; steps >= 2, median per configuration",
+        train=dict(rule=f"batches 1-{train_batches(doc)} (from {doc.get('started', '?')}): {describe(train_steps)}; "
+                        "steps >= 2, median per configuration",
                    configurations=len(train), steps=len(train_steps),
                    runs=len({r["run"] for r in train_steps}),
                    abs_error_median=statistics.median(abs(e) for e in errs),
@@ -423,8 +437,8 @@ def fit(doc, form="C", train_filter=None):
                               measured=r["refit"], measured_min=r["refit_min"], measured_max=r["refit_max"],
                               predicted=predict_row(c, r)["total"], bound=predict_row(c, r)["bound"],
                               error=e, rounds=r["rounds"]) for r, e in zip(train, errs)]),
-        heldout_rule=f"batches > {train_batches(doc)}, role blind (120M, ~2%, 5 and 10 receivers), steps >= 2 "
-                     "(median over rounds per configuration)",
+        heldout_rule=f"batches > {train_batches(doc)}, role blind ({describe([r for r in rows if is_heldout(r)])}), "
+                     "steps >= 2 (median over rounds per configuration)",
         bytes_per_change=bytes_per_change(train_steps, doc.get("wan_runs", [])))
 
 

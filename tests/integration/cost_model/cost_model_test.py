@@ -13,9 +13,14 @@
    positive and ordered (more change, more time; bigger model, more time), and an SVG.
 4. The quiet re-run (bench/model/runs-quiet.json, fit-quiet-frozen.json) gives its documented
    result (see QUIET_TOLERANCE).
+5. The fourth check (bench/model/runs-wide.json: training over 2-12 receivers, fit-wide-frozen.json,
+   then a blind set of new sizes, rates and receiver counts): cross-validation on the training runs
+   alone ranks form A first in both groupings, and `fit --form A --check` at the issue's 15% passes
+   with the frozen constants and every blind run after the freeze.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,9 +42,10 @@ def run(args):
     return p.returncode, p.stdout
 
 
-def checked_fit(script, runs, out_path, tolerance, failures):
-    """`fit --runs RUNS --check --tolerance T` (printed); a non-zero exit is a failure. The fit."""
-    rc, out = run([script, "fit", "--runs", runs, "--out", out_path, "--check", "--tolerance", str(tolerance)])
+def checked_fit(script, runs, out_path, tolerance, failures, form="C"):
+    """`fit --runs RUNS --form F --check --tolerance T` (printed); a non-zero exit is a failure. The fit."""
+    rc, out = run([script, "fit", "--runs", runs, "--form", form, "--out", out_path, "--check",
+                   "--tolerance", str(tolerance)])
     print(out)
     if rc != 0:
         failures.append(f"fit --check on {os.path.basename(runs)} exited {rc}")
@@ -146,6 +152,30 @@ def main():
             if abs(v["error"]) > limit:
                 failures.append(f"quiet held-out {v['config']} error {v['error']:+.1%} (limit +-{limit:.0%})")
         expect_blind_after_freeze(quiet, quiet_frozen, failures)
+
+        # 5. the fourth check: the form is the one cross-validation on the training runs ranks
+        # first (lowest |error| median, leaving out each size-receivers group, then each receiver
+        # count), and every blind configuration is within STRICT, the issue's 15%.
+        wide = os.path.join(src, "bench", "model", "runs-wide.json")
+        wide_frozen = json.load(open(os.path.join(src, "bench", "model", "fit-wide-frozen.json")))
+        rc, out = run([script, "cv", "--runs", wide])
+        print(out)
+        medians = [{m.group(1): float(m.group(2)) for m in re.finditer(r"form (\w): \|error\| median ([0-9.]+)%", block)}
+                   for block in out.split("leave one ")[1:]]
+        if rc != 0 or len(medians) != 2 or any(len(m) != 3 for m in medians):
+            failures.append(f"cv on runs-wide.json: exit {rc}, parsed {medians}")
+        elif any(min(m, key=m.get) != wide_frozen["constants"]["form"] for m in medians):
+            failures.append(f"cv ranks {[min(m, key=m.get) for m in medians]} first, the frozen fit is form "
+                            f"{wide_frozen['constants']['form']}")
+        wf = checked_fit(script, wide, os.path.join(tmp, "fit-wide.json"), STRICT, failures,
+                         form=wide_frozen["constants"]["form"])
+        expect_constants(wf, wide_frozen, "fit-wide-frozen.json", failures)
+        expect_constants(wf, json.load(open(os.path.join(src, "bench", "model", "fit-wide.json"))), "fit-wide.json",
+                         failures)
+        if len(wf["heldout"]) != 4 or len(wf["controls"]) != 2:
+            failures.append(f"runs-wide.json: {len(wf['heldout'])} held-out and {len(wf['controls'])} control "
+                            "configurations, not 4 and 2")
+        expect_blind_after_freeze(wide, wide_frozen, failures)
     for msg in failures:
         print("FAIL:", msg)
     return 1 if failures else 0
