@@ -44,56 +44,56 @@ def default_matrix():
     return m
 
 
+def configs(rows, role=None):
+    """Configuration dicts from (params, rate, receivers, uplink, topology[, role]) tuples, each with
+    the simulator's lr for its rate; `role` for the rows that name none (None: no role key)."""
+    out = []
+    for row in rows:
+        params, rate, receivers, uplink, topology = row[:5]
+        c = dict(params=params, rate=rate, receivers=receivers, uplink=uplink, topology=topology)
+        if len(row) > 5 or role:
+            c["role"] = row[5] if len(row) > 5 else role
+        c["lr"] = LR_FOR_RATE[rate]
+        out.append(c)
+    return out
+
+
 def blind2_matrix():
     """The second blind set, measured after the fit was frozen (docs/performance.md): 120M params,
     ~2% change, 5 and 10 receivers, 120 and 250 Mbit/s, chain and binary (a 2x2 crossing: each
     receiver count with both uplinks and both shapes), none of them in a training run; plus 2
     training configurations re-measured in the same rounds as controls (role "control")."""
-    m = [dict(params="120M", rate=0.02, receivers=5, uplink="120Mbit/s", topology="chain", role="blind"),
-         dict(params="120M", rate=0.02, receivers=5, uplink="250Mbit/s", topology="binary", role="blind"),
-         dict(params="120M", rate=0.02, receivers=10, uplink="120Mbit/s", topology="binary", role="blind"),
-         dict(params="120M", rate=0.02, receivers=10, uplink="250Mbit/s", topology="chain", role="blind"),
-         dict(params="100M", rate=0.03, receivers=8, uplink="200Mbit/s", topology="binary", role="control"),
-         dict(params="50M", rate=0.05, receivers=4, uplink="400Mbit/s", topology="binary", role="control")]
-    for c in m:
-        c["lr"] = LR_FOR_RATE[c["rate"]]
-    return m
+    return configs((("120M", 0.02, 5, "120Mbit/s", "chain"), ("120M", 0.02, 5, "250Mbit/s", "binary"),
+                    ("120M", 0.02, 10, "120Mbit/s", "binary"), ("120M", 0.02, 10, "250Mbit/s", "chain"),
+                    ("100M", 0.03, 8, "200Mbit/s", "binary", "control"),
+                    ("50M", 0.05, 4, "400Mbit/s", "binary", "control")), role="blind")
 
 
 def wide_matrix():
     """The fourth check's training matrix (docs/performance.md, "The fourth check"): receiver counts
     2, 4, 8 and 12 (the span the blind set lies inside), 50M/100M/150M, ~1/3/5%, uplinks 50-400
     Mbit/s, chain and binary; 18 configurations."""
-    m = []
-    for params, rate, receivers, uplink, topology in (
-            ("50M", 0.01, 2, "400Mbit/s", "binary"), ("100M", 0.05, 2, "200Mbit/s", "chain"),
-            ("150M", 0.03, 2, "150Mbit/s", "binary"),
-            ("50M", 0.01, 4, "50Mbit/s", "binary"), ("50M", 0.05, 4, "400Mbit/s", "chain"),
-            ("100M", 0.03, 4, "100Mbit/s", "binary"), ("150M", 0.01, 4, "300Mbit/s", "chain"),
-            ("100M", 0.03, 8, "200Mbit/s", "binary"), ("100M", 0.03, 8, "100Mbit/s", "chain"),
-            ("150M", 0.05, 8, "400Mbit/s", "binary"), ("50M", 0.01, 8, "150Mbit/s", "chain"),
-            ("50M", 0.03, 12, "200Mbit/s", "binary"), ("100M", 0.01, 12, "100Mbit/s", "chain"),
-            ("100M", 0.05, 12, "400Mbit/s", "binary"), ("150M", 0.03, 12, "250Mbit/s", "chain"),
-            ("150M", 0.03, 12, "150Mbit/s", "binary"), ("50M", 0.05, 12, "50Mbit/s", "binary"),
-            ("150M", 0.01, 8, "250Mbit/s", "binary")):
-        m.append(dict(params=params, rate=rate, receivers=receivers, uplink=uplink, topology=topology,
-                      lr=LR_FOR_RATE[rate]))
-    return m
+    return configs((
+        ("50M", 0.01, 2, "400Mbit/s", "binary"), ("100M", 0.05, 2, "200Mbit/s", "chain"),
+        ("150M", 0.03, 2, "150Mbit/s", "binary"),
+        ("50M", 0.01, 4, "50Mbit/s", "binary"), ("50M", 0.05, 4, "400Mbit/s", "chain"),
+        ("100M", 0.03, 4, "100Mbit/s", "binary"), ("150M", 0.01, 4, "300Mbit/s", "chain"),
+        ("100M", 0.03, 8, "200Mbit/s", "binary"), ("100M", 0.03, 8, "100Mbit/s", "chain"),
+        ("150M", 0.05, 8, "400Mbit/s", "binary"), ("50M", 0.01, 8, "150Mbit/s", "chain"),
+        ("50M", 0.03, 12, "200Mbit/s", "binary"), ("100M", 0.01, 12, "100Mbit/s", "chain"),
+        ("100M", 0.05, 12, "400Mbit/s", "binary"), ("150M", 0.03, 12, "250Mbit/s", "chain"),
+        ("150M", 0.03, 12, "150Mbit/s", "binary"), ("50M", 0.05, 12, "50Mbit/s", "binary"),
+        ("150M", 0.01, 8, "250Mbit/s", "binary")))
 
 
 def blind3_matrix():
     """The fourth check's blind set, measured after its fit was frozen: sizes (80M, 120M), change
     rates (~2%, ~4%) and receiver counts (6, 10) that no training run of wide_matrix has, inside its
     span, crossed with both shapes and uplinks; plus 2 training configurations as controls."""
-    m = [dict(params="80M", rate=0.02, receivers=6, uplink="120Mbit/s", topology="chain", role="blind"),
-         dict(params="120M", rate=0.04, receivers=6, uplink="250Mbit/s", topology="binary", role="blind"),
-         dict(params="80M", rate=0.04, receivers=10, uplink="250Mbit/s", topology="chain", role="blind"),
-         dict(params="120M", rate=0.02, receivers=10, uplink="120Mbit/s", topology="binary", role="blind"),
-         dict(params="100M", rate=0.03, receivers=8, uplink="200Mbit/s", topology="binary", role="control"),
-         dict(params="150M", rate=0.03, receivers=12, uplink="250Mbit/s", topology="chain", role="control")]
-    for c in m:
-        c["lr"] = LR_FOR_RATE[c["rate"]]
-    return m
+    return configs((("80M", 0.02, 6, "120Mbit/s", "chain"), ("120M", 0.04, 6, "250Mbit/s", "binary"),
+                    ("80M", 0.04, 10, "250Mbit/s", "chain"), ("120M", 0.02, 10, "120Mbit/s", "binary"),
+                    ("100M", 0.03, 8, "200Mbit/s", "binary", "control"),
+                    ("150M", 0.03, 12, "250Mbit/s", "chain", "control")), role="blind")
 
 
 MATRICES = dict(default=default_matrix, blind2=blind2_matrix, wide=wide_matrix, blind3=blind3_matrix)
