@@ -1,20 +1,31 @@
 // `deltacast diff`: encodes the delta between two checkpoints (each a .safetensors file or a
 // Hugging Face sharded directory, checkpoint/checkpoint.h) into a .dcx file (the chunk frames
-// followed by the seal frame, concatenated) and reports its size.
+// followed by the seal frame, concatenated) and reports its size. With --baseline it also times,
+// in rounds interleaved with the diff, plain reads of both checkpoints (fresh mappings, mapped
+// pages, pread) and reports the diff as a multiple of each (bench/codec/diff_speed.sh).
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
-#include <thread>
-#include <vector>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <optional>
 #include <regex>
+#include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint.h"
 #include "codec/encoder.h"
 #include "tools/cli.h"
+#include "tools/lib_bench_tree_math.h"
 #include "tools/lib_files.h"
 #include "tools/lib_manifest_compare.h"
 #include "util/bytes.h"
@@ -34,44 +45,98 @@ struct DiffOptions {
   uint64_t chunk_bytes = uint64_t{16} << 20;
   bool baseline = false;
   bool two_pass = false;
+  unsigned rounds = 3;
 };
 
 // Seconds to read every byte of both checkpoints once (a sum of 64-bit words, `threads` threads
-// over 16 MiB pieces): the memory-bound floor any diff of the two has to pay. Timed on the second
-// of two passes, so that neither it nor the diff after it pays the mapping's page faults.
-double read_both_seconds(const codec::ConstWeights& a, const codec::ConstWeights& b, unsigned threads) {
+// over 16 MiB pieces): the memory-bound floor of any diff of the two.
+double read_pass_seconds(const codec::ConstWeights& a, const codec::ConstWeights& b, unsigned threads) {
   std::vector<std::span<const std::byte>> pieces;
   constexpr size_t kPiece = size_t{16} << 20;
   for (const auto* w : {&a, &b})
     for (const auto& t : w->tensors)
       for (size_t at = 0; at < t.size(); at += kPiece) pieces.push_back(t.subspan(at, std::min(kPiece, t.size() - at)));
   std::atomic<uint64_t> sink{0};
-  auto pass = [&] {
-    std::atomic<size_t> next{0};
-    const auto start = std::chrono::steady_clock::now();
-    auto worker = [&] {
-      uint64_t sum[4] = {0, 0, 0, 0};  // independent sums: the loop runs at memory speed
-      for (size_t k; (k = next.fetch_add(1)) < pieces.size();) {
-        const auto p = pieces[k];
-        const size_t words = p.size() / 32 * 4;
-        for (size_t i = 0; i < words; i += 4)
-          for (size_t l = 0; l < 4; ++l) sum[l] += load_le<uint64_t>(p.data() + 8 * (i + l));
-        for (size_t i = words * 8; i < p.size(); ++i) sum[0] += std::to_integer<uint64_t>(p[i]);
-      }
-      sink += sum[0] + sum[1] + sum[2] + sum[3];
-    };
-    std::vector<std::thread> pool;
-    for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::atomic<size_t> next{0};
+  const auto start = std::chrono::steady_clock::now();
+  auto worker = [&] {
+    uint64_t sum[4] = {0, 0, 0, 0};  // independent sums: the loop runs at memory speed
+    for (size_t k; (k = next.fetch_add(1)) < pieces.size();) {
+      const auto p = pieces[k];
+      const size_t words = p.size() / 32 * 4;
+      for (size_t i = 0; i < words; i += 4)
+        for (size_t l = 0; l < 4; ++l) sum[l] += load_le<uint64_t>(p.data() + 8 * (i + l));
+      for (size_t i = words * 8; i < p.size(); ++i) sum[0] += std::to_integer<uint64_t>(p[i]);
+    }
+    sink += sum[0] + sum[1] + sum[2] + sum[3];
   };
-  pass();  // maps every page in (the diff that follows finds them mapped too)
-  const double seconds = pass();
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (sink.load() == 42) std::fprintf(stderr, " ");  // keeps the sums (and the reads) alive
   return seconds;
 }
 
+// Seconds to read every file of both checkpoints once with pread (1 MiB pieces into one buffer
+// per thread, summed as above): a read that maps nothing, so it pays a copy instead of the first
+// touch of mapped pages. `files` are the checkpoints' files (headers included).
+double pread_pass_seconds(const std::vector<std::filesystem::path>& files, unsigned threads) {
+  constexpr size_t kPiece = size_t{1} << 20;
+  std::vector<int> fds;
+  struct Piece {
+    int fd;
+    off_t at;
+  };
+  std::vector<Piece> pieces;
+  auto close_all = [&] {
+    for (int fd : fds) ::close(fd);
+  };
+  for (const auto& f : files) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      close_all();
+      throw Error(Errc::io, "cannot open " + f.string() + ": " + std::strerror(errno));
+    }
+    fds.push_back(fd);
+    const off_t size = ::lseek(fd, 0, SEEK_END);
+    for (off_t at = 0; at < size; at += static_cast<off_t>(kPiece)) pieces.push_back({fd, at});
+  }
+  std::atomic<uint64_t> sink{0};
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  const auto start = std::chrono::steady_clock::now();
+  auto worker = [&] {
+    std::vector<uint64_t> buf(kPiece / 8);
+    uint64_t sum[4] = {0, 0, 0, 0};
+    for (size_t k; (k = next.fetch_add(1)) < pieces.size();) {
+      const ssize_t got = ::pread(pieces[k].fd, buf.data(), kPiece, pieces[k].at);
+      if (got < 0) failed = true;
+      const size_t words = got > 0 ? static_cast<size_t>(got) / 32 * 4 : 0;
+      for (size_t i = 0; i < words; i += 4)
+        for (size_t l = 0; l < 4; ++l) sum[l] += buf[i + l];
+    }
+    sink += sum[0] + sum[1] + sum[2] + sum[3];
+  };
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close_all();
+  if (failed) throw Error(Errc::io, "diff --baseline: a pread of the checkpoints failed");
+  if (sink.load() == 42) std::fprintf(stderr, " ");
+  return seconds;
+}
+
+// The files a checkpoint at `path` is stored in: `path` itself, or every shard of a directory.
+std::vector<std::filesystem::path> files_of(const checkpoint::Checkpoint& c, const std::filesystem::path& path) {
+  if (!std::filesystem::is_directory(path)) return {path};
+  std::set<std::filesystem::path> files;
+  for (uint32_t i = 0; i < c.manifest().size(); ++i) files.insert(path / c.file_of(i));
+  return {files.begin(), files.end()};
+}
 
 std::vector<bool> overwrite_mask(const codec::Manifest& manifest, const std::string& pattern) {
   if (pattern.empty()) return {};
@@ -86,6 +151,97 @@ std::vector<bool> overwrite_mask(const codec::Manifest& manifest, const std::str
   return mask;
 }
 
+// One diff of the two checkpoints, timed (scan, base digest and coding; not the file write).
+struct TimedDelta {
+  codec::EncodedDelta delta;
+  double seconds = 0;
+};
+TimedDelta diff_once(const checkpoint::Checkpoint& base, const checkpoint::Checkpoint& next, const DiffOptions& o,
+                     const codec::EncodeOptions& options) {
+  const auto t1 = std::chrono::steady_clock::now();
+  // One pass: the base's digest is computed during the scan (codec/encoder.h). --two-pass: a full
+  // scan of the base first, as before (for benchmarks; the same bytes).
+  const codec::VersionIds ids{o.base_version, o.base_version + 1};
+  TimedDelta out;
+  out.delta = o.two_pass ? codec::encode_delta(base.weights(), next.weights(),
+                                               codec::StateDigest::full_scan(base.weights(), o.threads), ids, options)
+                         : codec::encode_delta(base.weights(), next.weights(), ids, options);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+  return out;
+}
+
+// --baseline, one round: a plain read of both checkpoints and the diff, each first on a fresh
+// mapping of the files (as a process that maps them and reads them once: the first touch of every
+// page is paid, here as by any user's diff) and then again on the same, now mapped, pages; and a
+// read of the files with pread (no mapping).
+struct BaselineRound {
+  double read_fresh = 0, read_mapped = 0, read_pread = 0, diff_fresh = 0, diff_mapped = 0;
+};
+
+// Runs `rounds` interleaved rounds (odd rounds diff first) and returns the first diff. Every diff
+// of every round must give the same frames (Error(internal) otherwise: the encoder is
+// deterministic whatever the threads' interleaving).
+TimedDelta run_baseline(const DiffOptions& o, const codec::EncodeOptions& options, std::vector<BaselineRound>& rounds) {
+  std::optional<TimedDelta> first;
+  auto check_same = [&](const TimedDelta& d) {
+    if (!first) {
+      first = d;
+    } else if (d.delta.frames != first->delta.frames) {
+      throw Error(Errc::internal, "diff --baseline: two diffs of the same checkpoints gave different frames");
+    }
+  };
+  {  // warm-up, untimed: the first mapping in a process pays more (its page-table pages) than later
+     // ones at the same addresses, which would flatter whichever of read and diff came first
+    const auto base = checkpoint::Checkpoint::open(o.base);
+    const auto next = checkpoint::Checkpoint::open(o.next);
+    read_pass_seconds(base.weights(), next.weights(), o.threads);
+  }
+  for (unsigned r = 0; r < o.rounds; ++r) {
+    BaselineRound b;
+    auto read = [&] {
+      const auto base = checkpoint::Checkpoint::open(o.base);
+      const auto next = checkpoint::Checkpoint::open(o.next);
+      b.read_fresh = read_pass_seconds(base.weights(), next.weights(), o.threads);
+      b.read_mapped = read_pass_seconds(base.weights(), next.weights(), o.threads);
+      auto files = files_of(base, o.base);
+      for (auto& f : files_of(next, o.next)) files.push_back(std::move(f));
+      b.read_pread = pread_pass_seconds(files, o.threads);
+    };
+    auto diff = [&] {
+      const auto base = checkpoint::Checkpoint::open(o.base);
+      const auto next = checkpoint::Checkpoint::open(o.next);
+      const auto fresh = diff_once(base, next, o, options);
+      b.diff_fresh = fresh.seconds;
+      check_same(fresh);
+      const auto mapped = diff_once(base, next, o, options);
+      b.diff_mapped = mapped.seconds;
+      check_same(mapped);
+    };
+    if (r % 2 == 0) {
+      read();
+      diff();
+    } else {
+      diff();
+      read();
+    }
+    rounds.push_back(b);
+  }
+  return std::move(*first);
+}
+
+// Per-round ratios diff / read.
+Spread ratio_spread(const std::vector<BaselineRound>& rounds, double BaselineRound::*diff,
+                    double BaselineRound::*read) {
+  std::vector<double> v;
+  for (const auto& r : rounds) v.push_back(r.*diff / r.*read);
+  return spread_of(v);
+}
+Spread spread_by(const std::vector<BaselineRound>& rounds, double BaselineRound::*field) {
+  std::vector<double> v;
+  for (const auto& r : rounds) v.push_back(r.*field);
+  return spread_of(v);
+}
+
 void run_diff(const DiffOptions& o) {
   const auto base = checkpoint::Checkpoint::open(o.base);
   const auto next = checkpoint::Checkpoint::open(o.next);
@@ -98,18 +254,11 @@ void run_diff(const DiffOptions& o) {
   options.overwrite_tensors = overwrite_mask(base.manifest(), o.overwrite_regex);
   const size_t overwritten = static_cast<size_t>(std::count(options.overwrite_tensors.begin(), options.overwrite_tensors.end(), true));
 
-  // --baseline: first a plain read of both checkpoints (the memory-bound floor of a diff), timed
-  // in the same process, so the report gives the diff as a ratio of it.
-  const double read_seconds = o.baseline ? read_both_seconds(base.weights(), next.weights(), o.threads) : 0.0;
-  const auto t1 = std::chrono::steady_clock::now();
-  // One pass: the base's digest is computed during the scan (codec/encoder.h). --two-pass: a full
-  // scan of the base first, as before (for benchmarks; the same bytes).
-  const codec::VersionIds ids{o.base_version, o.base_version + 1};
-  const auto delta =
-      o.two_pass ? codec::encode_delta(base.weights(), next.weights(),
-                                       codec::StateDigest::full_scan(base.weights(), o.threads), ids, options)
-                 : codec::encode_delta(base.weights(), next.weights(), ids, options);
-  const auto t2 = std::chrono::steady_clock::now();
+  // --baseline: rounds of a plain read of both checkpoints (the memory-bound floor of a diff) and
+  // the diff, timed in this process, so the report gives the diff as a ratio of the read.
+  std::vector<BaselineRound> rounds;
+  const TimedDelta timed = o.baseline ? run_baseline(o, options, rounds) : diff_once(base, next, o, options);
+  const auto& delta = timed.delta;
   const auto& base_digest = delta.base_digest;
 
   std::vector<std::byte> file;
@@ -118,7 +267,7 @@ void run_diff(const DiffOptions& o) {
   write_file_atomic(o.out, file);
 
   const auto& s = delta.stats;
-  const double encode_seconds = std::chrono::duration<double>(t2 - t1).count();
+  const double encode_seconds = o.baseline ? spread_by(rounds, &BaselineRound::diff_fresh).median : timed.seconds;
   const double changed_fraction = s.elements ? double(s.changes) / double(s.elements) : 0.0;
   const double bytes_per_change = s.changes ? double(file.size()) / double(s.changes) : 0.0;
   const double percent = s.checkpoint_bytes ? 100.0 * double(file.size()) / double(s.checkpoint_bytes) : 0.0;
@@ -148,9 +297,29 @@ void run_diff(const DiffOptions& o) {
     j["base_digest"] = base_digest.combined();
     j["new_digest"] = delta.new_digest.combined();
     j["encode_seconds"] = encode_seconds;  // the whole diff: scan, base digest, coding
+    // --baseline: medians over the rounds; the ratios per round, then their median and range.
     if (o.baseline) {
-      j["read_seconds"] = read_seconds;
-      j["diff_over_read"] = read_seconds > 0 ? encode_seconds / read_seconds : 0.0;
+      nlohmann::ordered_json rs = nlohmann::ordered_json::array();
+      for (const auto& r : rounds)
+        rs.push_back({{"read_fresh", r.read_fresh},
+                      {"diff_fresh", r.diff_fresh},
+                      {"read_mapped", r.read_mapped},
+                      {"diff_mapped", r.diff_mapped},
+                      {"read_pread", r.read_pread}});
+      j["rounds"] = rs;
+      const Spread fresh = ratio_spread(rounds, &BaselineRound::diff_fresh, &BaselineRound::read_fresh);
+      const Spread mapped = ratio_spread(rounds, &BaselineRound::diff_mapped, &BaselineRound::read_mapped);
+      j["read_seconds"] = spread_by(rounds, &BaselineRound::read_fresh).median;
+      j["diff_over_read"] = fresh.median;
+      j["diff_over_read_range"] = {fresh.min, fresh.max};
+      j["read_mapped_seconds"] = spread_by(rounds, &BaselineRound::read_mapped).median;
+      j["diff_mapped_seconds"] = spread_by(rounds, &BaselineRound::diff_mapped).median;
+      j["diff_over_read_mapped"] = mapped.median;
+      j["diff_over_read_mapped_range"] = {mapped.min, mapped.max};
+      const Spread pread = ratio_spread(rounds, &BaselineRound::diff_fresh, &BaselineRound::read_pread);
+      j["read_pread_seconds"] = spread_by(rounds, &BaselineRound::read_pread).median;
+      j["diff_over_read_pread"] = pread.median;
+      j["diff_over_read_pread_range"] = {pread.min, pread.max};
     }
     j["encode_gbps"] = encode_seconds > 0 ? double(s.checkpoint_bytes) / encode_seconds / 1e9 : 0.0;
     std::printf("%s\n", j.dump().c_str());
@@ -168,10 +337,24 @@ void run_diff(const DiffOptions& o) {
   std::printf("  overwrite      %zu tensors\n", overwritten);
   std::printf("  time           %.3f s (%.2f GB/s)", encode_seconds,
               encode_seconds > 0 ? double(s.checkpoint_bytes) / encode_seconds / 1e9 : 0.0);
-  if (o.baseline)
-    std::printf(", %.2fx a plain read of both (%.3f s)", read_seconds > 0 ? encode_seconds / read_seconds : 0.0,
-                read_seconds);
   std::printf("\n");
+  if (o.baseline) {
+    const Spread fresh = ratio_spread(rounds, &BaselineRound::diff_fresh, &BaselineRound::read_fresh);
+    const Spread mapped = ratio_spread(rounds, &BaselineRound::diff_mapped, &BaselineRound::read_mapped);
+    const Spread read = spread_by(rounds, &BaselineRound::read_fresh);
+    const Spread read_m = spread_by(rounds, &BaselineRound::read_mapped);
+    const Spread diff_m = spread_by(rounds, &BaselineRound::diff_mapped);
+    std::printf(
+        "  vs a read      %.2fx a plain read of both, fresh mappings (%.2f-%.2fx over %zu rounds; read %.3f-%.3f s)\n",
+        fresh.median, fresh.min, fresh.max, rounds.size(), read.min, read.max);
+    std::printf(
+        "                 %.2fx with the pages already mapped (%.2f-%.2fx; read %.3f-%.3f s, diff %.3f-%.3f s)\n",
+        mapped.median, mapped.min, mapped.max, read_m.min, read_m.max, diff_m.min, diff_m.max);
+    const Spread pread = ratio_spread(rounds, &BaselineRound::diff_fresh, &BaselineRound::read_pread);
+    const Spread read_p = spread_by(rounds, &BaselineRound::read_pread);
+    std::printf("                 %.2fx a read of the files with pread (%.2f-%.2fx; read %.3f-%.3f s)\n", pread.median,
+                pread.min, pread.max, read_p.min, read_p.max);
+  }
 }
 
 void setup(CLI::App& parent) {
@@ -186,8 +369,13 @@ void setup(CLI::App& parent) {
   cmd->add_option("--base-version", o->base_version, "version number of the base")->capture_default_str();
   cmd->add_option("--threads", o->threads, "encoder threads")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--chunk-bytes", o->chunk_bytes, "checkpoint bytes per chunk frame")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_flag("--baseline", o->baseline,
-                "first time a plain read of both checkpoints and report the diff as a multiple of it");
+  auto* baseline = cmd->add_flag("--baseline", o->baseline,
+                                 "also time a plain read of both checkpoints, in rounds interleaved with the diff, "
+                                 "and report the diff as a multiple of it");
+  cmd->add_option("--rounds", o->rounds, "with --baseline: interleaved rounds (read and diff, each on a fresh mapping)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber)
+      ->needs(baseline);
   cmd->add_flag("--two-pass", o->two_pass, "BENCHMARK: digest the base in its own pass first (the old way)")
       ->group("Benchmarking");
   cmd->callback([o] { run_diff(*o); });

@@ -2,10 +2,14 @@
 // baselines measured in the same run (memcpy, XOR+zstd-1, zstd --patch-from, bsdiff).
 // Usage: dc_bench_codec [--params 200M] [--lr 2e-6] [--lr-high 6e-6] [--threads 2] [--json FILE]
 //        [--tools-slice-mib 32] [--no-tools]
-//        dc_bench_codec --profile encode|apply|digest [--reps 20] [--threads 1] [--params 50M] [--lr 1.3e-6]
+//        dc_bench_codec --profile encode|encode-one-pass|apply|digest|read [--reps 20] [--threads 1] [--params 50M]
+//        [--lr 1.3e-6]
 // Prints a markdown table; --json writes the figures. --profile only repeats one phase on one
 // step (lr of --lr) and prints each repetition's time: a loop to run under perf or callgrind. It
 // first prints a fingerprint of the encoded frames (identical output => identical fingerprint).
+// Phases on one thread: encode (the base digest given), encode-one-pass (the base digest computed
+// in the encode, as `deltacast diff` does), digest (the base's alone), read (a plain read of both
+// steps, the memory-bound floor); their times split a diff into its parts.
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -24,6 +28,7 @@
 #include "codec/owned_weights.h"
 #include "sim/model_shape.h"
 #include "sim/trainer_simulator.h"
+#include "util/bytes.h"
 #include "util/worker_threads.h"
 
 using namespace deltacast;
@@ -249,7 +254,22 @@ int profile(const std::string& phase, int reps, unsigned profile_threads, const 
   for (int rep = 0; rep < reps; ++rep) {
     double s = 0;
     const double c0 = thread_cpu_seconds();
-    if (phase == "digest") {
+    if (phase == "read") {
+      const auto t0 = Clock::now();
+      uint64_t sum[4] = {0, 0, 0, 0};  // independent sums: the loop runs at memory speed
+      for (const Owned* w : {&a, &b})
+        for (const auto& t : w->view().tensors) {
+          const size_t words = t.size() / 32 * 4;
+          for (size_t i = 0; i < words; i += 4)
+            for (size_t l = 0; l < 4; ++l) sum[l] += load_le<uint64_t>(t.data() + 8 * (i + l));
+        }
+      s = seconds_since(t0);
+      if (sum[0] + sum[1] + sum[2] + sum[3] == 42) std::printf("!");
+    } else if (phase == "encode-one-pass") {
+      const auto t0 = Clock::now();
+      delta = codec::encode_delta(a.view(), b.view(), {0, 1}, opts);
+      s = seconds_since(t0);
+    } else if (phase == "digest") {
       const auto t0 = Clock::now();
       const auto d = codec::StateDigest::full_scan(a.view(), 1);
       s = seconds_since(t0);

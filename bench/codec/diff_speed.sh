@@ -1,42 +1,52 @@
 #!/usr/bin/env bash
-# `deltacast diff` against the memory-bound floor (issue 12: <= 2.2x a plain read of both
-# checkpoints). Each round runs, in one process each, `diff --baseline` (a timed plain read of both
-# checkpoints, then the one-pass diff) and `diff --baseline --two-pass` (the base digested in its
-# own pass first, as before), interleaved, on a file pair and on the same pair stored as shards.
-#   bench/codec/diff_speed.sh [PARAMS (500M)] [ROUNDS (5)] [THREADS (2)]
-# Prints one line per run and the range of diff/read per mode. The frames of both modes are
-# compared byte for byte.
+# `deltacast diff` against plain reads of both checkpoints (issue 12: <= 2.2x a memory-bound read of
+# both). Each run is one `diff --baseline --rounds R` process: per round it times a read of both
+# checkpoints and the diff, each first on a fresh mapping of the files (what a process that maps
+# them and reads them once pays, first touch of every page included; the issue's baseline) and then
+# again on the now-mapped pages, plus a read of the files with pread; odd rounds diff first. Runs
+# alternate between the one-pass diff and `--two-pass` (the base digested in its own pass first, as
+# before), on a file pair and on the same pair stored as 4 shards.
+#   bench/codec/diff_speed.sh [PARAMS (500M)] [RUNS (3)] [ROUNDS per run (3)] [THREADS (2)]
+# Prints one line per round and, per layout and mode, the ranges of the per-round ratios over every
+# round of every run. The frames of both modes are compared byte for byte.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 dc="${DELTACAST:-$root/build/tools/deltacast}"
-params="${1:-500M}"; rounds="${2:-5}"; threads="${3:-2}"
+params="${1:-500M}"; runs="${2:-3}"; rounds="${3:-3}"; threads="${4:-2}"
 work="$(mktemp -d /tmp/dc-diffspeed.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 "$dc" synth --out "$work/file" --params "$params" --steps 1 --seed 3 >/dev/null
 "$dc" synth --out "$work/shards" --params "$params" --steps 1 --seed 3 --shards 4 >/dev/null
-for r in $(seq 1 "$rounds"); do
+echo "run layout mode round: read_fresh diff_fresh read_mapped diff_mapped read_pread (s)" >&2
+for r in $(seq 1 "$runs"); do
   for layout in file shards; do
     if [ "$layout" = file ]; then a="$work/file/step-0000.safetensors"; b="$work/file/step-0001.safetensors"
     else a="$work/shards/step-0000"; b="$work/shards/step-0001"; fi
     for mode in one-pass two-pass; do
       extra=(); [ "$mode" = two-pass ] && extra=(--two-pass)
-      "$dc" diff --base "$a" --new "$b" --out "$work/$mode.dcx" --baseline --json --threads "$threads" "${extra[@]}" |
-        python3 -c "import json,sys; j=json.load(sys.stdin); print('$r $layout $mode', '%.3f %.3f %.2f' % (j['read_seconds'], j['encode_seconds'], j['diff_over_read']))"
+      "$dc" diff --base "$a" --new "$b" --out "$work/$mode.dcx" --baseline --rounds "$rounds" --json \
+        --threads "$threads" "${extra[@]}" |
+        python3 -c "
+import json, sys
+j = json.load(sys.stdin)
+for k, x in enumerate(j['rounds']):
+    print('$r $layout $mode', k + 1, ' '.join('%.3f' % x[f] for f in ('read_fresh', 'diff_fresh', 'read_mapped', 'diff_mapped', 'read_pread')))"
     done
     cmp -s "$work/one-pass.dcx" "$work/two-pass.dcx" || { echo "diff_speed: the two modes' frames differ" >&2; exit 1; }
   done
 done | tee "$work/lines"
-echo "round layout mode read_s diff_s diff/read" >&2
 python3 - "$work/lines" <<'PY'
-import sys, collections
-runs = collections.defaultdict(list)
+import sys, collections, statistics
+rounds = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    r, layout, mode, read, diff, ratio = line.split()
-    runs[(layout, mode)].append((float(read), float(diff), float(ratio)))
-for (layout, mode), v in sorted(runs.items()):
-    ratios = sorted(x[2] for x in v)
-    reads = sorted(x[0] for x in v)
-    diffs = sorted(x[1] for x in v)
-    print(f"{layout:6} {mode:8} diff/read {ratios[0]:.2f}-{ratios[-1]:.2f} (median {ratios[len(ratios)//2]:.2f}); "
-          f"read {reads[0]:.3f}-{reads[-1]:.3f} s; diff {diffs[0]:.3f}-{diffs[-1]:.3f} s")
+    run, layout, mode, k, rf, df, rm, dm, rp = line.split()
+    rounds[(layout, mode)].append(tuple(map(float, (rf, df, rm, dm, rp))))
+def span(v, fmt='%.2f'):
+    v = sorted(v)
+    return (fmt + '-' + fmt + ' (median ' + fmt + ')') % (v[0], v[-1], statistics.median(v))
+for (layout, mode), v in sorted(rounds.items()):
+    print(f"{layout:6} {mode:8} {len(v)} rounds")
+    print(f"  diff/read, fresh mappings   {span([d / r for r, d, *_ in v])}; read {span([x[0] for x in v], '%.3f')} s; diff {span([x[1] for x in v], '%.3f')} s")
+    print(f"  diff/read, pages mapped     {span([x[3] / x[2] for x in v])}; read {span([x[2] for x in v], '%.3f')} s; diff {span([x[3] for x in v], '%.3f')} s")
+    print(f"  diff (fresh)/read (pread)   {span([x[1] / x[4] for x in v])}; read {span([x[4] for x in v], '%.3f')} s")
 PY

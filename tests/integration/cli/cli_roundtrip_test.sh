@@ -132,6 +132,24 @@ echo "ok: the target is untouched after every failure"
 "$DC" verify sh/step-0000 ck/step-0000.safetensors >/dev/null || fail "verify: shards and file differ"
 "$DC" diff --base sh/step-0000 --new sh/step-0001 --out dsh.dcx >/dev/null
 cmp -s dsh.dcx d01.dcx || fail "the delta from shards differs from the delta from files"
+# diff --baseline (bench/codec/diff_speed.sh): the same frames as a plain diff, every round timed
+# (a read of the shards through fresh mappings, mapped pages and pread), and --rounds needs it.
+"$DC" diff --base sh/step-0000 --new sh/step-0001 --out dsh-baseline.dcx --baseline --rounds 2 --json >baseline.json
+cmp -s dsh-baseline.dcx d01.dcx || fail "diff --baseline wrote other frames than a plain diff"
+python3 - baseline.json <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert len(d["rounds"]) == 2, d
+for r in d["rounds"]:
+    assert all(r[k] > 0 for k in ("read_fresh", "diff_fresh", "read_mapped", "diff_mapped", "read_pread")), r
+for k in ("diff_over_read", "diff_over_read_mapped", "diff_over_read_pread"):
+    lo, hi = d[k + "_range"]
+    assert 0 < lo <= d[k] <= hi, (k, d[k], lo, hi)
+assert d["encode_seconds"] > 0 and d["read_seconds"] > 0, d
+PY
+if "$DC" diff --base sh/step-0000 --new sh/step-0001 --out x.dcx --rounds 2 >/dev/null 2>&1; then
+  fail "diff --rounds without --baseline was accepted"
+fi
 "$DC" apply --target ck/step-0000.safetensors --delta dsh.dcx --out from-shards.safetensors >/dev/null
 "$DC" verify from-shards.safetensors sh/step-0001 >/dev/null || fail "a delta from shards applied to a file is not exact"
 "$DC" apply --target sh/step-0000 --delta d01.dcx --out sh-out >/dev/null
