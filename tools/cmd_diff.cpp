@@ -233,11 +233,13 @@ TimedDelta run_baseline(const DiffOptions& o, const codec::EncodeOptions& option
 Spread ratio_spread(const std::vector<BaselineRound>& rounds, double BaselineRound::*diff,
                     double BaselineRound::*read) {
   std::vector<double> v;
+  v.reserve(rounds.size());
   for (const auto& r : rounds) v.push_back(r.*diff / r.*read);
   return spread_of(v);
 }
 Spread spread_by(const std::vector<BaselineRound>& rounds, double BaselineRound::*field) {
   std::vector<double> v;
+  v.reserve(rounds.size());
   for (const auto& r : rounds) v.push_back(r.*field);
   return spread_of(v);
 }
