@@ -48,6 +48,35 @@ struct DiffOptions {
   unsigned rounds = 3;
 };
 
+// Adds the 64-bit words of [p, p + n) into four independent sums (so the loop runs at memory
+// speed) and the bytes after the last whole 32 into sum[0].
+void sum_words(const std::byte* p, size_t n, uint64_t (&sum)[4]) {
+  const size_t words = n / 32 * 4;
+  for (size_t i = 0; i < words; i += 4)
+    for (size_t l = 0; l < 4; ++l) sum[l] += load_le<uint64_t>(p + 8 * (i + l));
+  for (size_t i = words * 8; i < n; ++i) sum[0] += std::to_integer<uint64_t>(p[i]);
+}
+
+// Runs worker(sum) on `threads` threads (this one included), each with its own zeroed sums, and
+// returns the seconds until every one ended. The sums are kept, so the reads cannot be elided.
+template <class Worker>
+double timed_read(unsigned threads, Worker&& worker) {
+  std::atomic<uint64_t> sink{0};
+  auto run = [&] {
+    uint64_t sum[4] = {0, 0, 0, 0};
+    worker(sum);
+    sink += sum[0] + sum[1] + sum[2] + sum[3];
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> pool;
+  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(run);
+  run();
+  for (auto& t : pool) t.join();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (sink.load() == 42) std::fprintf(stderr, " ");
+  return seconds;
+}
+
 // Seconds to read every byte of both checkpoints once (a sum of 64-bit words, `threads` threads
 // over 16 MiB pieces): the memory-bound floor of any diff of the two.
 double read_pass_seconds(const codec::ConstWeights& a, const codec::ConstWeights& b, unsigned threads) {
@@ -56,32 +85,15 @@ double read_pass_seconds(const codec::ConstWeights& a, const codec::ConstWeights
   for (const auto* w : {&a, &b})
     for (const auto& t : w->tensors)
       for (size_t at = 0; at < t.size(); at += kPiece) pieces.push_back(t.subspan(at, std::min(kPiece, t.size() - at)));
-  std::atomic<uint64_t> sink{0};
   std::atomic<size_t> next{0};
-  const auto start = std::chrono::steady_clock::now();
-  auto worker = [&] {
-    uint64_t sum[4] = {0, 0, 0, 0};  // independent sums: the loop runs at memory speed
-    for (size_t k; (k = next.fetch_add(1)) < pieces.size();) {
-      const auto p = pieces[k];
-      const size_t words = p.size() / 32 * 4;
-      for (size_t i = 0; i < words; i += 4)
-        for (size_t l = 0; l < 4; ++l) sum[l] += load_le<uint64_t>(p.data() + 8 * (i + l));
-      for (size_t i = words * 8; i < p.size(); ++i) sum[0] += std::to_integer<uint64_t>(p[i]);
-    }
-    sink += sum[0] + sum[1] + sum[2] + sum[3];
-  };
-  std::vector<std::thread> pool;
-  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (sink.load() == 42) std::fprintf(stderr, " ");  // keeps the sums (and the reads) alive
-  return seconds;
+  return timed_read(threads, [&](uint64_t(&sum)[4]) {
+    for (size_t k; (k = next.fetch_add(1)) < pieces.size();) sum_words(pieces[k].data(), pieces[k].size(), sum);
+  });
 }
 
 // Seconds to read every file of both checkpoints once with pread (1 MiB pieces into one buffer
 // per thread, summed as above): a read that maps nothing, so it pays a copy instead of the first
-// touch of mapped pages. `files` are the checkpoints' files (headers included).
+// touch of mapped pages. `files` are the checkpoints' files (headers included). Throws Error(io).
 double pread_pass_seconds(const std::vector<std::filesystem::path>& files, unsigned threads) {
   constexpr size_t kPiece = size_t{1} << 20;
   std::vector<int> fds;
@@ -103,30 +115,18 @@ double pread_pass_seconds(const std::vector<std::filesystem::path>& files, unsig
     const off_t size = ::lseek(fd, 0, SEEK_END);
     for (off_t at = 0; at < size; at += static_cast<off_t>(kPiece)) pieces.push_back({fd, at});
   }
-  std::atomic<uint64_t> sink{0};
   std::atomic<size_t> next{0};
   std::atomic<bool> failed{false};
-  const auto start = std::chrono::steady_clock::now();
-  auto worker = [&] {
-    std::vector<uint64_t> buf(kPiece / 8);
-    uint64_t sum[4] = {0, 0, 0, 0};
+  const double seconds = timed_read(threads, [&](uint64_t(&sum)[4]) {
+    std::vector<std::byte> buf(kPiece);
     for (size_t k; (k = next.fetch_add(1)) < pieces.size();) {
       const ssize_t got = ::pread(pieces[k].fd, buf.data(), kPiece, pieces[k].at);
       if (got < 0) failed = true;
-      const size_t words = got > 0 ? static_cast<size_t>(got) / 32 * 4 : 0;
-      for (size_t i = 0; i < words; i += 4)
-        for (size_t l = 0; l < 4; ++l) sum[l] += buf[i + l];
+      sum_words(buf.data(), got > 0 ? static_cast<size_t>(got) : 0, sum);
     }
-    sink += sum[0] + sum[1] + sum[2] + sum[3];
-  };
-  std::vector<std::thread> pool;
-  for (unsigned i = 1; i < threads; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  });
   close_all();
   if (failed) throw Error(Errc::io, "diff --baseline: a pread of the checkpoints failed");
-  if (sink.load() == 42) std::fprintf(stderr, " ");
   return seconds;
 }
 

@@ -14,6 +14,7 @@
 
 #include "codec/frame.h"
 #include "tests/common/time_scale.h"
+#include "tests/integration/tree/loop_cluster.h"
 #include "tests/integration/tree/tree_test_model.h"
 #include "transport/loopback/loopback.h"
 #include "transport/transport.h"
@@ -56,142 +57,59 @@ Sent classify(std::span<const std::byte> message) {
   return s;
 }
 
-class FailCluster {
+// The failover tests' cluster: members in named clusters (for delegated commits), gated members,
+// small in-flight windows so that a version spans many messages, and per-member fault hooks.
+class FailCluster : public LoopCluster {
  public:
   FailCluster(TopologyKind kind, const codec::Manifest& manifest, uint32_t n, const std::string& name,
               std::vector<std::string> clusters = {}, std::set<uint32_t> gated = {}, bool delegated = false)
-      : name_(name), clusters_(clusters), gated_(std::move(gated)), buffers_(n + 1), failures_(n + 1), threads_(n + 1) {
-    transport::TransportOptions to;
-    to.peer_timeout = kPeerTimeout;
-    producer_transport_ = transport::make_transport("loop", to);
+      : LoopCluster(name, n, kPeerTimeout), clusters_(std::move(clusters)), gated_(std::move(gated)) {
     ProducerOptions po;
-    po.listen_url = "loop://" + name + "-producer";
     po.receivers = n;
     po.topology = kind;
     po.encode.chunk_bytes = 32 << 10;  // many chunks for a small model
     po.max_inflight_bytes_per_root = 256 << 10;
     po.version_timeout = 30s;
     po.join_timeout = test_time::scaled(10s);
-    po.peer_timeout = kPeerTimeout;
     po.delegate_commit = delegated;
     po.on_progress = [this](uint32_t sent, uint32_t) {
       if (on_progress_) on_progress_(sent);
     };
-    producer_ = std::make_unique<Producer>(*producer_transport_, manifest, po);
-    transports_.resize(n + 1);
-    receivers_.resize(n + 1);
-    for (uint32_t r = 1; r <= n; ++r) {
-      transports_[r] = transport::make_transport("loop", to);
-      receivers_[r] = make_receiver(r, clusters.empty() ? "" : clusters[r - 1]);
-      threads_[r] = std::thread([this, r] { serve(r); });
-    }
-    try {
-      producer_->start();
-    } catch (...) {
-      // A failed start (an overloaded machine, e.g. under TSan): end every member thread before the
-      // exception leaves, or joinable threads terminate the process.
-      for (uint32_t r = 1; r <= n; ++r) loop::kill(*transports_[r]);
-      for (uint32_t r = 1; r <= n; ++r)
-        if (threads_[r].joinable()) threads_[r].join();
-      throw;
-    }
+    start(manifest, po);
   }
-  ~FailCluster() {
-    if (!finished_) finish();
+  ~FailCluster() override {
+    if (!finished()) finish();
   }
-  void finish() {
-    finished_ = true;
-    producer_->finish();
-    for (uint32_t r = 1; r < threads_.size(); ++r) {
-      // A frozen member would never notice: kill it so its thread ends.
-      if (frozen_.count(r)) loop::kill(*transports_[r]);
-      if (threads_[r].joinable()) threads_[r].join();
-    }
-  }
-  Producer& producer() { return *producer_; }
-  Receiver& receiver(uint32_t r) { return *receivers_[r]; }
-  transport::Transport& transport_of(uint32_t r) { return *transports_[r]; }
-  const std::string& failure(uint32_t r) const { return failures_[r]; }
-  bool holds(uint32_t r, const codec::ConstWeights& expected) const { return same_bits(buffers_[r], expected); }
-  std::string failures() const {
-    std::string all;
-    for (size_t r = 1; r < failures_.size(); ++r)
-      if (!failures_[r].empty()) all += "rank " + std::to_string(r) + ": " + failures_[r] + "\n";
-    return all;
-  }
-  const std::vector<Bytes>& buffers(uint32_t r) const { return buffers_[r]; }
-  // Member r's weights, to change them behind its back (only while it is idle between versions).
-  std::vector<Bytes>& buffers_mut(uint32_t r) { return buffers_[r]; }
   void on_progress(std::function<void(uint32_t)> f) { on_progress_ = std::move(f); }
 
   // Installs a hook on member r: `decide` sees each message r sends and may return die/freeze.
-  void hook(uint32_t r, std::function<loop::Fault(const Sent&)> decide) {
-    loop::set_member_fault_hook(*transports_[r], std::make_shared<loop::FaultFunction>(
-                                                     [decide](uint64_t, std::span<const std::byte> m) {
-                                                       return decide(classify(m));
-                                                     }));
-  }
-  void frozen(uint32_t r) { frozen_.insert(r); }
+  void hook(uint32_t r, std::function<loop::Fault(const Sent&)> decide) { install(transport_of(r), std::move(decide)); }
   // A new process for rank r (after the old one died): fresh buffers at version 0, same rank.
   // `decide`, when given, is the new member's hook (see hook()) from its first message on.
   void restart(uint32_t r, std::function<loop::Fault(const Sent&)> decide = {}) {
-    loop::kill(*transports_[r]);
-    if (threads_[r].joinable()) threads_[r].join();
-    failures_[r].clear();
-    buffers_[r].clear();
-    transport::TransportOptions to;
-    to.peer_timeout = kPeerTimeout;
-    transports_[r] = transport::make_transport("loop", to);
-    if (decide) hook(r, std::move(decide));
-    receivers_[r] = make_receiver(r, clusters_.empty() ? "" : clusters_[r - 1]);
-    threads_[r] = std::thread([this, r] { serve(r); });
+    LoopCluster::restart(r, [&](transport::Transport& t) {
+      if (decide) install(t, std::move(decide));
+    });
   }
-  void thawed(uint32_t r) { frozen_.erase(r); }
 
  private:
-  std::unique_ptr<Receiver> make_receiver(uint32_t r, const std::string& cluster) {
-    ReceiverOptions ro;
-    ro.rank = r;
-    ro.producer_url = "loop://" + name_ + "-producer";
-    ro.listen_url = "loop://" + name_ + "-r" + std::to_string(r);
-    ro.cluster = cluster;
-    ro.max_inflight_bytes_per_child = 128 << 10;
-    ro.peer_timeout = kPeerTimeout;
-    ro.connect_timeout = test_time::scaled(2s);
-    ro.join_timeout = test_time::scaled(10s);
-    ro.producer_loss_timeout = 1s;
-    ro.gated = gated_.count(r) > 0;
-    return std::make_unique<Receiver>(*transports_[r], ro);
+  static void install(transport::Transport& t, std::function<loop::Fault(const Sent&)> decide) {
+    loop::set_member_fault_hook(
+        t, std::make_shared<loop::FaultFunction>(
+               [decide = std::move(decide)](uint64_t, std::span<const std::byte> m) { return decide(classify(m)); }));
   }
-  void serve(uint32_t r) {
-    try {
-      join_and_serve(*receivers_[r], buffers_[r]);
-    } catch (const std::exception& e) {
-      failures_[r] = e.what();
-    }
+  std::unique_ptr<Receiver> make_receiver(uint32_t r) override {
+    ReceiverOptions ro = receiver_options(r);
+    ro.cluster = clusters_.empty() ? "" : clusters_[r - 1];
+    ro.max_inflight_bytes_per_child = 128 << 10;
+    ro.gated = gated_.count(r) > 0;
+    return std::make_unique<Receiver>(transport_of(r), ro);
   }
 
-  std::string name_;
   std::vector<std::string> clusters_;
   std::set<uint32_t> gated_;
-  std::unique_ptr<transport::Transport> producer_transport_;
-  std::unique_ptr<Producer> producer_;
-  std::vector<std::unique_ptr<transport::Transport>> transports_;
-  std::vector<std::unique_ptr<Receiver>> receivers_;
-  std::vector<std::vector<Bytes>> buffers_;
-  std::vector<std::string> failures_;
-  std::vector<std::thread> threads_;
   std::function<void(uint32_t)> on_progress_;
-  std::set<uint32_t> frozen_;
-  bool finished_ = false;
 };
-
-std::string test_name() {
-  std::string s = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  for (auto& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
-  return s;
-}
 
 // Dies (or freezes) at the k-th data message it forwards of `version` (before delivering it).
 std::function<loop::Fault(const Sent&)> at_forwarded_frame(uint64_t version, int k, loop::Fault::Kind kind) {

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/common/time_scale.h"
+#include "tests/integration/tree/loop_cluster.h"
 #include "tests/integration/tree/tree_test_model.h"
 #include "transport/loopback/loopback.h"
 #include "transport/transport.h"
@@ -63,78 +64,26 @@ struct Layouts {
   }
 };
 
-class LayoutCluster {
+// The layout tests' cluster: what each member's layout was when it announced a version active
+// or aborted (its on_active / on_aborted callbacks).
+class LayoutCluster : public LoopCluster {
  public:
   LayoutCluster(const codec::Manifest& manifest, uint32_t n, const std::string& name, const CheckpointLayout& first,
                 bool delegated)
-      : name_(name),
-        transports_(n + 1),
-        receivers_(n + 1),
-        threads_(n + 1),
-        failures_(n + 1),
-        buffers_(n + 1),
-        seen_(n + 1),
-        aborted_(n + 1) {
-    transport::TransportOptions to;
-    to.peer_timeout = peer_timeout();
-    producer_transport_ = transport::make_transport("loop", to);
+      : LoopCluster(name, n, peer_timeout()), seen_(n + 1), aborted_(n + 1) {
     ProducerOptions po;
-    po.listen_url = "loop://" + name + "-producer";
     po.receivers = n;
     po.topology = TopologyKind::binary;
     po.encode.chunk_bytes = 32 << 10;
     po.version_timeout = 30s;
     po.join_timeout = test_time::scaled(10s);
-    po.peer_timeout = peer_timeout();
     po.delegate_commit = delegated;
     po.layout = first;
-    producer_ = std::make_unique<Producer>(*producer_transport_, manifest, po);
-    for (uint32_t r = 1; r <= n; ++r) {
-      transports_[r] = transport::make_transport("loop", to);
-      receivers_[r] = make_receiver(r);
-    }
-    for (uint32_t r = 1; r <= n; ++r) threads_[r] = std::thread([this, r] { serve(r); });
-    try {
-      producer_->start();
-    } catch (...) {
-      for (uint32_t r = 1; r <= n; ++r) loop::kill(*transports_[r]);
-      for (uint32_t r = 1; r <= n; ++r) threads_[r].join();
-      throw;
-    }
+    start(manifest, po);
   }
-  ~LayoutCluster() {
-    if (!finished_) finish();
+  ~LayoutCluster() override {
+    if (!finished()) finish();  // before seen_ goes: the members' callbacks write it
   }
-  void finish() {
-    finished_ = true;
-    producer_->finish();
-    for (uint32_t r = 1; r < threads_.size(); ++r)
-      if (threads_[r].joinable()) threads_[r].join();
-  }
-  // Member r dies (its transport is killed) and comes back as a new process holding version 0.
-  void restart(uint32_t r) {
-    loop::kill(*transports_[r]);
-    if (threads_[r].joinable()) threads_[r].join();
-    failures_[r].clear();
-    buffers_[r].clear();
-    {
-      std::lock_guard lock(mutex_);
-      seen_[r].clear();
-      aborted_[r].clear();
-    }
-    transport::TransportOptions to;
-    to.peer_timeout = peer_timeout();
-    transports_[r] = transport::make_transport("loop", to);
-    receivers_[r] = make_receiver(r);
-    threads_[r] = std::thread([this, r] { serve(r); });
-  }
-  Producer& producer() { return *producer_; }
-  transport::Transport& producer_transport() { return *producer_transport_; }
-  transport::Transport& member_transport(uint32_t r) { return *transports_[r]; }
-  Receiver& receiver(uint32_t r) { return *receivers_[r]; }
-  uint32_t size() const { return static_cast<uint32_t>(receivers_.size() - 1); }
-  const std::string& failure(uint32_t r) const { return failures_[r]; }
-  bool holds(uint32_t r, const codec::ConstWeights& expected) const { return same_bits(buffers_[r], expected); }
   // Member r's layout when it announced `version` active (null: it did not within 10 s). The member
   // tells its host after its ACTIVE left, so this may run before it did: it waits for it.
   std::shared_ptr<const CheckpointLayout> seen(uint32_t r, uint64_t version) const {
@@ -146,36 +95,27 @@ class LayoutCluster {
   }
 
  private:
-  std::unique_ptr<Receiver> make_receiver(uint32_t r) {
-    ReceiverOptions ro;
-    ro.rank = r;
-    ro.producer_url = "loop://" + name_ + "-producer";
-    ro.listen_url = "loop://" + name_ + "-r" + std::to_string(r);
-    ro.peer_timeout = peer_timeout();
-    ro.connect_timeout = test_time::scaled(2s);
-    ro.join_timeout = test_time::scaled(10s);
-    ro.producer_loss_timeout = 1s;  // a killed member's thread stops trying to rejoin soon
+  std::unique_ptr<Receiver> make_receiver(uint32_t r) override {
+    ReceiverOptions ro = receiver_options(r);
     // What the member's layout is when the host hears of each version (on its control thread).
     ro.on_active = [this, r](uint64_t version) {
-      auto layout = receivers_[r]->layout();
+      auto layout = receiver(r).layout();
       std::lock_guard lock(mutex_);
       seen_[r][version] = layout;
       announced_.notify_all();
     };
     ro.on_aborted = [this, r](uint64_t version) {
-      auto layout = receivers_[r]->layout();
+      auto layout = receiver(r).layout();
       std::lock_guard lock(mutex_);
       aborted_[r][version] = layout;
       announced_.notify_all();
     };
-    return std::make_unique<Receiver>(*transports_[r], ro);
+    return std::make_unique<Receiver>(transport_of(r), ro);
   }
-  void serve(uint32_t r) {
-    try {
-      join_and_serve(*receivers_[r], buffers_[r]);
-    } catch (const std::exception& e) {
-      failures_[r] = e.what();
-    }
+  void forget(uint32_t r) override {
+    std::lock_guard lock(mutex_);
+    seen_[r].clear();
+    aborted_[r].clear();
   }
 
   using Seen = std::map<uint64_t, std::shared_ptr<const CheckpointLayout>>;
@@ -186,26 +126,10 @@ class LayoutCluster {
     return it == seen.end() ? nullptr : it->second;
   }
 
-  std::string name_;
-  std::unique_ptr<transport::Transport> producer_transport_;
-  std::unique_ptr<Producer> producer_;
-  std::vector<std::unique_ptr<transport::Transport>> transports_;
-  std::vector<std::unique_ptr<Receiver>> receivers_;
-  std::vector<std::thread> threads_;
-  std::vector<std::string> failures_;
-  std::vector<std::vector<Bytes>> buffers_;
   mutable std::mutex mutex_;
   mutable std::condition_variable announced_;
   std::vector<Seen> seen_, aborted_;
-  bool finished_ = false;
 };
-
-std::string test_name() {
-  std::string s = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  for (auto& c : s)
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '-';
-  return s;
-}
 
 void expect_layout(const LayoutCluster& c, uint64_t version, const CheckpointLayout& want) {
   for (uint32_t r = 1; r <= c.size(); ++r) {
@@ -326,7 +250,7 @@ TEST_P(LayoutCatchUp, TheMemberGetsTheLayoutOfVersionsCommittedMeanwhile) {
   ASSERT_TRUE(c.producer().refit(model.weights(), with_layout(layouts.v1)).committed);
   uint64_t last = 2;
   if (frozen) {  // rank 3 misses version 3 (found silent) and comes back holding version 2
-    loop::freeze(c.member_transport(3));
+    loop::freeze(c.transport_of(3));
     model.step(++last);
     const RefitReport v3 = c.producer().refit(model.weights(), with_layout(layouts.v1));
     ASSERT_TRUE(v3.committed) << v3.abort_reason;
@@ -360,7 +284,7 @@ TEST_P(LayoutCatchUp, TheMemberGetsTheLayoutOfVersionsCommittedMeanwhile) {
                                 return f;
                               }));
   if (frozen)
-    loop::thaw(c.member_transport(3));
+    loop::thaw(c.transport_of(3));
   else
     c.restart(3);
   {
