@@ -63,6 +63,15 @@ void AcceptingListener::close() {
   }
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   socket_.close();
+  // Connections set up but never accepted are closed now (as the tcp backend does), not when the
+  // listener is destroyed: their clients would otherwise wait on a link nobody reads, which the
+  // heartbeats keep alive.
+  std::deque<std::unique_ptr<Connection>> unclaimed;
+  {
+    std::lock_guard lock(mutex_);
+    unclaimed.swap(queue_);
+  }
+  for (auto& connection : unclaimed) connection->close();
 }
 
 }  // namespace deltacast::transport::side

@@ -27,6 +27,7 @@ class AcceptingListener final : public Listener {
   ~AcceptingListener() override;
   std::unique_ptr<Connection> accept(std::chrono::milliseconds timeout) override;
   Url local_url() const override { return url_; }
+  // Stops accepting, closes the socket and every connection set up but not yet accepted.
   void close() override;
 
  private:

@@ -169,7 +169,8 @@ class Listener {
   virtual std::unique_ptr<Connection> accept(std::chrono::milliseconds timeout) = 0;
   // The bound address, with the real port when port 0 was asked.
   virtual Url local_url() const = 0;
-  // Stops listening. Idempotent.
+  // Stops listening and closes every connection that arrived but was not accepted yet (its
+  // client sees the link fail at once). Idempotent.
   virtual void close() = 0;
 };
 

@@ -34,9 +34,10 @@ Receiver::Impl::Impl(transport::Transport& t, ReceiverOptions o)
     : transport(t), options(std::move(o)), instance(random_instance()) {}
 
 // Connects to the producer (retrying for `patience`), says HELLO with what this member holds, and
-// takes its WELCOME. Throws Error(connection | timeout) when the producer stays unreachable, and
-// the producer's refusal as an Error.
-void Receiver::Impl::hello(std::chrono::milliseconds patience) {
+// takes its WELCOME. Throws Error(connection | timeout) when the producer stays unreachable or
+// silent, and the producer's refusal as an Error.
+void Receiver::Impl::hello(std::chrono::milliseconds patience, bool rejoin) {
+  const auto start = std::chrono::steady_clock::now();
   ConnectRetry retry;
   retry.attempt_timeout = options.connect_timeout;
   retry.give_up_after = patience;
@@ -50,7 +51,13 @@ void Receiver::Impl::hello(std::chrono::milliseconds patience) {
     h.attempt_floor = session->attempt_floor();
   }
   send_control(*link, h, kControlSendTimeout);
-  auto bytes = recv_message(*link, kWelcomeBufferBytes, options.join_timeout);
+  auto welcome_wait = options.join_timeout;
+  if (rejoin) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(patience - (std::chrono::steady_clock::now() - start));
+    welcome_wait = std::min(welcome_wait, std::max(left, options.peer_timeout));
+  }
+  auto bytes = recv_message(*link, kWelcomeBufferBytes, welcome_wait);
   const uint64_t e = message_header(bytes).epoch;
   auto message = decode_message(bytes);
   if (auto* refused = std::get_if<Refused>(&message))
@@ -328,7 +335,7 @@ const codec::Manifest& Receiver::join(uint64_t held_version, uint64_t held_diges
   if (d.options.rank == 0) throw Error(Errc::invalid_argument, "receiver rank must be >= 1");
   d.held_version = held_version;
   d.held_digest = held_digest;
-  d.hello(d.options.join_timeout);
+  d.hello(d.options.join_timeout, false);
   d.manifest.emplace(d.welcome.tensors);
   return *d.manifest;
 }
@@ -376,7 +383,7 @@ RunSummary Receiver::run() {
                 ending == Ending::fenced ? "fenced by the producer" : "lost the producer", d.session->version(),
                 d.options.producer_loss_timeout.count() / 1000);
     try {
-      d.hello(d.options.producer_loss_timeout);
+      d.hello(d.options.producer_loss_timeout, true);
     } catch (const Error& e) {
       throw Error(Errc::connection, d.who() + ": lost the producer at " + d.options.producer_url +
                                         " and could not rejoin within timeouts.producer_loss (" +

@@ -157,7 +157,10 @@ struct Receiver::Impl {
   }
   std::string who() const { return "rank " + std::to_string(options.rank); }
 
-  void hello(std::chrono::milliseconds patience);
+  // Connects (retrying for `patience`), says HELLO and takes the WELCOME (receiver.cpp). A first
+  // join waits for the WELCOME up to timeouts.join (the producer answers once every member came);
+  // a rejoin (`rejoin`) only for what is left of `patience`, at least one peer timeout.
+  void hello(std::chrono::milliseconds patience, bool rejoin);
   Message recv_control(std::chrono::milliseconds timeout, std::span<std::byte> buffer, uint64_t* epoch_out = nullptr);
   void take_welcome(Welcome w, uint64_t epoch);
   bool catch_up();

@@ -281,6 +281,20 @@ TEST_P(Conformance, CloseFailsPendingRequestsOnBothEnds) {
   EXPECT_EQ(a->post_send(std::as_bytes(std::span(&value, 1)))->wait(kWait).code, Errc::connection);
 }
 
+// A connection the listener completed but nobody took with accept() is closed with the listener:
+// its client sees the failure at once (a producer that stops listening must not leave a member
+// waiting for an answer on a connection nobody will read; the heartbeats alone would keep it up).
+TEST_P(Conformance, ClosingAListenerClosesTheConnectionsNobodyAccepted) {
+  auto client = client_->connect(listener_->local_url(), test_time::scaled(5s));
+  uint64_t value = 0;
+  auto pending = client->post_recv(std::as_writable_bytes(std::span(&value, 1)));
+  std::this_thread::sleep_for(200ms);  // the server side has queued it (connect returned: set up)
+  listener_->close();
+  const auto status = pending->wait(kWait);
+  EXPECT_EQ(status.code, Errc::connection) << errc_name(status.code) << ": " << status.message;
+  EXPECT_THROW(listener_->accept(0ms), Error);
+}
+
 // Receives from the streaming peer until a request fails; returns that failure.
 Status drain_until_failure(Connection& connection, size_t message_bytes, int* good_messages) {
   std::vector<std::byte> buffer(message_bytes);

@@ -605,6 +605,41 @@ TEST(Rejoin, WrongDigestIsRefusedAndNothingIsWritten) {
   expect_survivors_exact(c, n, {3}, run.model);
 }
 
+// A member that lost its producer gives up rejoining after timeouts.producer_loss (here 1 s), as
+// its log says, even when something at the producer's address takes its HELLO and never answers:
+// it does not wait timeouts.join (here 10 s) for a WELCOME. Its committed version stays intact.
+TEST(Rejoin, ASilentProducerAddressEndsTheRejoinWithinTheProducerLossTimeout) {
+  Refits run;
+  FailCluster c(TopologyKind::binary, run.model.manifest, 1, test_name());
+  run.bootstrap_and_step(c);
+  loop::kill(c.producer_transport());  // the producer is gone: rank 1 tries to rejoin
+  // Something else now listens at the producer's address, reads each HELLO and stays silent.
+  auto silent = transport::make_transport("loop", {});
+  auto listener = silent->listen(transport::Url::parse("loop://" + test_name() + "-producer"));
+  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<transport::Connection>> held;
+  std::atomic<int> hellos{0};
+  std::thread answerer([&] {
+    std::vector<std::byte> buffer(1 << 20);
+    while (!stop) {
+      auto connection = listener->accept(50ms);
+      if (!connection) continue;
+      if (connection->post_recv(buffer)->wait(5s).ok()) ++hellos;
+      held.push_back(std::move(connection));  // open, and never a WELCOME
+    }
+  });
+  const auto lost = std::chrono::steady_clock::now();
+  const bool gave_up = eventually([&] { return !c.failure(1).empty(); }, test_time::scaled(8s));
+  const auto waited = std::chrono::steady_clock::now() - lost;
+  stop = true;
+  answerer.join();
+  ASSERT_TRUE(gave_up) << "rank 1 still waits for a WELCOME after 8 s";
+  EXPECT_GE(hellos.load(), 1) << "rank 1 never said HELLO to the silent address";
+  EXPECT_LT(waited, test_time::scaled(5s)) << "rank 1 waited timeouts.join, not timeouts.producer_loss";
+  EXPECT_NE(c.failure(1).find("could not rejoin"), std::string::npos) << c.failure(1);
+  EXPECT_EQ(c.receiver(1).version(), 2u);
+  EXPECT_TRUE(c.holds(1, run.model.weights())) << "rank 1's committed version was touched";
+}
 
 // The last resort: no live peer can serve a snapshot (the only member restarted empty), so the
 // producer streams its baseline, and the member is back for the next version.
