@@ -229,20 +229,30 @@ TimedDelta run_baseline(const DiffOptions& o, const codec::EncodeOptions& option
   return std::move(*first);
 }
 
-// Per-round ratios diff / read.
-Spread ratio_spread(const std::vector<BaselineRound>& rounds, double BaselineRound::*diff,
-                    double BaselineRound::*read) {
-  std::vector<double> v;
-  v.reserve(rounds.size());
-  for (const auto& r : rounds) v.push_back(r.*diff / r.*read);
-  return spread_of(v);
-}
-Spread spread_by(const std::vector<BaselineRound>& rounds, double BaselineRound::*field) {
-  std::vector<double> v;
-  v.reserve(rounds.size());
-  for (const auto& r : rounds) v.push_back(r.*field);
-  return spread_of(v);
-}
+// What --baseline reports: over the rounds, each time's spread and each per-round ratio's.
+struct BaselineSummary {
+  Spread read_fresh, read_mapped, read_pread, diff_fresh, diff_mapped;
+  Spread fresh, mapped, pread;  // diff_fresh / read_fresh, diff_mapped / read_mapped, diff_fresh / read_pread
+  BaselineSummary() = default;  // no --baseline: all zero
+  explicit BaselineSummary(const std::vector<BaselineRound>& rounds)
+      : read_fresh(over(rounds, [](const BaselineRound& r) { return r.read_fresh; })),
+        read_mapped(over(rounds, [](const BaselineRound& r) { return r.read_mapped; })),
+        read_pread(over(rounds, [](const BaselineRound& r) { return r.read_pread; })),
+        diff_fresh(over(rounds, [](const BaselineRound& r) { return r.diff_fresh; })),
+        diff_mapped(over(rounds, [](const BaselineRound& r) { return r.diff_mapped; })),
+        fresh(over(rounds, [](const BaselineRound& r) { return r.diff_fresh / r.read_fresh; })),
+        mapped(over(rounds, [](const BaselineRound& r) { return r.diff_mapped / r.read_mapped; })),
+        pread(over(rounds, [](const BaselineRound& r) { return r.diff_fresh / r.read_pread; })) {}
+
+ private:
+  template <class F>
+  static Spread over(const std::vector<BaselineRound>& rounds, F value) {
+    std::vector<double> v;
+    v.reserve(rounds.size());
+    for (const auto& r : rounds) v.push_back(value(r));
+    return spread_of(v);
+  }
+};
 
 void run_diff(const DiffOptions& o) {
   const auto base = checkpoint::Checkpoint::open(o.base);
@@ -256,10 +266,11 @@ void run_diff(const DiffOptions& o) {
   options.overwrite_tensors = overwrite_mask(base.manifest(), o.overwrite_regex);
   const size_t overwritten = static_cast<size_t>(std::count(options.overwrite_tensors.begin(), options.overwrite_tensors.end(), true));
 
-  // --baseline: rounds of a plain read of both checkpoints (the memory-bound floor of a diff) and
-  // the diff, timed in this process, so the report gives the diff as a ratio of the read.
+  // --baseline: rounds of plain reads of both checkpoints and of the diff, timed in this process,
+  // so the report gives the diff as a ratio of each read.
   std::vector<BaselineRound> rounds;
   const TimedDelta timed = o.baseline ? run_baseline(o, options, rounds) : diff_once(base, next, o, options);
+  const BaselineSummary summary = o.baseline ? BaselineSummary(rounds) : BaselineSummary();
   const auto& delta = timed.delta;
   const auto& base_digest = delta.base_digest;
 
@@ -269,7 +280,7 @@ void run_diff(const DiffOptions& o) {
   write_file_atomic(o.out, file);
 
   const auto& s = delta.stats;
-  const double encode_seconds = o.baseline ? spread_by(rounds, &BaselineRound::diff_fresh).median : timed.seconds;
+  const double encode_seconds = o.baseline ? summary.diff_fresh.median : timed.seconds;
   const double changed_fraction = s.elements ? double(s.changes) / double(s.elements) : 0.0;
   const double bytes_per_change = s.changes ? double(file.size()) / double(s.changes) : 0.0;
   const double percent = s.checkpoint_bytes ? 100.0 * double(file.size()) / double(s.checkpoint_bytes) : 0.0;
@@ -309,19 +320,17 @@ void run_diff(const DiffOptions& o) {
                       {"diff_mapped", r.diff_mapped},
                       {"read_pread", r.read_pread}});
       j["rounds"] = rs;
-      const Spread fresh = ratio_spread(rounds, &BaselineRound::diff_fresh, &BaselineRound::read_fresh);
-      const Spread mapped = ratio_spread(rounds, &BaselineRound::diff_mapped, &BaselineRound::read_mapped);
-      j["read_seconds"] = spread_by(rounds, &BaselineRound::read_fresh).median;
-      j["diff_over_read"] = fresh.median;
-      j["diff_over_read_range"] = {fresh.min, fresh.max};
-      j["read_mapped_seconds"] = spread_by(rounds, &BaselineRound::read_mapped).median;
-      j["diff_mapped_seconds"] = spread_by(rounds, &BaselineRound::diff_mapped).median;
-      j["diff_over_read_mapped"] = mapped.median;
-      j["diff_over_read_mapped_range"] = {mapped.min, mapped.max};
-      const Spread pread = ratio_spread(rounds, &BaselineRound::diff_fresh, &BaselineRound::read_pread);
-      j["read_pread_seconds"] = spread_by(rounds, &BaselineRound::read_pread).median;
-      j["diff_over_read_pread"] = pread.median;
-      j["diff_over_read_pread_range"] = {pread.min, pread.max};
+      const auto& b = summary;
+      j["read_seconds"] = b.read_fresh.median;
+      j["diff_over_read"] = b.fresh.median;
+      j["diff_over_read_range"] = {b.fresh.min, b.fresh.max};
+      j["read_mapped_seconds"] = b.read_mapped.median;
+      j["diff_mapped_seconds"] = b.diff_mapped.median;
+      j["diff_over_read_mapped"] = b.mapped.median;
+      j["diff_over_read_mapped_range"] = {b.mapped.min, b.mapped.max};
+      j["read_pread_seconds"] = b.read_pread.median;
+      j["diff_over_read_pread"] = b.pread.median;
+      j["diff_over_read_pread_range"] = {b.pread.min, b.pread.max};
     }
     j["encode_gbps"] = encode_seconds > 0 ? double(s.checkpoint_bytes) / encode_seconds / 1e9 : 0.0;
     std::printf("%s\n", j.dump().c_str());
@@ -341,21 +350,16 @@ void run_diff(const DiffOptions& o) {
               encode_seconds > 0 ? double(s.checkpoint_bytes) / encode_seconds / 1e9 : 0.0);
   std::printf("\n");
   if (o.baseline) {
-    const Spread fresh = ratio_spread(rounds, &BaselineRound::diff_fresh, &BaselineRound::read_fresh);
-    const Spread mapped = ratio_spread(rounds, &BaselineRound::diff_mapped, &BaselineRound::read_mapped);
-    const Spread read = spread_by(rounds, &BaselineRound::read_fresh);
-    const Spread read_m = spread_by(rounds, &BaselineRound::read_mapped);
-    const Spread diff_m = spread_by(rounds, &BaselineRound::diff_mapped);
+    const auto& b = summary;
     std::printf(
         "  vs a read      %.2fx a plain read of both, fresh mappings (%.2f-%.2fx over %zu rounds; read %.3f-%.3f s)\n",
-        fresh.median, fresh.min, fresh.max, rounds.size(), read.min, read.max);
+        b.fresh.median, b.fresh.min, b.fresh.max, rounds.size(), b.read_fresh.min, b.read_fresh.max);
     std::printf(
         "                 %.2fx with the pages already mapped (%.2f-%.2fx; read %.3f-%.3f s, diff %.3f-%.3f s)\n",
-        mapped.median, mapped.min, mapped.max, read_m.min, read_m.max, diff_m.min, diff_m.max);
-    const Spread pread = ratio_spread(rounds, &BaselineRound::diff_fresh, &BaselineRound::read_pread);
-    const Spread read_p = spread_by(rounds, &BaselineRound::read_pread);
-    std::printf("                 %.2fx a read of the files with pread (%.2f-%.2fx; read %.3f-%.3f s)\n", pread.median,
-                pread.min, pread.max, read_p.min, read_p.max);
+        b.mapped.median, b.mapped.min, b.mapped.max, b.read_mapped.min, b.read_mapped.max, b.diff_mapped.min,
+        b.diff_mapped.max);
+    std::printf("                 %.2fx a read of the files with pread (%.2f-%.2fx; read %.3f-%.3f s)\n",
+                b.pread.median, b.pread.min, b.pread.max, b.read_pread.min, b.read_pread.max);
   }
 }
 

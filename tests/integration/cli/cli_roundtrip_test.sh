@@ -142,10 +142,17 @@ d = json.load(open(sys.argv[1]))
 assert len(d["rounds"]) == 2, d
 for r in d["rounds"]:
     assert all(r[k] > 0 for k in ("read_fresh", "diff_fresh", "read_mapped", "diff_mapped", "read_pread")), r
-for k in ("diff_over_read", "diff_over_read_mapped", "diff_over_read_pread"):
-    lo, hi = d[k + "_range"]
-    assert 0 < lo <= d[k] <= hi, (k, d[k], lo, hi)
-assert d["encode_seconds"] > 0 and d["read_seconds"] > 0, d
+# Every ratio is recomputed from the per-round times: its median (2 rounds: the mean of the two)
+# and its range.
+import statistics
+for k, diff, read in (("diff_over_read", "diff_fresh", "read_fresh"),
+                      ("diff_over_read_mapped", "diff_mapped", "read_mapped"),
+                      ("diff_over_read_pread", "diff_fresh", "read_pread")):
+    ratios = [r[diff] / r[read] for r in d["rounds"]]
+    assert abs(d[k] - statistics.median(ratios)) < 1e-9, (k, d[k], ratios)
+    assert d[k + "_range"] == [min(ratios), max(ratios)], (k, d[k + "_range"], ratios)
+assert d["read_seconds"] == statistics.median(r["read_fresh"] for r in d["rounds"]), d
+assert d["encode_seconds"] == statistics.median(r["diff_fresh"] for r in d["rounds"]), d
 PY
 if "$DC" diff --base sh/step-0000 --new sh/step-0001 --out x.dcx --rounds 2 >/dev/null 2>&1; then
   fail "diff --rounds without --baseline was accepted"
