@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -213,9 +214,9 @@ CheckpointDirWriter::CheckpointDirWriter(Options options, tree::Receiver& receiv
 
 CheckpointDirWriter::~CheckpointDirWriter() {
   try {
-    finish();
+    if (thread_.joinable()) finish();  // else finish() ran, and its caller has its error
   } catch (const std::exception& e) {
-    logger("run")->error("output.checkpoint_dir: {}", e.what());
+    logger("run")->error("{}", e.what());
   }
   if (lock_fd_ >= 0) ::close(lock_fd_);
 }
@@ -248,14 +249,21 @@ CheckpointDirWriter::Stats CheckpointDirWriter::stats() const {
 }
 
 void CheckpointDirWriter::loop() {
+  using Clock = std::chrono::steady_clock;
   auto log = logger("run");
+  uint64_t failed_in_a_row = 0;   // attempts that wrote nothing since the last version written
+  uint64_t writes_in_a_row = 0;   // of which writes that failed (the space check passed): backoff
+  std::string last_logged;        // the failure last logged, and when
+  Clock::time_point logged_at{};
   std::unique_lock lock(mutex_);
   for (;;) {
     wake_.wait(lock, [&] { return stopping_ || committed_ > stats_.latest; });
     if (committed_ <= stats_.latest) return;  // stopping, everything written
     const uint64_t announced = committed_;
+    const bool final_attempt = stopping_;
     lock.unlock();
     uint64_t version = 0;
+    bool writing = false;
     std::optional<std::string> failure;
     try {
       receiver_.apply_pending();  // this thread is the buffers' only reader: its safe point
@@ -272,19 +280,62 @@ void CheckpointDirWriter::loop() {
         }
       }
       // Without its layout the version is not announced yet (its on_active is on its way): wait.
-      if (layout && version > stats().latest) write_version(version, receiver_.applied_digest(), *layout);
+      if (layout && version > stats().latest) {
+        check_free_space(*layout);
+        writing = true;
+        write_version(version, receiver_.applied_digest(), *layout);
+        if (failed_in_a_row > 0)
+          log->info("output.checkpoint_dir: version {} written after {} failed attempts", version, failed_in_a_row);
+        failed_in_a_row = writes_in_a_row = 0;
+        last_logged.clear();
+      }
     } catch (const std::exception& e) {
       failure = e.what();
-      log->error("output.checkpoint_dir: version {} not written: {}", version, e.what());
+    }
+    std::chrono::milliseconds pause{50};
+    if (failure) {
+      ++failed_in_a_row;
+      if (writing) ++writes_in_a_row;
+      // After a failed write 1, 2, 4 ... 30 s; after a failed space check (nothing written) 1 s.
+      pause = writing ? std::chrono::milliseconds(1000 * std::min<uint64_t>(30, uint64_t{1} << std::min<uint64_t>(writes_in_a_row - 1, 5)))
+                      : std::chrono::milliseconds(1000);
+      const auto now = Clock::now();
+      if (*failure != last_logged || now - logged_at >= std::chrono::minutes(1)) {
+        log->error("output.checkpoint_dir: version {} not written (failed attempts in a row: {}; latest stays at "
+                   "version {}; next attempt in {} s): {}",
+                   version, failed_in_a_row, stats().latest, pause.count() / 1000, *failure);
+        last_logged = *failure;
+        logged_at = now;
+      }
     }
     lock.lock();
     error_ = failure;
-    if (failure || stats_.latest < announced) {
-      // Not there yet (a failed write, or a version announced before it reached the buffers):
-      // retry after a pause, or give up when stopping after a failure.
-      if (stopping_ && failure) return;
-      wake_.wait_for(lock, std::chrono::milliseconds(failure ? 1000 : 50));
+    if (failure) {
+      ++stats_.failed;
+      if (final_attempt) return;  // stopping: finish() reports the error
+      wake_.wait_for(lock, pause, [&] { return stopping_; });  // new versions do not cut it short
+    } else if (stats_.latest < announced) {
+      // A version announced before it reached the buffers: look again shortly.
+      wake_.wait_for(lock, pause);
     }
+  }
+}
+
+void CheckpointDirWriter::check_free_space(const tree::CheckpointLayout& layout) const {
+  uint64_t need = weights_.manifest->total_bytes();
+  for (const auto& file : layout.files)
+    if (is_side_file_name(file.name)) need += file.bytes.size();
+  struct statvfs st {};
+  if (::statvfs(options_.dir.c_str(), &st) != 0) return;  // unknown: the write itself will tell
+  const uint64_t free = uint64_t{st.f_bavail} * st.f_frsize;
+  if (free < need) {
+    auto mib = [](uint64_t bytes) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+      return std::string(text);
+    };
+    throw Error(Errc::io, options_.dir.string() + " has " + mib(free) + " free, less than the " + mib(need) +
+                              " the version's files need at least (budget output.keep + 1 versions)");
   }
 }
 
@@ -295,50 +346,62 @@ void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest, const
   const std::string v = "v" + std::to_string(version);
   const fs::path partial = options_.dir / ("." + v + ".partial");
   const fs::path final_dir = options_.dir / v;
-  fs::remove_all(partial);
-  fs::create_directories(partial);
-  // 1. The shards (each atomically) and the index last, the side files, the version record.
-  if (layout.sharded)
-    checkpoint::write_checkpoint(partial, weights_, layout);
-  else
-    checkpoint::write_checkpoint(partial / layout.shards.front().file, weights_, layout);
-  for (const auto& file : from.files)
-    if (is_side_file_name(file.name))
-      checkpoint::write_file_atomically(partial / file.name, std::as_bytes(std::span(file.bytes)));
-  Json names = Json::array();
-  for (const auto& t : weights_.manifest->tensors()) names.push_back(t.name);
-  const std::string record =
-      Json{{"format", "deltacast.held_version"}, {"version", version}, {"digest", hex16(digest)}, {"manifest", names}}
-          .dump(2) +
-      "\n";
-  checkpoint::write_file_atomically(partial / kHeldFileName, std::as_bytes(std::span(record)));
-  // 2. Read back: the files must be the version (a snapshot that replaced the buffers meanwhile,
-  // or a disk that lost a write, is caught here and nothing is exposed).
-  {
-    const checkpoint::Checkpoint back = checkpoint::Checkpoint::open(partial);
-    const uint64_t found = codec::StateDigest::full_scan(weights_in_order(back, *weights_.manifest),
-                                                         options_.threads).combined();
-    if (found != digest)
-      throw Error(Errc::verify_failed, "the files written for version " + std::to_string(version) +
-                                           " have digest " + hex16(found) + ", not " + hex16(digest));
-  }
-  if (options_.slow_disk_bytes_per_second > 0) {
-    const double seconds = static_cast<double>(weights_.manifest->total_bytes()) / options_.slow_disk_bytes_per_second;
-    std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
-  }
-  // 3. Expose it: rename, then switch latest (a symlink renamed over the old one).
-  checkpoint::sync_directory(partial);
-  fs::remove_all(final_dir);
-  fs::rename(partial, final_dir);
   const fs::path link_tmp = options_.dir / ".latest.tmp";
-  fs::remove(link_tmp);
-  fs::create_symlink(v, link_tmp);
-  fs::rename(link_tmp, options_.dir / "latest");
-  checkpoint::sync_directory(options_.dir);
-  // 4. Keep the newest `keep` versions.
+  try {
+    fs::remove_all(partial);
+    fs::create_directories(partial);
+    // 1. The shards (each atomically) and the index last, the side files, the version record.
+    if (layout.sharded)
+      checkpoint::write_checkpoint(partial, weights_, layout);
+    else
+      checkpoint::write_checkpoint(partial / layout.shards.front().file, weights_, layout);
+    for (const auto& file : from.files)
+      if (is_side_file_name(file.name))
+        checkpoint::write_file_atomically(partial / file.name, std::as_bytes(std::span(file.bytes)));
+    Json names = Json::array();
+    for (const auto& t : weights_.manifest->tensors()) names.push_back(t.name);
+    const std::string record =
+        Json{{"format", "deltacast.held_version"}, {"version", version}, {"digest", hex16(digest)}, {"manifest", names}}
+            .dump(2) +
+        "\n";
+    checkpoint::write_file_atomically(partial / kHeldFileName, std::as_bytes(std::span(record)));
+    // 2. Read back: the files must be the version (a snapshot that replaced the buffers meanwhile,
+    // or a disk that lost a write, is caught here and nothing is exposed).
+    {
+      const checkpoint::Checkpoint back = checkpoint::Checkpoint::open(partial);
+      const uint64_t found = codec::StateDigest::full_scan(weights_in_order(back, *weights_.manifest),
+                                                           options_.threads).combined();
+      if (found != digest)
+        throw Error(Errc::verify_failed, "the files written for version " + std::to_string(version) +
+                                             " have digest " + hex16(found) + ", not " + hex16(digest));
+    }
+    if (options_.slow_disk_bytes_per_second > 0) {
+      const double seconds = static_cast<double>(weights_.manifest->total_bytes()) / options_.slow_disk_bytes_per_second;
+      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
+    }
+    // 3. Expose it: rename, then switch latest (a symlink renamed over the old one).
+    checkpoint::sync_directory(partial);
+    fs::remove_all(final_dir);
+    fs::rename(partial, final_dir);
+    fs::remove(link_tmp);
+    fs::create_symlink(v, link_tmp);
+    fs::rename(link_tmp, options_.dir / "latest");
+    checkpoint::sync_directory(options_.dir);
+  } catch (...) {
+    // A full or failing disk: free what this attempt took (a v<version> already renamed is whole
+    // and verified, and stays). latest still names the last version written.
+    std::error_code ec;
+    fs::remove_all(partial, ec);
+    fs::remove(link_tmp, ec);
+    throw;
+  }
+  // 4. Keep the newest `keep` versions (best effort: the version is exposed whatever happens here).
   auto dirs = version_dirs(options_.dir);
-  for (size_t i = 0; i + options_.keep < dirs.size(); ++i)
-    if (dirs[i].first != version) fs::remove_all(dirs[i].second);
+  for (size_t i = 0; i + options_.keep < dirs.size(); ++i) {
+    std::error_code ec;
+    if (dirs[i].first != version) fs::remove_all(dirs[i].second, ec);
+    if (ec) logger("run")->warn("output.checkpoint_dir: cannot remove {}: {}", dirs[i].second.string(), ec.message());
+  }
 
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   uint64_t skipped = 0;

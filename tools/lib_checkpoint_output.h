@@ -23,6 +23,16 @@
 // one, and repeats. Versions committed while a write is in flight are not written on their own:
 // the next write is of the latest (the skipped ones are logged). Memory while a write is in flight:
 // the queue, 8 bytes per element changed by the versions committed meanwhile.
+//
+// A disk that fills up (or fails) never stops the refits: the weights in memory go on committing.
+// Before each write the free space of DIR is checked against the version's tensor and side-file
+// bytes; short of it, nothing is written. A write that fails anyway (ENOSPC, EIO, a quota) removes
+// its partial directory, so a failure leaves no garbage that would keep the disk full. latest
+// keeps naming the last version written. The writer retries: after a space check that failed,
+// every second; after a failed write, after 1, 2, 4 ... 30 s (consecutive failures), so a broken
+// disk is not rewritten every second. Errors are logged when they first appear and then once a
+// minute; the write that succeeds again says how many attempts failed. At peak DIR holds `keep`
+// versions plus the one being written: budget (keep + 1) x the checkpoint.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -104,12 +114,17 @@ class CheckpointDirWriter {
     uint64_t written = 0;       // version directories written
     uint64_t skipped = 0;       // committed versions superseded while a write was in flight
     uint64_t latest = 0;        // the version latest names
+    uint64_t failed = 0;        // attempts that wrote nothing (space check or write failed)
     double last_write_seconds = 0;
   };
   Stats stats() const;
 
  private:
   void loop();
+  // Throws Error(io) when DIR has less free space than the files of a version laid out as
+  // `layout` need at least (its tensors and side files).
+  void check_free_space(const tree::CheckpointLayout& layout) const;
+  // Writes, verifies and exposes `version`. On any failure removes what it wrote and rethrows.
   void write_version(uint64_t version, uint64_t digest, const tree::CheckpointLayout& layout);
 
   const Options options_;
