@@ -553,7 +553,8 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
                         {"versions_aborted", summary.stats.versions_aborted}};
     if (writer) {
       const auto w = writer->stats();
-      s["checkpoint_dir"] = {{"latest", w.latest}, {"written", w.written}, {"skipped", w.skipped}, {"failed", w.failed}};
+      s["checkpoint_dir"] = {
+          {"latest", w.latest}, {"written", w.written}, {"skipped", w.skipped}, {"failed", w.failed}};
     }
     write_json(o.summary_path, s);
   }

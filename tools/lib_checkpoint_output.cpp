@@ -251,9 +251,9 @@ CheckpointDirWriter::Stats CheckpointDirWriter::stats() const {
 void CheckpointDirWriter::loop() {
   using Clock = std::chrono::steady_clock;
   auto log = logger("run");
-  uint64_t failed_in_a_row = 0;   // attempts that wrote nothing since the last version written
-  uint64_t writes_in_a_row = 0;   // of which writes that failed (the space check passed): backoff
-  std::string last_logged;        // the failure last logged, and when
+  uint64_t failed_in_a_row = 0;  // attempts that wrote nothing since the last version written
+  uint64_t writes_in_a_row = 0;  // of which writes that failed (the space check passed): backoff
+  std::string last_logged;       // the failure last logged, and when
   Clock::time_point logged_at{};
   std::unique_lock lock(mutex_);
   for (;;) {
@@ -297,13 +297,15 @@ void CheckpointDirWriter::loop() {
       ++failed_in_a_row;
       if (writing) ++writes_in_a_row;
       // After a failed write 1, 2, 4 ... 30 s; after a failed space check (nothing written) 1 s.
-      pause = writing ? std::chrono::milliseconds(1000 * std::min<uint64_t>(30, uint64_t{1} << std::min<uint64_t>(writes_in_a_row - 1, 5)))
+      pause = writing ? std::chrono::milliseconds(
+                            1000 * std::min<uint64_t>(30, uint64_t{1} << std::min<uint64_t>(writes_in_a_row - 1, 5)))
                       : std::chrono::milliseconds(1000);
       const auto now = Clock::now();
       if (*failure != last_logged || now - logged_at >= std::chrono::minutes(1)) {
-        log->error("output.checkpoint_dir: version {} not written (failed attempts in a row: {}; latest stays at "
-                   "version {}; next attempt in {} s): {}",
-                   version, failed_in_a_row, stats().latest, pause.count() / 1000, *failure);
+        log->error(
+            "output.checkpoint_dir: version {} not written (failed attempts in a row: {}; latest stays at "
+            "version {}; next attempt in {} s): {}",
+            version, failed_in_a_row, stats().latest, pause.count() / 1000, *failure);
         last_logged = *failure;
         logged_at = now;
       }
@@ -312,7 +314,7 @@ void CheckpointDirWriter::loop() {
     error_ = failure;
     if (failure) {
       ++stats_.failed;
-      if (final_attempt) return;  // stopping: finish() reports the error
+      if (final_attempt) return;                               // stopping: finish() reports the error
       wake_.wait_for(lock, pause, [&] { return stopping_; });  // new versions do not cut it short
     } else if (stats_.latest < announced) {
       // A version announced before it reached the buffers: look again shortly.
@@ -369,15 +371,17 @@ void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest, const
     // or a disk that lost a write, is caught here and nothing is exposed).
     {
       const checkpoint::Checkpoint back = checkpoint::Checkpoint::open(partial);
-      const uint64_t found = codec::StateDigest::full_scan(weights_in_order(back, *weights_.manifest),
-                                                           options_.threads).combined();
+      const uint64_t found =
+          codec::StateDigest::full_scan(weights_in_order(back, *weights_.manifest), options_.threads).combined();
       if (found != digest)
-        throw Error(Errc::verify_failed, "the files written for version " + std::to_string(version) +
-                                             " have digest " + hex16(found) + ", not " + hex16(digest));
+        throw Error(Errc::verify_failed, "the files written for version " + std::to_string(version) + " have digest " +
+                                             hex16(found) + ", not " + hex16(digest));
     }
     if (options_.slow_disk_bytes_per_second > 0) {
-      const double seconds = static_cast<double>(weights_.manifest->total_bytes()) / options_.slow_disk_bytes_per_second;
-      std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
+      const double seconds =
+          static_cast<double>(weights_.manifest->total_bytes()) / options_.slow_disk_bytes_per_second;
+      std::this_thread::sleep_until(
+          start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
     }
     // 3. Expose it: rename, then switch latest (a symlink renamed over the old one).
     checkpoint::sync_directory(partial);
