@@ -1,11 +1,21 @@
 #pragma once
 // A whole file mapped into memory (internal to dc_checkpoint). Read-only mappings are MAP_PRIVATE
 // with PROT_READ; writable ones MAP_SHARED so stores reach the file.
+//
+// A file truncated by another process while it is mapped (a trainer rewriting a checkpoint in
+// place) makes the next touch of a page past its new end raise SIGBUS. The process cannot go on
+// from there, but it does not die unexplained: while any MappedFile exists, a SIGBUS handler
+// (installed with the first mapping, chained to the one it replaced) writes to stderr which file
+// shrank and what to do about it, then lets the signal take its course (the previous handler, or
+// the default action: exit status 128 + SIGBUS). Up to kTrackedMappings mappings are named; a
+// fault outside them is left to the previous handler untouched.
 #include <cstddef>
 #include <filesystem>
 #include <span>
 
 namespace deltacast::checkpoint {
+
+inline constexpr size_t kTrackedMappings = 1024;
 
 class MappedFile {
  public:
@@ -28,6 +38,7 @@ class MappedFile {
   std::byte* data_ = nullptr;
   size_t size_ = 0;
   bool writable_ = false;
+  int slot_ = -1;  // this mapping's entry in the SIGBUS handler's table (-1: none)
 };
 
 }  // namespace deltacast::checkpoint
