@@ -49,9 +49,10 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
     if (end != 0 && at >= slot.begin && at < end) {
       write_text("deltacast: fatal: ");
       write_text(slot.path);
-      write_text(" shrank while deltacast had it mapped (SIGBUS reading it): another process truncated or "
-                 "rewrote it in place. A file deltacast reads must not change once complete: write each "
-                 "checkpoint under a new name (or as NAME.tmp, then rename it).\n");
+      write_text(
+          " shrank while deltacast had it mapped (SIGBUS reading it): another process truncated or "
+          "rewrote it in place. A file deltacast reads must not change once complete: write each "
+          "checkpoint under a new name (or as NAME.tmp, then rename it).\n");
       break;
     }
   }

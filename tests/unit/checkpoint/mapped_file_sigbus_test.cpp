@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 // A single-file checkpoint of one 1 MiB U8 tensor.
 fs::path write_model(const fs::path& dir) {
-  const fs::path path = dir / "model.safetensors";
+  fs::path path = dir / "model.safetensors";
   const std::string header = R"({"w":{"dtype":"U8","shape":[1048576],"data_offsets":[0,1048576]}})";
   std::ofstream out(path, std::ios::binary);
   const uint64_t n = header.size();
