@@ -1,7 +1,12 @@
 // checkpoint/checkpoint.h: single files and Hugging Face sharded directories behind one manifest.
 #include "checkpoint/checkpoint.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <map>
 #include <optional>
@@ -16,6 +21,82 @@ namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
+
+// A directory written beside `target` (.NAME.partial-PID-N in its parent) and then swapped in
+// for it: replace() carries over what `target` holds besides its checkpoint (config.json,
+// tokenizer files, subdirectories; hard links, else copies) and exchanges the two directories in
+// one renameat2(RENAME_EXCHANGE) (where the file system lacks it: target moved aside, then the new
+// one renamed in: never a mix, briefly nothing). The destructor removes the staging directory:
+// what a failure left, or the old contents after the swap.
+class StagingDir {
+ public:
+  explicit StagingDir(const fs::path& target) {
+    static std::atomic<uint64_t> counter{0};
+    const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+    path_ = parent / ("." + target.filename().string() + ".partial-" + std::to_string(::getpid()) + "-" +
+                      std::to_string(counter++));
+    std::error_code ec;
+    fs::create_directories(parent, ec);
+    if (!ec) fs::create_directory(path_, ec);
+    if (ec) throw Error(Errc::io, "cannot create directory " + path_.string() + ": " + ec.message());
+  }
+  StagingDir(const StagingDir&) = delete;
+  StagingDir& operator=(const StagingDir&) = delete;
+  ~StagingDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+  void replace(const fs::path& target) const {
+    std::error_code ec;
+    if (!fs::exists(target, ec)) {
+      sync_directory(path_);
+      if (::rename(path_.c_str(), target.c_str()) != 0) throw_os_error("cannot rename into", target, errno);
+      sync_directory(target.parent_path().empty() ? fs::path(".") : target.parent_path());
+      return;
+    }
+    carry_over(target, path_);
+    sync_directory(path_);
+    if (::renameat2(AT_FDCWD, path_.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+      if (errno != EINVAL && errno != ENOSYS) throw_os_error("cannot swap in the new", target, errno);
+      const fs::path aside = path_.string() + ".old";
+      if (::rename(target.c_str(), aside.c_str()) != 0) throw_os_error("cannot move aside", target, errno);
+      if (::rename(path_.c_str(), target.c_str()) != 0) {
+        const int err = errno;
+        ::rename(aside.c_str(), target.c_str());
+        throw_os_error("cannot rename into", target, err);
+      }
+      fs::rename(aside, path_, ec);  // the destructor removes it
+    }
+    sync_directory(target.parent_path().empty() ? fs::path(".") : target.parent_path());
+  }
+
+ private:
+  // Everything in `from` but its checkpoint files (shards, index) and hidden entries, into `to`.
+  static void carry_over(const fs::path& from, const fs::path& to) {
+    for (const auto& entry : fs::directory_iterator(from)) {
+      const std::string name = entry.path().filename().string();
+      if (name.empty() || name[0] == '.' || name == kIndexFileName || name.ends_with(".safetensors")) continue;
+      link_tree(entry.path(), to / name);
+    }
+  }
+  static void link_tree(const fs::path& from, const fs::path& to) {
+    const auto status = fs::symlink_status(from);
+    if (fs::is_symlink(status)) {
+      fs::copy_symlink(from, to);
+    } else if (fs::is_directory(status)) {
+      fs::create_directory(to);
+      for (const auto& entry : fs::directory_iterator(from)) link_tree(entry.path(), to / entry.path().filename());
+    } else if (fs::is_regular_file(status)) {
+      std::error_code ec;
+      fs::create_hard_link(from, to, ec);
+      if (ec) fs::copy_file(from, to);
+    }
+  }
+
+  fs::path path_;
+};
 
 [[noreturn]] void malformed(const fs::path& path, const std::string& problem) {
   throw Error(Errc::invalid_argument, "not a usable checkpoint: " + path.string() + ": " + problem);
@@ -244,16 +325,19 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
     write_safetensors(path, codec::ConstWeights{&file_manifest, std::move(spans)}, layout.shards.front().metadata);
     return;
   }
-  std::error_code ec;
-  fs::create_directories(path, ec);
-  if (ec) throw Error(Errc::io, "cannot create directory " + path.string() + ": " + ec.message());
+  // The whole directory is written beside `path` and swapped in: a reader, or a failure, never
+  // sees shards of two versions side by side.
+  if (fs::exists(path) && !fs::is_directory(path))
+    throw Error(Errc::io, "cannot write a sharded checkpoint at " + path.string() + ": it exists and is not a directory");
+  const StagingDir staging(path);
+  const fs::path& tmp = staging.path();
   Json weight_map = Json::object();
   uint64_t total = 0;
   for (const auto& shard : layout.shards) {
     std::vector<codec::TensorInfo> infos;
     auto spans = shard_weights(shard, infos);
     const codec::Manifest file_manifest(std::move(infos));
-    write_safetensors(path / shard.file, codec::ConstWeights{&file_manifest, std::move(spans)}, shard.metadata);
+    write_safetensors(tmp / shard.file, codec::ConstWeights{&file_manifest, std::move(spans)}, shard.metadata);
     for (const auto& name : shard.tensors) weight_map[name] = shard.file;
     total += file_manifest.total_bytes();
   }
@@ -262,7 +346,8 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
   if (!index["metadata"].contains("total_size")) index["metadata"]["total_size"] = total;
   index["weight_map"] = std::move(weight_map);
   const std::string text = index.dump(2) + "\n";
-  write_file_atomically(path / kIndexFileName, std::as_bytes(std::span(text)));
+  write_file_atomically(tmp / kIndexFileName, std::as_bytes(std::span(text)));
+  staging.replace(path);
 }
 
 Layout even_layout(const codec::Manifest& manifest, size_t shards, bool sharded) {

@@ -67,11 +67,17 @@ class Checkpoint {
 };
 
 // Writes `weights` (a manifest with the layout's tensors, any order) at `path` in `layout`: a
-// single file at `path` when the layout is not sharded, else the directory `path` (created) with
-// every shard under its file name, then the index. Each file is written atomically (temporary
-// file, fsync, rename) and the index last, so a reader that finds the index finds whole shards.
+// single file at `path` when the layout is not sharded (temporary file, fsync, rename), else the
+// directory `path` with every shard under its file name and the index. A directory is written
+// whole beside `path` (.NAME.partial-PID-N in its parent, every file fsynced) and then swapped in
+// with one renameat2(RENAME_EXCHANGE), or renamed in when `path` does not exist: a reader finds
+// the old directory or the new one, never shards of both, and a failed write leaves `path` as it
+// was and removes what it wrote. What an existing `path` held besides its checkpoint (files and
+// subdirectories other than *.safetensors and the index: config.json, tokenizer files) is carried
+// into the new directory (hard links); its shards that the new layout does not name are gone.
+// A process killed mid-write leaves its staging directory behind.
 // Throws Error(invalid_argument) when the layout and the weights name different tensors, Error(io)
-// when writing fails.
+// when writing fails or `path` exists and is not a directory.
 void write_checkpoint(const std::filesystem::path& path, const codec::ConstWeights& weights, const Layout& layout);
 
 // A layout for `manifest` in `shards` files of about equal size, named as Hugging Face names them

@@ -202,10 +202,12 @@ CheckpointDirWriter::CheckpointDirWriter(Options options, tree::Receiver& receiv
                                  " is being written by another process (it holds " + lock.string() +
                                  "); give each receiver its own directory, e.g. with {rank} in the path");
   }
-  // What a process killed in the middle of a write left behind.
+  // What a process killed in the middle of a write left behind: .v<version>.partial and the
+  // staging directory of its shards (checkpoint::write_checkpoint: ..v<version>.partial.partial-*).
   for (const auto& entry : fs::directory_iterator(options_.dir, ec)) {
     const std::string n = entry.path().filename().string();
     if (n.rfind(".v", 0) == 0 && ends_with(n, ".partial")) fs::remove_all(entry.path(), ec);
+    if (n.rfind("..v", 0) == 0 && n.find(".partial.partial-") != std::string::npos) fs::remove_all(entry.path(), ec);
   }
   stats_.latest = already_written;
   committed_ = already_written;
@@ -351,12 +353,14 @@ void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest, const
   const fs::path link_tmp = options_.dir / ".latest.tmp";
   try {
     fs::remove_all(partial);
-    fs::create_directories(partial);
-    // 1. The shards (each atomically) and the index last, the side files, the version record.
-    if (layout.sharded)
+    // 1. The shards and the index (a sharded directory is written whole, then renamed to
+    // `partial`), the side files, the version record.
+    if (layout.sharded) {
       checkpoint::write_checkpoint(partial, weights_, layout);
-    else
+    } else {
+      fs::create_directories(partial);
       checkpoint::write_checkpoint(partial / layout.shards.front().file, weights_, layout);
+    }
     for (const auto& file : from.files)
       if (is_side_file_name(file.name))
         checkpoint::write_file_atomically(partial / file.name, std::as_bytes(std::span(file.bytes)));

@@ -2,8 +2,12 @@
 // directories behind one name-sorted manifest. Round trips on several layouts compare bits; a
 // delta made from one layout applies to another; every malformed index is refused by name.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <cstring>
+#include <functional>
+#include <map>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -319,6 +323,91 @@ TEST(ShardedCheckpoint, WritingRefusesALayoutThatDoesNotPlaceEveryTensorOnce) {
   layout.shards[1].tensors.push_back(layout.shards[0].tensors.front());
   EXPECT_EQ(errc_of([&] { write_checkpoint(dir.path() / "b", w.view(), layout); }), Errc::invalid_argument);
   EXPECT_FALSE(fs::exists(dir.path() / "b" / kIndexFileName));
+}
+
+// Every file under `dir`: relative name -> "size:hash of the bytes".
+std::map<std::string, std::string> files_under(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    const std::string bytes = test::read_raw(e.path());
+    out[fs::relative(e.path(), dir).string()] =
+        std::to_string(bytes.size()) + ":" + std::to_string(std::hash<std::string>{}(bytes));
+  }
+  return out;
+}
+
+// Entries of `dir` left by a write (staging directories).
+std::vector<std::string> staging_left(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".partial") != std::string::npos) out.push_back(e.path().filename());
+  return out;
+}
+
+// A sharded directory written again (apply --out onto the directory a server loads) is swapped in
+// whole: the new shards and index, what lay beside the shards kept, shards the new index does not
+// name gone, nothing left behind.
+TEST(ShardedCheckpoint, RewritingADirectorySwapsItInWholeAndKeepsWhatLayBesideTheShards) {
+  const auto m = model_manifest();
+  const auto v1 = random_weights(m, 9);
+  auto v2 = v1;
+  perturb(v2, 10);
+  TempDir dir;
+  const fs::path out = dir.path() / "serve";
+  write_checkpoint(out, v1.view(), even_layout(m, 3));
+  test::write_raw(out / "config.json", "{\"model_type\": \"llama\"}\n");
+  fs::create_directory(out / "original");
+  test::write_raw(out / "original" / "params.json", "{}\n");
+  test::write_raw(out / "model-00009-of-00009.safetensors", "stale");
+  write_checkpoint(out, v2.view(), even_layout(m, 2));
+  const auto c = Checkpoint::open(out);
+  EXPECT_TRUE(same_tensors(c.weights(), v2.view()));
+  EXPECT_EQ(c.layout().shards.size(), 2U);
+  EXPECT_EQ(test::read_raw(out / "config.json"), "{\"model_type\": \"llama\"}\n");
+  EXPECT_EQ(test::read_raw(out / "original" / "params.json"), "{}\n");
+  EXPECT_FALSE(fs::exists(out / "model-00009-of-00009.safetensors"));
+  EXPECT_FALSE(fs::exists(out / "model-00003-of-00003.safetensors"));
+  EXPECT_EQ(staging_left(dir.path()), std::vector<std::string>{});
+}
+
+// A write that fails part-way (here the third shard exceeds RLIMIT_FSIZE: EFBIG, as a full disk
+// gives ENOSPC) leaves the directory byte for byte as it was: never new shards beside old ones.
+TEST(ShardedCheckpoint, AWriteThatFailsPartWayLeavesTheDirectoryAsItWas) {
+  const auto m = model_manifest();
+  const auto v1 = random_weights(m, 11);
+  auto v2 = v1;
+  perturb(v2, 12);
+  Layout layout;  // the largest tensor (4290 bytes) alone in the last shard
+  layout.sharded = true;
+  layout.shards.push_back({"model-00001-of-00003.safetensors", {}, {}});
+  layout.shards.push_back({"model-00002-of-00003.safetensors", {"model.embed_tokens.weight"}, {}});
+  layout.shards.push_back({"model-00003-of-00003.safetensors", {"model.layers.1.mlp.weight"}, {}});
+  for (const auto& t : m.tensors())
+    if (t.name != "model.embed_tokens.weight" && t.name != "model.layers.1.mlp.weight")
+      layout.shards[0].tensors.push_back(t.name);
+  TempDir dir;
+  const fs::path out = dir.path() / "serve";
+  write_checkpoint(out, v1.view(), layout);
+  test::write_raw(out / "config.json", "{}\n");
+  const auto before = files_under(out);
+
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &saved), 0);
+  rlimit small = saved;
+  small.rlim_cur = 4096;  // every shard but the last fits
+  auto* old_handler = signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::string message;
+  const Errc code = errc_of([&] { write_checkpoint(out, v2.view(), layout); }, &message);
+  setrlimit(RLIMIT_FSIZE, &saved);
+  signal(SIGXFSZ, old_handler);
+
+  EXPECT_EQ(code, Errc::io) << message;
+  EXPECT_NE(message.find("model-00003-of-00003"), std::string::npos) << message;
+  EXPECT_EQ(files_under(out), before) << "a failed write changed the directory";
+  EXPECT_EQ(staging_left(dir.path()), std::vector<std::string>{});
+  EXPECT_TRUE(same_tensors(Checkpoint::open(out).weights(), v1.view()));
 }
 
 }  // namespace
