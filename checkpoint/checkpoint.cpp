@@ -328,7 +328,8 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
   // The whole directory is written beside `path` and swapped in: a reader, or a failure, never
   // sees shards of two versions side by side.
   if (fs::exists(path) && !fs::is_directory(path))
-    throw Error(Errc::io, "cannot write a sharded checkpoint at " + path.string() + ": it exists and is not a directory");
+    throw Error(Errc::io,
+                "cannot write a sharded checkpoint at " + path.string() + ": it exists and is not a directory");
   const StagingDir staging(path);
   const fs::path& tmp = staging.path();
   Json weight_map = Json::object();
