@@ -45,7 +45,9 @@ std::map<std::string, CheckpointWatch::Clock::time_point, decltype(&natural_less
   fs::directory_iterator it(dir_, ec);
   if (ec) throw Error(Errc::io, "trainer.dir " + dir_.string() + ": cannot list it: " + ec.message());
   const auto now = Clock::now();
-  for (const auto& entry : it) {
+  for (; it != fs::directory_iterator(); it.increment(ec)) {
+    if (ec) throw Error(Errc::io, "trainer.dir " + dir_.string() + ": cannot list it: " + ec.message());
+    const auto& entry = *it;
     const std::string name = entry.path().filename().string();
     if (name.empty() || name[0] == '.' || name.ends_with(".tmp")) continue;
     std::error_code type_ec;
@@ -84,7 +86,27 @@ std::optional<CheckpointWatch::Found> CheckpointWatch::latest() {
 
 std::optional<CheckpointWatch::Found> CheckpointWatch::next_after(const std::string& current) {
   while (!stop_) {
-    const auto names = list();
+    // A directory that cannot be listed for a while (a network file system's hiccup, a mount
+    // being replaced) stops nothing: the tree keeps the current version and the watch retries.
+    std::map<std::string, Clock::time_point, decltype(&natural_less)> names(&natural_less);
+    try {
+      names = list();
+    } catch (const Error& e) {
+      const auto now = Clock::now();
+      if (!unlistable_since_ || now - last_unlistable_log_ > std::chrono::seconds(10)) {
+        if (!unlistable_since_) unlistable_since_ = now;
+        last_unlistable_log_ = now;
+        logger("run")->warn("producer: {}; waiting for it (the receivers keep checkpoint {})", e.what(),
+                            current);
+      }
+      std::this_thread::sleep_for(poll_);
+      continue;
+    }
+    if (unlistable_since_) {
+      logger("run")->info("producer: trainer.dir {} can be listed again (after {:.1f} s)", dir_.string(),
+                          std::chrono::duration<double>(Clock::now() - *unlistable_since_).count());
+      unlistable_since_.reset();
+    }
     for (const auto& [name, appeared] : names) {
       if (!natural_less(current, name)) {
         if (name != current && !warned_before_[name]) {

@@ -35,7 +35,8 @@ class CheckpointWatch {
   std::optional<Found> latest();
   // The checkpoint after `current` in natural order, once it opens whole (waiting for it: a
   // checkpoint still being written is not skipped). Names sorting before `current` that appear
-  // are ignored with a warning, once each.
+  // are ignored with a warning, once each. A directory that cannot be listed is waited for too
+  // (a warning every 10 s), never an error: the tree keeps the current version meanwhile.
   std::optional<Found> next_after(const std::string& current);
   // Opens checkpoint `name` now (--resume). Throws what Checkpoint::open throws.
   Found open(const std::string& name);
@@ -50,6 +51,8 @@ class CheckpointWatch {
   std::map<std::string, Clock::time_point> first_seen_;
   std::map<std::string, bool> warned_before_;
   Clock::time_point last_incomplete_log_{};
+  std::optional<Clock::time_point> unlistable_since_;  // next_after: the directory cannot be listed
+  Clock::time_point last_unlistable_log_{};
 };
 
 }  // namespace deltacast::tools

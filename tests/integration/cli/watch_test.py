@@ -8,7 +8,9 @@ model written by `deltacast synth --shards 3` (Hugging Face sharded directories)
   2. a checkpoint dropped half-written (its index and 2 of its 3 shards) is waited for, not read:
      no version commits until its last shard lands; a name sorting before the current version
      appears meanwhile and is ignored;
-  3. the next checkpoint lands (written as .tmp, renamed): trainer.steps 2 reached, the producer
+  3. the directory cannot be listed for a while (renamed away and back, as a network file system's
+     hiccup): the producer warns and waits;
+     the next checkpoint lands (written as .tmp, renamed): trainer.steps 2 reached, the producer
      says BYE; every receiver's SHA-256 equals the producer's and an independent SHA-256 of the
      last checkpoint's tensors (read here from its shards, in name order); the report names each
      step's checkpoint and the time from its appearance to its commit;
@@ -100,6 +102,19 @@ def follow(dc: str, work: Path, made: Path) -> None:
         check(fleet.wait_line(r"^step 1:", 2.0) is None, "a half-written checkpoint was sent")
         shutil.copy(made / "step-0002" / "model-00003-of-00003.safetensors", w / "ckpt-3")
         check(fleet.wait_line(r"^step 1: version 2 ", 60), "the completed checkpoint was not sent:\n" + fleet.tail(0, 20))
+        # The directory cannot be listed for a while (a network file system's hiccup): the
+        # producer waits for it instead of ending the run.
+        away = w.with_name(w.name + ".away")
+        os.rename(w, away)
+        log0 = work / "phase1" / "rank-0.log"
+        deadline = time.monotonic() + 20
+        while "cannot list it" not in log0.read_text(errors="replace"):
+            check(time.monotonic() < deadline and fleet.producer.poll() is None,
+                  "the producer did not wait for its directory:\n" + fleet.tail(0, 10))
+            time.sleep(0.1)
+        time.sleep(0.5)
+        check(fleet.producer.poll() is None, "the producer ended while its directory was away:\n" + fleet.tail(0, 10))
+        os.rename(away, w)
         drop(made / "step-0003", w / "ckpt-4")
         check(fleet.wait_line(r"^step 2: version 3 ", 60), "the next checkpoint was not sent:\n" + fleet.tail(0, 20))
         check(fleet.wait_producer(60) == 0, "producer exit status " + str(fleet.producer.poll()) + ":\n" + fleet.tail(0, 20))
@@ -118,6 +133,7 @@ def follow(dc: str, work: Path, made: Path) -> None:
         check(report["max_rss_anon_bytes"] > 0 and report["trainer_kind"] == "watch", str(report))
         log = (work / "phase1" / "rank-0.log").read_text(errors="replace")
         check("ignoring checkpoint ckpt-0" in log, "no warning for the checkpoint that sorts before")
+        check("can be listed again" in log, "no line says the directory came back")
         print(f"ok: follows the directory (steps {names}, appeared->commit {[round(d, 3) for d in delays]} s, "
               f"RssAnon max {report['max_rss_anon_bytes'] / 2**20:.1f} MiB for a "
               f"{report['checkpoint_bytes'] / 2**20:.1f} MiB model)")
