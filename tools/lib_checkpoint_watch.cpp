@@ -96,8 +96,7 @@ std::optional<CheckpointWatch::Found> CheckpointWatch::next_after(const std::str
       if (!unlistable_since_ || now - last_unlistable_log_ > std::chrono::seconds(10)) {
         if (!unlistable_since_) unlistable_since_ = now;
         last_unlistable_log_ = now;
-        logger("run")->warn("producer: {}; waiting for it (the receivers keep checkpoint {})", e.what(),
-                            current);
+        logger("run")->warn("producer: {}; waiting for it (the receivers keep checkpoint {})", e.what(), current);
       }
       std::this_thread::sleep_for(poll_);
       continue;
