@@ -1,0 +1,89 @@
+// The classed scan's cost per block of 64 elements against the density of changes
+// (codec/scan.h), to tell the per-block cost (class masks, counts, the loads) from the per-change
+// cost (position, bits, class, rank). One BF16 segment of 16 Mi elements (normal(0, 0.02) bits,
+// so the four classes are all populated), changed at each density; densities interleaved over
+// rounds with a plain read of both arrays (the baseline); the median per density. The cycles assume 3.5 GHz (a scale, not a measurement).
+//        dc_bench_scan [--rounds 9] [--reps 10]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codec/scan.h"
+
+using namespace deltacast::codec;
+
+int main(int argc, char** argv) {
+  int rounds = 9, reps = 10;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::string(argv[i]) == "--rounds") rounds = std::stoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--reps") reps = std::stoi(argv[i + 1]);
+  }
+  const std::vector<double> densities = {0.0, 0.001, 0.005, 0.014, 0.03, 0.1};
+  const size_t n = size_t{16} << 20;
+  std::vector<uint16_t> base(n);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.f, 0.02f);
+  for (auto& x : base) {
+    const float f = normal(rng);
+    uint32_t u = 0;
+    std::memcpy(&u, &f, 4);
+    x = static_cast<uint16_t>(u >> 16);
+  }
+  std::vector<std::vector<uint16_t>> next;
+  std::vector<size_t> changes;
+  for (double d : densities) {
+    next.push_back(base);
+    std::bernoulli_distribution flip(d);
+    for (auto& x : next.back())
+      if (flip(rng)) x = static_cast<uint16_t>(x ^ (1 + (rng() & 3)));
+    size_t c = 0;
+    for (size_t i = 0; i < n; ++i) c += base[i] != next.back()[i];
+    changes.push_back(c);
+  }
+  ClassSpec classes;
+  classes.count = 4;
+  classes.thresholds = {0x3a00, 0x3c00, 0x3c80};
+  ScanOutput out;
+  std::vector<std::vector<double>> seconds(densities.size());
+  std::vector<double> read_seconds;  // the baseline: a plain read of both arrays (4 independent sums)
+  uint64_t sink = 0;
+  for (int r = 0; r < rounds; ++r) {
+    const auto r0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i)
+      for (const auto* v : {&base, &next[3]}) {
+        uint64_t sum[4] = {0, 0, 0, 0};
+        const size_t words = n * 2 / 8;
+        for (size_t w = 0; w + 4 <= words; w += 4)
+          for (size_t l = 0; l < 4; ++l) {
+            uint64_t x = 0;
+            std::memcpy(&x, reinterpret_cast<const char*>(v->data()) + 8 * (w + l), 8);
+            sum[l] += x;
+          }
+        sink += sum[0] + sum[1] + sum[2] + sum[3];
+      }
+    read_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - r0).count() / reps);
+    for (size_t k = 0; k < densities.size(); ++k) {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < reps; ++i) scan_changes(2, 0x7fff, base.data(), next[k].data(), n, &classes, out);
+      seconds[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
+      if (out.positions.size() != changes[k]) return std::fprintf(stderr, "scan found %zu changes, not %zu\n", out.positions.size(), changes[k]), 1;
+    }
+  }
+  std::sort(read_seconds.begin(), read_seconds.end());
+  const double read = read_seconds[read_seconds.size() / 2];
+  std::printf("read of both (the baseline): median %.2f ms (%.2f-%.2f)%s\n\n", read * 1e3, read_seconds.front() * 1e3,
+              read_seconds.back() * 1e3, sink == 42 ? " " : "");
+  std::printf("| density | changes | scan (median ms, range) | scan / read | cycles per block @3.5 GHz |\n|---|---|---|---|---|\n");
+  for (size_t k = 0; k < densities.size(); ++k) {
+    auto v = seconds[k];
+    std::sort(v.begin(), v.end());
+    const double median = v[v.size() / 2];
+    std::printf("| %.3f | %zu | %.2f (%.2f-%.2f) | %.2f | %.1f |\n", densities[k], changes[k], median * 1e3,
+                v.front() * 1e3, v.back() * 1e3, median / read, median * 3.5e9 / static_cast<double>(n / 64));
+  }
+  return 0;
+}
