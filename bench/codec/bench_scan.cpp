@@ -70,7 +70,10 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < reps; ++i) scan_changes(2, 0x7fff, base.data(), next[k].data(), n, &classes, out);
       seconds[k].push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
-      if (out.positions.size() != changes[k]) return std::fprintf(stderr, "scan found %zu changes, not %zu\n", out.positions.size(), changes[k]), 1;
+      if (out.positions.size() != changes[k]) {
+        std::fprintf(stderr, "scan found %zu changes, not %zu\n", out.positions.size(), changes[k]);
+        return 1;
+      }
     }
   }
   std::sort(read_seconds.begin(), read_seconds.end());
@@ -83,7 +86,7 @@ int main(int argc, char** argv) {
     std::sort(v.begin(), v.end());
     const double median = v[v.size() / 2];
     std::printf("| %.3f | %zu | %.2f (%.2f-%.2f) | %.2f | %.1f |\n", densities[k], changes[k], median * 1e3,
-                v.front() * 1e3, v.back() * 1e3, median / read, median * 3.5e9 / static_cast<double>(n / 64));
+                v.front() * 1e3, v.back() * 1e3, median / read, median * 3.5e9 * 64.0 / static_cast<double>(n));
   }
   return 0;
 }
