@@ -2,7 +2,8 @@
 // (codec/scan.h), to tell the per-block cost (class masks, counts, the loads) from the per-change
 // cost (position, bits, class, rank). One BF16 segment of 16 Mi elements (normal(0, 0.02) bits,
 // so the four classes are all populated), changed at each density; densities interleaved over
-// rounds with a plain read of both arrays (the baseline); the median per density. The cycles assume 3.5 GHz (a scale, not a measurement).
+// rounds with a plain read of both arrays (the baseline); the median per density. The cycles assume 3.5 GHz (a scale,
+// not a measurement).
 //        dc_bench_scan [--rounds 9] [--reps 10]
 #include <algorithm>
 #include <chrono>
@@ -80,7 +81,9 @@ int main(int argc, char** argv) {
   const double read = read_seconds[read_seconds.size() / 2];
   std::printf("read of both (the baseline): median %.2f ms (%.2f-%.2f)%s\n\n", read * 1e3, read_seconds.front() * 1e3,
               read_seconds.back() * 1e3, sink == 42 ? " " : "");
-  std::printf("| density | changes | scan (median ms, range) | scan / read | cycles per block @3.5 GHz |\n|---|---|---|---|---|\n");
+  std::printf(
+      "| density | changes | scan (median ms, range) | scan / read | cycles per block @3.5 GHz "
+      "|\n|---|---|---|---|---|\n");
   for (size_t k = 0; k < densities.size(); ++k) {
     auto v = seconds[k];
     std::sort(v.begin(), v.end());
