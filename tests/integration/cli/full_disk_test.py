@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from watch_test import Failed, check, drop, tensors_sha256, with_side_files, written, same_version_dir
+from watch_test import check, drop, run_and_exit, same_version_dir, tensors_sha256, with_side_files, written
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recovery"))
 import dcfleet  # noqa: E402
@@ -161,22 +161,13 @@ def main():
         print("cannot mount a tmpfs here: " + mounted.stdout.decode(errors="replace").strip())
         shutil.rmtree(work, ignore_errors=True)
         sys.exit(77)
-    passed = False
-    try:
+
+    def body():
         subprocess.run([dc, "synth", "--out", str(made), "--params", "2M", "--steps", "4", "--seed", "11",
                         "--shards", "3"], check=True, stdout=subprocess.DEVNULL)
         run(dc, work, made, mount)
-        passed = True
-    except Failed as e:
-        print(f"FAIL: {e}", file=sys.stderr)
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
-        if passed and not keep:
-            shutil.rmtree(work, ignore_errors=True)
-        elif not passed:
-            print(f"kept {work}", file=sys.stderr)
-    print("PASS" if passed else "FAILED")
-    sys.exit(0 if passed else 1)
+
+    run_and_exit(work, keep, body, cleanup=lambda: subprocess.run(["umount", "-l", str(mount)], check=False))
 
 
 if __name__ == "__main__":

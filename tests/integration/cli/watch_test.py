@@ -325,6 +325,25 @@ def rejoin_from_latest(dc: str, work: Path, made: Path) -> None:
         print("ok: a restarted receiver rejoins from its latest by replay, and writes each version with its files")
 
 
+def run_and_exit(work: Path, keep: bool, body, cleanup=lambda: None) -> None:
+    """Runs body(); a failed check prints FAIL and its reason. Then cleanup(); `work` is removed
+    when it passed (unless --keep), named when it failed; prints PASS or FAILED and exits 0 or 1."""
+    passed = False
+    try:
+        body()
+        passed = True
+    except Failed as e:
+        print(f"FAIL: {e}", file=sys.stderr)
+    finally:
+        cleanup()
+        if passed and not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        elif not passed:
+            print(f"kept {work}", file=sys.stderr)
+    print("PASS" if passed else "FAILED")
+    sys.exit(0 if passed else 1)
+
+
 def main():
     dc = sys.argv[1]
     keep = "--keep" in sys.argv
@@ -334,23 +353,15 @@ def main():
                    check=True, stdout=subprocess.DEVNULL)
     subprocess.run([dc, "synth", "--out", str(other), "--params", "1M", "--steps", "1", "--seed", "9", "--shards", "2"],
                    check=True, stdout=subprocess.DEVNULL)
-    passed = False
-    try:
+
+    def phases():
         follow(dc, work, made)
         other_model(dc, work, made, other)
         sigterm(dc, work, made)
         write_dirs(dc, work, made)
         rejoin_from_latest(dc, work, made)
-        passed = True
-    except Failed as e:
-        print(f"FAIL: {e}", file=sys.stderr)
-    finally:
-        if passed and not keep:
-            shutil.rmtree(work, ignore_errors=True)
-        elif not passed:
-            print(f"kept {work}", file=sys.stderr)
-    print("PASS" if passed else "FAILED")
-    sys.exit(0 if passed else 1)
+
+    run_and_exit(work, keep, phases)
 
 
 if __name__ == "__main__":
