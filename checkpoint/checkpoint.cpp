@@ -330,7 +330,10 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
   if (fs::exists(path) && !fs::is_directory(path))
     throw Error(Errc::io,
                 "cannot write a sharded checkpoint at " + path.string() + ": it exists and is not a directory");
-  const StagingDir staging(path);
+  // A symlink to a directory (a `latest` link) is followed: the directory it names is replaced.
+  std::error_code link_ec;
+  const fs::path target = fs::is_symlink(path, link_ec) ? fs::canonical(path) : path;
+  const StagingDir staging(target);
   const fs::path& tmp = staging.path();
   Json weight_map = Json::object();
   uint64_t total = 0;
@@ -348,7 +351,7 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
   index["weight_map"] = std::move(weight_map);
   const std::string text = index.dump(2) + "\n";
   write_file_atomically(tmp / kIndexFileName, std::as_bytes(std::span(text)));
-  staging.replace(path);
+  staging.replace(target);
 }
 
 Layout even_layout(const codec::Manifest& manifest, size_t shards, bool sharded) {

@@ -74,7 +74,8 @@ class Checkpoint {
 // the old directory or the new one, never shards of both, and a failed write leaves `path` as it
 // was and removes what it wrote. What an existing `path` held besides its checkpoint (files and
 // subdirectories other than *.safetensors and the index: config.json, tokenizer files) is carried
-// into the new directory (hard links); its shards that the new layout does not name are gone.
+// into the new directory (hard links); its shards that the new layout does not name are gone. A
+// `path` that is a symlink to a directory is followed: the directory it names is replaced.
 // A process killed mid-write leaves its staging directory behind.
 // Throws Error(invalid_argument) when the layout and the weights name different tensors, Error(io)
 // when writing fails or `path` exists and is not a directory.

@@ -369,6 +369,13 @@ TEST(ShardedCheckpoint, RewritingADirectorySwapsItInWholeAndKeepsWhatLayBesideTh
   EXPECT_FALSE(fs::exists(out / "model-00009-of-00009.safetensors"));
   EXPECT_FALSE(fs::exists(out / "model-00003-of-00003.safetensors"));
   EXPECT_EQ(staging_left(dir.path()), std::vector<std::string>{});
+  // Through a symlink (a `latest` link): the directory it names is replaced, the link stays.
+  fs::create_directory_symlink("serve", dir.path() / "latest");
+  write_checkpoint(dir.path() / "latest", v1.view(), even_layout(m, 3));
+  EXPECT_TRUE(fs::is_symlink(dir.path() / "latest"));
+  EXPECT_TRUE(same_tensors(Checkpoint::open(out).weights(), v1.view()));
+  EXPECT_EQ(test::read_raw(out / "config.json"), "{\"model_type\": \"llama\"}\n");
+  EXPECT_EQ(staging_left(dir.path()), std::vector<std::string>{});
 }
 
 // A write that fails part-way (here the third shard exceeds RLIMIT_FSIZE: EFBIG, as a full disk
