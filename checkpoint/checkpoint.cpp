@@ -2,6 +2,7 @@
 #include "checkpoint/checkpoint.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,7 +25,7 @@ using Json = nlohmann::ordered_json;
 
 // A directory written beside `target` (.NAME.partial-PID-N in its parent) and then swapped in
 // for it: replace() carries over what `target` holds besides its checkpoint (config.json,
-// tokenizer files, subdirectories; hard links, else copies) and exchanges the two directories in
+// tokenizer files, hidden files, subdirectories; hard links, else copies) and exchanges the two directories in
 // one renameat2(RENAME_EXCHANGE) (where the file system lacks it: target moved aside, then the new
 // one renamed in: never a mix, briefly nothing). The destructor removes the staging directory:
 // what a failure left, or the old contents after the swap.
@@ -73,26 +74,38 @@ class StagingDir {
   }
 
  private:
-  // Everything in `from` but its checkpoint files (shards, index) and hidden entries, into `to`.
+  // Everything in `from` but its checkpoint files (its *.safetensors and the index), into `to`.
+  // Throws Error(io), also when a directory inside `from` is the mount point of another file
+  // system: the old directory is removed after the swap, and that must not reach into it.
   static void carry_over(const fs::path& from, const fs::path& to) {
-    for (const auto& entry : fs::directory_iterator(from)) {
-      const std::string name = entry.path().filename().string();
-      if (name.empty() || name[0] == '.' || name == kIndexFileName || name.ends_with(".safetensors")) continue;
-      link_tree(entry.path(), to / name);
+    struct stat root {};
+    if (::stat(from.c_str(), &root) != 0) throw_os_error("cannot stat", from, errno);
+    try {
+      for (const auto& entry : fs::directory_iterator(from)) {
+        const std::string name = entry.path().filename().string();
+        if (name == kIndexFileName || name.ends_with(".safetensors")) continue;
+        link_tree(entry.path(), to / name, root.st_dev);
+      }
+    } catch (const fs::filesystem_error& e) {
+      throw Error(Errc::io, std::string("cannot carry over the files beside the shards: ") + e.what());
     }
   }
-  static void link_tree(const fs::path& from, const fs::path& to) {
-    const auto status = fs::symlink_status(from);
-    if (fs::is_symlink(status)) {
+  static void link_tree(const fs::path& from, const fs::path& to, dev_t device) {
+    struct stat st {};
+    if (::lstat(from.c_str(), &st) != 0) throw_os_error("cannot stat", from, errno);
+    if (S_ISLNK(st.st_mode)) {
       fs::copy_symlink(from, to);
-    } else if (fs::is_directory(status)) {
+    } else if (S_ISDIR(st.st_mode)) {
+      if (st.st_dev != device)
+        throw Error(Errc::io, from.string() + " is another file system's mount point: write the checkpoint elsewhere");
       fs::create_directory(to);
-      for (const auto& entry : fs::directory_iterator(from)) link_tree(entry.path(), to / entry.path().filename());
-    } else if (fs::is_regular_file(status)) {
+      for (const auto& entry : fs::directory_iterator(from))
+        link_tree(entry.path(), to / entry.path().filename(), device);
+    } else if (S_ISREG(st.st_mode)) {
       std::error_code ec;
       fs::create_hard_link(from, to, ec);
       if (ec) fs::copy_file(from, to);
-    }
+    }  // sockets, FIFOs, devices: not carried
   }
 
   fs::path path_;

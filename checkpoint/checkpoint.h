@@ -73,10 +73,12 @@ class Checkpoint {
 // with one renameat2(RENAME_EXCHANGE), or renamed in when `path` does not exist: a reader finds
 // the old directory or the new one, never shards of both, and a failed write leaves `path` as it
 // was and removes what it wrote. What an existing `path` held besides its checkpoint (files and
-// subdirectories other than *.safetensors and the index: config.json, tokenizer files) is carried
-// into the new directory (hard links); its shards that the new layout does not name are gone. A
-// `path` that is a symlink to a directory is followed: the directory it names is replaced.
-// A process killed mid-write leaves its staging directory behind.
+// subdirectories other than its *.safetensors and the index: config.json, tokenizer files) is
+// carried into the new directory (hard links); its shards that the new layout does not name are
+// gone. A subdirectory that is another file system's mount point is refused (Error(io), nothing
+// changed): the old directory is removed after the swap. A `path` that is a symlink to a
+// directory is followed: the directory it names is replaced. A process killed mid-write leaves
+// its staging directory behind.
 // Throws Error(invalid_argument) when the layout and the weights name different tensors, Error(io)
 // when writing fails or `path` exists and is not a directory.
 void write_checkpoint(const std::filesystem::path& path, const codec::ConstWeights& weights, const Layout& layout);

@@ -3,6 +3,7 @@
 // delta made from one layout applies to another; every malformed index is refused by name.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 
 #include <cstring>
@@ -360,12 +361,14 @@ TEST(ShardedCheckpoint, RewritingADirectorySwapsItInWholeAndKeepsWhatLayBesideTh
   fs::create_directory(out / "original");
   test::write_raw(out / "original" / "params.json", "{}\n");
   test::write_raw(out / "model-00009-of-00009.safetensors", "stale");
+  test::write_raw(out / ".gitattributes", "*.safetensors filter=lfs\n");
   write_checkpoint(out, v2.view(), even_layout(m, 2));
   const auto c = Checkpoint::open(out);
   EXPECT_TRUE(same_tensors(c.weights(), v2.view()));
   EXPECT_EQ(c.layout().shards.size(), 2U);
   EXPECT_EQ(test::read_raw(out / "config.json"), "{\"model_type\": \"llama\"}\n");
   EXPECT_EQ(test::read_raw(out / "original" / "params.json"), "{}\n");
+  EXPECT_EQ(test::read_raw(out / ".gitattributes"), "*.safetensors filter=lfs\n");
   EXPECT_FALSE(fs::exists(out / "model-00009-of-00009.safetensors"));
   EXPECT_FALSE(fs::exists(out / "model-00003-of-00003.safetensors"));
   EXPECT_EQ(staging_left(dir.path()), std::vector<std::string>{});
@@ -415,6 +418,29 @@ TEST(ShardedCheckpoint, AWriteThatFailsPartWayLeavesTheDirectoryAsItWas) {
   EXPECT_EQ(files_under(out), before) << "a failed write changed the directory";
   EXPECT_EQ(staging_left(dir.path()), std::vector<std::string>{});
   EXPECT_TRUE(same_tensors(Checkpoint::open(out).weights(), v1.view()));
+}
+
+// The old directory is removed after the swap: one holding another file system's mount point is
+// refused before anything changes (a tmpfs mounted inside it: needs CAP_SYS_ADMIN).
+TEST(ShardedCheckpoint, ADirectoryHoldingAMountPointIsNotReplaced) {
+  const auto m = model_manifest();
+  const auto v1 = random_weights(m, 13);
+  TempDir dir;
+  const fs::path out = dir.path() / "serve";
+  write_checkpoint(out, v1.view(), even_layout(m, 2));
+  fs::create_directory(out / "data");
+  if (::mount("tmpfs", (out / "data").c_str(), "tmpfs", 0, "size=1m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << ")";
+  test::write_raw(out / "data" / "keep.bin", "precious");
+  const auto before = files_under(out);
+  std::string message;
+  const Errc code = errc_of([&] { write_checkpoint(out, random_weights(m, 14).view(), even_layout(m, 3)); }, &message);
+  const auto after = files_under(out);
+  ::umount2((out / "data").c_str(), MNT_DETACH);
+  EXPECT_EQ(code, Errc::io);
+  EXPECT_NE(message.find("mount point"), std::string::npos) << message;
+  EXPECT_EQ(after, before);
+  EXPECT_EQ(staging_left(dir.path()), std::vector<std::string>{});
 }
 
 }  // namespace
