@@ -50,9 +50,10 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
       write_text("deltacast: fatal: ");
       write_text(slot.path);
       write_text(
-          " shrank while deltacast had it mapped (SIGBUS reading it): another process truncated or "
-          "rewrote it in place. A file deltacast reads must not change once complete: write each "
-          "checkpoint under a new name (or as NAME.tmp, then rename it).\n");
+          " could not be read while deltacast had it mapped (SIGBUS): it shrank (another process "
+          "truncated or rewrote it in place), or its storage failed to read it. A file deltacast reads "
+          "must not change once complete: write each checkpoint under a new name (or as NAME.tmp, then "
+          "rename it).\n");
       break;
     }
   }

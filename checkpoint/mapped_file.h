@@ -3,10 +3,10 @@
 // with PROT_READ; writable ones MAP_SHARED so stores reach the file.
 //
 // A file truncated by another process while it is mapped (a trainer rewriting a checkpoint in
-// place) makes the next touch of a page past its new end raise SIGBUS. The process cannot go on
-// from there, but it does not die unexplained: while any MappedFile exists, a SIGBUS handler
-// (installed with the first mapping, chained to the one it replaced) writes to stderr which file
-// shrank and what to do about it, then lets the signal take its course (the previous handler, or
+// place) makes the next touch of a page past its new end raise SIGBUS (as does a read error of
+// the storage under a mapped page). The process cannot go on from there, but it does not die
+// unexplained: while any MappedFile exists, a SIGBUS handler (installed with the first mapping,
+// chained to the one it replaced) writes to stderr which file could not be read and why, then lets the signal take its course (the previous handler, or
 // the default action: exit status 128 + SIGBUS). Up to kTrackedMappings mappings are named; a
 // fault outside them is left to the previous handler untouched.
 #include <cstddef>
