@@ -6,9 +6,10 @@
 // place) makes the next touch of a page past its new end raise SIGBUS (as does a read error of
 // the storage under a mapped page). The process cannot go on from there, but it does not die
 // unexplained: while any MappedFile exists, a SIGBUS handler (installed with the first mapping,
-// chained to the one it replaced) writes to stderr which file could not be read and why, then lets the signal take its
-// course (the previous handler, or the default action: exit status 128 + SIGBUS). Up to kTrackedMappings mappings are
-// named; a fault outside them is left to the previous handler untouched.
+// chained to the one it replaced) writes to stderr which file could not be read and why, then
+// lets the signal take its course (the previous handler, or the default action: exit status
+// 128 + SIGBUS). Up to kTrackedMappings mappings are named; a fault outside them is left to the
+// previous handler untouched.
 #include <cstddef>
 #include <filesystem>
 #include <span>
