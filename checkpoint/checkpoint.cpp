@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,12 +17,25 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/log.h"
 
 namespace deltacast::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
+
+// Why `target` cannot be replaced by a directory written beside it, if it cannot: it is the root
+// of a mounted file system (renames cannot cross it), or its parent is not writable.
+std::optional<std::string> cannot_swap(const fs::path& target) {
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  struct stat t {}, p {};
+  if (::stat(target.c_str(), &t) == 0 && ::stat(parent.c_str(), &p) == 0 && t.st_dev != p.st_dev)
+    return std::string("it is a mount point, so it cannot be swapped whole");
+  if (fs::exists(parent) && ::access(parent.c_str(), W_OK) != 0)
+    return "its parent " + parent.string() + " is not writable (" + std::strerror(errno) + ")";
+  return std::nullopt;
+}
 
 // A directory written beside `target` (.NAME.partial-PID-N in its parent) and then swapped in
 // for it: replace() carries over what `target` holds besides its checkpoint (config.json,
@@ -346,24 +360,37 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
   // A symlink to a directory (a `latest` link) is followed: the directory it names is replaced.
   std::error_code link_ec;
   const fs::path target = fs::is_symlink(path, link_ec) ? fs::canonical(path) : path;
-  const StagingDir staging(target);
-  const fs::path& tmp = staging.path();
-  Json weight_map = Json::object();
-  uint64_t total = 0;
-  for (const auto& shard : layout.shards) {
-    std::vector<codec::TensorInfo> infos;
-    auto spans = shard_weights(shard, infos);
-    const codec::Manifest file_manifest(std::move(infos));
-    write_safetensors(tmp / shard.file, codec::ConstWeights{&file_manifest, std::move(spans)}, shard.metadata);
-    for (const auto& name : shard.tensors) weight_map[name] = shard.file;
-    total += file_manifest.total_bytes();
+  auto write_into = [&](const fs::path& dir) {
+    Json weight_map = Json::object();
+    uint64_t total = 0;
+    for (const auto& shard : layout.shards) {
+      std::vector<codec::TensorInfo> infos;
+      auto spans = shard_weights(shard, infos);
+      const codec::Manifest file_manifest(std::move(infos));
+      write_safetensors(dir / shard.file, codec::ConstWeights{&file_manifest, std::move(spans)}, shard.metadata);
+      for (const auto& name : shard.tensors) weight_map[name] = shard.file;
+      total += file_manifest.total_bytes();
+    }
+    Json index = Json::object();
+    index["metadata"] = Json::parse(layout.index_metadata_json);
+    if (!index["metadata"].contains("total_size")) index["metadata"]["total_size"] = total;
+    index["weight_map"] = std::move(weight_map);
+    const std::string text = index.dump(2) + "\n";
+    write_file_atomically(dir / kIndexFileName, std::as_bytes(std::span(text)));
+  };
+  if (const auto why = cannot_swap(target)) {
+    // A volume's root (a container's model mount) or a directory in a parent deltacast cannot
+    // write: written in place, each file atomically and the index last.
+    logger("checkpoint")->warn("{}: {}; writing its files in place (each atomically, the index last)",
+                               target.string(), *why);
+    std::error_code ec;
+    fs::create_directories(target, ec);
+    if (ec) throw Error(Errc::io, "cannot create directory " + target.string() + ": " + ec.message());
+    write_into(target);
+    return;
   }
-  Json index = Json::object();
-  index["metadata"] = Json::parse(layout.index_metadata_json);
-  if (!index["metadata"].contains("total_size")) index["metadata"]["total_size"] = total;
-  index["weight_map"] = std::move(weight_map);
-  const std::string text = index.dump(2) + "\n";
-  write_file_atomically(tmp / kIndexFileName, std::as_bytes(std::span(text)));
+  const StagingDir staging(target);
+  write_into(staging.path());
   staging.replace(target);
 }
 

@@ -77,8 +77,10 @@ class Checkpoint {
 // carried into the new directory (hard links); its shards that the new layout does not name are
 // gone. A subdirectory that is another file system's mount point is refused (Error(io), nothing
 // changed): the old directory is removed after the swap. A `path` that is a symlink to a
-// directory is followed: the directory it names is replaced. A process killed mid-write leaves
-// its staging directory behind.
+// directory is followed: the directory it names is replaced. A `path` that cannot be swapped (the
+// root of a mounted volume, or in a parent that is not writable) is written in place instead,
+// each file atomically and the index last, with a warning: there a reader may see shards of two
+// versions while it is written. A process killed mid-write leaves its staging directory behind.
 // Throws Error(invalid_argument) when the layout and the weights name different tensors, Error(io)
 // when writing fails or `path` exists and is not a directory.
 void write_checkpoint(const std::filesystem::path& path, const codec::ConstWeights& weights, const Layout& layout);

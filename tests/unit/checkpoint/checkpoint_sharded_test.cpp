@@ -443,5 +443,29 @@ TEST(ShardedCheckpoint, ADirectoryHoldingAMountPointIsNotReplaced) {
   EXPECT_EQ(staging_left(dir.path()), std::vector<std::string>{});
 }
 
+// A volume's root (a container's model mount) cannot be swapped: its files are written in place,
+// each atomically, the index last; what lay beside the shards stays.
+TEST(ShardedCheckpoint, AMountedVolumeIsWrittenInPlace) {
+  const auto m = model_manifest();
+  const auto v1 = random_weights(m, 15);
+  auto v2 = v1;
+  perturb(v2, 16);
+  TempDir dir;
+  const fs::path out = dir.path() / "volume";
+  fs::create_directory(out);
+  if (::mount("tmpfs", out.c_str(), "tmpfs", 0, "size=4m") != 0)
+    GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << ")";
+  write_checkpoint(out, v1.view(), even_layout(m, 3));
+  test::write_raw(out / "config.json", "{}\n");
+  write_checkpoint(out, v2.view(), even_layout(m, 3));
+  const bool v2_read = same_tensors(Checkpoint::open(out).weights(), v2.view());
+  const std::string config = test::read_raw(out / "config.json");
+  const bool still_mounted = ::umount2(out.c_str(), MNT_DETACH) == 0;
+  EXPECT_TRUE(v2_read);
+  EXPECT_EQ(config, "{}\n");
+  EXPECT_TRUE(still_mounted) << "the volume was replaced instead of written";
+  EXPECT_EQ(staging_left(dir.path()), std::vector<std::string>{});
+}
+
 }  // namespace
 }  // namespace deltacast::checkpoint
