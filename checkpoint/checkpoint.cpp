@@ -29,7 +29,8 @@ using Json = nlohmann::ordered_json;
 // of a mounted file system (renames cannot cross it), or its parent is not writable.
 std::optional<std::string> cannot_swap(const fs::path& target) {
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  struct stat t {}, p {};
+  struct stat t {
+  }, p{};
   if (::stat(target.c_str(), &t) == 0 && ::stat(parent.c_str(), &p) == 0 && t.st_dev != p.st_dev)
     return std::string("it is a mount point, so it cannot be swapped whole");
   if (fs::exists(parent) && ::access(parent.c_str(), W_OK) != 0)
@@ -381,8 +382,8 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
   if (const auto why = cannot_swap(target)) {
     // A volume's root (a container's model mount) or a directory in a parent deltacast cannot
     // write: written in place, each file atomically and the index last.
-    logger("checkpoint")->warn("{}: {}; writing its files in place (each atomically, the index last)",
-                               target.string(), *why);
+    logger("checkpoint")
+        ->warn("{}: {}; writing its files in place (each atomically, the index last)", target.string(), *why);
     std::error_code ec;
     fs::create_directories(target, ec);
     if (ec) throw Error(Errc::io, "cannot create directory " + target.string() + ": " + ec.message());
