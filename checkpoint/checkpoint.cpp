@@ -29,8 +29,8 @@ using Json = nlohmann::ordered_json;
 // of a mounted file system (renames cannot cross it), or its parent is not writable.
 std::optional<std::string> cannot_swap(const fs::path& target) {
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  struct stat t {
-  }, p{};
+  struct stat t {};
+  struct stat p {};
   if (::stat(target.c_str(), &t) == 0 && ::stat(parent.c_str(), &p) == 0 && t.st_dev != p.st_dev)
     return std::string("it is a mount point, so it cannot be swapped whole");
   if (fs::exists(parent) && ::access(parent.c_str(), W_OK) != 0)
