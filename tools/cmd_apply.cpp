@@ -6,7 +6,8 @@
 //   --out: the delta goes into a private copy, written to OUT in the target's layout (the same
 //          shard files with the same tensors; a directory is written whole and swapped in, so an
 //          OUT that a server loads from goes from the old model to the new one, never a mix, and
-//          keeps its config and tokenizer files: checkpoint::write_checkpoint);
+//          keeps its config and tokenizer files; a mounted volume's root is written file by file,
+//          the index last: checkpoint::write_checkpoint);
 //   --in-place: the delta goes into the mapped target files, and any failure rolls it back.
 #include <cstdio>
 #include <optional>
