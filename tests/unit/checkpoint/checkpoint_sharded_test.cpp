@@ -346,15 +346,21 @@ std::vector<std::string> staging_left(const fs::path& dir) {
   return out;
 }
 
+// A model and two versions of it (v2: ~1% of v1's bytes changed), for the tests of writing a
+// directory again.
+class ShardedRewrite : public ::testing::Test {
+ protected:
+  ShardedRewrite() : v1(random_weights(m, 21)), v2(v1) { perturb(v2, 22); }
+  const codec::Manifest m = model_manifest();
+  Bytes v1;
+  Bytes v2;
+  TempDir dir;
+};
+
 // A sharded directory written again (apply --out onto the directory a server loads) is swapped in
 // whole: the new shards and index, what lay beside the shards kept, shards the new index does not
 // name gone, nothing left behind.
-TEST(ShardedCheckpoint, RewritingADirectorySwapsItInWholeAndKeepsWhatLayBesideTheShards) {
-  const auto m = model_manifest();
-  const auto v1 = random_weights(m, 9);
-  auto v2 = v1;
-  perturb(v2, 10);
-  TempDir dir;
+TEST_F(ShardedRewrite, RewritingADirectorySwapsItInWholeAndKeepsWhatLayBesideTheShards) {
   const fs::path out = dir.path() / "serve";
   write_checkpoint(out, v1.view(), even_layout(m, 3));
   test::write_raw(out / "config.json", "{\"model_type\": \"llama\"}\n");
@@ -383,11 +389,7 @@ TEST(ShardedCheckpoint, RewritingADirectorySwapsItInWholeAndKeepsWhatLayBesideTh
 
 // A write that fails part-way (here the third shard exceeds RLIMIT_FSIZE: EFBIG, as a full disk
 // gives ENOSPC) leaves the directory byte for byte as it was: never new shards beside old ones.
-TEST(ShardedCheckpoint, AWriteThatFailsPartWayLeavesTheDirectoryAsItWas) {
-  const auto m = model_manifest();
-  const auto v1 = random_weights(m, 11);
-  auto v2 = v1;
-  perturb(v2, 12);
+TEST_F(ShardedRewrite, AWriteThatFailsPartWayLeavesTheDirectoryAsItWas) {
   Layout layout;  // the largest tensor (4290 bytes) alone in the last shard
   layout.sharded = true;
   layout.shards.push_back({"model-00001-of-00003.safetensors", {}, {}});
@@ -396,7 +398,6 @@ TEST(ShardedCheckpoint, AWriteThatFailsPartWayLeavesTheDirectoryAsItWas) {
   for (const auto& t : m.tensors())
     if (t.name != "model.embed_tokens.weight" && t.name != "model.layers.1.mlp.weight")
       layout.shards[0].tensors.push_back(t.name);
-  TempDir dir;
   const fs::path out = dir.path() / "serve";
   write_checkpoint(out, v1.view(), layout);
   test::write_raw(out / "config.json", "{}\n");
@@ -422,10 +423,7 @@ TEST(ShardedCheckpoint, AWriteThatFailsPartWayLeavesTheDirectoryAsItWas) {
 
 // The old directory is removed after the swap: one holding another file system's mount point is
 // refused before anything changes (a tmpfs mounted inside it: needs CAP_SYS_ADMIN).
-TEST(ShardedCheckpoint, ADirectoryHoldingAMountPointIsNotReplaced) {
-  const auto m = model_manifest();
-  const auto v1 = random_weights(m, 13);
-  TempDir dir;
+TEST_F(ShardedRewrite, ADirectoryHoldingAMountPointIsNotReplaced) {
   const fs::path out = dir.path() / "serve";
   write_checkpoint(out, v1.view(), even_layout(m, 2));
   fs::create_directory(out / "data");
@@ -434,7 +432,7 @@ TEST(ShardedCheckpoint, ADirectoryHoldingAMountPointIsNotReplaced) {
   test::write_raw(out / "data" / "keep.bin", "precious");
   const auto before = files_under(out);
   std::string message;
-  const Errc code = errc_of([&] { write_checkpoint(out, random_weights(m, 14).view(), even_layout(m, 3)); }, &message);
+  const Errc code = errc_of([&] { write_checkpoint(out, v2.view(), even_layout(m, 3)); }, &message);
   const auto after = files_under(out);
   ::umount2((out / "data").c_str(), MNT_DETACH);
   EXPECT_EQ(code, Errc::io);
@@ -445,12 +443,7 @@ TEST(ShardedCheckpoint, ADirectoryHoldingAMountPointIsNotReplaced) {
 
 // A volume's root (a container's model mount) cannot be swapped: its files are written in place,
 // each atomically, the index last; what lay beside the shards stays.
-TEST(ShardedCheckpoint, AMountedVolumeIsWrittenInPlace) {
-  const auto m = model_manifest();
-  const auto v1 = random_weights(m, 15);
-  auto v2 = v1;
-  perturb(v2, 16);
-  TempDir dir;
+TEST_F(ShardedRewrite, AMountedVolumeIsWrittenInPlace) {
   const fs::path out = dir.path() / "volume";
   fs::create_directory(out);
   if (::mount("tmpfs", out.c_str(), "tmpfs", 0, "size=4m") != 0)
