@@ -25,10 +25,13 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 
+// The directory holding `path` ("." for a bare name).
+fs::path parent_of(const fs::path& path) { return path.parent_path().empty() ? fs::path(".") : path.parent_path(); }
+
 // Why `target` cannot be replaced by a directory written beside it, if it cannot: it is the root
 // of a mounted file system (renames cannot cross it), or its parent is not writable.
 std::optional<std::string> cannot_swap(const fs::path& target) {
-  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  const fs::path parent = parent_of(target);
   struct stat t {};
   struct stat p {};
   if (::stat(target.c_str(), &t) == 0 && ::stat(parent.c_str(), &p) == 0 && t.st_dev != p.st_dev)
@@ -40,15 +43,15 @@ std::optional<std::string> cannot_swap(const fs::path& target) {
 
 // A directory written beside `target` (.NAME.partial-PID-N in its parent) and then swapped in
 // for it: replace() carries over what `target` holds besides its checkpoint (config.json,
-// tokenizer files, hidden files, subdirectories; hard links, else copies) and exchanges the two directories in
-// one renameat2(RENAME_EXCHANGE) (where the file system lacks it: target moved aside, then the new
-// one renamed in: never a mix, briefly nothing). The destructor removes the staging directory:
+// tokenizer files, hidden files, subdirectories; hard links, else copies) and exchanges the two
+// directories in one renameat2(RENAME_EXCHANGE) (where the file system lacks it: target moved
+// aside, then the new one renamed in: never a mix, briefly nothing). The destructor removes the staging directory:
 // what a failure left, or the old contents after the swap.
 class StagingDir {
  public:
   explicit StagingDir(const fs::path& target) {
     static std::atomic<uint64_t> counter{0};
-    const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+    const fs::path parent = parent_of(target);
     path_ = parent / ("." + target.filename().string() + ".partial-" + std::to_string(::getpid()) + "-" +
                       std::to_string(counter++));
     std::error_code ec;
@@ -69,7 +72,7 @@ class StagingDir {
     if (!fs::exists(target, ec)) {
       sync_directory(path_);
       if (::rename(path_.c_str(), target.c_str()) != 0) throw_os_error("cannot rename into", target, errno);
-      sync_directory(target.parent_path().empty() ? fs::path(".") : target.parent_path());
+      sync_directory(parent_of(target));
       return;
     }
     carry_over(target, path_);
@@ -85,7 +88,7 @@ class StagingDir {
       }
       fs::rename(aside, path_, ec);  // the destructor removes it
     }
-    sync_directory(target.parent_path().empty() ? fs::path(".") : target.parent_path());
+    sync_directory(parent_of(target));
   }
 
  private:
