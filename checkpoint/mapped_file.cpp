@@ -59,10 +59,12 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
   }
   // Hand the signal on: the handler this one replaced, else the default action (the faulting
   // access repeats on return and kills the process with SIGBUS).
-  if (g_previous_sigbus.sa_flags & SA_SIGINFO) {
-    if (g_previous_sigbus.sa_sigaction != nullptr) return g_previous_sigbus.sa_sigaction(sig, info, context);
-  } else if (g_previous_sigbus.sa_handler != SIG_DFL && g_previous_sigbus.sa_handler != SIG_IGN) {
-    return g_previous_sigbus.sa_handler(sig);
+  // (sa_handler and sa_sigaction share storage: SIG_DFL and SIG_IGN are told apart first, whatever
+  // the flags say.) An ignored SIGBUS from a fault cannot be ignored: the default action then.
+  const auto previous = g_previous_sigbus.sa_handler;
+  if (previous != SIG_DFL && previous != SIG_IGN) {
+    if (g_previous_sigbus.sa_flags & SA_SIGINFO) return g_previous_sigbus.sa_sigaction(sig, info, context);
+    return previous(sig);
   }
   signal(SIGBUS, SIG_DFL);
   if (info == nullptr || info->si_code <= 0) raise(sig);  // sent, not a fault: it would not repeat

@@ -51,6 +51,30 @@ TEST(MappedFileDeathTest, ACheckpointTruncatedWhileMappedIsNamedWhenTheReadFault
               "shrank");
 }
 
+// A handler installed before the first mapping (UCX and Python install theirs) still runs, after
+// the message.
+void earlier_handler(int, siginfo_t*, void*) {
+  const char text[] = "the earlier handler ran\n";
+  (void)!::write(STDERR_FILENO, text, sizeof text - 1);
+  ::_exit(3);
+}
+void read_with_an_earlier_handler(const fs::path& path) {
+  struct sigaction sa {};
+  sa.sa_sigaction = earlier_handler;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGBUS, &sa, nullptr);
+  read_after_truncation(path);
+}
+
+TEST(MappedFileDeathTest, TheHandlerItReplacedRunsAfterTheMessage) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const test::TempDir dir;
+  const fs::path path = write_model(dir.path());
+  EXPECT_EXIT(read_with_an_earlier_handler(path), testing::ExitedWithCode(3),
+              "model\\.safetensors could not be read(.|\n)*the earlier handler ran");
+}
+
 TEST(MappedFileDeathTest, AFaultOutsideEveryMappingIsLeftToTheDefaultAction) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const test::TempDir dir;
