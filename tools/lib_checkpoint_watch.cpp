@@ -43,10 +43,10 @@ std::map<std::string, CheckpointWatch::Clock::time_point, decltype(&natural_less
   std::map<std::string, Clock::time_point, decltype(&natural_less)> out(&natural_less);
   std::error_code ec;
   fs::directory_iterator it(dir_, ec);
-  if (ec) throw Error(Errc::io, "trainer.dir " + dir_.string() + ": cannot list it: " + ec.message());
   const auto now = Clock::now();
-  for (; it != fs::directory_iterator(); it.increment(ec)) {
-    if (ec) throw Error(Errc::io, "trainer.dir " + dir_.string() + ": cannot list it: " + ec.message());
+  // A failed open or step leaves ec set: checked after the loop, so a listing cut short
+  // is an error, never a shorter list (which could make an older checkpoint look like the latest).
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const auto& entry = *it;
     const std::string name = entry.path().filename().string();
     if (name.empty() || name[0] == '.' || name.ends_with(".tmp")) continue;
@@ -56,6 +56,7 @@ std::map<std::string, CheckpointWatch::Clock::time_point, decltype(&natural_less
     auto [seen, fresh] = first_seen_.emplace(name, now);
     out.emplace(name, seen->second);
   }
+  if (ec) throw Error(Errc::io, "trainer.dir " + dir_.string() + ": cannot list it: " + ec.message());
   return out;
 }
 
