@@ -24,6 +24,24 @@ void DeltaStats::add(const DeltaStats& o) {
   for (int i = 0; i < kLocationCodingCount; ++i) segments_by_coding[i] += o.segments_by_coding[i];
 }
 
+namespace {
+// The digest of a base slice, summed over the stretches the scan reports (digest terms add, so the
+// sum equals slice_digest of the whole slice, whatever the stretches).
+struct BaseDigestTap {
+  uint32_t tensor;
+  DType dtype;
+  const std::byte* data;  // the slice's first element
+  uint64_t first;         // its index in the tensor
+  unsigned width;
+  uint64_t sum = 0;
+  ScanTap tap() { return ScanTap{&BaseDigestTap::add, this}; }
+  static void add(void* context, uint64_t at, uint64_t count) noexcept {
+    auto& d = *static_cast<BaseDigestTap*>(context);
+    d.sum += slice_digest(d.tensor, d.dtype, d.first + at, std::span(d.data + at * d.width, count * d.width));
+  }
+};
+}  // namespace
+
 struct DeltaEncoder::Impl {
   ConstWeights base, next;
   const Manifest* manifest;
@@ -114,10 +132,12 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     // Classes come from the receiver's base bits, which overwrite tensors do not promise.
     const ClassSpec classes = overwrite ? ClassSpec{} : im.pick_classes(info, o, nw, s.count);
     scan.clear();
-    scan_changes(w, abs_mask_of(info.dtype), o, nw, s.count, classes.count > 1 ? &classes : nullptr, scan);
-    if (im.scan_base)
-      im.base_parts[index].emplace_back(
-          s.tensor, slice_digest(s.tensor, info.dtype, s.begin, std::span(o, static_cast<size_t>(s.count) * w)));
+    // One pass: the base's digest is taken stretch by stretch right behind the scan, while the
+    // stretch is still in the cache (a digest of the whole slice after it would read it again).
+    BaseDigestTap digest{s.tensor, info.dtype, o, s.begin, w};
+    const ScanTap tap = im.scan_base ? digest.tap() : ScanTap{};
+    scan_changes(w, abs_mask_of(info.dtype), o, nw, s.count, classes.count > 1 ? &classes : nullptr, scan, tap);
+    if (im.scan_base) im.base_parts[index].emplace_back(s.tensor, digest.sum);
     const LocationPlan plan = encode_locations(SegmentChanges{s.count, &scan, classes}, locations);
     const size_t c = scan.positions.size();
     // The digest delta does not depend on the order: one sequential pass in position order. The

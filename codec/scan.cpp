@@ -13,7 +13,8 @@
 namespace deltacast::codec {
 
 // Per-ISA entry points (scan_kernels.inc), declared through the function types of the dispatchers.
-using ScanFn = decltype(scan_changes);
+using ScanFn = void(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&,
+                    const ScanTap&);
 using SelectFn = decltype(select_positions);
 using SelectWriteFn = decltype(select_and_write);
 ScanFn scan_changes_generic;
@@ -79,18 +80,18 @@ void check_args(unsigned width, uint64_t n, const ClassSpec* cs) {
 }  // namespace
 
 void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const void* new_bits, uint64_t n,
-                  const ClassSpec* classes, ScanOutput& out) {
+                  const ClassSpec* classes, ScanOutput& out, const ScanTap& tap) {
   check_args(width, n, classes);
   if (classes && classes->count == 1) classes = nullptr;
   AlignedCopy old_copy, new_copy;
   old_bits = old_copy.of(old_bits, width, n);
   new_bits = new_copy.of(new_bits, width, n);
 #ifdef DELTACAST_HAVE_X86_KERNELS
-  if (isa() == Isa::avx512) return scan_changes_avx512(width, abs_mask, old_bits, new_bits, n, classes, out);
-  if (isa() == Isa::avx2_bmi2) return scan_changes_avx2_bmi2(width, abs_mask, old_bits, new_bits, n, classes, out);
-  if (isa() == Isa::avx2) return scan_changes_avx2(width, abs_mask, old_bits, new_bits, n, classes, out);
+  if (isa() == Isa::avx512) return scan_changes_avx512(width, abs_mask, old_bits, new_bits, n, classes, out, tap);
+  if (isa() == Isa::avx2_bmi2) return scan_changes_avx2_bmi2(width, abs_mask, old_bits, new_bits, n, classes, out, tap);
+  if (isa() == Isa::avx2) return scan_changes_avx2(width, abs_mask, old_bits, new_bits, n, classes, out, tap);
 #endif
-  scan_changes_generic(width, abs_mask, old_bits, new_bits, n, classes, out);
+  scan_changes_generic(width, abs_mask, old_bits, new_bits, n, classes, out, tap);
 }
 
 void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, uint64_t n, const ClassSpec& classes,

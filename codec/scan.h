@@ -70,10 +70,25 @@ struct ScanOutput {
   }
 };
 
+// A callback of scan_changes: fn(context, first, count) after the elements [first, first + count)
+// of the segment were scanned, in order, in stretches of kScanTapSpan elements (the last may be
+// shorter), so that another pass over them (the encoder's base digest) finds them in the cache
+// instead of reading the segment from memory a second time. fn must not throw.
+inline constexpr uint64_t kScanTapSpan = 4096;
+struct ScanTap {
+  void (*fn)(void* context, uint64_t first, uint64_t count) noexcept = nullptr;
+  void* context = nullptr;
+};
+
 // Element width in bytes must be 1, 2 or 4; n < 2^32. `classes` may be null (no classes). Replaces
-// out's per-change arrays (class_sizes is written by classed scans only).
+// out's per-change arrays (class_sizes is written by classed scans only). `tap` (optional) sees
+// every element's range once, in order.
 void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const void* new_bits, uint64_t n,
-                  const ClassSpec* classes, ScanOutput& out);
+                  const ClassSpec* classes, ScanOutput& out, const ScanTap& tap);
+inline void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const void* new_bits, uint64_t n,
+                         const ClassSpec* classes, ScanOutput& out) {
+  scan_changes(width, abs_mask, old_bits, new_bits, n, classes, out, ScanTap{});
+}
 
 // ranks[c] ascending per class. Appends every selected position to `positions` in block order
 // (nearly ascending: memory-friendly for the writes that follow), at the same index of

@@ -11,13 +11,13 @@
 #include "codec_test_util.h"
 
 namespace deltacast::codec {
-void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
+void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&, const ScanTap&);
 void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                               const std::vector<ScanVector<uint32_t>>&, ScanVector<uint32_t>&, ScanVector<uint32_t>&,
                               ScanVector<uint32_t>&);
 #if defined(__x86_64__)
 // The plain AVX2 kernels (broadword select); the dispatcher may prefer the PDEP variant here.
-void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&);
+void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&, const ScanTap&);
 void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                            const std::vector<ScanVector<uint32_t>>&, ScanVector<uint32_t>&, ScanVector<uint32_t>&,
                            ScanVector<uint32_t>&);
@@ -133,15 +133,37 @@ void check_select_and_write(SelectWriteKernel kernel, const std::vector<T>& a, c
   }
 }
 
+// A scan's tap: the ranges it reported, which must cover [0, n) in order, in stretches of
+// kScanTapSpan elements (the last may be shorter).
+struct RecordingTap {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  ScanTap tap() { return ScanTap{&RecordingTap::add, this}; }
+  static void add(void* context, uint64_t first, uint64_t count) noexcept {
+    static_cast<RecordingTap*>(context)->ranges.emplace_back(first, count);
+  }
+  void expect_covers(uint64_t n) const {
+    ASSERT_EQ(ranges.size(), (n + kScanTapSpan - 1) / kScanTapSpan);
+    uint64_t at = 0;
+    for (const auto& [first, count] : ranges) {
+      ASSERT_EQ(first, at);
+      ASSERT_EQ(count, std::min(kScanTapSpan, n - at));
+      at += count;
+    }
+  }
+};
+
 template <class T>
 void check_scan_equivalence(unsigned seed) {
   std::mt19937_64 rng(seed);
-  for (uint64_t n : {1ull, 63ull, 64ull, 65ull, 1000ull, 4099ull}) {
+  // Sizes around a block (64 elements) and a scan chunk (4096), several chunks with a tail. Every
+  // seventh block is changed whole (more changes than the scan writes per block unconditionally),
+  // the others at 10%.
+  for (uint64_t n : {1ull, 63ull, 64ull, 65ull, 1000ull, 4096ull, 4099ull, 3 * 4096ull + 77}) {
     std::vector<T> a(n), b(n);
     for (auto& x : a) x = static_cast<T>(rng());
     b = a;
     for (uint64_t i = 0; i < n; ++i)
-      if (rng() % 10 == 0) b[i] = static_cast<T>(b[i] + 1);
+      if (rng() % 10 == 0 || (i / 64) % 7 == 3) b[i] = static_cast<T>(b[i] + 1);
     const uint32_t mask = sizeof(T) == 4 ? 0x7FFFFFFFu : (1u << (8 * sizeof(T) - 1)) - 1;
     // Unaligned thresholds, exponent-aligned ones (low 7 bits clear), and every class count the
     // select loop specialises (2, 3, 4) or runs generically (5, 8), zero threshold included.
@@ -161,8 +183,15 @@ void check_scan_equivalence(unsigned seed) {
     for (const ClassSpec* c : cases) {
       const ClassSpec& cs = c ? *c : specs[0];
       ScanOutput fast, slow;
-      scan_changes(sizeof(T), mask, a.data(), b.data(), n, c, fast);
-      scan_changes_generic(sizeof(T), mask, a.data(), b.data(), n, c, slow);
+      RecordingTap fast_tap, slow_tap;
+      scan_changes(sizeof(T), mask, a.data(), b.data(), n, c, fast, fast_tap.tap());
+      scan_changes_generic(sizeof(T), mask, a.data(), b.data(), n, c, slow, slow_tap.tap());
+      fast_tap.expect_covers(n);
+      slow_tap.expect_covers(n);
+      ScanOutput untapped;
+      scan_changes(sizeof(T), mask, a.data(), b.data(), n, c, untapped);
+      ASSERT_EQ(untapped.positions, fast.positions);
+      ASSERT_EQ(untapped.change_rank, fast.change_rank);
       ASSERT_EQ(fast.positions, slow.positions);
       ASSERT_EQ(fast.change_class, slow.change_class);
       ASSERT_EQ(fast.change_rank, slow.change_rank);
@@ -172,17 +201,27 @@ void check_scan_equivalence(unsigned seed) {
       for (uint64_t i = 0; i < n; ++i)
         if (a[i] != b[i]) expect.push_back(static_cast<uint32_t>(i));
       ASSERT_TRUE(std::ranges::equal(fast.positions, expect));
+      ASSERT_EQ(fast.old_bits.size(), expect.size());
+      ASSERT_EQ(fast.new_bits.size(), expect.size());
+      for (size_t k = 0; k < expect.size(); ++k) {
+        ASSERT_EQ(fast.old_bits[k], uint32_t{a[expect[k]]});
+        ASSERT_EQ(fast.new_bits[k], uint32_t{b[expect[k]]});
+      }
+      ASSERT_EQ(fast.old_bits, slow.old_bits);
+      ASSERT_EQ(fast.new_bits, slow.new_bits);
       if (c) {
+        auto cls = [&](T x) {
+          unsigned cl = 0;
+          for (unsigned j = 0; j + 1 < cs.count; ++j) cl += (static_cast<uint32_t>(x) & mask) >= cs.thresholds[j];
+          return cl;
+        };
+        // rank of element i: the elements of its class before it.
+        std::vector<uint32_t> seen(cs.count, 0), rank_of(n);
+        for (uint64_t i = 0; i < n; ++i) rank_of[i] = seen[cls(a[i])]++;
+        for (unsigned cl = 0; cl < cs.count; ++cl) ASSERT_EQ(fast.class_sizes[cl], seen[cl]);
         for (size_t k = 0; k < expect.size(); ++k) {
-          auto cls = [&](T x) {
-            unsigned cl = 0;
-            for (unsigned j = 0; j + 1 < cs.count; ++j) cl += (static_cast<uint32_t>(x) & mask) >= cs.thresholds[j];
-            return cl;
-          };
-          uint32_t rank = 0;
-          for (uint64_t i = 0; i < expect[k]; ++i) rank += cls(a[i]) == cls(a[expect[k]]);
           ASSERT_EQ(fast.change_class[k], cls(a[expect[k]]));
-          ASSERT_EQ(fast.change_rank[k], rank);
+          ASSERT_EQ(fast.change_rank[k], rank_of[expect[k]]);
         }
         // select_positions inverts the ranks (same answer from the fast and the portable kernel).
         std::vector<ScanVector<uint32_t>> ranks(cs.count);
@@ -205,7 +244,9 @@ void check_scan_equivalence(unsigned seed) {
 #if defined(__x86_64__)
         if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt")) {
           ScanOutput plain;
-          scan_changes_avx2(sizeof(T), mask, a.data(), b.data(), n, c, plain);
+          RecordingTap plain_tap;
+          scan_changes_avx2(sizeof(T), mask, a.data(), b.data(), n, c, plain, plain_tap.tap());
+          plain_tap.expect_covers(n);
           ASSERT_EQ(plain.positions, slow.positions);
           ASSERT_EQ(plain.change_rank, slow.change_rank);
           ScanVector<uint32_t> pos_plain, idx_plain, old_plain;
@@ -218,19 +259,17 @@ void check_scan_equivalence(unsigned seed) {
 #endif
         ASSERT_EQ(pos_fast.size(), expect.size());
         // Coding index i belongs to class cl and rank ranks[cl][i - class_first[cl]]: its position must
-        // be the change with that class and rank.
+        // be the element of that class and rank, and a change.
+        std::vector<std::vector<uint32_t>> member(cs.count);  // member[cl][rank]: its position
+        for (uint64_t p = 0; p < n; ++p) member[cls(a[p])].push_back(static_cast<uint32_t>(p));
         for (size_t k = 0; k < pos_fast.size(); ++k) {
           const size_t i = idx_fast[k];
           unsigned cl = 0;
           while (i >= class_first[cl + 1]) ++cl;
           const uint32_t rank = ranks[cl][i - class_first[cl]];
-          bool found = false;
-          for (size_t e = 0; e < expect.size(); ++e)
-            if (fast.change_class[e] == cl && fast.change_rank[e] == rank) {
-              ASSERT_EQ(pos_fast[k], expect[e]);
-              found = true;
-            }
-          ASSERT_TRUE(found);
+          ASSERT_LT(rank, member[cl].size());
+          ASSERT_EQ(pos_fast[k], member[cl][rank]);
+          ASSERT_NE(a[pos_fast[k]], b[pos_fast[k]]);
         }
       }
     }
