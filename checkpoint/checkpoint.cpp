@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/json.h"
 #include "util/log.h"
 
 namespace deltacast::checkpoint {
@@ -163,13 +164,9 @@ Index read_index(const fs::path& path) {
       duplicate = parsed.get<std::string>();
     return true;
   };
-  Json j;
-  try {
-    const std::string text = read_text(path);
-    j = Json::parse(text, callback);
-  } catch (const Json::exception& e) {
-    malformed(path, std::string("not valid JSON: ") + e.what());
-  }
+  std::string why;
+  const Json j = util::parse_json_bounded<Json>(read_text(path), &why, callback);
+  if (j.is_discarded()) malformed(path, "not valid JSON: " + why);
   if (duplicate) malformed(path, "weight_map lists tensor '" + *duplicate + "' twice");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
     malformed(path, "no \"weight_map\" object");
@@ -356,6 +353,12 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
     write_safetensors(path, codec::ConstWeights{&file_manifest, std::move(spans)}, layout.shards.front().metadata);
     return;
   }
+  std::string bad_metadata;
+  const Json metadata = util::parse_json_bounded<Json>(layout.index_metadata_json, &bad_metadata);
+  if (metadata.is_discarded() || !metadata.is_object())
+    throw Error(Errc::invalid_argument,
+                "cannot write a sharded checkpoint at " + path.string() + ": its index metadata is not a JSON object" +
+                    (bad_metadata.empty() ? "" : ": " + bad_metadata));
   // The whole directory is written beside `path` and swapped in: a reader, or a failure, never
   // sees shards of two versions side by side.
   if (fs::exists(path) && !fs::is_directory(path))
@@ -376,7 +379,7 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
       total += file_manifest.total_bytes();
     }
     Json index = Json::object();
-    index["metadata"] = Json::parse(layout.index_metadata_json);
+    index["metadata"] = metadata;
     if (!index["metadata"].contains("total_size")) index["metadata"]["total_size"] = total;
     index["weight_map"] = std::move(weight_map);
     const std::string text = index.dump(2) + "\n";

@@ -11,6 +11,7 @@
 #include "checkpoint/mapped_file.h"
 #include "checkpoint/safetensors.h"
 #include "util/error.h"
+#include "util/json.h"
 
 namespace deltacast::checkpoint {
 namespace {
@@ -71,12 +72,9 @@ class HeaderParser {
       }
       return true;
     };
-    Json header;
-    try {
-      header = Json::parse(text.begin(), text.end(), callback);
-    } catch (const Json::exception& e) {
-      fail(std::string("header is not valid JSON: ") + e.what());
-    }
+    std::string why;
+    const Json header = util::parse_json_bounded<Json>(text, &why, callback);
+    if (header.is_discarded()) fail("header is not valid JSON: " + why);
     if (duplicate) fail("header names '" + *duplicate + "' twice");
     if (!header.is_object()) fail("header is not a JSON object");
     return header;

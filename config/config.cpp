@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <set>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "util/error.h"
+#include "util/json.h"
 
 namespace deltacast::config {
 namespace {
@@ -541,7 +543,7 @@ void validate(const Config& config) {
 std::vector<std::vector<int>> read_probe_clusters(const std::string& path, size_t job_size) {
   std::ifstream in(path);
   if (!in) throw Error(Errc::config, "probe_file '" + path + "': cannot open (clusters: auto)");
-  nlohmann::json probe = nlohmann::json::parse(in, nullptr, false);
+  nlohmann::json probe = util::parse_json_bounded(std::string(std::istreambuf_iterator<char>(in), {}));
   if (probe.is_discarded() || !probe.is_object() || !probe.contains("clusters") || !probe["clusters"].is_array())
     throw Error(Errc::config, "probe_file '" + path + "': not a `deltacast probe` report (no clusters list)");
   const auto& ranks = probe["ranks"];

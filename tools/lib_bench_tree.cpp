@@ -42,6 +42,7 @@
 #include "tree/producer.h"
 #include "tree/secure_start.h"
 #include "util/error.h"
+#include "util/json.h"
 #include "util/log.h"
 
 namespace deltacast::tools {
@@ -281,11 +282,9 @@ std::map<std::string, std::optional<double>> bottlenecks(const Job& job, std::st
   if (job.o.link_gbit > 0) {
     *source = "--link-gbit";
   } else if (!job.o.probe_path.empty()) {
-    try {
-      probe = nlohmann::json::parse(read_text(job.o.probe_path));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(Errc::invalid_argument, "--probe " + job.o.probe_path + ": not JSON: " + e.what());
-    }
+    std::string why;
+    probe = util::parse_json_bounded(read_text(job.o.probe_path), &why);
+    if (probe->is_discarded()) throw Error(Errc::invalid_argument, "--probe " + job.o.probe_path + ": not JSON: " + why);
     *source = "probe " + job.o.probe_path + ": slowest edge of each topology's trees";
   } else {
     *source = "none";

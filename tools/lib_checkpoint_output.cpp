@@ -20,6 +20,7 @@
 #include "checkpoint/safetensors.h"
 #include "codec/digest.h"
 #include "util/error.h"
+#include "util/json.h"
 #include "util/log.h"
 
 namespace deltacast::tools {
@@ -133,8 +134,7 @@ checkpoint::Layout disk_layout(const tree::CheckpointLayout& layout, const codec
   tree::check_layout(layout, manifest.size());
   out.sharded = layout.sharded;
   if (layout.sharded) {
-    const Json metadata = Json::parse(layout.index_metadata_json.empty() ? "{}" : layout.index_metadata_json,
-                                      nullptr, /*allow_exceptions=*/false);
+    const Json metadata = util::parse_json_bounded(layout.index_metadata_json.empty() ? "{}" : layout.index_metadata_json);
     if (!metadata.is_object())
       throw Error(Errc::corrupt_frame, "checkpoint layout: the index metadata is not a JSON object");
     out.index_metadata_json = metadata.dump();
@@ -154,7 +154,7 @@ std::optional<HeldCheckpoint> load_latest(const fs::path& dir, unsigned threads)
   if (!fs::exists(fs::symlink_status(latest, ec))) return std::nullopt;
   const fs::path target = fs::canonical(latest, ec);
   if (ec) throw Error(Errc::io, latest.string() + " names nothing readable: " + ec.message());
-  const Json held = Json::parse(read_text(target / kHeldFileName), nullptr, /*allow_exceptions=*/false);
+  const Json held = util::parse_json_bounded(read_text(target / kHeldFileName));
   if (!held.is_object() || !held.contains("version") || !held["version"].is_number_unsigned() ||
       !held.contains("digest") || !held["digest"].is_string() || !held.contains("manifest") ||
       !held["manifest"].is_array())

@@ -7,6 +7,7 @@
 
 #include "tools/lib_probe_analysis.h"
 #include "util/error.h"
+#include "util/json.h"
 #include "util/log.h"
 
 namespace deltacast::tools {
@@ -33,8 +34,7 @@ Status wait_for(transport::Request& request, std::chrono::milliseconds timeout,
 }
 
 nlohmann::json parse(std::span<const std::byte> bytes) {
-  return nlohmann::json::parse(reinterpret_cast<const char*>(bytes.data()),
-                               reinterpret_cast<const char*>(bytes.data()) + bytes.size(), nullptr, false);
+  return util::parse_json_bounded(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 // The steady-state rate of a flow (see the header): arrivals relative to the flow's start.

@@ -9,6 +9,7 @@
 
 #include "tree/connect_retry.h"
 #include "util/error.h"
+#include "util/json.h"
 #include "util/log.h"
 
 namespace deltacast::tools {
@@ -19,8 +20,7 @@ using namespace std::chrono_literals;
 constexpr size_t kControlBytes = size_t{64} * 1024;
 
 nlohmann::json parse(const std::vector<std::byte>& buffer, size_t bytes) {
-  const char* text = reinterpret_cast<const char*>(buffer.data());
-  return nlohmann::json::parse(text, text + bytes, nullptr, false);
+  return util::parse_json_bounded(std::string_view(reinterpret_cast<const char*>(buffer.data()), bytes));
 }
 
 // Waits in short steps until `request` finished or `timeout` passed (Errc::timeout).

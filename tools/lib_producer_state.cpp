@@ -4,6 +4,7 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <span>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "checkpoint/safetensors.h"
 #include "tree/topology.h"
 #include "util/error.h"
+#include "util/json.h"
 
 namespace deltacast::tools {
 namespace {
@@ -82,8 +84,10 @@ ProducerState read_state(const std::string& path) {
     return out;
   };
   ProducerState s;
+  std::string why;
+  const nlohmann::json j = util::parse_json_bounded(std::string(std::istreambuf_iterator<char>(in), {}), &why);
+  if (j.is_discarded()) throw corrupt(why);
   try {
-    const nlohmann::json j = nlohmann::json::parse(in);
     if (j.value("format", "") != kStateFormat) throw corrupt("it is not a deltacast producer state");
     if (j.at("format_version").get<int>() != kStateFormatVersion)
       throw corrupt("format_version " + j.at("format_version").dump() + " (this build reads " +

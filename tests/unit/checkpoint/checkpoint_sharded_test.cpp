@@ -298,6 +298,14 @@ TEST_F(BadIndex, MalformedIndexesAreRefused) {
   expect_refused(Errc::invalid_argument, "not a file name");
 }
 
+// A small index whose metadata nests 200000 levels deep parsed, and then overflowed the stack when
+// it was copied or written out (every command crashed with SIGSEGV): refused at parse now.
+TEST_F(BadIndex, AnIndexNestedTooDeeplyIsRefusedNotACrash) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  write_index("{\"metadata\": {\"x\": " + deep + "}, \"weight_map\": {}}");
+  expect_refused(Errc::invalid_argument, "nested deeper than");
+}
+
 TEST(ShardedCheckpoint, DirectoriesWithoutAnIndexHoldExactlyOneFile) {
   const auto m = model_manifest();
   const auto w = random_weights(m, 7);

@@ -98,6 +98,12 @@ TEST_F(Malformed, BadJson) {
   expect_refused(file_of(R"({"a":{"dtype":"BF16",)", ""), Errc::invalid_argument, "not valid JSON");
 }
 
+// Nesting parses without recursion but copying or dumping it recurses: refused at parse.
+TEST_F(Malformed, JsonNestedTooDeeply) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  expect_refused(file_of(R"({"__metadata__":{"a":)" + deep + "}}", ""), Errc::invalid_argument, "nested deeper than");
+}
+
 TEST_F(Malformed, JsonNotAnObject) { expect_refused(file_of("[1, 2]", ""), Errc::invalid_argument, "start with '{'"); }
 
 TEST_F(Malformed, DuplicateTensorName) {
