@@ -134,18 +134,6 @@ class StagingDir {
   throw Error(Errc::invalid_argument, "not a usable checkpoint: " + path.string() + ": " + problem);
 }
 
-std::string read_text(const fs::path& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) throw Error(Errc::io, "cannot open " + path.string());
-  std::string text;
-  char buffer[65536];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) text.append(buffer, n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) throw Error(Errc::io, "cannot read " + path.string());
-  return text;
-}
-
 // The index: weight_map (tensor -> shard file, in the index's order) and the metadata object.
 struct Index {
   std::vector<std::pair<std::string, std::string>> weight_map;
@@ -165,7 +153,7 @@ Index read_index(const fs::path& path) {
     return true;
   };
   std::string why;
-  const Json j = util::parse_json_bounded<Json>(read_text(path), &why, callback);
+  const Json j = util::parse_json_bounded<Json>(read_small_file(path, kMaxHeaderBytes), &why, callback);
   if (j.is_discarded()) malformed(path, "not valid JSON: " + why);
   if (duplicate) malformed(path, "weight_map lists tensor '" + *duplicate + "' twice");
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())

@@ -108,7 +108,8 @@ void untrack_mapping(int slot) {
 }  // namespace
 
 MappedFile::MappedFile(const std::filesystem::path& path, bool writable) : writable_(writable) {
-  const int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must be refused (below), not waited on for a writer; no effect on a file.
+  const int fd = ::open(path.c_str(), (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw_os_error("cannot open", path, errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {

@@ -73,6 +73,11 @@ void write_safetensors(const std::filesystem::path& path, const codec::ConstWeig
 // Writes `bytes` as the file `path` the same way: a temporary file beside it, fsync, rename, then
 // the directory fsync'ed. Throws Error(io); on failure `path` is untouched and the temporary removed.
 void write_file_atomically(const std::filesystem::path& path, std::span<const std::byte> bytes);
+// The whole content of the small file `path` (an index, a record, a config file beside the shards).
+// Throws Error(invalid_argument) when it is not a regular file (a FIFO is refused, not waited on)
+// or holds more than `max_bytes` (also when it grows past them while read), Error(io) when it
+// cannot be opened or read.
+std::string read_small_file(const std::filesystem::path& path, uint64_t max_bytes);
 // fsync of a directory (after renames into it). Best effort: a directory that cannot be opened is
 // skipped.
 void sync_directory(const std::filesystem::path& dir);

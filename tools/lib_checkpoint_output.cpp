@@ -48,12 +48,6 @@ std::string hex16(uint64_t v) {
   return text;
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(Errc::io, "cannot read " + path.string());
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
 // `checkpoint`'s tensors as spans in `manifest`'s order (matched by name). Throws
 // Error(invalid_argument) naming a tensor that is missing or differs.
 codec::ConstWeights weights_in_order(const checkpoint::Checkpoint& checkpoint, const codec::Manifest& manifest) {
@@ -110,15 +104,24 @@ tree::CheckpointLayout welcome_layout(const checkpoint::Checkpoint& checkpoint, 
   uint64_t total = 0;
   auto log = logger("run");
   for (const auto& path : names) {
-    const uint64_t size = fs::file_size(path);
+    std::error_code ec;
+    const uint64_t size = fs::file_size(path, ec);
+    if (ec) continue;  // gone since it was listed
     if (size > kMaxSideFileBytes || total + size > kMaxSideFilesBytes) {
       log->warn("producer: {} ({} bytes) is not sent to the receivers: files beside the shards are capped at {} "
                 "bytes each and {} in all",
                 path.string(), size, kMaxSideFileBytes, kMaxSideFilesBytes);
       continue;
     }
-    total += size;
-    out.files.push_back({path.filename().string(), read_text(path)});
+    std::string bytes;
+    try {
+      bytes = checkpoint::read_small_file(path, std::min(kMaxSideFileBytes, kMaxSideFilesBytes - total));
+    } catch (const Error& e) {  // it changed since it was listed (grew, went away)
+      log->warn("producer: {} is not sent to the receivers: {}", path.string(), e.what());
+      continue;
+    }
+    total += bytes.size();
+    out.files.push_back({path.filename().string(), std::move(bytes)});
   }
   return out;
 }
@@ -154,7 +157,7 @@ std::optional<HeldCheckpoint> load_latest(const fs::path& dir, unsigned threads)
   if (!fs::exists(fs::symlink_status(latest, ec))) return std::nullopt;
   const fs::path target = fs::canonical(latest, ec);
   if (ec) throw Error(Errc::io, latest.string() + " names nothing readable: " + ec.message());
-  const Json held = util::parse_json_bounded(read_text(target / kHeldFileName));
+  const Json held = util::parse_json_bounded(checkpoint::read_small_file(target / kHeldFileName, checkpoint::kMaxHeaderBytes));
   if (!held.is_object() || !held.contains("version") || !held["version"].is_number_unsigned() ||
       !held.contains("digest") || !held["digest"].is_string() || !held.contains("manifest") ||
       !held["manifest"].is_array())

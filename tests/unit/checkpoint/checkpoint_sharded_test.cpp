@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <functional>
@@ -296,6 +297,16 @@ TEST_F(BadIndex, MalformedIndexesAreRefused) {
   expect_refused(Errc::invalid_argument, "not a file in this directory");
   write_index("{\"weight_map\": {\"x\": 3}}");
   expect_refused(Errc::invalid_argument, "not a file name");
+}
+
+// An index is read whole, so it is bounded (as a safetensors header: 100 MB), and a FIFO in its
+// place is refused at once (the read used to wait for a writer, forever).
+TEST_F(BadIndex, AnIndexThatIsTooLargeOrNotAFileIsRefused) {
+  fs::resize_file(ckpt / kIndexFileName, kMaxHeaderBytes + 1);  // sparse: costs no disk
+  expect_refused(Errc::invalid_argument, "more than the 100000000 bytes");
+  fs::remove(ckpt / kIndexFileName);
+  ASSERT_EQ(::mkfifo((ckpt / kIndexFileName).c_str(), 0600), 0);
+  expect_refused(Errc::invalid_argument, "is not a regular file");
 }
 
 // A small index whose metadata nests 200000 levels deep parsed, and then overflowed the stack when

@@ -1,6 +1,7 @@
 // Malformed safetensors files: each must be refused with the right Errc and a message naming the
 // file and the problem.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <string>
 
@@ -58,6 +59,19 @@ TEST_F(Malformed, MissingFileIsAnIoError) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::io);
     EXPECT_NE(std::string(e.what()).find("absent.safetensors"), std::string::npos);
+  }
+}
+
+// A FIFO is refused at once: opening it for reading used to wait for a writer, forever.
+TEST_F(Malformed, AFifoIsRefusedNotWaitedOn) {
+  const auto path = dir_.path() / "fifo.safetensors";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  try {
+    (void)SafetensorsFile::open(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::io);
+    EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
   }
 }
 
