@@ -344,9 +344,9 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
   std::string bad_metadata;
   const Json metadata = util::parse_json_bounded<Json>(layout.index_metadata_json, &bad_metadata);
   if (metadata.is_discarded() || !metadata.is_object())
-    throw Error(Errc::invalid_argument,
-                "cannot write a sharded checkpoint at " + path.string() + ": its index metadata is not a JSON object" +
-                    (bad_metadata.empty() ? "" : ": " + bad_metadata));
+    throw Error(Errc::invalid_argument, "cannot write a sharded checkpoint at " + path.string() +
+                                            ": its index metadata is not a JSON object" +
+                                            (bad_metadata.empty() ? "" : ": " + bad_metadata));
   // The whole directory is written beside `path` and swapped in: a reader, or a failure, never
   // sees shards of two versions side by side.
   if (fs::exists(path) && !fs::is_directory(path))

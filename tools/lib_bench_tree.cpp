@@ -284,7 +284,8 @@ std::map<std::string, std::optional<double>> bottlenecks(const Job& job, std::st
   } else if (!job.o.probe_path.empty()) {
     std::string why;
     probe = util::parse_json_bounded(read_text(job.o.probe_path), &why);
-    if (probe->is_discarded()) throw Error(Errc::invalid_argument, "--probe " + job.o.probe_path + ": not JSON: " + why);
+    if (probe->is_discarded())
+      throw Error(Errc::invalid_argument, "--probe " + job.o.probe_path + ": not JSON: " + why);
     *source = "probe " + job.o.probe_path + ": slowest edge of each topology's trees";
   } else {
     *source = "none";

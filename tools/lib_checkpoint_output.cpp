@@ -137,7 +137,8 @@ checkpoint::Layout disk_layout(const tree::CheckpointLayout& layout, const codec
   tree::check_layout(layout, manifest.size());
   out.sharded = layout.sharded;
   if (layout.sharded) {
-    const Json metadata = util::parse_json_bounded(layout.index_metadata_json.empty() ? "{}" : layout.index_metadata_json);
+    const Json metadata =
+        util::parse_json_bounded(layout.index_metadata_json.empty() ? "{}" : layout.index_metadata_json);
     if (!metadata.is_object())
       throw Error(Errc::corrupt_frame, "checkpoint layout: the index metadata is not a JSON object");
     out.index_metadata_json = metadata.dump();
@@ -157,7 +158,8 @@ std::optional<HeldCheckpoint> load_latest(const fs::path& dir, unsigned threads)
   if (!fs::exists(fs::symlink_status(latest, ec))) return std::nullopt;
   const fs::path target = fs::canonical(latest, ec);
   if (ec) throw Error(Errc::io, latest.string() + " names nothing readable: " + ec.message());
-  const Json held = util::parse_json_bounded(checkpoint::read_small_file(target / kHeldFileName, checkpoint::kMaxHeaderBytes));
+  const Json held =
+      util::parse_json_bounded(checkpoint::read_small_file(target / kHeldFileName, checkpoint::kMaxHeaderBytes));
   if (!held.is_object() || !held.contains("version") || !held["version"].is_number_unsigned() ||
       !held.contains("digest") || !held["digest"].is_string() || !held.contains("manifest") ||
       !held["manifest"].is_array())

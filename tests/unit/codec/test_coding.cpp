@@ -11,13 +11,15 @@
 #include "codec_test_util.h"
 
 namespace deltacast::codec {
-void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&, const ScanTap&);
+void scan_changes_generic(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&,
+                          const ScanTap&);
 void select_positions_generic(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                               const std::vector<ScanVector<uint32_t>>&, ScanVector<uint32_t>&, ScanVector<uint32_t>&,
                               ScanVector<uint32_t>&);
 #if defined(__x86_64__)
 // The plain AVX2 kernels (broadword select); the dispatcher may prefer the PDEP variant here.
-void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&, const ScanTap&);
+void scan_changes_avx2(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&,
+                       const ScanTap&);
 void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const ClassSpec&,
                            const std::vector<ScanVector<uint32_t>>&, ScanVector<uint32_t>&, ScanVector<uint32_t>&,
                            ScanVector<uint32_t>&);

@@ -38,12 +38,12 @@ TEST(ParseJsonBounded, MalformedJsonGivesNlohmannsReasonWithTheOffset) {
 
 TEST(ParseJsonBounded, TheCallersCallbackSeesTheEventsAndCanDropValues) {
   int keys = 0;
-  const auto j = parse_json_bounded(R"({"keep": 1, "drop": [2, 3], "also": {"x": 4}})", nullptr,
-                                    [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-                                      if (event == nlohmann::json::parse_event_t::key) ++keys;
-                                      return !(depth == 1 && event == nlohmann::json::parse_event_t::array_end &&
-                                               parsed.is_array());
-                                    });
+  const auto j = parse_json_bounded(
+      R"({"keep": 1, "drop": [2, 3], "also": {"x": 4}})", nullptr,
+      [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::key) ++keys;
+        return !(depth == 1 && event == nlohmann::json::parse_event_t::array_end && parsed.is_array());
+      });
   ASSERT_FALSE(j.is_discarded());
   ASSERT_EQ(keys, 4);
   ASSERT_EQ(j.dump(), R"({"also":{"x":4},"keep":1})");
