@@ -130,6 +130,17 @@ class StagingDir {
   fs::path path_;
 };
 
+// Runs f, turning the standard library's filesystem errors (a symlink loop, a directory that
+// cannot be listed, a vanished entry) into Error(io), the error style of this API's contract.
+template <class F>
+auto filesystem_errors_as_io(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const fs::filesystem_error& e) {
+    throw Error(Errc::io, e.what());
+  }
+}
+
 [[noreturn]] void malformed(const fs::path& path, const std::string& problem) {
   throw Error(Errc::invalid_argument, "not a usable checkpoint: " + path.string() + ": " + problem);
 }
@@ -277,8 +288,12 @@ Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
 Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 Checkpoint::~Checkpoint() = default;
 
-Checkpoint Checkpoint::open(const fs::path& path) { return Checkpoint(std::make_unique<Impl>(path, false)); }
-Checkpoint Checkpoint::open_for_update(const fs::path& path) { return Checkpoint(std::make_unique<Impl>(path, true)); }
+Checkpoint Checkpoint::open(const fs::path& path) {
+  return filesystem_errors_as_io([&] { return Checkpoint(std::make_unique<Impl>(path, false)); });
+}
+Checkpoint Checkpoint::open_for_update(const fs::path& path) {
+  return filesystem_errors_as_io([&] { return Checkpoint(std::make_unique<Impl>(path, true)); });
+}
 
 const fs::path& Checkpoint::path() const noexcept { return impl_->path; }
 const codec::Manifest& Checkpoint::manifest() const noexcept { return impl_->manifest; }
@@ -307,7 +322,9 @@ void Checkpoint::flush() {
   for (auto& f : impl_->files) f.flush();
 }
 
-void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, const Layout& layout) {
+namespace {
+// write_checkpoint, which may let a std::filesystem error through.
+void write_checkpoint_unchecked(const fs::path& path, const codec::ConstWeights& weights, const Layout& layout) {
   if (weights.manifest == nullptr) throw Error(Errc::invalid_argument, "write_checkpoint: weights have no manifest");
   codec::check_weights(weights);
   const codec::Manifest& m = *weights.manifest;
@@ -387,6 +404,11 @@ void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, 
   const StagingDir staging(target);
   write_into(staging.path());
   staging.replace(target);
+}
+}  // namespace
+
+void write_checkpoint(const fs::path& path, const codec::ConstWeights& weights, const Layout& layout) {
+  filesystem_errors_as_io([&] { write_checkpoint_unchecked(path, weights, layout); });
 }
 
 Layout even_layout(const codec::Manifest& manifest, size_t shards, bool sharded) {

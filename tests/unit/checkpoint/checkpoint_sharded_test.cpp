@@ -309,6 +309,19 @@ TEST_F(BadIndex, AnIndexThatIsTooLargeOrNotAFileIsRefused) {
   expect_refused(Errc::invalid_argument, "is not a regular file");
 }
 
+// A symlink loop where a file is expected is an Error(io) as the contract says, not a
+// std::filesystem error that callers catching Error (the watch producer) do not expect.
+TEST_F(BadIndex, ASymlinkLoopIsAnIoError) {
+  fs::remove(ckpt / kIndexFileName);
+  fs::create_symlink(kIndexFileName, ckpt / kIndexFileName);
+  expect_refused(Errc::io, "symbolic links");
+  const fs::path single = dir.path() / "single";
+  fs::create_directories(single);
+  fs::create_symlink("x.safetensors", single / "x.safetensors");
+  std::string message;
+  EXPECT_EQ(errc_of([&] { Checkpoint::open(single); }, &message), Errc::io) << message;
+}
+
 // A small index whose metadata nests 200000 levels deep parsed, and then overflowed the stack when
 // it was copied or written out (every command crashed with SIGSEGV): refused at parse now.
 TEST_F(BadIndex, AnIndexNestedTooDeeplyIsRefusedNotACrash) {
