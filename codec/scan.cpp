@@ -21,13 +21,13 @@ ScanFn scan_changes_generic;
 SelectFn select_positions_generic;
 SelectWriteFn select_and_write_generic;
 #ifdef DELTACAST_HAVE_X86_KERNELS
-ScanFn scan_changes_avx2, scan_changes_avx2_bmi2, scan_changes_avx512;
+ScanFn scan_changes_avx2, scan_changes_avx2_bmi2, scan_changes_avx512, scan_changes_avx512_vbmi2;
 SelectFn select_positions_avx2, select_positions_avx2_bmi2, select_positions_avx512;
 SelectWriteFn select_and_write_avx2, select_and_write_avx2_bmi2, select_and_write_avx512;
 #endif
 
 namespace {
-enum class Isa { generic, avx2, avx2_bmi2, avx512 };
+enum class Isa { generic, avx2, avx2_bmi2, avx512, avx512_vbmi2 };
 #ifdef DELTACAST_HAVE_X86_KERNELS
 // PDEP is one fast instruction on Intel since Haswell and on AMD since Zen 3 (family 19h); AMD's
 // earlier cores microcode it (tens to hundreds of cycles).
@@ -45,7 +45,10 @@ Isa detect_isa() {
 #ifdef DELTACAST_HAVE_X86_KERNELS
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("bmi2"))
-    return Isa::avx512;
+    return __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("avx512vpopcntdq") &&
+                   __builtin_cpu_supports("avx512vl")
+               ? Isa::avx512_vbmi2
+               : Isa::avx512;
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt"))
     return pdep_is_fast() ? Isa::avx2_bmi2 : Isa::avx2;
 #endif
@@ -87,6 +90,8 @@ void scan_changes(unsigned width, uint32_t abs_mask, const void* old_bits, const
   old_bits = old_copy.of(old_bits, width, n);
   new_bits = new_copy.of(new_bits, width, n);
 #ifdef DELTACAST_HAVE_X86_KERNELS
+  if (isa() == Isa::avx512_vbmi2)
+    return scan_changes_avx512_vbmi2(width, abs_mask, old_bits, new_bits, n, classes, out, tap);
   if (isa() == Isa::avx512) return scan_changes_avx512(width, abs_mask, old_bits, new_bits, n, classes, out, tap);
   if (isa() == Isa::avx2_bmi2) return scan_changes_avx2_bmi2(width, abs_mask, old_bits, new_bits, n, classes, out, tap);
   if (isa() == Isa::avx2) return scan_changes_avx2(width, abs_mask, old_bits, new_bits, n, classes, out, tap);
@@ -102,7 +107,7 @@ void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, u
   AlignedCopy old_copy;
   old_bits = old_copy.of(old_bits, width, n);
 #ifdef DELTACAST_HAVE_X86_KERNELS
-  if (isa() == Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
+  if (isa() >= Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
   if (isa() == Isa::avx2_bmi2)
     return select_positions_avx2_bmi2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
   if (isa() == Isa::avx2) return select_positions_avx2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
@@ -116,7 +121,7 @@ void select_and_write(unsigned width, uint32_t abs_mask, uint64_t n, const Class
   DC_ASSERT(reinterpret_cast<uintptr_t>(write.elements) % width == 0);  // the applier aligns (write_segment)
   DC_ASSERT(ranks.size() >= classes.count);
 #ifdef DELTACAST_HAVE_X86_KERNELS
-  if (isa() == Isa::avx512) return select_and_write_avx512(width, abs_mask, n, classes, ranks, write);
+  if (isa() >= Isa::avx512) return select_and_write_avx512(width, abs_mask, n, classes, ranks, write);
   if (isa() == Isa::avx2_bmi2) return select_and_write_avx2_bmi2(width, abs_mask, n, classes, ranks, write);
   if (isa() == Isa::avx2) return select_and_write_avx2(width, abs_mask, n, classes, ranks, write);
 #endif

@@ -6,7 +6,8 @@
 //    be coded per class (a context model conditioned on what the receiver already holds).
 //  - select_positions: the receiver's inverse: from per-class ranks back to positions, scanning old
 //    bits only as far as the last rank.
-// Dispatches at run time to an AVX-512 version when the CPU has AVX-512BW, else to portable code.
+// Dispatches at run time to an AVX-512 version when the CPU has AVX-512BW (scan_changes: one with
+// vector compression where it also has VBMI2 and VPOPCNTDQ), else AVX2, else portable code.
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -74,7 +75,11 @@ struct ScanOutput {
 // of the segment were scanned, in order, in stretches of kScanTapSpan elements (the last may be
 // shorter), so that another pass over them (the encoder's base digest) finds them in the cache
 // instead of reading the segment from memory a second time. fn must not throw.
-inline constexpr uint64_t kScanTapSpan = 4096;
+// 65536 elements: a stretch of both arrays (256 KiB for 16-bit elements) stays in a core's L2. A
+// shorter one costs more than it saves: each call stops the scan's streams long enough for the
+// hardware prefetchers to fall behind, and restarting them is paid per call (4096 elements: the
+// one-pass encoder 11% slower than at 65536, bench/RESULTS.md 6.2).
+inline constexpr uint64_t kScanTapSpan = 65536;
 struct ScanTap {
   void (*fn)(void* context, uint64_t first, uint64_t count) noexcept = nullptr;
   void* context = nullptr;

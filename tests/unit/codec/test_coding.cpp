@@ -25,6 +25,10 @@ void select_positions_avx2(unsigned, uint32_t, const void*, uint64_t, const Clas
                            ScanVector<uint32_t>&);
 void select_and_write_avx2(unsigned, uint32_t, uint64_t, const ClassSpec&, const std::vector<ScanVector<uint32_t>>&,
                            const SegmentWrite&);
+// The plain AVX-512 scan; the dispatcher prefers the one with vector compression where the CPU has
+// AVX512-VBMI2 and VPOPCNTDQ.
+void scan_changes_avx512(unsigned, uint32_t, const void*, const void*, uint64_t, const ClassSpec*, ScanOutput&,
+                         const ScanTap&);
 #endif
 void select_and_write_generic(unsigned, uint32_t, uint64_t, const ClassSpec&, const std::vector<ScanVector<uint32_t>>&,
                               const SegmentWrite&);
@@ -157,10 +161,10 @@ struct RecordingTap {
 template <class T>
 void check_scan_equivalence(unsigned seed) {
   std::mt19937_64 rng(seed);
-  // Sizes around a block (64 elements) and a scan chunk (4096), several chunks with a tail. Every
-  // seventh block is changed whole (more changes than the scan writes per block unconditionally),
-  // the others at 10%.
-  for (uint64_t n : {1ull, 63ull, 64ull, 65ull, 1000ull, 4096ull, 4099ull, 3 * 4096ull + 77}) {
+  // Sizes around a block (64 elements) and a tap stretch (kScanTapSpan), several stretches with a
+  // tail. Every seventh block is changed whole (more changes than the scan writes per block
+  // unconditionally), the others at 10%.
+  for (uint64_t n : std::initializer_list<uint64_t>{1, 63, 64, 65, 1000, 4096, kScanTapSpan, kScanTapSpan + 3, 2 * kScanTapSpan + 77}) {
     std::vector<T> a(n), b(n);
     for (auto& x : a) x = static_cast<T>(rng());
     b = a;
@@ -257,6 +261,18 @@ void check_scan_equivalence(unsigned seed) {
           ASSERT_EQ(idx_plain, idx_slow);
           ASSERT_EQ(old_plain, old_slow);
           check_select_and_write<T>(&select_and_write_avx2, a, b, mask, cs, ranks, coded_positions);
+        }
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("bmi2")) {
+          ScanOutput plain;
+          RecordingTap plain_tap;
+          scan_changes_avx512(sizeof(T), mask, a.data(), b.data(), n, c, plain, plain_tap.tap());
+          plain_tap.expect_covers(n);
+          ASSERT_EQ(plain.positions, slow.positions);
+          ASSERT_EQ(plain.old_bits, slow.old_bits);
+          ASSERT_EQ(plain.new_bits, slow.new_bits);
+          ASSERT_EQ(plain.change_class, slow.change_class);
+          ASSERT_EQ(plain.change_rank, slow.change_rank);
+          ASSERT_EQ(plain.class_sizes, slow.class_sizes);
         }
 #endif
         ASSERT_EQ(pos_fast.size(), expect.size());

@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "codec/scan.h"
 #include "codec_test_util.h"
 
 namespace deltacast::codec {
@@ -237,6 +238,28 @@ TEST(RoundTripProperty, RandomManifestsAndDeltas) {
     ASSERT_EQ(d3.base_digest, StateDigest::full_scan(base.view())) << "iteration " << iter;
     ASSERT_EQ(d1.frames, d3.frames) << "one-pass frames differ, iteration " << iter;
     ASSERT_EQ(d1.new_digest, d3.new_digest);
+  }
+}
+
+// The one-pass encoder digests the base in stretches of kScanTapSpan elements behind the scan;
+// slices of several stretches (chunks larger than the random test's) give the base digest of a
+// full scan and the two-pass encoder's bytes, for every element width.
+TEST(RoundTripProperty, OnePassDigestOverSeveralTapStretches) {
+  std::mt19937_64 rng(99);
+  const uint64_t n = 2 * kScanTapSpan + 77;
+  Manifest m({{"b", DType::bf16, {n}}, {"f", DType::f32, {n}}, {"e", DType::f8_e4m3, {n}}, {"s", DType::bf16, {5}}});
+  OwnedWeights base(m);
+  testing::fill_random(base, rng);
+  OwnedWeights next = base;
+  testing::mutate(next, 0.01, rng);
+  for (uint64_t chunk_bytes : {uint64_t{4} << 20, 3 * kScanTapSpan + 1000}) {
+    EncodeOptions opts;
+    opts.chunk_bytes = chunk_bytes;
+    const auto two_pass = encode_delta(base.view(), next.view(), StateDigest::full_scan(base.view()), {0, 1}, opts);
+    const auto one_pass = encode_delta(base.view(), next.view(), {0, 1}, opts);
+    ASSERT_EQ(one_pass.base_digest, StateDigest::full_scan(base.view())) << chunk_bytes;
+    ASSERT_EQ(one_pass.frames, two_pass.frames) << chunk_bytes;
+    ASSERT_EQ(one_pass.new_digest, StateDigest::full_scan(next.view())) << chunk_bytes;
   }
 }
 
