@@ -4,7 +4,9 @@
 // scan of 16-bit elements then writes a block's changes with vector compression (VectorChanges).
 // GCC 12's AVX-512 conversions start from _mm*_undefined_*, which -Wmaybe-uninitialized reports
 // at -O3 once they are inlined (GCC bug 105593, fixed in GCC 13): a false positive.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <type_traits>
