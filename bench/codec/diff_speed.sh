@@ -7,45 +7,53 @@
 # alternate between the one-pass diff and `--two-pass` (the base digested in its own pass first, as
 # before), on a file pair and on the same pair stored as 4 shards.
 #   bench/codec/diff_speed.sh [PARAMS (500M)] [RUNS (3)] [ROUNDS per run (3)] [THREADS (2)]
-# Prints one line per round and, per layout and mode, the ranges of the per-round ratios over every
-# round of every run. The frames of both modes are compared byte for byte.
+# $DELTACAST: the binary, or several separated by ':' (an A/B: each run alternates between them,
+# lines and ranges are labelled 0, 1, ... in that order). $DIFF_SPEED_PAIR: a directory to keep the
+# synthesized pair in and reuse (synth takes ~1 min at 500M); by default a temporary one.
+# Prints one line per round and, per layout, binary and mode, the ranges of the per-round ratios
+# over every round of every run. The frames of both modes are compared byte for byte.
+# Mapped reads depend on the folio sizes the page cache holds the files in (bench/RESULTS.md 6.2):
+# `echo 1 > /proc/sys/vm/drop_caches` and a `cat` of the files before a run make that state known.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-dc="${DELTACAST:-$root/build/tools/deltacast}"
+IFS=: read -r -a dcs <<< "${DELTACAST:-$root/build/tools/deltacast}"
 params="${1:-500M}"; runs="${2:-3}"; rounds="${3:-3}"; threads="${4:-2}"
-work="$(mktemp -d /tmp/dc-diffspeed.XXXXXX)"
-trap 'rm -rf "$work"' EXIT
-"$dc" synth --out "$work/file" --params "$params" --steps 1 --seed 3 >/dev/null
-"$dc" synth --out "$work/shards" --params "$params" --steps 1 --seed 3 --shards 4 >/dev/null
-echo "run layout mode round: read_fresh diff_fresh read_mapped diff_mapped read_pread (s)" >&2
+out="$(mktemp -d /tmp/dc-diffspeed.XXXXXX)"
+trap 'rm -rf "$out"' EXIT
+work="${DIFF_SPEED_PAIR:-$out}"
+[ -d "$work/file" ] || "${dcs[0]}" synth --out "$work/file" --params "$params" --steps 1 --seed 3 >/dev/null
+[ -d "$work/shards" ] || "${dcs[0]}" synth --out "$work/shards" --params "$params" --steps 1 --seed 3 --shards 4 >/dev/null
+echo "run layout binary mode round: read_fresh diff_fresh read_mapped diff_mapped read_pread (s)" >&2
 for r in $(seq 1 "$runs"); do
   for layout in file shards; do
     if [ "$layout" = file ]; then a="$work/file/step-0000.safetensors"; b="$work/file/step-0001.safetensors"
     else a="$work/shards/step-0000"; b="$work/shards/step-0001"; fi
-    for mode in one-pass two-pass; do
-      extra=(); [ "$mode" = two-pass ] && extra=(--two-pass)
-      "$dc" diff --base "$a" --new "$b" --out "$work/$mode.dcx" --baseline --rounds "$rounds" --json \
-        --threads "$threads" "${extra[@]}" |
-        python3 -c "
+    for i in "${!dcs[@]}"; do
+      for mode in one-pass two-pass; do
+        extra=(); [ "$mode" = two-pass ] && extra=(--two-pass)
+        "${dcs[$i]}" diff --base "$a" --new "$b" --out "$out/$mode.dcx" --baseline --rounds "$rounds" --json \
+          --threads "$threads" "${extra[@]}" |
+          python3 -c "
 import json, sys
 j = json.load(sys.stdin)
 for k, x in enumerate(j['rounds']):
-    print('$r $layout $mode', k + 1, ' '.join('%.3f' % x[f] for f in ('read_fresh', 'diff_fresh', 'read_mapped', 'diff_mapped', 'read_pread')))"
+    print('$r $layout $i $mode', k + 1, ' '.join('%.3f' % x[f] for f in ('read_fresh', 'diff_fresh', 'read_mapped', 'diff_mapped', 'read_pread')))"
+      done
+      cmp -s "$out/one-pass.dcx" "$out/two-pass.dcx" || { echo "diff_speed: the two modes' frames differ" >&2; exit 1; }
     done
-    cmp -s "$work/one-pass.dcx" "$work/two-pass.dcx" || { echo "diff_speed: the two modes' frames differ" >&2; exit 1; }
   done
-done | tee "$work/lines"
-python3 - "$work/lines" <<'PY'
+done | tee "$out/lines"
+python3 - "$out/lines" <<'PY'
 import sys, collections, statistics
 rounds = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    run, layout, mode, k, rf, df, rm, dm, rp = line.split()
-    rounds[(layout, mode)].append(tuple(map(float, (rf, df, rm, dm, rp))))
+    run, layout, binary, mode, k, rf, df, rm, dm, rp = line.split()
+    rounds[(layout, binary, mode)].append(tuple(map(float, (rf, df, rm, dm, rp))))
 def span(v, fmt='%.2f'):
     v = sorted(v)
     return (fmt + '-' + fmt + ' (median ' + fmt + ')') % (v[0], v[-1], statistics.median(v))
-for (layout, mode), v in sorted(rounds.items()):
-    print(f"{layout:6} {mode:8} {len(v)} rounds")
+for (layout, binary, mode), v in sorted(rounds.items()):
+    print(f"{layout:6} binary {binary} {mode:8} {len(v)} rounds")
     print(f"  diff/read, fresh mappings   {span([d / r for r, d, *_ in v])}; read {span([x[0] for x in v], '%.3f')} s; diff {span([x[1] for x in v], '%.3f')} s")
     print(f"  diff/read, pages mapped     {span([x[3] / x[2] for x in v])}; read {span([x[2] for x in v], '%.3f')} s; diff {span([x[3] for x in v], '%.3f')} s")
     print(f"  diff (fresh)/read (pread)   {span([x[1] / x[4] for x in v])}; read {span([x[4] for x in v], '%.3f')} s")
