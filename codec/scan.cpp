@@ -107,7 +107,8 @@ void select_positions(unsigned width, uint32_t abs_mask, const void* old_bits, u
   AlignedCopy old_copy;
   old_bits = old_copy.of(old_bits, width, n);
 #ifdef DELTACAST_HAVE_X86_KERNELS
-  if (isa() >= Isa::avx512) return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
+  if (isa() >= Isa::avx512)
+    return select_positions_avx512(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
   if (isa() == Isa::avx2_bmi2)
     return select_positions_avx2_bmi2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);
   if (isa() == Isa::avx2) return select_positions_avx2(width, abs_mask, old_bits, n, classes, ranks, positions, coding_index, old_values);

@@ -164,7 +164,8 @@ void check_scan_equivalence(unsigned seed) {
   // Sizes around a block (64 elements) and a tap stretch (kScanTapSpan), several stretches with a
   // tail. Every seventh block is changed whole (more changes than the scan writes per block
   // unconditionally), the others at 10%.
-  for (uint64_t n : std::initializer_list<uint64_t>{1, 63, 64, 65, 1000, 4096, kScanTapSpan, kScanTapSpan + 3, 2 * kScanTapSpan + 77}) {
+  for (uint64_t n : std::initializer_list<uint64_t>{1, 63, 64, 65, 1000, 4096, kScanTapSpan, kScanTapSpan + 3,
+                                                    2 * kScanTapSpan + 77}) {
     std::vector<T> a(n), b(n);
     for (auto& x : a) x = static_cast<T>(rng());
     b = a;
