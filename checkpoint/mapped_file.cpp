@@ -131,6 +131,7 @@ MappedFile::MappedFile(const std::filesystem::path& path, bool writable) : writa
       throw_os_error("cannot mmap", path, err);
     }
     data_ = static_cast<std::byte*>(p);
+    if (!writable) (void)::madvise(p, size_, MADV_HUGEPAGE);  // advice (see the header): failure changes nothing
     slot_ = track_mapping(data_, size_, path);
   }
   ::close(fd);  // the mapping keeps the file referenced
