@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# `deltacast diff` of a pair that is not in the page cache (each round first drops the caches:
+# needs root), then again on the pages that diff read in: the second diff (`--baseline`: its
+# fresh-mapping and pread reads in the same process) shows in which folio sizes the first one left
+# the files (bench/RESULTS.md 6.2: 4 KiB folios make later mapped reads slow). FileHugePages
+# (/proc/meminfo) after the cold diff says the same directly.
+#   bench/codec/cold_diff.sh [ROUNDS (3)] [THREADS (2)]
+# $DELTACAST: the binary, or several separated by ':' (interleaved in each round, labelled 0, 1, ...).
+# $DIFF_SPEED_PAIR: the pair's directory as bench/codec/diff_speed.sh leaves it (file/, shards/);
+# by default a temporary 500M pair.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+IFS=: read -r -a dcs <<< "${DELTACAST:-$root/build/tools/deltacast}"
+rounds="${1:-3}"; threads="${2:-2}"
+[ -w /proc/sys/vm/drop_caches ] || { echo "cold_diff: needs root (writes /proc/sys/vm/drop_caches)" >&2; exit 2; }
+out="$(mktemp -d /tmp/dc-colddiff.XXXXXX)"
+trap 'rm -rf "$out"' EXIT
+work="${DIFF_SPEED_PAIR:-$out}"
+[ -d "$work/file" ] || "${dcs[0]}" synth --out "$work/file" --params 500M --steps 1 --seed 3 >/dev/null
+[ -d "$work/shards" ] || "${dcs[0]}" synth --out "$work/shards" --params 500M --steps 1 --seed 3 --shards 4 >/dev/null
+echo "round layout binary: cold_diff_s file_huge_MB | then warm: read_fresh diff_fresh read_pread (s)"
+for r in $(seq 1 "$rounds"); do
+  for layout in file shards; do
+    if [ "$layout" = file ]; then a="$work/file/step-0000.safetensors"; b="$work/file/step-0001.safetensors"
+    else a="$work/shards/step-0000"; b="$work/shards/step-0001"; fi
+    for i in "${!dcs[@]}"; do
+      sync
+      echo 1 > /proc/sys/vm/drop_caches
+      start=$(date +%s.%N)
+      "${dcs[$i]}" diff --base "$a" --new "$b" --out "$out/d.dcx" --threads "$threads" >/dev/null
+      end=$(date +%s.%N)
+      huge=$(awk '/^FileHugePages/ {print int($2 / 1024)}' /proc/meminfo)
+      warm=$("${dcs[$i]}" diff --base "$a" --new "$b" --out "$out/d.dcx" --baseline --rounds 1 --threads "$threads" --json |
+        python3 -c "import json, sys; x = json.load(sys.stdin)['rounds'][0]; print('%.3f %.3f %.3f' % (x['read_fresh'], x['diff_fresh'], x['read_pread']))")
+      echo "$r $layout $i: $(python3 -c "print('%.3f' % ($end - $start))") $huge | $warm"
+    done
+  done
+done
