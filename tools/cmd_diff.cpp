@@ -191,10 +191,15 @@ TimedDelta run_baseline(const DiffOptions& o, const codec::EncodeOptions& option
     }
   };
   {  // warm-up, untimed: the first mapping in a process pays more (its page-table pages) than later
-     // ones at the same addresses, which would flatter whichever of read and diff came first
+     // ones at the same addresses, which would flatter whichever of read and diff came first; and
+     // the first read(2) of files whose pages a mapping read in (in huge folios) is slow once
+     // (bench/RESULTS.md 6.2), which would flatter the first round's diff against pread
     const auto base = checkpoint::Checkpoint::open(o.base);
     const auto next = checkpoint::Checkpoint::open(o.next);
     read_pass_seconds(base.weights(), next.weights(), o.threads);
+    auto files = files_of(base, o.base);
+    for (auto& f : files_of(next, o.next)) files.push_back(std::move(f));
+    pread_pass_seconds(files, o.threads);
   }
   for (unsigned r = 0; r < o.rounds; ++r) {
     BaselineRound b;

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `deltacast diff` of a pair that is not in the page cache (each round first drops the caches:
-# needs root), then again on the pages that diff read in: the second diff (`--baseline`: its
-# fresh-mapping and pread reads in the same process) shows in which folio sizes the first one left
-# the files (bench/RESULTS.md 6.2: 4 KiB folios make later mapped reads slow). FileHugePages
-# (/proc/meminfo) after the cold diff says the same directly.
+# needs root), then a read(2) of its files (`cat`: the first read after pages were read in through
+# a mapping advised MADV_HUGEPAGE is slow once, bench/RESULTS.md 6.2), then the diff again on the
+# pages the first one read in: the second diff (`--baseline`: its fresh-mapping and pread reads in
+# the same process) shows in which folio sizes the first one left the files (4 KiB folios make
+# later mapped reads slow). FileHugePages (/proc/meminfo) after the cold diff says the same directly.
 #   bench/codec/cold_diff.sh [ROUNDS (3)] [THREADS (2)]
 # $DELTACAST: the binary, or several separated by ':' (interleaved in each round, labelled 0, 1, ...).
 # $DIFF_SPEED_PAIR: the pair's directory as bench/codec/diff_speed.sh leaves it (file/, shards/);
@@ -18,7 +19,7 @@ trap 'rm -rf "$out"' EXIT
 work="${DIFF_SPEED_PAIR:-$out}"
 [ -d "$work/file" ] || "${dcs[0]}" synth --out "$work/file" --params 500M --steps 1 --seed 3 >/dev/null
 [ -d "$work/shards" ] || "${dcs[0]}" synth --out "$work/shards" --params 500M --steps 1 --seed 3 --shards 4 >/dev/null
-echo "round layout binary: cold_diff_s file_huge_MB | then warm: read_fresh diff_fresh read_pread (s)"
+echo "round layout binary: cold_diff_s file_huge_MB first_cat_s | then warm: read_fresh diff_fresh read_pread (s)"
 for r in $(seq 1 "$rounds"); do
   for layout in file shards; do
     if [ "$layout" = file ]; then a="$work/file/step-0000.safetensors"; b="$work/file/step-0001.safetensors"
@@ -30,9 +31,12 @@ for r in $(seq 1 "$rounds"); do
       "${dcs[$i]}" diff --base "$a" --new "$b" --out "$out/d.dcx" --threads "$threads" >/dev/null
       end=$(date +%s.%N)
       huge=$(awk '/^FileHugePages/ {print int($2 / 1024)}' /proc/meminfo)
+      cat_start=$(date +%s.%N)
+      if [ -d "$a" ]; then cat "$a"/* "$b"/* >/dev/null; else cat "$a" "$b" >/dev/null; fi
+      cat_end=$(date +%s.%N)
       warm=$("${dcs[$i]}" diff --base "$a" --new "$b" --out "$out/d.dcx" --baseline --rounds 1 --threads "$threads" --json |
         python3 -c "import json, sys; x = json.load(sys.stdin)['rounds'][0]; print('%.3f %.3f %.3f' % (x['read_fresh'], x['diff_fresh'], x['read_pread']))")
-      echo "$r $layout $i: $(python3 -c "print('%.3f' % ($end - $start))") $huge | $warm"
+      echo "$r $layout $i: $(python3 -c "print('%.3f %s %.3f' % ($end - $start, $huge, $cat_end - $cat_start))") | $warm"
     done
   done
 done
