@@ -7,7 +7,7 @@
 // 2 MiB folios, mapped with 2 MiB entries. A checkpoint read in 4 KiB pages is slow to read again
 // through a mapping (a diff of a 1 GB pair 4x slower, bench/RESULTS.md 6.2) and to read cold.
 // The advice is ignored where the kernel has no transparent huge pages. Measured cost: the first
-// read(2) of a file whose pages a mapping read in this way is slow, once (~1 s per GB here).
+// read(2) of a file whose pages a mapping read in this way is slow, once (up to ~1 s per GB here).
 //
 // A file truncated by another process while it is mapped (a trainer rewriting a checkpoint in
 // place) makes the next touch of a page past its new end raise SIGBUS (as does a read error of

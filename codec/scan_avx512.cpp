@@ -76,8 +76,9 @@ inline uint64_t select_bit(uint64_t mask, unsigned r) {
 // compressions and permutes cost ~35 cycles per block on Zen 4, more than the scalar loop spends
 // on one or two changes. Measured against the scalar loop (dc_bench_scan, bench/RESULTS.md 6.2),
 // arrays from memory: 1.4% of the elements changed ~5% faster, 3% ~8%, 10% ~30%; in the caches
-// the same speed up to 3%, 10% ~10% faster. Writing every block this way (no branch) cost ~35
-// cycles per block with no change; starting at 1 or 2 changes, more in the caches at 1.4-3%.
+// ~3 cycles per block slower with under 1% changed (the popcount and test), the same at 1.4-3%,
+// ~10% faster at 10%. Writing every block this way (no branch) cost ~35 cycles per block with no
+// change; starting at 1 or 2 changes cost more in the caches at 1.4-3%.
 template <class T, unsigned K>
 struct VectorChanges {
   static constexpr bool kUsable = std::is_same_v<T, uint16_t> && K != 0 && K <= 8;
