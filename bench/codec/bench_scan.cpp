@@ -34,8 +34,10 @@ int run(int rounds, int reps, size_t n) {
     uint32_t u = 0;
     std::memcpy(&u, &f, 4);
     const auto bf16 = static_cast<uint16_t>(u >> 16);
-    if constexpr (sizeof(T) == 2) x = bf16;
-    else x = static_cast<T>(((bf16 >> 8) & 0x80) | ((bf16 >> 4) & 0x7F));
+    if constexpr (sizeof(T) == 2)
+      x = bf16;
+    else
+      x = static_cast<T>(((bf16 >> 8) & 0x80) | ((bf16 >> 4) & 0x7F));
   }
   const uint32_t mask = sizeof(T) == 2 ? 0x7fff : 0x7f;
   ClassSpec classes;
