@@ -3,7 +3,7 @@
 // with PROT_READ; writable ones MAP_SHARED so stores reach the file.
 //
 // Read-only mappings are advised MADV_HUGEPAGE: where the kernel and the file system hold file
-// pages in large folios (Linux 6.x, ext4, xfs), pages read in through the mapping then come in
+// pages in large folios (seen with Linux 6.18 and ext4), pages read in through the mapping then come in
 // 2 MiB folios, mapped with 2 MiB entries. A checkpoint read in 4 KiB pages is slow to read again
 // through a mapping (a diff of a 1 GB pair 4x slower, bench/RESULTS.md 6.2) and to read cold.
 // The advice is ignored where the kernel has no transparent huge pages. Measured cost: the first

@@ -27,6 +27,7 @@ SelectWriteFn select_and_write_avx2, select_and_write_avx2_bmi2, select_and_writ
 #endif
 
 namespace {
+// Ordered: avx512_vbmi2 has every avx512 kernel's instructions (select_* use avx512's for both).
 enum class Isa { generic, avx2, avx2_bmi2, avx512, avx512_vbmi2 };
 #ifdef DELTACAST_HAVE_X86_KERNELS
 // PDEP is one fast instruction on Intel since Haswell and on AMD since Zen 3 (family 19h); AMD's

@@ -138,6 +138,14 @@ std::vector<std::filesystem::path> files_of(const checkpoint::Checkpoint& c, con
   return {files.begin(), files.end()};
 }
 
+// The files of both checkpoints, base first (what the pread baseline reads).
+std::vector<std::filesystem::path> files_of_both(const checkpoint::Checkpoint& base, const checkpoint::Checkpoint& next,
+                                                 const DiffOptions& o) {
+  auto files = files_of(base, o.base);
+  for (auto& f : files_of(next, o.next)) files.push_back(std::move(f));
+  return files;
+}
+
 std::vector<bool> overwrite_mask(const codec::Manifest& manifest, const std::string& pattern) {
   if (pattern.empty()) return {};
   std::regex re;
@@ -197,9 +205,7 @@ TimedDelta run_baseline(const DiffOptions& o, const codec::EncodeOptions& option
     const auto base = checkpoint::Checkpoint::open(o.base);
     const auto next = checkpoint::Checkpoint::open(o.next);
     read_pass_seconds(base.weights(), next.weights(), o.threads);
-    auto files = files_of(base, o.base);
-    for (auto& f : files_of(next, o.next)) files.push_back(std::move(f));
-    pread_pass_seconds(files, o.threads);
+    pread_pass_seconds(files_of_both(base, next, o), o.threads);
   }
   for (unsigned r = 0; r < o.rounds; ++r) {
     BaselineRound b;
@@ -208,9 +214,7 @@ TimedDelta run_baseline(const DiffOptions& o, const codec::EncodeOptions& option
       const auto next = checkpoint::Checkpoint::open(o.next);
       b.read_fresh = read_pass_seconds(base.weights(), next.weights(), o.threads);
       b.read_mapped = read_pass_seconds(base.weights(), next.weights(), o.threads);
-      auto files = files_of(base, o.base);
-      for (auto& f : files_of(next, o.next)) files.push_back(std::move(f));
-      b.read_pread = pread_pass_seconds(files, o.threads);
+      b.read_pread = pread_pass_seconds(files_of_both(base, next, o), o.threads);
     };
     auto diff = [&] {
       const auto base = checkpoint::Checkpoint::open(o.base);

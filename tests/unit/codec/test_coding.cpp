@@ -162,8 +162,8 @@ template <class T>
 void check_scan_equivalence(unsigned seed) {
   std::mt19937_64 rng(seed);
   // Sizes around a block (64 elements) and a tap stretch (kScanTapSpan), several stretches with a
-  // tail. Every seventh block is changed whole (more changes than the scan writes per block
-  // unconditionally), the others at 10%.
+  // tail. Every seventh block is changed whole (more changes than the vector path takes per
+  // block: 16), the others at 10% (0-2 changes and 3-16 both occur).
   for (uint64_t n : std::initializer_list<uint64_t>{1, 63, 64, 65, 1000, 4096, kScanTapSpan, kScanTapSpan + 3,
                                                     2 * kScanTapSpan + 77}) {
     std::vector<T> a(n), b(n);
