@@ -187,12 +187,26 @@ Index read_index(const fs::path& path) {
 }  // namespace
 
 struct Checkpoint::Impl {
+  // Checkpoint::reader(): pread from the shard holding each tensor.
+  struct FileReader final : codec::WeightsReader {
+    const Impl* impl;
+    explicit FileReader(const Impl* owner) : impl(owner) {}
+    const codec::Manifest& manifest() const noexcept override { return impl->manifest; }
+    void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const override {
+      const auto& [file, position] = impl->where.at(tensor);
+      impl->files[file].read(position, offset, out);
+    }
+  };
+
   fs::path path;
   std::vector<SafetensorsFile> files;
   Layout layout;
   codec::Manifest manifest;
   // [manifest index] -> (file, index in that file's manifest)
   std::vector<std::pair<uint32_t, uint32_t>> where;
+  FileReader reader{this};  // points at this Impl, which therefore never moves
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
   Impl(const fs::path& p, bool writable) : path(p) {
     std::error_code ec;
@@ -301,6 +315,8 @@ const Layout& Checkpoint::layout() const noexcept { return impl_->layout; }
 const std::string& Checkpoint::file_of(uint32_t index) const {
   return impl_->layout.shards[impl_->where.at(index).first].file;
 }
+
+const codec::WeightsReader& Checkpoint::reader() const noexcept { return impl_->reader; }
 
 codec::ConstWeights Checkpoint::weights() const {
   std::vector<codec::ConstWeights> per_file;

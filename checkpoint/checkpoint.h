@@ -55,6 +55,9 @@ class Checkpoint {
   const codec::Manifest& manifest() const noexcept;  // sorted by name
   const Layout& layout() const noexcept;
   codec::ConstWeights weights() const;  // manifest order, spans into the mappings
+  // The same bytes read with pread from the files the mappings show (codec::WeightsReader), for
+  // an encoder that reads slices piece by piece. Valid as long as this Checkpoint (moves included).
+  const codec::WeightsReader& reader() const noexcept;
   codec::MutableWeights mutable_weights();
   void flush();
   // The shard file holding tensor `index` of the manifest (for messages).

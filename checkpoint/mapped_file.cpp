@@ -134,13 +134,14 @@ MappedFile::MappedFile(const std::filesystem::path& path, bool writable) : writa
     if (!writable) (void)::madvise(p, size_, MADV_HUGEPAGE);  // advice (see the header): failure changes nothing
     slot_ = track_mapping(data_, size_, path);
   }
-  ::close(fd);  // the mapping keeps the file referenced
+  fd_ = fd;
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
       writable_(other.writable_),
+      fd_(std::exchange(other.fd_, -1)),
       slot_(std::exchange(other.slot_, -1)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
@@ -149,6 +150,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     writable_ = other.writable_;
+    fd_ = std::exchange(other.fd_, -1);
     slot_ = std::exchange(other.slot_, -1);
   }
   return *this;
@@ -159,6 +161,8 @@ MappedFile::~MappedFile() { release(); }
 void MappedFile::release() noexcept {
   untrack_mapping(std::exchange(slot_, -1));  // before munmap: the range may be reused at once
   if (data_ != nullptr) ::munmap(data_, size_);
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
   data_ = nullptr;
   size_ = 0;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // A whole file mapped into memory (internal to dc_checkpoint). Read-only mappings are MAP_PRIVATE
-// with PROT_READ; writable ones MAP_SHARED so stores reach the file.
+// with PROT_READ; writable ones MAP_SHARED so stores reach the file. The file stays open as long as
+// the mapping (one descriptor each), so pread (SafetensorsFile::read) reads the very file mapped.
 //
 // Read-only mappings are advised MADV_HUGEPAGE: where the kernel and the file system hold file
 // pages in large folios (seen with Linux 6.18 and ext4), pages read in through the mapping then come in
@@ -38,6 +39,9 @@ class MappedFile {
 
   std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
   bool writable() const noexcept { return writable_; }
+  // The file's descriptor, open as long as the mapping (for pread of the same file the mapping
+  // shows, even after another file was renamed over its path).
+  int fd() const noexcept { return fd_; }
   // msync(MS_SYNC) for writable mappings. Throws Error(io).
   void sync(const std::filesystem::path& path_for_errors) const;
 
@@ -46,6 +50,7 @@ class MappedFile {
   std::byte* data_ = nullptr;
   size_t size_ = 0;
   bool writable_ = false;
+  int fd_ = -1;
   int slot_ = -1;  // this mapping's entry in the SIGBUS handler's table (-1: none)
 };
 

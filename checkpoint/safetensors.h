@@ -53,6 +53,10 @@ class SafetensorsFile {
   void flush();
   // Size of the whole file in bytes.
   uint64_t file_size() const noexcept;
+  // pread of bytes [offset, offset + out.size()) of tensor `tensor` (manifest order) from the file
+  // the mapping shows. Requires the range to lie within the tensor. Thread-safe. Throws Error(io)
+  // naming the file when the read fails or ends early (the file was truncated after it was opened).
+  void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const;
 
  private:
   struct Impl;

@@ -1,5 +1,8 @@
 // Reading side of checkpoint/safetensors.h: strict header validation over a mapped file.
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <optional>
 #include <set>
@@ -211,6 +214,23 @@ const std::filesystem::path& SafetensorsFile::path() const noexcept { return imp
 const codec::Manifest& SafetensorsFile::manifest() const noexcept { return impl_->manifest; }
 const Metadata& SafetensorsFile::metadata() const noexcept { return impl_->metadata; }
 uint64_t SafetensorsFile::file_size() const noexcept { return impl_->mapping.bytes().size(); }
+
+void SafetensorsFile::read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const {
+  const auto& [begin, size] = impl_->ranges.at(tensor);
+  DC_ASSERT(offset <= size && out.size() <= size - offset);
+  uint64_t done = 0;
+  while (done < out.size()) {
+    const ssize_t got = ::pread(impl_->mapping.fd(), out.data() + done, out.size() - done,
+                                static_cast<off_t>(begin + offset + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw_os_error("cannot read", impl_->path, errno);
+    if (got == 0)
+      throw Error(Errc::io, "cannot read " + impl_->path.string() + ": it ends at byte " +
+                                std::to_string(begin + offset + done) + ", before the data its header announces (" +
+                                "truncated after it was opened?)");
+    done += static_cast<uint64_t>(got);
+  }
+}
 
 codec::ConstWeights SafetensorsFile::weights() const {
   codec::ConstWeights w;

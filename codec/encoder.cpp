@@ -59,17 +59,109 @@ struct DeltaEncoder::Impl {
   bool scan_base = false;
   std::vector<std::vector<std::pair<uint32_t, uint64_t>>> base_parts;  // per chunk: (tensor, part)
 
-  ClassSpec pick_classes(const TensorInfo& info, const void* o, const void* nw, uint64_t n) const {
-    if (!options.allow_classed || !dtype_codes_as_float(info.dtype) || n < 4096) return {};
-    std::vector<uint64_t> all, changed;
-    // About 16 Ki sampled elements per segment (1 in `stride` blocks of 64; at least 1 in 8 blocks
-    // of a small segment) are enough to rank exponents by change rate; the exact cost comparison
-    // after the scan guards the choice.
+  // Set by the reader constructor: slices are read piece by piece (scan_read) instead of spans.
+  const WeightsReader* base_reader = nullptr;
+  const WeightsReader* next_reader = nullptr;
+
+  void init(const Manifest& m, const Manifest& next_manifest, const StateDigest& digest, VersionIds version_ids,
+            EncodeOptions opts) {
+    if (m.digest() != next_manifest.digest())
+      throw Error(Errc::version_mismatch, "encode: base and new weights have different manifests");
+    if (digest.per_tensor().size() != m.size())
+      throw Error(Errc::invalid_argument, "encode: base digest has the wrong number of tensors");
+    if (!opts.overwrite_tensors.empty() && opts.overwrite_tensors.size() != m.size())
+      throw Error(Errc::invalid_argument, "encode: overwrite_tensors must have one entry per tensor");
+    if (version_ids.new_version == version_ids.base_version)
+      throw Error(Errc::invalid_argument, "encode: new version equals base version");
+    manifest = &m;
+    base_digest = digest;
+    ids = version_ids;
+    options = std::move(opts);
+    chunks = plan_chunks(m, options.chunk_bytes);
+    if (chunks.size() >= UINT32_MAX) throw Error(Errc::invalid_argument, "encode: too many chunks");
+    digest_deltas.resize(chunks.size());
+    encoded.assign(chunks.size(), 0);
+  }
+
+  // Whether the slice's classes are worth sampling for (float codes, not an ablation, not tiny),
+  // and with which stride (about 16 Ki sampled elements per segment, 1 in `stride` blocks of 64;
+  // at least 1 in 8 blocks of a small segment, enough to rank exponents by change rate; the exact
+  // cost comparison after the scan guards the choice). 0: no classes.
+  unsigned class_stride(const TensorInfo& info, uint64_t n) const {
+    if (!options.allow_classed || !dtype_codes_as_float(info.dtype) || n < 4096) return 0;
     const uint64_t samples = std::min<uint64_t>(8192, std::max<uint64_t>(4096, n / 8));
-    const unsigned stride = static_cast<unsigned>(std::max<uint64_t>(1, n / samples));
+    return static_cast<unsigned>(std::max<uint64_t>(1, n / samples));
+  }
+
+  ClassSpec pick_classes(const TensorInfo& info, const void* o, const void* nw, uint64_t n) const {
+    const unsigned stride = class_stride(info, n);
+    if (stride == 0) return {};
+    std::vector<uint64_t> all, changed;
     sample_exponents(static_cast<unsigned>(dtype_unit_size(info.dtype)), abs_mask_of(info.dtype),
                      dtype_mantissa_bits(info.dtype), o, nw, n, stride, all, changed);
     return choose_classes(all, changed, dtype_mantissa_bits(info.dtype));
+  }
+
+  // pick_classes over the readers: reads only the runs sample_exponents examines.
+  ClassSpec pick_classes_read(const TensorInfo& info, const Slice& s) const {
+    const unsigned stride = class_stride(info, s.count);
+    if (stride == 0) return {};
+    const unsigned w = static_cast<unsigned>(dtype_unit_size(info.dtype));
+    std::byte o[kSampleRun * 4], nw[kSampleRun * 4];
+    std::vector<uint64_t> all, changed, run_all, run_changed;
+    for (uint64_t at = 0; at < s.count; at += kSampleRun * stride) {
+      const uint64_t len = std::min(kSampleRun, s.count - at);
+      base_reader->read(s.tensor, (s.begin + at) * w, std::span(o, len * w));
+      next_reader->read(s.tensor, (s.begin + at) * w, std::span(nw, len * w));
+      sample_exponents(w, abs_mask_of(info.dtype), dtype_mantissa_bits(info.dtype), o, nw, len, stride, run_all,
+                       run_changed);
+      all.resize(run_all.size(), 0);
+      changed.resize(run_changed.size(), 0);
+      for (size_t e = 0; e < run_all.size(); ++e) {
+        all[e] += run_all[e];
+        changed[e] += run_changed[e];
+      }
+    }
+    return choose_classes(all, changed, dtype_mantissa_bits(info.dtype));
+  }
+
+  // scan_changes over slice s read from the readers in pieces of kReadPieceBytes per version, each
+  // scanned (and its base digest added to *base_sum) while it is in the cache. `out` ends equal to
+  // a scan of the whole slice: positions offset by the piece's start, ranks by the class sizes of
+  // the pieces before it.
+  void scan_read(const TensorInfo& info, const Slice& s, const ClassSpec* classes, ScanOutput& out,
+                 uint64_t* base_sum) const {
+    const unsigned w = static_cast<unsigned>(dtype_unit_size(info.dtype));
+    const uint64_t piece = kReadPieceBytes / w;
+    thread_local std::vector<std::byte> o_buf, nw_buf;
+    thread_local ScanOutput part;
+    o_buf.resize(kReadPieceBytes);
+    nw_buf.resize(kReadPieceBytes);
+    out.clear();
+    for (uint64_t at = 0; at < s.count; at += piece) {
+      const uint64_t len = std::min(piece, s.count - at);
+      const auto o = std::span(o_buf.data(), len * w);
+      base_reader->read(s.tensor, (s.begin + at) * w, o);
+      next_reader->read(s.tensor, (s.begin + at) * w, std::span(nw_buf.data(), len * w));
+      scan_changes(w, abs_mask_of(info.dtype), o.data(), nw_buf.data(), len, classes, part);
+      *base_sum += slice_digest(s.tensor, info.dtype, s.begin + at, o);
+      append_part(part, static_cast<uint32_t>(at), classes != nullptr, out);
+    }
+  }
+
+  // Appends a piece's scan starting at element `at` of the slice to the slice's `out`.
+  static void append_part(const ScanOutput& part, uint32_t at, bool classed, ScanOutput& out) {
+    const size_t before = out.positions.size(), c = part.positions.size();
+    out.positions.resize(before + c);
+    for (size_t i = 0; i < c; ++i) out.positions[before + i] = part.positions[i] + at;
+    out.old_bits.insert(out.old_bits.end(), part.old_bits.begin(), part.old_bits.end());
+    out.new_bits.insert(out.new_bits.end(), part.new_bits.begin(), part.new_bits.end());
+    if (!classed) return;
+    out.change_class.insert(out.change_class.end(), part.change_class.begin(), part.change_class.end());
+    out.change_rank.resize(before + c);
+    for (size_t i = 0; i < c; ++i)
+      out.change_rank[before + i] = part.change_rank[i] + static_cast<uint32_t>(out.class_sizes[part.change_class[i]]);
+    for (unsigned k = 0; k < kMaxClasses; ++k) out.class_sizes[k] += part.class_sizes[k];
   }
 };
 
@@ -85,25 +177,19 @@ DeltaEncoder::DeltaEncoder(const ConstWeights& base, const ConstWeights& next, c
     : impl_(std::make_unique<Impl>()) {
   check_weights(base);
   check_weights(next);
-  if (base.manifest->digest() != next.manifest->digest())
-    throw Error(Errc::version_mismatch, "encode: base and new weights have different manifests");
-  const auto& m = *base.manifest;
-  if (base_digest.per_tensor().size() != m.size())
-    throw Error(Errc::invalid_argument, "encode: base digest has the wrong number of tensors");
-  if (!options.overwrite_tensors.empty() && options.overwrite_tensors.size() != m.size())
-    throw Error(Errc::invalid_argument, "encode: overwrite_tensors must have one entry per tensor");
-  if (ids.new_version == ids.base_version) throw Error(Errc::invalid_argument, "encode: new version equals base version");
-  auto& im = *impl_;
-  im.base = base;
-  im.next = next;
-  im.manifest = &m;
-  im.base_digest = base_digest;
-  im.ids = ids;
-  im.options = std::move(options);
-  im.chunks = plan_chunks(m, im.options.chunk_bytes);
-  if (im.chunks.size() >= UINT32_MAX) throw Error(Errc::invalid_argument, "encode: too many chunks");
-  im.digest_deltas.resize(im.chunks.size());
-  im.encoded.assign(im.chunks.size(), 0);
+  impl_->init(*base.manifest, *next.manifest, base_digest, ids, std::move(options));
+  impl_->base = base;
+  impl_->next = next;
+}
+
+DeltaEncoder::DeltaEncoder(const WeightsReader& base, const WeightsReader& next, VersionIds ids, EncodeOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->init(base.manifest(), next.manifest(), StateDigest(std::vector<uint64_t>(base.manifest().size(), 0)), ids,
+              std::move(options));
+  impl_->base_reader = &base;
+  impl_->next_reader = &next;
+  impl_->scan_base = true;
+  impl_->base_parts.resize(impl_->chunks.size());
 }
 
 DeltaEncoder::~DeltaEncoder() = default;
@@ -125,19 +211,27 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     const auto& info = m.at(s.tensor);
     const unsigned w = static_cast<unsigned>(dtype_unit_size(info.dtype));
     const bool is_float = dtype_codes_as_float(info.dtype);
-    const std::byte* o = im.base.tensors[s.tensor].data() + s.begin * w;
-    const std::byte* nw = im.next.tensors[s.tensor].data() + s.begin * w;
     const bool overwrite = !im.options.overwrite_tensors.empty() && im.options.overwrite_tensors[s.tensor];
     const ValueMode mode = overwrite ? ValueMode::overwrite : im.options.xor_safe_mode;
     // Classes come from the receiver's base bits, which overwrite tensors do not promise.
-    const ClassSpec classes = overwrite ? ClassSpec{} : im.pick_classes(info, o, nw, s.count);
-    scan.clear();
-    // One pass: the base's digest is taken stretch by stretch right behind the scan, while the
-    // stretch is still in the cache (a digest of the whole slice after it would read it again).
-    BaseDigestTap digest{s.tensor, info.dtype, o, s.begin, w};
-    const ScanTap tap = im.scan_base ? digest.tap() : ScanTap{};
-    scan_changes(w, abs_mask_of(info.dtype), o, nw, s.count, classes.count > 1 ? &classes : nullptr, scan, tap);
-    if (im.scan_base) im.base_parts[index].emplace_back(s.tensor, digest.sum);
+    ClassSpec classes;
+    if (im.base_reader != nullptr) {
+      if (!overwrite) classes = im.pick_classes_read(info, s);
+      uint64_t base_sum = 0;
+      im.scan_read(info, s, classes.count > 1 ? &classes : nullptr, scan, &base_sum);
+      im.base_parts[index].emplace_back(s.tensor, base_sum);
+    } else {
+      const std::byte* o = im.base.tensors[s.tensor].data() + s.begin * w;
+      const std::byte* nw = im.next.tensors[s.tensor].data() + s.begin * w;
+      if (!overwrite) classes = im.pick_classes(info, o, nw, s.count);
+      scan.clear();
+      // One pass: the base's digest is taken stretch by stretch right behind the scan, while the
+      // stretch is still in the cache (a digest of the whole slice after it would read it again).
+      BaseDigestTap digest{s.tensor, info.dtype, o, s.begin, w};
+      const ScanTap tap = im.scan_base ? digest.tap() : ScanTap{};
+      scan_changes(w, abs_mask_of(info.dtype), o, nw, s.count, classes.count > 1 ? &classes : nullptr, scan, tap);
+      if (im.scan_base) im.base_parts[index].emplace_back(s.tensor, digest.sum);
+    }
     const LocationPlan plan = encode_locations(SegmentChanges{s.count, &scan, classes}, locations);
     const size_t c = scan.positions.size();
     // The digest delta does not depend on the order: one sequential pass in position order. The
@@ -242,6 +336,14 @@ EncodedDelta encode_all(DeltaEncoder& encoder, const EncodeOptions& options) {
   return out;
 }
 
+// encode_all for an encoder that scans the base's digest: its chunk frames get it once sealed.
+EncodedDelta encode_all_patched(DeltaEncoder& encoder, const EncodeOptions& options) {
+  EncodedDelta out = encode_all(encoder, options);
+  const uint64_t combined = out.base_digest.combined();
+  for (size_t i = 0; i + 1 < out.frames.size(); ++i) patch_base_digest(out.frames[i], combined);
+  return out;
+}
+
 }  // namespace
 
 EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, const StateDigest& base_digest,
@@ -253,10 +355,13 @@ EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, co
 EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, VersionIds ids,
                           const EncodeOptions& options) {
   DeltaEncoder encoder(base, next, ids, options);
-  EncodedDelta out = encode_all(encoder, options);
-  const uint64_t combined = out.base_digest.combined();
-  for (size_t i = 0; i + 1 < out.frames.size(); ++i) patch_base_digest(out.frames[i], combined);
-  return out;
+  return encode_all_patched(encoder, options);
+}
+
+EncodedDelta encode_delta(const WeightsReader& base, const WeightsReader& next, VersionIds ids,
+                          const EncodeOptions& options) {
+  DeltaEncoder encoder(base, next, ids, options);
+  return encode_all_patched(encoder, options);
 }
 
 }  // namespace deltacast::codec

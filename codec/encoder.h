@@ -29,6 +29,10 @@ struct EncodeOptions {
   unsigned threads = 1;
 };
 
+// Bytes of each version read per piece by an encoder over WeightsReaders: both pieces (512 KiB)
+// stay in a core's L2 between the read and the scan.
+inline constexpr uint64_t kReadPieceBytes = uint64_t{256} << 10;
+
 struct VersionIds {
   uint64_t base_version = 0;
   uint64_t new_version = 1;
@@ -54,9 +58,15 @@ class DeltaEncoder {
   DeltaEncoder(const ConstWeights& base, const ConstWeights& next, const StateDigest& base_digest,
                VersionIds ids, EncodeOptions options);
   // The same without the base's digest: each chunk adds its base slices' digest in the same pass
-  // as its scan (4096 elements at a time, right behind it: read once). Its chunk frames carry base digest 0 until the
+  // as its scan (kScanTapSpan elements at a time, right behind it: read once). Its chunk frames carry base digest 0 until the
   // caller patches them (patch_base_digest with base_digest().combined(), after seal()); the seal frame is whole.
   DeltaEncoder(const ConstWeights& base, const ConstWeights& next, VersionIds ids, EncodeOptions options);
+  // The same over readers (a diff of two checkpoint files with pread): each slice is read in
+  // pieces of kReadPieceBytes per version and each piece scanned, and its base digest taken, while
+  // it is in the cache; class thresholds come from reading only the sampled runs. The frames are
+  // byte-identical to those of the constructor above over the same bytes. The readers must outlive
+  // the encoder; encode_chunk throws their Error(io).
+  DeltaEncoder(const WeightsReader& base, const WeightsReader& next, VersionIds ids, EncodeOptions options);
   ~DeltaEncoder();
   DeltaEncoder(const DeltaEncoder&) = delete;
   DeltaEncoder& operator=(const DeltaEncoder&) = delete;
@@ -92,6 +102,9 @@ EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next,
 // the diff (one read of each checkpoint instead of two of the base), returned in base_digest, and
 // written into every frame. The frames are byte-identical to encode_delta's given that digest.
 EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, VersionIds ids,
+                          const EncodeOptions& options);
+// The same over readers (see DeltaEncoder): the same frames and digests.
+EncodedDelta encode_delta(const WeightsReader& base, const WeightsReader& next, VersionIds ids,
                           const EncodeOptions& options);
 
 }  // namespace deltacast::codec

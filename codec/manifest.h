@@ -63,4 +63,18 @@ struct MutableWeights {
 // Throws Error(invalid_argument) unless weights has one span of the right size per tensor.
 void check_weights(const ConstWeights& weights);
 
+// A version's bytes read on demand (pread of the checkpoint files) instead of spans into a
+// mapping: the encoder reads each slice in pieces small enough to stay in a core's cache
+// (encoder.h), so a diff costs one read of each file whatever page sizes the page cache holds it
+// in, and a file truncated under it is an error instead of SIGBUS.
+class WeightsReader {
+ public:
+  virtual ~WeightsReader() = default;
+  virtual const Manifest& manifest() const noexcept = 0;
+  // Copies bytes [offset, offset + out.size()) of tensor `tensor` (manifest order) into `out`.
+  // Requires offset + out.size() <= the tensor's nbytes(). Safe to call from several threads at
+  // once. Throws Error(io) naming the file when it cannot be read (a short read included).
+  virtual void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const = 0;
+};
+
 }  // namespace deltacast::codec

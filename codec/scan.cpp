@@ -146,10 +146,9 @@ void sample_impl(uint32_t abs_mask, unsigned mant, const std::byte* o, const std
   // Runs of 16 consecutive blocks, one run every 16 * stride blocks: the same fraction as every
   // stride-th block, but in stretches the hardware prefetcher can follow (isolated blocks far
   // apart cost a DRAM round trip each).
-  constexpr uint64_t kRun = 16 * 64;
-  const uint64_t step = kRun * stride;
+  const uint64_t step = kSampleRun * stride;
   for (uint64_t start = 0; start < n; start += step) {
-    const uint64_t end = std::min(n, start + kRun);
+    const uint64_t end = std::min(n, start + kSampleRun);
     for (uint64_t i = start; i < end; ++i) {
       const T old = load_unit<T>(o, i);
       const size_t at = (i & 3) * buckets + ((static_cast<uint32_t>(old) & abs_mask) >> mant);

@@ -114,7 +114,11 @@ void select_and_write(unsigned width, uint32_t abs_mask, uint64_t n, const Class
                       const std::vector<ScanVector<uint32_t>>& ranks, const SegmentWrite& write);
 
 // Sampled exponent statistics of a segment for choosing class thresholds: 1 in `stride` blocks of
-// 64 elements is examined (in runs of 16 consecutive blocks). hist_all[e] / hist_changed[e] count elements by exponent e = abs >> mantissa.
+// 64 elements is examined, in runs of 16 consecutive blocks (kSampleRun elements) starting at
+// elements 0, kSampleRun * stride, 2 * kSampleRun * stride, ... (a caller that reads the segment
+// piece by piece reads just those runs). hist_all[e] / hist_changed[e] count elements by exponent
+// e = abs >> mantissa.
+inline constexpr uint64_t kSampleRun = 16 * 64;
 void sample_exponents(unsigned width, uint32_t abs_mask, unsigned mantissa_bits, const void* old_bits,
                       const void* new_bits, uint64_t n, unsigned stride, std::vector<uint64_t>& hist_all,
                       std::vector<uint64_t>& hist_changed);

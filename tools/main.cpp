@@ -1,3 +1,5 @@
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -17,8 +19,21 @@ CommandRegistrar::CommandRegistrar(std::string name, CommandSetup setup) {
 
 }  // namespace deltacast::tools
 
+namespace {
+// Every open checkpoint file holds a descriptor while it is open (checkpoint/mapped_file.h): two
+// checkpoints of a few hundred shards each, with the sockets of a run, come near the usual soft
+// limit of 1024. The soft limit is raised to the hard one, as far as the system allows.
+void raise_open_file_limit() noexcept {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  (void)::setrlimit(RLIMIT_NOFILE, &limit);  // a refusal leaves the old limit: nothing to report
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace deltacast;
+  raise_open_file_limit();
   CLI::App app{"deltacast: bit-exact delta refit of model weights through a relay tree"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "deltacast 0.2.0");

@@ -4,8 +4,10 @@
 # checkpoints and the diff, each first on a fresh mapping of the files (what a process that maps
 # them and reads them once pays, first touch of every page included; the issue's baseline) and then
 # again on the now-mapped pages, plus a read of the files with pread; odd rounds diff first. Runs
-# alternate between the one-pass diff and `--two-pass` (the base digested in its own pass first, as
-# before), on a file pair and on the same pair stored as 4 shards.
+# alternate between the diff's modes, on a file pair and on the same pair stored as 4 shards:
+# pread (the default: one pass over pieces read with pread), map (one pass through the mappings,
+# `--read map`), two-pass (`--two-pass`: the base digested in its own pass first, through the
+# mappings, as before); $DIFF_SPEED_MODES picks some (default "pread map two-pass").
 #   bench/codec/diff_speed.sh [PARAMS (500M)] [RUNS (3)] [ROUNDS per run (3)] [THREADS (2)]
 # $DELTACAST: the binary, or several separated by ':' (an A/B: each run alternates between them,
 # lines and ranges are labelled 0, 1, ... in that order). $DIFF_SPEED_PAIR: a directory to keep the
@@ -18,6 +20,8 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 IFS=: read -r -a dcs <<< "${DELTACAST:-$root/build/tools/deltacast}"
 params="${1:-500M}"; runs="${2:-3}"; rounds="${3:-3}"; threads="${4:-2}"
+modes="${DIFF_SPEED_MODES:-pread map two-pass}"
+first_mode="${modes%% *}"
 out="$(mktemp -d /tmp/dc-diffspeed.XXXXXX)"
 trap 'rm -rf "$out"' EXIT
 work="${DIFF_SPEED_PAIR:-$out}"
@@ -29,8 +33,13 @@ for r in $(seq 1 "$runs"); do
     if [ "$layout" = file ]; then a="$work/file/step-0000.safetensors"; b="$work/file/step-0001.safetensors"
     else a="$work/shards/step-0000"; b="$work/shards/step-0001"; fi
     for i in "${!dcs[@]}"; do
-      for mode in one-pass two-pass; do
-        extra=(); [ "$mode" = two-pass ] && extra=(--two-pass)
+      for mode in $modes; do
+        case "$mode" in
+          pread) extra=() ;;
+          map) extra=(--read map) ;;
+          two-pass) extra=(--two-pass) ;;
+          *) echo "diff_speed: unknown mode $mode" >&2; exit 2 ;;
+        esac
         "${dcs[$i]}" diff --base "$a" --new "$b" --out "$out/$mode.dcx" --baseline --rounds "$rounds" --json \
           --threads "$threads" "${extra[@]}" |
           python3 -c "
@@ -39,7 +48,9 @@ j = json.load(sys.stdin)
 for k, x in enumerate(j['rounds']):
     print('$r $layout $i $mode', k + 1, ' '.join('%.3f' % x[f] for f in ('read_fresh', 'diff_fresh', 'read_mapped', 'diff_mapped', 'read_pread')))"
       done
-      cmp -s "$out/one-pass.dcx" "$out/two-pass.dcx" || { echo "diff_speed: the two modes' frames differ" >&2; exit 1; }
+      for mode in $modes; do
+        cmp -s "$out/$first_mode.dcx" "$out/$mode.dcx" || { echo "diff_speed: modes $first_mode and $mode gave different frames" >&2; exit 1; }
+      done
     done
   done
 done | tee "$out/lines"

@@ -132,6 +132,14 @@ echo "ok: the target is untouched after every failure"
 "$DC" verify sh/step-0000 ck/step-0000.safetensors >/dev/null || fail "verify: shards and file differ"
 "$DC" diff --base sh/step-0000 --new sh/step-0001 --out dsh.dcx >/dev/null
 cmp -s dsh.dcx d01.dcx || fail "the delta from shards differs from the delta from files"
+# --read map (through the mappings) and --two-pass give the bytes of the default (pread pieces).
+"$DC" diff --base sh/step-0000 --new sh/step-0001 --out dsh-map.dcx --read map >/dev/null
+cmp -s dsh-map.dcx d01.dcx || fail "diff --read map wrote other frames than the default pread diff"
+"$DC" diff --base ck/step-0000.safetensors --new ck/step-0001.safetensors --out d01-2p.dcx --two-pass >/dev/null
+cmp -s d01-2p.dcx d01.dcx || fail "diff --two-pass wrote other frames than the default pread diff"
+if "$DC" diff --base sh/step-0000 --new sh/step-0001 --out x.dcx --read mmap >/dev/null 2>&1; then
+  fail "diff --read mmap (not a mode) was accepted"
+fi
 # diff --baseline (bench/codec/diff_speed.sh): the same frames as a plain diff, every round timed
 # (a read of the shards through fresh mappings, mapped pages and pread), and --rounds needs it.
 "$DC" diff --base sh/step-0000 --new sh/step-0001 --out dsh-baseline.dcx --baseline --rounds 2 --json >baseline.json

@@ -166,6 +166,70 @@ TEST(ShardedCheckpoint, ADeltaFromOneLayoutAppliesToAnother) {
 
 // Every safetensors dtype (8-byte ones included: BatchNorm counters, position ids, F64 buffers),
 // each changed, written to disk as shards, diffed, applied and read back bit-exact.
+// Checkpoint::reader() reads, with pread, the bytes the mappings show, on every layout (whole
+// tensors and pieces at odd offsets); a diff over the readers gives the frames of a diff over the
+// mappings.
+TEST(ShardedCheckpoint, TheReaderReadsWhatTheMappingsShow) {
+  const auto m = model_manifest();
+  const auto base = random_weights(m, 4);
+  auto next = base;
+  perturb(next, 5);
+  TempDir dir;
+  int n = 0;
+  for (const auto& layout : {even_layout(m, 1, false), even_layout(m, 3), even_layout(m, m.size())}) {
+    const fs::path a = dir.path() / ("base-" + std::to_string(n)), b = dir.path() / ("next-" + std::to_string(n));
+    ++n;
+    write_checkpoint(a, base.view(), layout);
+    write_checkpoint(b, next.view(), layout);
+    const auto ca = Checkpoint::open(a), cb = Checkpoint::open(b);
+    const auto mapped = ca.weights();
+    ASSERT_EQ(&ca.reader().manifest(), &ca.manifest());
+    for (uint32_t t = 0; t < m.size(); ++t) {
+      const auto& want = mapped.tensors[t];
+      std::vector<std::byte> got(want.size());
+      ca.reader().read(t, 0, got);
+      EXPECT_TRUE(got.empty() || std::memcmp(got.data(), want.data(), got.size()) == 0) << "layout " << n << " tensor " << t;
+      if (want.size() < 3) continue;
+      std::vector<std::byte> piece(want.size() - 2);
+      ca.reader().read(t, 1, std::span(piece).first(piece.size() - 1));
+      EXPECT_EQ(std::memcmp(piece.data(), want.data() + 1, piece.size() - 1), 0) << "layout " << n << " tensor " << t;
+    }
+    codec::EncodeOptions opts;
+    opts.chunk_bytes = 1000;  // several chunks, tensors split across them
+    const auto over_maps = codec::encode_delta(ca.weights(), cb.weights(), {1, 2}, opts);
+    const auto over_reads = codec::encode_delta(ca.reader(), cb.reader(), {1, 2}, opts);
+    EXPECT_EQ(over_reads.frames, over_maps.frames) << "layout " << n;
+    EXPECT_EQ(over_reads.new_digest, over_maps.new_digest) << "layout " << n;
+  }
+}
+
+// The reader reads the file the checkpoint opened: a file renamed over its path afterwards (a
+// trainer replacing a checkpoint) is not read; one truncated under it (rewritten in place) is an
+// Error(io) naming the file, not SIGBUS or bytes of the wrong version.
+TEST(ShardedCheckpoint, TheReaderReadsTheOpenedFileAndATruncationIsAnError) {
+  const auto m = model_manifest();
+  const auto old_bytes = random_weights(m, 6), new_bytes = random_weights(m, 7);
+  TempDir dir;
+  const fs::path file = dir.path() / "model.safetensors";
+  write_checkpoint(file, old_bytes.view(), even_layout(m, 1, false));
+  const auto c = Checkpoint::open(file);
+  write_checkpoint(file, new_bytes.view(), even_layout(m, 1, false));  // a new file renamed over it
+  for (uint32_t t = 0; t < c.manifest().size(); ++t) {  // c's manifest is sorted by name, m is not
+    std::vector<std::byte> got(c.manifest().at(t).nbytes());
+    c.reader().read(t, 0, got);
+    const auto& want = old_bytes.tensors[*m.find(c.manifest().at(t).name)];
+    EXPECT_TRUE(got.empty() || std::memcmp(got.data(), want.data(), got.size()) == 0) << t;
+  }
+  const auto d = Checkpoint::open(file);
+  fs::resize_file(file, fs::file_size(file) / 2);
+  const uint32_t last = *d.manifest().find(d.layout().shards[0].tensors.back());  // its data ends last
+  std::vector<std::byte> got(d.manifest().at(last).nbytes());
+  std::string message;
+  EXPECT_EQ(errc_of([&] { d.reader().read(last, 0, got); }, &message), Errc::io);
+  EXPECT_NE(message.find(file.string()), std::string::npos) << message;
+  EXPECT_NE(message.find("truncated"), std::string::npos) << message;
+}
+
 TEST(ShardedCheckpoint, EveryDtypeChangedRoundTripsBitExact) {
   const codec::Manifest m({{"bool", codec::DType::bool_, {17}},      {"u8", codec::DType::u8, {33}},
                            {"i8", codec::DType::i8, {33}},            {"u16", codec::DType::u16, {9, 7}},

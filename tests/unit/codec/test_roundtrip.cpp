@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstring>
+#include <stdexcept>
 #include <limits>
 #include <vector>
 
+#include "codec/chunk_plan.h"
 #include "codec/scan.h"
 #include "codec_test_util.h"
 
@@ -260,6 +264,127 @@ TEST(RoundTripProperty, OnePassDigestOverSeveralTapStretches) {
     ASSERT_EQ(one_pass.base_digest, StateDigest::full_scan(base.view())) << chunk_bytes;
     ASSERT_EQ(one_pass.frames, two_pass.frames) << chunk_bytes;
     ASSERT_EQ(one_pass.new_digest, StateDigest::full_scan(next.view())) << chunk_bytes;
+  }
+}
+
+// A WeightsReader over weights in memory (what Checkpoint::reader() does with pread), counting the
+// bytes it copies; it throws Error(io) at read number `fail_at` (0: never).
+struct MemoryReader final : WeightsReader {
+  ConstWeights weights;
+  uint64_t fail_at = 0;
+  mutable std::atomic<uint64_t> reads{0}, bytes{0};
+  explicit MemoryReader(ConstWeights w) : weights(std::move(w)) {}
+  const Manifest& manifest() const noexcept override { return *weights.manifest; }
+  void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const override {
+    const auto& t = weights.tensors.at(tensor);
+    if (offset > t.size() || out.size() > t.size() - offset) throw std::logic_error("read past the tensor");
+    if (++reads == fail_at) throw Error(Errc::io, "cannot read test.safetensors: injected");
+    if (!out.empty()) std::memcpy(out.data(), t.data() + offset, out.size());
+    bytes += out.size();
+  }
+};
+
+// The encoder over readers (pieces of kReadPieceBytes, sampled runs read alone) gives the frames
+// and digests of the encoder over spans, for every dtype, with slices of several pieces that do
+// not start on a piece boundary, classed and unclassed, overwrite tensors, none and all changed;
+// it reads each byte of both versions about once; and the delta applies bit-exactly.
+TEST(RoundTripProperty, ReaderEncoderGivesTheSpanEncodersFrames) {
+  const uint64_t n = 2 * kReadPieceBytes + 77;  // elements: >= 2 pieces at every width
+  std::vector<TensorInfo> tensors;
+  for (DType dt : kAllDTypes) tensors.push_back({"t_" + std::string(dtype_name(dt)), dt, {n}});
+  tensors.push_back({"small", DType::bf16, {3, 5}});
+  tensors.push_back({"empty", DType::f32, {0}});
+  const Manifest m(std::move(tensors));
+  std::mt19937_64 rng(4242);
+  OwnedWeights base(m);
+  testing::fill_random(base, rng);
+  // Densities 0, 1% and all; -1: changes that follow the magnitude (1 in 5 of the elements above
+  // a tensor's median magnitude, 1 in 500 below: how training moves weights), so that classed
+  // locations pay off and slices' class ranks continue across pieces.
+  for (double density : {0.0, 0.01, 1.0, -1.0}) {
+    OwnedWeights next = base;
+    if (density >= 0) testing::mutate(next, density, rng);
+    for (uint32_t t = 0; density < 0 && t < m.size(); ++t) {
+      const unsigned w = static_cast<unsigned>(dtype_unit_size(m.at(t).dtype));
+      const uint32_t abs_mask = abs_mask_of(m.at(t).dtype);
+      std::vector<uint32_t> magnitudes;
+      for (uint64_t i = 0; i < m.at(t).units(); i += 97)
+        magnitudes.push_back(testing::load_bits(base.bytes[t].data(), w, i) & abs_mask);
+      if (magnitudes.empty()) continue;
+      std::nth_element(magnitudes.begin(), magnitudes.begin() + magnitudes.size() / 2, magnitudes.end());
+      const uint32_t median = magnitudes[magnitudes.size() / 2];
+      for (uint64_t i = 0; i < m.at(t).units(); ++i) {
+        const uint32_t bits = testing::load_bits(next.bytes[t].data(), w, i);
+        if (rng() % ((bits & abs_mask) > median ? 5 : 500) == 0) testing::store_bits(next.bytes[t].data(), w, i, bits ^ 1);
+      }
+    }
+    // NaN, +-inf, -0.0 and a subnormal (for BF16 and F32; other bits elsewhere) written around the
+    // first piece boundary of each tensor, on both sides of it.
+    for (uint32_t t = 0; t < m.size(); ++t) {
+      const unsigned w = static_cast<unsigned>(dtype_unit_size(m.at(t).dtype));
+      if (m.at(t).units() < n) continue;
+      const std::vector<uint32_t> special =
+          w == 2 ? std::vector<uint32_t>{0x7FC0, 0x7F80, 0xFF80, 0x8000, 0x0001}
+                 : std::vector<uint32_t>{0x7FC00000, 0x7F800000, 0xFF800000, 0x80000000, 0x00000001};
+      const uint64_t boundary = kReadPieceBytes / w;
+      for (size_t k = 0; k < special.size(); ++k) {
+        testing::store_bits(next.bytes[t].data(), w, boundary - 3 + k, special[k]);
+        testing::store_bits(base.bytes[t].data(), w, boundary + 3 + k, special[k]);
+      }
+    }
+    for (uint64_t chunk_bytes : {uint64_t{8} << 20, 3 * kReadPieceBytes + 1000}) {
+      EncodeOptions opts;
+      opts.chunk_bytes = chunk_bytes;
+      opts.threads = 2;
+      opts.overwrite_tensors.assign(m.size(), false);
+      opts.overwrite_tensors[2] = true;  // F32, overwrite: no classes
+      const auto spans = encode_delta(base.view(), next.view(), {3, 4}, opts);
+      const MemoryReader base_reader(base.view()), next_reader(next.view());
+      const auto read = encode_delta(base_reader, next_reader, {3, 4}, opts);
+      const std::string where = "density " + std::to_string(density) + ", chunk bytes " + std::to_string(chunk_bytes);
+      ASSERT_EQ(read.frames, spans.frames) << where;
+      ASSERT_EQ(read.base_digest, StateDigest::full_scan(base.view())) << where;
+      ASSERT_EQ(read.new_digest, StateDigest::full_scan(next.view())) << where;
+      EXPECT_EQ(read.stats.changes, spans.stats.changes) << where;
+      if (density < 0) {  // the case for classed locations: chosen, so ranks across pieces are checked
+        EXPECT_GT(read.stats.segments_by_coding[static_cast<int>(LocationCoding::classed_gaps)], 3u) << where;
+      }
+      // Each byte once, plus the sampled runs (at most 8192 elements of a slice, read twice).
+      const uint64_t total = m.total_bytes();
+      EXPECT_GE(base_reader.bytes.load(), total) << where;
+      EXPECT_LE(base_reader.bytes.load(), total + total / 16) << where;
+      EXPECT_EQ(next_reader.bytes.load(), base_reader.bytes.load()) << where;
+      OwnedWeights receiver = base;
+      DeltaApplier applier(m, receiver.mut(), 3, read.base_digest);
+      for (const auto& f : read.frames) applier.apply(f);
+      applier.verify();
+      applier.commit();
+      ASSERT_TRUE(receiver == next) << where;
+    }
+  }
+}
+
+// A reader that fails (a file truncated under the diff) fails the encode with its Error(io).
+TEST(RoundTripProperty, ReaderEncoderPassesAReadErrorOn) {
+  Manifest m({{"w", DType::bf16, {3 * kReadPieceBytes}}, {"v", DType::i64, {1000}}});
+  std::mt19937_64 rng(5);
+  OwnedWeights base(m);
+  testing::fill_random(base, rng);
+  OwnedWeights next = base;
+  testing::mutate(next, 0.01, rng);
+  for (uint64_t fail_at : {1, 2, 7}) {
+    MemoryReader base_reader(base.view());
+    const MemoryReader next_reader(next.view());
+    base_reader.fail_at = fail_at;
+    EncodeOptions opts;
+    opts.threads = 2;
+    try {
+      (void)encode_delta(base_reader, next_reader, {0, 1}, opts);
+      FAIL() << "read " << fail_at << " failed, the encode did not";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::io);
+      EXPECT_NE(std::string(e.what()).find("test.safetensors"), std::string::npos) << e.what();
+    }
   }
 }
 
