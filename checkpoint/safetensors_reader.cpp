@@ -220,8 +220,8 @@ void SafetensorsFile::read(uint32_t tensor, uint64_t offset, std::span<std::byte
   DC_ASSERT(offset <= size && out.size() <= size - offset);
   uint64_t done = 0;
   while (done < out.size()) {
-    const ssize_t got = ::pread(impl_->mapping.fd(), out.data() + done, out.size() - done,
-                                static_cast<off_t>(begin + offset + done));
+    const ssize_t got =
+        ::pread(impl_->mapping.fd(), out.data() + done, out.size() - done, static_cast<off_t>(begin + offset + done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) throw_os_error("cannot read", impl_->path, errno);
     if (got == 0)

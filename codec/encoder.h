@@ -58,8 +58,9 @@ class DeltaEncoder {
   DeltaEncoder(const ConstWeights& base, const ConstWeights& next, const StateDigest& base_digest,
                VersionIds ids, EncodeOptions options);
   // The same without the base's digest: each chunk adds its base slices' digest in the same pass
-  // as its scan (kScanTapSpan elements at a time, right behind it: read once). Its chunk frames carry base digest 0 until the
-  // caller patches them (patch_base_digest with base_digest().combined(), after seal()); the seal frame is whole.
+  // as its scan (kScanTapSpan elements at a time, right behind it: read once). Its chunk frames carry base digest 0
+  // until the caller patches them (patch_base_digest with base_digest().combined(), after seal()); the seal frame is
+  // whole.
   DeltaEncoder(const ConstWeights& base, const ConstWeights& next, VersionIds ids, EncodeOptions options);
   // The same over readers (a diff of two checkpoint files with pread): each slice is read in
   // pieces of kReadPieceBytes per version and each piece scanned, and its base digest taken, while

@@ -174,8 +174,8 @@ TimedDelta diff_once(const checkpoint::Checkpoint& base, const checkpoint::Check
   const codec::VersionIds ids{o.base_version, o.base_version + 1};
   TimedDelta out;
   if (o.two_pass) {
-    out.delta = codec::encode_delta(base.weights(), next.weights(), codec::StateDigest::full_scan(base.weights(), o.threads),
-                                    ids, options);
+    out.delta = codec::encode_delta(base.weights(), next.weights(),
+                                    codec::StateDigest::full_scan(base.weights(), o.threads), ids, options);
   } else if (o.read == "map") {
     out.delta = codec::encode_delta(base.weights(), next.weights(), ids, options);
   } else {
@@ -404,7 +404,8 @@ void setup(CLI::App& parent) {
       ->capture_default_str()
       ->check(CLI::IsMember({"pread", "map"}))
       ->group("Benchmarking");
-  cmd->add_flag("--two-pass", o->two_pass, "BENCHMARK: digest the base in its own pass first, through the mappings (the old way)")
+  cmd->add_flag("--two-pass", o->two_pass,
+                "BENCHMARK: digest the base in its own pass first, through the mappings (the old way)")
       ->group("Benchmarking");
   cmd->callback([o] { run_diff(*o); });
 }

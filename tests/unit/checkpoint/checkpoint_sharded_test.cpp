@@ -188,7 +188,8 @@ TEST(ShardedCheckpoint, TheReaderReadsWhatTheMappingsShow) {
       const auto& want = mapped.tensors[t];
       std::vector<std::byte> got(want.size());
       ca.reader().read(t, 0, got);
-      EXPECT_TRUE(got.empty() || std::memcmp(got.data(), want.data(), got.size()) == 0) << "layout " << n << " tensor " << t;
+      EXPECT_TRUE(got.empty() || std::memcmp(got.data(), want.data(), got.size()) == 0)
+          << "layout " << n << " tensor " << t;
       if (want.size() < 3) continue;
       std::vector<std::byte> piece(want.size() - 2);
       ca.reader().read(t, 1, std::span(piece).first(piece.size() - 1));
@@ -214,7 +215,7 @@ TEST(ShardedCheckpoint, TheReaderReadsTheOpenedFileAndATruncationIsAnError) {
   write_checkpoint(file, old_bytes.view(), even_layout(m, 1, false));
   const auto c = Checkpoint::open(file);
   write_checkpoint(file, new_bytes.view(), even_layout(m, 1, false));  // a new file renamed over it
-  for (uint32_t t = 0; t < c.manifest().size(); ++t) {  // c's manifest is sorted by name, m is not
+  for (uint32_t t = 0; t < c.manifest().size(); ++t) {                 // c's manifest is sorted by name, m is not
     std::vector<std::byte> got(c.manifest().at(t).nbytes());
     c.reader().read(t, 0, got);
     const auto& want = old_bytes.tensors[*m.find(c.manifest().at(t).name)];

@@ -6,8 +6,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <stdexcept>
 #include <limits>
+#include <stdexcept>
 #include <vector>
 
 #include "codec/chunk_plan.h"
@@ -315,7 +315,8 @@ TEST(RoundTripProperty, ReaderEncoderGivesTheSpanEncodersFrames) {
       const uint32_t median = magnitudes[magnitudes.size() / 2];
       for (uint64_t i = 0; i < m.at(t).units(); ++i) {
         const uint32_t bits = testing::load_bits(next.bytes[t].data(), w, i);
-        if (rng() % ((bits & abs_mask) > median ? 5 : 500) == 0) testing::store_bits(next.bytes[t].data(), w, i, bits ^ 1);
+        if (rng() % ((bits & abs_mask) > median ? 5 : 500) == 0)
+          testing::store_bits(next.bytes[t].data(), w, i, bits ^ 1);
       }
     }
     // NaN, +-inf, -0.0 and a subnormal (for BF16 and F32; other bits elsewhere) written around the
