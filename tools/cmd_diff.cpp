@@ -188,7 +188,8 @@ TimedDelta diff_once(const checkpoint::Checkpoint& base, const checkpoint::Check
 // --baseline, one round: a plain read of both checkpoints and the diff, each first on a fresh
 // mapping of the files (as a process that maps them and reads them once: the first touch of every
 // page is paid, here as by any user's diff) and then again on the same, now mapped, pages; and a
-// read of the files with pread (no mapping).
+// read of the files with pread (no mapping). The diff opens the checkpoints as the read does, then
+// reads them its own way (--read): the default pread diff's second run is simply a second diff.
 struct BaselineRound {
   double read_fresh = 0, read_mapped = 0, read_pread = 0, diff_fresh = 0, diff_mapped = 0;
 };
