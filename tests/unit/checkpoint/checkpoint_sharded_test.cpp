@@ -75,6 +75,14 @@ void perturb(Bytes& w, uint64_t seed) {
   }
 }
 
+// Random weights (seed) and a copy with ~1% of their bytes changed (seed + 1).
+std::pair<Bytes, Bytes> base_and_next(const codec::Manifest& m, uint64_t seed) {
+  auto base = random_weights(m, seed);
+  auto next = base;
+  perturb(next, seed + 1);
+  return {std::move(base), std::move(next)};
+}
+
 // The same tensors, bit for bit, by name.
 bool same_tensors(const codec::ConstWeights& a, const codec::ConstWeights& b) {
   if (a.manifest->size() != b.manifest->size()) return false;
@@ -132,9 +140,7 @@ TEST(ShardedCheckpoint, RoundTripsOnEveryLayoutWithOneNameSortedManifest) {
 // encoded from shards applies to a single file: the canonical coordinates do not see shards.
 TEST(ShardedCheckpoint, ADeltaFromOneLayoutAppliesToAnother) {
   const auto m = model_manifest();
-  const auto base = random_weights(m, 2);
-  auto next = base;
-  perturb(next, 3);
+  const auto [base, next] = base_and_next(m, 2);
   TempDir dir;
   const std::vector<std::pair<Layout, Layout>> pairs = {{even_layout(m, 1, false), even_layout(m, 3)},
                                                         {even_layout(m, 4), even_layout(m, 1, false)},
@@ -164,16 +170,12 @@ TEST(ShardedCheckpoint, ADeltaFromOneLayoutAppliesToAnother) {
   }
 }
 
-// Every safetensors dtype (8-byte ones included: BatchNorm counters, position ids, F64 buffers),
-// each changed, written to disk as shards, diffed, applied and read back bit-exact.
 // Checkpoint::reader() reads, with pread, the bytes the mappings show, on every layout (whole
 // tensors and pieces at odd offsets); a diff over the readers gives the frames of a diff over the
 // mappings.
 TEST(ShardedCheckpoint, TheReaderReadsWhatTheMappingsShow) {
   const auto m = model_manifest();
-  const auto base = random_weights(m, 4);
-  auto next = base;
-  perturb(next, 5);
+  const auto [base, next] = base_and_next(m, 4);
   TempDir dir;
   int n = 0;
   for (const auto& layout : {even_layout(m, 1, false), even_layout(m, 3), even_layout(m, m.size())}) {
@@ -231,6 +233,8 @@ TEST(ShardedCheckpoint, TheReaderReadsTheOpenedFileAndATruncationIsAnError) {
   EXPECT_NE(message.find("truncated"), std::string::npos) << message;
 }
 
+// Every safetensors dtype (8-byte ones included: BatchNorm counters, position ids, F64 buffers),
+// each changed, written to disk as shards, diffed, applied and read back bit-exact.
 TEST(ShardedCheckpoint, EveryDtypeChangedRoundTripsBitExact) {
   const codec::Manifest m({{"bool", codec::DType::bool_, {17}},      {"u8", codec::DType::u8, {33}},
                            {"i8", codec::DType::i8, {33}},            {"u16", codec::DType::u16, {9, 7}},
