@@ -13,6 +13,8 @@
 # by default a temporary 500M pair.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=bench/codec/lib_pair.sh
+source "$root/bench/codec/lib_pair.sh"
 IFS=: read -r -a dcs <<< "${DELTACAST:-$root/build/tools/deltacast}"
 rounds="${1:-3}"; threads="${2:-2}"
 modes="${COLD_DIFF_MODES:-pread}"
@@ -20,20 +22,14 @@ modes="${COLD_DIFF_MODES:-pread}"
 out="$(mktemp -d /tmp/dc-colddiff.XXXXXX)"
 trap 'rm -rf "$out"' EXIT
 work="${DIFF_SPEED_PAIR:-$out}"
-[ -d "$work/file" ] || "${dcs[0]}" synth --out "$work/file" --params 500M --steps 1 --seed 3 >/dev/null
-[ -d "$work/shards" ] || "${dcs[0]}" synth --out "$work/shards" --params 500M --steps 1 --seed 3 --shards 4 >/dev/null
+synth_pair "$work" 500M
 echo "round layout binary/mode: cold_diff_s file_huge_MB first_cat_s | then warm: read_fresh diff_fresh read_pread (s)"
 for r in $(seq 1 "$rounds"); do
   for layout in file shards; do
-    if [ "$layout" = file ]; then a="$work/file/step-0000.safetensors"; b="$work/file/step-0001.safetensors"
-    else a="$work/shards/step-0000"; b="$work/shards/step-0001"; fi
+    pair_paths "$work" "$layout"
     for i in "${!dcs[@]}"; do
       for mode in $modes; do
-        case "$mode" in
-          pread) extra=() ;;
-          map) extra=(--read map) ;;
-          *) echo "cold_diff: unknown mode $mode" >&2; exit 2 ;;
-        esac
+        mode_args "$mode"
         sync
         echo 1 > /proc/sys/vm/drop_caches
         start=$(date +%s.%N)

@@ -18,6 +18,8 @@
 # `echo 1 > /proc/sys/vm/drop_caches` and a `cat` of the files before a run make that state known.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+# shellcheck source=bench/codec/lib_pair.sh
+source "$root/bench/codec/lib_pair.sh"
 IFS=: read -r -a dcs <<< "${DELTACAST:-$root/build/tools/deltacast}"
 params="${1:-500M}"; runs="${2:-3}"; rounds="${3:-3}"; threads="${4:-2}"
 modes="${DIFF_SPEED_MODES:-pread map two-pass}"
@@ -25,21 +27,14 @@ first_mode="${modes%% *}"
 out="$(mktemp -d /tmp/dc-diffspeed.XXXXXX)"
 trap 'rm -rf "$out"' EXIT
 work="${DIFF_SPEED_PAIR:-$out}"
-[ -d "$work/file" ] || "${dcs[0]}" synth --out "$work/file" --params "$params" --steps 1 --seed 3 >/dev/null
-[ -d "$work/shards" ] || "${dcs[0]}" synth --out "$work/shards" --params "$params" --steps 1 --seed 3 --shards 4 >/dev/null
+synth_pair "$work" "$params"
 echo "run layout binary mode round: read_fresh diff_fresh read_mapped diff_mapped read_pread (s)" >&2
 for r in $(seq 1 "$runs"); do
   for layout in file shards; do
-    if [ "$layout" = file ]; then a="$work/file/step-0000.safetensors"; b="$work/file/step-0001.safetensors"
-    else a="$work/shards/step-0000"; b="$work/shards/step-0001"; fi
+    pair_paths "$work" "$layout"
     for i in "${!dcs[@]}"; do
       for mode in $modes; do
-        case "$mode" in
-          pread) extra=() ;;
-          map) extra=(--read map) ;;
-          two-pass) extra=(--two-pass) ;;
-          *) echo "diff_speed: unknown mode $mode" >&2; exit 2 ;;
-        esac
+        mode_args "$mode"
         "${dcs[$i]}" diff --base "$a" --new "$b" --out "$out/$mode.dcx" --baseline --rounds "$rounds" --json \
           --threads "$threads" "${extra[@]}" |
           python3 -c "
