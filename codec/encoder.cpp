@@ -83,6 +83,12 @@ struct DeltaEncoder::Impl {
     encoded.assign(chunks.size(), 0);
   }
 
+  // No base digest given: computed by the scans (scan_base).
+  void scan_base_digest() {
+    scan_base = true;
+    base_parts.resize(chunks.size());
+  }
+
   // Whether the slice's classes are worth sampling for (float codes, not an ablation, not tiny),
   // and with which stride (about 16 Ki sampled elements per segment, 1 in `stride` blocks of 64;
   // at least 1 in 8 blocks of a small segment, enough to rank exponents by change rate; the exact
@@ -93,8 +99,9 @@ struct DeltaEncoder::Impl {
     return static_cast<unsigned>(std::max<uint64_t>(1, n / samples));
   }
 
-  ClassSpec pick_classes(const TensorInfo& info, const void* o, const void* nw, uint64_t n) const {
-    const unsigned stride = class_stride(info, n);
+  // Classes from 1 in `stride` blocks of the n elements at o / nw (stride 0: class_stride's).
+  ClassSpec pick_classes(const TensorInfo& info, const void* o, const void* nw, uint64_t n, unsigned stride = 0) const {
+    if (stride == 0) stride = class_stride(info, n);
     if (stride == 0) return {};
     std::vector<uint64_t> all, changed;
     sample_exponents(static_cast<unsigned>(dtype_unit_size(info.dtype)), abs_mask_of(info.dtype),
@@ -102,27 +109,23 @@ struct DeltaEncoder::Impl {
     return choose_classes(all, changed, dtype_mantissa_bits(info.dtype));
   }
 
-  // pick_classes over the readers: reads only the runs sample_exponents examines.
+  // pick_classes over the readers: reads only the runs sample_exponents examines, one after the
+  // other into one buffer, and samples that whole (stride 1: the same elements, the same counts).
   ClassSpec pick_classes_read(const TensorInfo& info, const Slice& s) const {
     const unsigned stride = class_stride(info, s.count);
     if (stride == 0) return {};
     const unsigned w = static_cast<unsigned>(dtype_unit_size(info.dtype));
-    std::byte o[kSampleRun * 4], nw[kSampleRun * 4];
-    std::vector<uint64_t> all, changed, run_all, run_changed;
+    thread_local std::vector<std::byte> o, nw;
+    o.clear();
+    nw.clear();
     for (uint64_t at = 0; at < s.count; at += kSampleRun * stride) {
-      const uint64_t len = std::min(kSampleRun, s.count - at);
-      base_reader->read(s.tensor, (s.begin + at) * w, std::span(o, len * w));
-      next_reader->read(s.tensor, (s.begin + at) * w, std::span(nw, len * w));
-      sample_exponents(w, abs_mask_of(info.dtype), dtype_mantissa_bits(info.dtype), o, nw, len, stride, run_all,
-                       run_changed);
-      all.resize(run_all.size(), 0);
-      changed.resize(run_changed.size(), 0);
-      for (size_t e = 0; e < run_all.size(); ++e) {
-        all[e] += run_all[e];
-        changed[e] += run_changed[e];
-      }
+      const uint64_t len = std::min(kSampleRun, s.count - at), filled = o.size();
+      o.resize(filled + len * w);
+      nw.resize(filled + len * w);
+      base_reader->read(s.tensor, (s.begin + at) * w, std::span(o).subspan(filled));
+      next_reader->read(s.tensor, (s.begin + at) * w, std::span(nw).subspan(filled));
     }
-    return choose_classes(all, changed, dtype_mantissa_bits(info.dtype));
+    return pick_classes(info, o.data(), nw.data(), o.size() / w, 1);
   }
 
   // scan_changes over slice s read from the readers in pieces of kReadPieceBytes per version, each
@@ -168,8 +171,7 @@ struct DeltaEncoder::Impl {
 DeltaEncoder::DeltaEncoder(const ConstWeights& base, const ConstWeights& next, VersionIds ids, EncodeOptions options)
     : DeltaEncoder(base, next, StateDigest(std::vector<uint64_t>(base.manifest ? base.manifest->size() : 0, 0)), ids,
                    std::move(options)) {
-  impl_->scan_base = true;
-  impl_->base_parts.resize(impl_->chunks.size());
+  impl_->scan_base_digest();
 }
 
 DeltaEncoder::DeltaEncoder(const ConstWeights& base, const ConstWeights& next, const StateDigest& base_digest,
@@ -188,8 +190,7 @@ DeltaEncoder::DeltaEncoder(const WeightsReader& base, const WeightsReader& next,
               std::move(options));
   impl_->base_reader = &base;
   impl_->next_reader = &next;
-  impl_->scan_base = true;
-  impl_->base_parts.resize(impl_->chunks.size());
+  impl_->scan_base_digest();
 }
 
 DeltaEncoder::~DeltaEncoder() = default;
