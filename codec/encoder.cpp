@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -59,9 +60,22 @@ struct DeltaEncoder::Impl {
   bool scan_base = false;
   std::vector<std::vector<std::pair<uint32_t, uint64_t>>> base_parts;  // per chunk: (tensor, part)
 
-  // Set by the reader constructor: slices are read piece by piece (scan_read) instead of spans.
+  // Set by the reader constructors: slices of the new version are read piece by piece (scan_read)
+  // instead of spans; the base is read too (base_reader), or is in memory (base).
   const WeightsReader* base_reader = nullptr;
   const WeightsReader* next_reader = nullptr;
+
+  // Copies base bytes [offset, offset + out.size()) of tensor t into out.
+  void read_base(uint32_t t, uint64_t offset, std::span<std::byte> out) const {
+    if (base_reader != nullptr) return base_reader->read(t, offset, out);
+    if (!out.empty()) std::memcpy(out.data(), base.tensors[t].data() + offset, out.size());
+  }
+  // The same bytes in place when the base is in memory (no copy), else read into `buf`.
+  std::span<const std::byte> base_piece(uint32_t t, uint64_t offset, std::span<std::byte> buf) const {
+    if (base_reader == nullptr) return base.tensors[t].subspan(offset, buf.size());
+    base_reader->read(t, offset, buf);
+    return buf;
+  }
 
   void init(const Manifest& m, const Manifest& next_manifest, const StateDigest& digest, VersionIds version_ids,
             EncodeOptions opts) {
@@ -122,16 +136,16 @@ struct DeltaEncoder::Impl {
       const uint64_t len = std::min(kSampleRun, s.count - at), filled = o.size();
       o.resize(filled + len * w);
       nw.resize(filled + len * w);
-      base_reader->read(s.tensor, (s.begin + at) * w, std::span(o).subspan(filled));
+      read_base(s.tensor, (s.begin + at) * w, std::span(o).subspan(filled));
       next_reader->read(s.tensor, (s.begin + at) * w, std::span(nw).subspan(filled));
     }
     return pick_classes(info, o.data(), nw.data(), o.size() / w, 1);
   }
 
-  // scan_changes over slice s read from the readers in pieces of kReadPieceBytes per version, each
-  // scanned (and its base digest added to *base_sum) while it is in the cache. `out` ends equal to
-  // a scan of the whole slice: positions offset by the piece's start, ranks by the class sizes of
-  // the pieces before it.
+  // scan_changes over slice s read in pieces of kReadPieceBytes per version, each scanned (and,
+  // scanning the base's digest, its base digest added to *base_sum) while it is in the cache.
+  // `out` ends equal to a scan of the whole slice: positions offset by the piece's start, ranks by
+  // the class sizes of the pieces before it.
   void scan_read(const TensorInfo& info, const Slice& s, const ClassSpec* classes, ScanOutput& out,
                  uint64_t* base_sum) const {
     const unsigned w = static_cast<unsigned>(dtype_unit_size(info.dtype));
@@ -143,11 +157,10 @@ struct DeltaEncoder::Impl {
     out.clear();
     for (uint64_t at = 0; at < s.count; at += piece) {
       const uint64_t len = std::min(piece, s.count - at);
-      const auto o = std::span(o_buf.data(), len * w);
-      base_reader->read(s.tensor, (s.begin + at) * w, o);
+      const auto o = base_piece(s.tensor, (s.begin + at) * w, std::span(o_buf.data(), len * w));
       next_reader->read(s.tensor, (s.begin + at) * w, std::span(nw_buf.data(), len * w));
       scan_changes(w, abs_mask_of(info.dtype), o.data(), nw_buf.data(), len, classes, part);
-      *base_sum += slice_digest(s.tensor, info.dtype, s.begin + at, o);
+      if (scan_base) *base_sum += slice_digest(s.tensor, info.dtype, s.begin + at, o);
       append_part(part, static_cast<uint32_t>(at), classes != nullptr, out);
     }
   }
@@ -193,6 +206,15 @@ DeltaEncoder::DeltaEncoder(const WeightsReader& base, const WeightsReader& next,
   impl_->scan_base_digest();
 }
 
+DeltaEncoder::DeltaEncoder(const ConstWeights& base, const WeightsReader& next, const StateDigest& base_digest,
+                           VersionIds ids, EncodeOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  check_weights(base);
+  impl_->init(*base.manifest, next.manifest(), base_digest, ids, std::move(options));
+  impl_->base = base;
+  impl_->next_reader = &next;
+}
+
 DeltaEncoder::~DeltaEncoder() = default;
 
 uint32_t DeltaEncoder::chunk_count() const noexcept { return static_cast<uint32_t>(impl_->chunks.size()); }
@@ -216,11 +238,11 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     const ValueMode mode = overwrite ? ValueMode::overwrite : im.options.xor_safe_mode;
     // Classes come from the receiver's base bits, which overwrite tensors do not promise.
     ClassSpec classes;
-    if (im.base_reader != nullptr) {
+    if (im.next_reader != nullptr) {
       if (!overwrite) classes = im.pick_classes_read(info, s);
       uint64_t base_sum = 0;
       im.scan_read(info, s, classes.count > 1 ? &classes : nullptr, scan, &base_sum);
-      im.base_parts[index].emplace_back(s.tensor, base_sum);
+      if (im.scan_base) im.base_parts[index].emplace_back(s.tensor, base_sum);
     } else {
       const std::byte* o = im.base.tensors[s.tensor].data() + s.begin * w;
       const std::byte* nw = im.next.tensors[s.tensor].data() + s.begin * w;
@@ -363,6 +385,12 @@ EncodedDelta encode_delta(const WeightsReader& base, const WeightsReader& next, 
                           const EncodeOptions& options) {
   DeltaEncoder encoder(base, next, ids, options);
   return encode_all_patched(encoder, options);
+}
+
+EncodedDelta encode_delta(const ConstWeights& base, const WeightsReader& next, const StateDigest& base_digest,
+                          VersionIds ids, const EncodeOptions& options) {
+  DeltaEncoder encoder(base, next, base_digest, ids, options);
+  return encode_all(encoder, options);
 }
 
 }  // namespace deltacast::codec

@@ -68,6 +68,11 @@ class DeltaEncoder {
   // byte-identical to those of the constructor above over the same bytes. The readers must outlive
   // the encoder; encode_chunk throws their Error(io).
   DeltaEncoder(const WeightsReader& base, const WeightsReader& next, VersionIds ids, EncodeOptions options);
+  // The base in memory with its digest given, the new version read (a producer's baseline against a
+  // trainer's new checkpoint file): the new version is read in pieces as above and the base's
+  // pieces are scanned where they lie. The same frames as the span constructor with base_digest.
+  DeltaEncoder(const ConstWeights& base, const WeightsReader& next, const StateDigest& base_digest, VersionIds ids,
+               EncodeOptions options);
   ~DeltaEncoder();
   DeltaEncoder(const DeltaEncoder&) = delete;
   DeltaEncoder& operator=(const DeltaEncoder&) = delete;
@@ -107,5 +112,8 @@ EncodedDelta encode_delta(const ConstWeights& base, const ConstWeights& next, Ve
 // The same over readers (see DeltaEncoder): the same frames and digests.
 EncodedDelta encode_delta(const WeightsReader& base, const WeightsReader& next, VersionIds ids,
                           const EncodeOptions& options);
+// The base in memory, its digest given, the new version read (see DeltaEncoder): the same frames.
+EncodedDelta encode_delta(const ConstWeights& base, const WeightsReader& next, const StateDigest& base_digest,
+                          VersionIds ids, const EncodeOptions& options);
 
 }  // namespace deltacast::codec

@@ -355,6 +355,13 @@ TEST(RoundTripProperty, ReaderEncoderGivesTheSpanEncodersFrames) {
       EXPECT_GE(base_reader.bytes.load(), total) << where;
       EXPECT_LE(base_reader.bytes.load(), total + total / 16) << where;
       EXPECT_EQ(next_reader.bytes.load(), base_reader.bytes.load()) << where;
+      // A producer's form: the base in memory with its digest, the new version read. The same
+      // frames (with the given digest written in), and the new version read about once.
+      const MemoryReader next_only(next.view());
+      const auto mixed = encode_delta(base.view(), next_only, read.base_digest, {3, 4}, opts);
+      ASSERT_EQ(mixed.frames, spans.frames) << where;
+      ASSERT_EQ(mixed.new_digest, read.new_digest) << where;
+      EXPECT_EQ(next_only.bytes.load(), next_reader.bytes.load()) << where;
       OwnedWeights receiver = base;
       DeltaApplier applier(m, receiver.mut(), 3, read.base_digest);
       for (const auto& f : read.frames) applier.apply(f);
@@ -385,6 +392,14 @@ TEST(RoundTripProperty, ReaderEncoderPassesAReadErrorOn) {
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Errc::io);
       EXPECT_NE(std::string(e.what()).find("test.safetensors"), std::string::npos) << e.what();
+    }
+    MemoryReader failing_next(next.view());
+    failing_next.fail_at = fail_at;
+    try {
+      (void)encode_delta(base.view(), failing_next, StateDigest::full_scan(base.view()), {0, 1}, opts);
+      FAIL() << "read " << fail_at << " of the new version failed, the encode did not";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::io) << e.what();
     }
   }
 }
