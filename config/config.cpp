@@ -150,6 +150,7 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
          c.trainer.kind = one_of(v, {"synth", "watch"});
        }},
       {"trainer.dir", [](Config& c, std::string_view v) { c.trainer.dir = non_empty(v); }},
+      {"trainer.read", [](Config& c, std::string_view v) { c.trainer.read = one_of(v, {"pread", "map"}); }},
       {"trainer.params",
        [](Config& c, std::string_view v) {
          const uint64_t n = parse_size(v);
@@ -285,7 +286,7 @@ void parse_document(Config& config, const std::string& source, const YAML::Node&
       "output",      "log_level",        "allow_insecure", "egress",     "commit"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
-      {"trainer", {"kind", "dir", "params", "steps", "lr", "seed"}},
+      {"trainer", {"kind", "dir", "read", "params", "steps", "lr", "seed"}},
       {"output", {"dir", "metrics_file", "log_file", "checkpoint_dir", "keep"}},
       {"egress", {"producer", "members", "burst"}},
   };

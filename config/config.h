@@ -58,6 +58,10 @@ struct TrainerConfig {
   int steps = 3;    // refits after the bootstrap; 0 (watch only): until SIGTERM
   double lr = 1e-5;
   uint64_t seed = 1;
+  // watch: how each new checkpoint is read for its refit. "pread": in cache-sized pieces, the same
+  // speed whatever folio sizes the page cache holds a just-written file in; "map": through its
+  // file mappings (for comparison; 3x slower on a just-written checkpoint, bench/RESULTS.md 6.1).
+  std::string read = "pread";
 };
 
 // Egress caps, in bytes per second (0 = none): on the producer's uplink (all its connections

@@ -361,7 +361,7 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
   nlohmann::json steps = nlohmann::json::array();
   const int first_step = resumed ? static_cast<int>(resumed->trainer_step) + 1 : 1;
   // Anonymous memory once version 1 is committed (the baseline copy included): what reading
-  // later checkpoints through their mappings may not grow (docs/config.md, trainer.kind watch).
+  // later checkpoints may not grow (docs/config.md, trainer.kind watch).
   const uint64_t rss_anon_after_bootstrap = rss_anon_bytes();
   uint64_t max_rss_anon = rss_anon_after_bootstrap;
   for (int step = first_step; ok && (c.trainer.steps == 0 || step <= c.trainer.steps); ++step) {
@@ -372,7 +372,9 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
     // its layout (the producer sends it only when it differs from the committed version's).
     tree::RefitOptions refit_options;
     refit_options.layout = source->layout();
-    tree::RefitReport r = producer.refit(source->weights(), refit_options);
+    const codec::WeightsReader* reader = source->reader();
+    tree::RefitReport r =
+        reader ? producer.refit(*reader, refit_options) : producer.refit(source->weights(), refit_options);
     const auto committed_at = std::chrono::steady_clock::now();
 
     max_rss_anon = std::max(max_rss_anon, rss_anon_bytes());

@@ -77,8 +77,8 @@ class SynthSource final : public VersionSource {
 class WatchSource final : public VersionSource {
  public:
   WatchSource(const config::Config& c, std::unique_ptr<CheckpointWatch> watch, CheckpointWatch::Found first)
-      : dir_(c.trainer.dir), watch_(std::move(watch)), current_(std::move(first)),
-        manifest_(current_.checkpoint.manifest()) {}
+      : dir_(c.trainer.dir), read_(c.trainer.read == "pread"), watch_(std::move(watch)),
+        current_(std::move(first)), manifest_(current_.checkpoint.manifest()) {}
 
   const codec::Manifest& manifest() const override { return manifest_; }
   codec::ConstWeights weights() const override {
@@ -86,6 +86,7 @@ class WatchSource final : public VersionSource {
     w.manifest = &manifest_;  // the same tensors (checked): one manifest object for every version
     return w;
   }
+  const codec::WeightsReader* reader() const override { return read_ ? &current_.checkpoint.reader() : nullptr; }
   bool next() override {
     auto found = watch_->next_after(current_.name);
     if (!found) return false;
@@ -112,6 +113,7 @@ class WatchSource final : public VersionSource {
 
  private:
   std::string dir_;
+  bool read_;  // trainer.read pread
   std::unique_ptr<CheckpointWatch> watch_;
   CheckpointWatch::Found current_;
   codec::Manifest manifest_;

@@ -2,7 +2,8 @@
 // Where `deltacast run`'s producer gets its versions (config trainer.kind, docs/config.md):
 //   synth  the synthetic trainer (sim/trainer_simulator.h): one optimizer step per version;
 //   watch  a real trainer's checkpoints in trainer.dir (tools/lib_checkpoint_watch.h): one
-//          checkpoint per version, read through its file mappings.
+//          checkpoint per version, read with pread (trainer.read; the bootstrap through its
+//          file mappings).
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -25,6 +26,9 @@ class VersionSource {
   virtual const codec::Manifest& manifest() const = 0;
   // The current version's bits (valid until next()).
   virtual codec::ConstWeights weights() const = 0;
+  // The same bits read on demand (valid until next()), when the source reads them so (watch with
+  // trainer.read pread: Producer::refit reads them in cache-sized pieces); else null.
+  virtual const codec::WeightsReader* reader() const { return nullptr; }
   // Moves to the next version: false when none comes (watch: a stop was requested while waiting).
   // Throws Error when the next one cannot be used (watch: its tensors differ from the manifest).
   virtual bool next() = 0;

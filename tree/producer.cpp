@@ -443,22 +443,52 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
   return report;
 }
 
+codec::EncodeOptions Producer::Impl::refit_encode_options(const RefitOptions& refit_options) const {
+  codec::EncodeOptions encode = options.encode;
+  // From the all-zero state an XOR mask is the value itself; ulp distances would be huge.
+  if (version == 0) encode.xor_safe_mode = codec::ValueMode::xor_bits;
+  if (refit_options.value_mode) encode.xor_safe_mode = *refit_options.value_mode;
+  return encode;
+}
+
+void Producer::Impl::check_can_refit(const char* what) const {
+  if (!membership) throw Error(Errc::state, std::string("Producer::") + what + " before start()");
+  if (!baseline_lost.empty())
+    throw Error(Errc::state, "the producer cannot send another version: " + baseline_lost);
+}
+
 RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_options) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
-  if (!d.membership) throw Error(Errc::state, "Producer::refit before start()");
+  d.check_can_refit("refit");
   codec::ConstWeights checked = next;
   checked.manifest = &d.manifest;
   codec::check_weights(checked);
-  auto new_layout = d.changed_layout(refit_options.layout);
+  auto layout = d.changed_layout(refit_options.layout);
+  const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
+  codec::DeltaEncoder encoder(d.baseline_weights(), checked, d.baseline_digest, {d.version, d.version + 1}, encode);
+  return d.refit_with(encoder, std::move(layout), refit_options, encode.threads,
+                      [&](uint64_t v, codec::StateDigest digest) { d.adopt_baseline(checked, v, std::move(digest)); });
+}
 
-  codec::EncodeOptions encode = d.options.encode;
-  // From the all-zero state an XOR mask is the value itself; ulp distances would be huge.
-  if (d.version == 0) encode.xor_safe_mode = codec::ValueMode::xor_bits;
-  if (refit_options.value_mode) encode.xor_safe_mode = *refit_options.value_mode;
+RefitReport Producer::refit(const codec::WeightsReader& next, RefitOptions refit_options) {
+  auto& d = *impl_;
+  std::lock_guard drive(d.drive);
+  d.check_can_refit("refit");
+  if (next.manifest().digest() != d.manifest.digest())
+    throw Error(Errc::invalid_argument, "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
+  auto layout = d.changed_layout(refit_options.layout);
+  const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
+  codec::DeltaEncoder encoder(d.baseline_weights(), next, d.baseline_digest, {d.version, d.version + 1}, encode);
+  return d.refit_with(encoder, std::move(layout), refit_options, encode.threads,
+                      [&](uint64_t v, codec::StateDigest digest) { d.adopt_baseline(next, v, std::move(digest)); });
+}
+
+RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
+                                       const RefitOptions& refit_options, unsigned threads,
+                                       const std::function<void(uint64_t, codec::StateDigest)>& adopt) {
+  auto& d = *this;
   const uint64_t new_version = d.version + 1;
-  auto base = d.baseline_weights();
-  codec::DeltaEncoder encoder(base, checked, d.baseline_digest, {d.version, new_version}, encode);
   const uint32_t count = encoder.chunk_count();
   const TopologyKind kind = d.membership->kind();
   SharedBytes seal_frame;
@@ -513,7 +543,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
       total.add(stats);
       encode_seconds += seconds;
     };
-    if (!d.encoders) d.encoders = std::make_unique<WorkerThreads>(std::max(1u, encode.threads));
+    if (!d.encoders) d.encoders = std::make_unique<WorkerThreads>(std::max(1u, threads));
     d.encoders->start(work);
     try {
       for (uint32_t i = 0; i < count; ++i) {
@@ -559,8 +589,8 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
       },
       refit_options.dry_run,
       [&] {
-        d.adopt_baseline(checked, new_version, new_digest);
-        d.version = new_version;
+        d.version = new_version;  // what the members hold, even if the baseline cannot follow
+        adopt(new_version, new_digest);
       });
   d.log->info("version {} {} in {:.3f} s ({} chunks, {} payload bytes, {} changes)", report.version,
               report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes,

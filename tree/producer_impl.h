@@ -237,6 +237,15 @@ struct Producer::Impl {
   bool delegated_commit(uint64_t expected_digest, Clock::time_point deadline);
   // DECIDED from the delegate.
   void handle_decided(uint32_t from, const Decided& decided);
+  // refit's common part: sends what `encoder` encodes as version+1 (with `new_layout` when it
+  // changes) and runs the joint commit; once committed, adopt(version, digest) makes the new
+  // version the baseline.
+  RefitReport refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
+                         const RefitOptions& refit_options, unsigned threads,
+                         const std::function<void(uint64_t, codec::StateDigest)>& adopt);
+  codec::EncodeOptions refit_encode_options(const RefitOptions& refit_options) const;
+  // Throws Error(state) before start(), or once the baseline was lost (baseline_lost).
+  void check_can_refit(const char* what) const;
   RefitReport run_version(InFlight flight, const std::function<void(InFlight&)>& send_all,
                           const std::function<uint64_t()>& expected_digest, bool dry_run,
                           const std::function<void()>& on_commit);
@@ -245,6 +254,12 @@ struct Producer::Impl {
   // StateDigest `digest` (a full scan of it when absent). Snapshots being served keep reading the
   // version they began with: each open reader is handed the old bits of what changes.
   void adopt_baseline(const codec::ConstWeights& next, uint64_t v, std::optional<codec::StateDigest> digest);
+  // The same with `next` read (pread of a checkpoint) in pieces straight into the baseline, each
+  // piece first compared with the old bits when snapshots are open. A read that fails leaves the
+  // baseline neither version: it sets baseline_lost (no more refits, no snapshots from here;
+  // open snapshot streams still get the old bits of what was overwritten) and throws Error(io).
+  void adopt_baseline(const codec::WeightsReader& next, uint64_t v, codec::StateDigest digest);
+  std::string baseline_lost;  // why the baseline holds no committed version (empty: it does)
   // A rejoining member's FETCH on the producer's listener, when no peer could serve it: a
   // snapshot of the baseline (the committed version), streamed while refits go on. Replays are
   // refused (the producer keeps no frames of committed versions).

@@ -5,40 +5,31 @@
 #include "tree/producer_impl.h"
 
 namespace deltacast::tree {
-namespace {
-
-// The old bits of every element that differs between `old_bits` and `new_bits` (one tensor of
-// `width`-byte elements), compared a block at a time so that unchanged blocks cost a memcmp.
-void collect_changes(uint32_t tensor, unsigned width, std::span<const std::byte> old_bits,
-                     std::span<const std::byte> new_bits, std::vector<SnapshotPatches::Patch>& out) {
-  constexpr size_t kBlock = 4096;
-  for (size_t at = 0; at < old_bits.size(); at += kBlock) {
-    const size_t n = std::min(kBlock, old_bits.size() - at);
-    if (std::memcmp(old_bits.data() + at, new_bits.data() + at, n) == 0) continue;
-    for (size_t b = at; b < at + n; b += width) {
-      if (std::memcmp(old_bits.data() + b, new_bits.data() + b, width) == 0) continue;
-      uint32_t bits = 0;
-      std::memcpy(&bits, old_bits.data() + b, width);  // little-endian host
-      out.push_back({tensor, b / width, bits});
-    }
-  }
-}
-
-}  // namespace
 
 void Producer::Impl::adopt_baseline(const codec::ConstWeights& next, uint64_t v,
                                     std::optional<codec::StateDigest> digest) {
   std::unique_lock lock(baseline_mutex);
-  if (!baseline_readers.empty()) {
-    std::vector<SnapshotPatches::Patch> changed;
-    for (uint32_t t = 0; t < baseline.size(); ++t)
-      collect_changes(t, static_cast<unsigned>(codec::dtype_unit_size(manifest.at(t).dtype)), baseline[t], next.tensors[t],
-                      changed);
-    for (auto* reader : baseline_readers) reader->record(changed);
-  }
-  for (size_t t = 0; t < baseline.size(); ++t)  // an empty tensor may have no storage (memcpy of null is UB)
-    if (!baseline[t].empty()) std::memcpy(baseline[t].data(), next.tensors[t].data(), baseline[t].size());
+  std::vector<SnapshotPatches::Patch> changed;
+  overwrite_with(baseline, next, baseline_readers.empty() ? nullptr : &changed);
+  for (auto* reader : baseline_readers) reader->record(changed);
   baseline_digest = digest ? std::move(*digest) : codec::StateDigest::full_scan(baseline_weights(), options.encode.threads);
+  baseline_version = v;
+}
+
+void Producer::Impl::adopt_baseline(const codec::WeightsReader& next, uint64_t v, codec::StateDigest digest) {
+  std::unique_lock lock(baseline_mutex);
+  std::vector<SnapshotPatches::Patch> changed;
+  try {
+    overwrite_with(baseline, next, baseline_readers.empty() ? nullptr : &changed);
+  } catch (const Error& e) {
+    // Open snapshot streams keep their version: they get the old bits of what was overwritten.
+    for (auto* reader : baseline_readers) reader->record(changed);
+    baseline_lost = "reading version " + std::to_string(v) + " (committed) into its baseline failed: " + e.what() +
+                    "; a producer resumed from its state file continues the chain";
+    throw Error(Errc::io, baseline_lost);
+  }
+  for (auto* reader : baseline_readers) reader->record(changed);
+  baseline_digest = std::move(digest);
   baseline_version = v;
 }
 
@@ -52,6 +43,9 @@ void Producer::Impl::serve_fetch(std::shared_ptr<transport::Connection> connecti
     if (fetch.mode != CatchupMode::snapshot) {
       end.errc = static_cast<uint32_t>(Errc::not_found);
       end.message = "the producer keeps no frames of committed versions (replay them from a peer)";
+    } else if (!baseline_lost.empty()) {
+      end.errc = static_cast<uint32_t>(Errc::state);
+      end.message = "the producer holds no committed version: " + baseline_lost;
     } else if (baseline_version == 0) {
       end.errc = static_cast<uint32_t>(Errc::state);
       end.message = "the producer has committed no version yet";

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "codec/encoder.h"
 #include "util/error.h"
 
 namespace deltacast::tree {
@@ -28,6 +29,66 @@ void SnapshotPatches::restore_and_advance(uint32_t tensor, uint64_t first, uint6
   cursor_element_ = end;
   for (auto& layer : layers_)
     layer.erase(layer.begin(), std::lower_bound(layer.begin(), layer.end(), Patch{tensor, end, 0}));
+}
+
+namespace {
+
+// The old bits of every unit that differs between `old_bits` and `new_bits` (units `first` on of
+// tensor `tensor`, `width` bytes each), compared a block at a time so that unchanged blocks cost
+// a memcmp.
+void collect_changes(uint32_t tensor, unsigned width, uint64_t first, std::span<const std::byte> old_bits,
+                     std::span<const std::byte> new_bits, std::vector<SnapshotPatches::Patch>& out) {
+  constexpr size_t kBlock = 4096;
+  for (size_t at = 0; at < old_bits.size(); at += kBlock) {
+    const size_t n = std::min(kBlock, old_bits.size() - at);
+    if (std::memcmp(old_bits.data() + at, new_bits.data() + at, n) == 0) continue;
+    for (size_t b = at; b < at + n; b += width) {
+      if (std::memcmp(old_bits.data() + b, new_bits.data() + b, width) == 0) continue;
+      uint32_t unit = 0;
+      std::memcpy(&unit, old_bits.data() + b, width);  // little-endian host
+      out.push_back({tensor, first + b / width, unit});
+    }
+  }
+}
+
+unsigned unit_width(const codec::Manifest& manifest, uint32_t tensor) {
+  return static_cast<unsigned>(codec::dtype_unit_size(manifest.at(tensor).dtype));
+}
+
+}  // namespace
+
+void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::ConstWeights& next,
+                    std::vector<SnapshotPatches::Patch>* old_bits) {
+  for (uint32_t t = 0; t < bits.size(); ++t) {
+    if (old_bits) collect_changes(t, unit_width(*next.manifest, t), 0, bits[t], next.tensors[t], *old_bits);
+    // An empty tensor may have no storage (memcpy of null is UB).
+    if (!bits[t].empty()) std::memcpy(bits[t].data(), next.tensors[t].data(), bits[t].size());
+  }
+}
+
+void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::WeightsReader& next,
+                    std::vector<SnapshotPatches::Patch>* old_bits) {
+  thread_local std::vector<std::byte> piece;
+  for (uint32_t t = 0; t < bits.size(); ++t) {
+    const unsigned width = unit_width(next.manifest(), t);
+    // Pieces of whole units: kReadPieceBytes is a multiple of every unit width.
+    for (uint64_t at = 0; at < bits[t].size(); at += codec::kReadPieceBytes) {
+      const auto to = std::span(bits[t]).subspan(at, std::min(codec::kReadPieceBytes, bits[t].size() - at));
+      try {
+        if (!old_bits) {
+          next.read(t, at, to);
+          continue;
+        }
+        piece.resize(to.size());
+        next.read(t, at, piece);
+      } catch (const Error& e) {
+        throw Error(Errc::io, "tensor '" + next.manifest().at(t).name + "' at byte " + std::to_string(at) + ": " +
+                                  e.what());
+      }
+      collect_changes(t, width, at / width, to, piece, *old_bits);
+      std::memcpy(to.data(), piece.data(), to.size());
+    }
+  }
 }
 
 CatchupSender::CatchupSender(std::shared_ptr<transport::Connection> connection, uint32_t fetcher,

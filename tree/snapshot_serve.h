@@ -43,6 +43,19 @@ class SnapshotPatches {
   uint64_t cursor_element_ = 0;
 };
 
+// Makes `bits` (one buffer per tensor of next's manifest, holding another version) hold the
+// version `next` holds. With `old_bits`, each stretch is compared with the new bits before it is
+// overwritten, and `old_bits` receives the old bits of every unit that changed (for the open
+// readers' SnapshotPatches::record).
+void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::ConstWeights& next,
+                    std::vector<SnapshotPatches::Patch>* old_bits);
+// The same with `next` read in pieces of codec::kReadPieceBytes: straight into `bits` without
+// `old_bits`, else into a buffer and compared first. A failed read throws Error(io) naming the
+// tensor and byte offset, with the reader's message; `bits` then hold neither version, and
+// `old_bits` holds the old bits of every unit that was overwritten before it.
+void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::WeightsReader& next,
+                    std::vector<SnapshotPatches::Patch>* old_bits);
+
 class CatchupSender {
  public:
   // `fetcher`: the rank reading (for messages). A fetcher that drains nothing for peer_timeout,

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "codec/frame.h"
+#include "tests/common/memory_reader.h"
 #include "tests/common/time_scale.h"
 #include "tests/integration/tree/loop_cluster.h"
 #include "tests/integration/tree/tree_test_model.h"
@@ -75,12 +76,17 @@ class FailCluster : public LoopCluster {
     po.on_progress = [this](uint32_t sent, uint32_t) {
       if (on_progress_) on_progress_(sent);
     };
+    po.before_commit = [this](uint64_t version, uint64_t) {
+      if (before_commit_) before_commit_(version);
+    };
     start(manifest, po);
   }
   ~FailCluster() override {
     if (!finished()) finish();
   }
   void on_progress(std::function<void(uint32_t)> f) { on_progress_ = std::move(f); }
+  // Runs when the producer has decided to commit a version, before COMMIT goes out.
+  void before_commit(std::function<void(uint64_t)> f) { before_commit_ = std::move(f); }
 
   // Installs a hook on member r: `decide` sees each message r sends and may return die/freeze.
   void hook(uint32_t r, std::function<loop::Fault(const Sent&)> decide) { install(transport_of(r), std::move(decide)); }
@@ -109,6 +115,7 @@ class FailCluster : public LoopCluster {
   std::vector<std::string> clusters_;
   std::set<uint32_t> gated_;
   std::function<void(uint32_t)> on_progress_;
+  std::function<void(uint64_t)> before_commit_;
 };
 
 // Dies (or freezes) at the k-th data message it forwards of `version` (before delivering it).
@@ -657,6 +664,73 @@ TEST(Rejoin, TheProducerServesTheSnapshotWhenNoPeerCan) {
   c.finish();
   EXPECT_EQ(c.failure(1), "");
   EXPECT_TRUE(c.holds(1, run.model.weights())) << "rank 1 differs from the producer";
+}
+
+// --- The producer reading each version (Producer::refit over a WeightsReader: pread of a
+// trainer's checkpoint, trainer.kind watch).
+
+// Versions read in pieces commit bit-exact on every member, the baseline follows them (the next
+// version's frames apply on top), and each version is read twice: scanned, then into the baseline.
+// A read that fails after the commit (the checkpoint truncated under the producer) leaves every
+// member at that version, bit-exact, and the producer without a baseline: it says so, and refuses
+// to send another version (from memory or read) instead of sending deltas from mixed bits.
+TEST(ReadRefit, VersionsReadInPiecesCommitAndALostBaselineStopsTheProducer) {
+  const uint32_t n = 3;
+  Refits run;
+  FailCluster c(TopologyKind::binary, run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  const uint64_t total = run.model.manifest.total_bytes();
+  for (uint64_t v = 3; v <= 4; ++v) {
+    run.model.step(v);
+    const codec::testing::MemoryReader reader(run.model.weights());
+    const RefitReport r = c.producer().refit(reader);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    EXPECT_EQ(r.verified_receivers, n);
+    EXPECT_GE(reader.bytes.load(), 2 * total) << "version " << v << " was not scanned and read into the baseline";
+    // Plus the class sampler's runs: 4096 of the 16 Ki elements of each 32 KiB chunk.
+    EXPECT_LE(reader.bytes.load(), 2 * total + total / 4 + 4096) << "version " << v;
+    for (uint32_t rank = 1; rank <= n; ++rank)
+      EXPECT_TRUE(c.holds(rank, run.model.weights())) << "rank " << rank << " at version " << v;
+  }
+  RefitReport r5 = run.step(c, 5);  // from memory, on the baseline the reads left
+  ASSERT_TRUE(r5.committed) << r5.abort_reason;
+
+  run.model.step(6);
+  codec::testing::MemoryReader failing(run.model.weights());
+  c.before_commit([&](uint64_t v) {
+    if (v == 6) failing.fail_at = failing.reads + 2;  // the second read into the baseline fails
+  });
+  try {
+    (void)c.producer().refit(failing);
+    FAIL() << "the baseline could not be read, the refit did not say so";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::io) << e.what();
+    EXPECT_NE(std::string(e.what()).find("baseline"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test.safetensors"), std::string::npos) << e.what();
+  }
+  c.before_commit(nullptr);
+  EXPECT_EQ(c.producer().version(), 6u) << "the members hold version 6";
+  for (uint32_t rank = 1; rank <= n; ++rank) {
+    ASSERT_TRUE(eventually([&] { return c.receiver(rank).version() == 6; })) << "rank " << rank;
+    EXPECT_TRUE(c.holds(rank, run.model.weights())) << "rank " << rank << " is not at version 6";
+  }
+  const Model v6 = run.model;
+  run.model.step(7);
+  const codec::testing::MemoryReader next(run.model.weights());
+  for (int from_memory = 0; from_memory < 2; ++from_memory) {
+    try {
+      (void)(from_memory ? c.producer().refit(run.model.weights()) : c.producer().refit(next));
+      FAIL() << "a producer without a baseline sent version 7";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::state) << e.what();
+      EXPECT_NE(std::string(e.what()).find("baseline"), std::string::npos) << e.what();
+    }
+  }
+  c.finish();
+  for (uint32_t rank = 1; rank <= n; ++rank) {
+    EXPECT_EQ(c.failure(rank), "") << "rank " << rank;
+    EXPECT_TRUE(c.holds(rank, v6.weights())) << "rank " << rank << " left version 6";
+  }
 }
 
 // --- The apply gate: gated members verify, ack and commit without writing their buffers; the

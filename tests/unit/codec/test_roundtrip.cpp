@@ -13,6 +13,7 @@
 #include "codec/chunk_plan.h"
 #include "codec/scan.h"
 #include "codec_test_util.h"
+#include "tests/common/memory_reader.h"
 
 namespace deltacast::codec {
 namespace {
@@ -267,22 +268,7 @@ TEST(RoundTripProperty, OnePassDigestOverSeveralTapStretches) {
   }
 }
 
-// A WeightsReader over weights in memory (what Checkpoint::reader() does with pread), counting the
-// bytes it copies; it throws Error(io) at read number `fail_at` (0: never).
-struct MemoryReader final : WeightsReader {
-  ConstWeights weights;
-  uint64_t fail_at = 0;
-  mutable std::atomic<uint64_t> reads{0}, bytes{0};
-  explicit MemoryReader(ConstWeights w) : weights(std::move(w)) {}
-  const Manifest& manifest() const noexcept override { return *weights.manifest; }
-  void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const override {
-    const auto& t = weights.tensors.at(tensor);
-    if (offset > t.size() || out.size() > t.size() - offset) throw std::logic_error("read past the tensor");
-    if (++reads == fail_at) throw Error(Errc::io, "cannot read test.safetensors: injected");
-    if (!out.empty()) std::memcpy(out.data(), t.data() + offset, out.size());
-    bytes += out.size();
-  }
-};
+using testing::MemoryReader;
 
 // The encoder over readers (pieces of kReadPieceBytes, sampled runs read alone) gives the frames
 // and digests of the encoder over spans, for every dtype, with slices of several pieces that do

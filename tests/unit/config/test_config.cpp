@@ -129,6 +129,10 @@ trainer: {kind: watch, dir: /ckpt/run-42, steps: 0}
   EXPECT_EQ(c.trainer.kind, "watch");
   EXPECT_EQ(c.trainer.dir, "/ckpt/run-42");
   EXPECT_EQ(c.trainer.steps, 0);
+  EXPECT_EQ(c.trainer.read, "pread");
+  EXPECT_EQ(parse_config("trainer: {kind: watch, dir: /c, read: map}\n", "r.yaml").trainer.read, "map");
+  std::string bad_read = parse_error("trainer:\n  read: mmap\n");
+  EXPECT_TRUE(contains(bad_read, "test.yaml:2:9: key 'trainer.read': unknown value 'mmap'")) << bad_read;
   EXPECT_FALSE(parse_config("producer: tcp://127.0.0.1:1\n", "d.yaml").allow_insecure);
   std::string m = parse_error("allow_insecure: maybe\n");
   EXPECT_TRUE(contains(m, "test.yaml:1:17: key 'allow_insecure': expected true or false")) << m;
