@@ -420,6 +420,7 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
       {"chunk_bytes", c.chunk_bytes},
       {"full", full_json},
       {"steps", steps}};
+  if (c.trainer.kind == "watch") report["trainer_read"] = c.trainer.read;  // how each checkpoint was read
   if (resumed) {
     // This process sent no bootstrap: `full` is the original run's time, steps[] only the steps
     // this process ran.

@@ -13,10 +13,12 @@ model written by `deltacast synth --shards 3` (Hugging Face sharded directories)
      the next checkpoint lands (written as .tmp, renamed): trainer.steps 2 reached, the producer
      says BYE; every receiver's SHA-256 equals the producer's and an independent SHA-256 of the
      last checkpoint's tensors (read here from its shards, in name order); the report names each
-     step's checkpoint and the time from its appearance to its commit;
+     step's checkpoint and the time from its appearance to its commit, and says the checkpoints
+     were read with pread (trainer.read's default);
   4. trainer.steps 0: a checkpoint of another model stops the producer with an error naming it;
   5. trainer.steps 0: SIGTERM ends the producer cleanly (exit 0, BYE, receivers exit 0);
-  6. receivers write what they hold (output.checkpoint_dir, with {rank}; one behind a slow disk that
+  6. receivers write what they hold (the producer reading through mappings, trainer.read map;
+     output.checkpoint_dir, with {rank}; one behind a slow disk that
      takes 8 s per version, longer than timeouts.peer): no member is failed, the slow one skips
      versions committed during its write, and each receiver's latest is the trainer's last
      checkpoint bit for bit, in its shard layout (file names, index, __metadata__) with the files
@@ -131,6 +133,7 @@ def follow(dc: str, work: Path, made: Path) -> None:
         delays = [st["appeared_to_commit_seconds"] for st in report["steps"]]
         check(delays[0] > 1.5 and all(d > 0 for d in delays), f"appeared_to_commit_seconds {delays}")
         check(report["max_rss_anon_bytes"] > 0 and report["trainer_kind"] == "watch", str(report))
+        check(report.get("trainer_read") == "pread", f"checkpoints were not read with pread: {report.get('trainer_read')}")
         log = (work / "phase1" / "rank-0.log").read_text(errors="replace")
         check("ignoring checkpoint ckpt-0" in log, "no warning for the checkpoint that sorts before")
         check("can be listed again" in log, "no line says the directory came back")
@@ -251,7 +254,7 @@ def write_dirs(dc: str, work: Path, made: Path) -> None:
     drop(src[0], w / "c-1")
     out = work / "phase6-out-{rank}"
     job6 = dcfleet.JobConfig(receivers=2, chunk_bytes="256KiB", peer="3s", join="60s",
-                             trainer_yaml=f"  kind: watch\n  dir: {w}\n  steps: 3\n")
+                             trainer_yaml=f"  kind: watch\n  dir: {w}\n  steps: 3\n  read: map\n")
     extra = ["--set", f"output.checkpoint_dir={out}", "--set", "output.keep=2"]
     with dcfleet.Fleet(dc, work / "phase6", job6) as fleet:
         fleet.start_receiver(1, extra=extra)
@@ -271,6 +274,7 @@ def write_dirs(dc: str, work: Path, made: Path) -> None:
         report = fleet.report()
         failed = [m for st in report["steps"] for m in st.get("failed_members", [])]
         check(not failed and report["ok"], f"writing stalled the tree: failed members {failed}")
+        check(report.get("trainer_read") == "map", f"read: map was not used: {report.get('trainer_read')}")
         for rank in (1, 2):
             s = fleet.summary(rank)
             check(s["version"] == 4 and s["checkpoint_dir"]["latest"] == 4, f"rank {rank}: {s}")
