@@ -590,7 +590,9 @@ RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared
       refit_options.dry_run,
       [&] {
         d.version = new_version;  // what the members hold, even if the baseline cannot follow
+        const auto adopt_start = Clock::now();
         adopt(new_version, new_digest);
+        d.log->debug("version {}: the baseline took it in {:.3f} s", new_version, seconds_since(adopt_start));
       });
   d.log->info("version {} {} in {:.3f} s ({} chunks, {} payload bytes, {} changes)", report.version,
               report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes,

@@ -254,8 +254,8 @@ struct Producer::Impl {
   // StateDigest `digest` (a full scan of it when absent). Snapshots being served keep reading the
   // version they began with: each open reader is handed the old bits of what changes.
   void adopt_baseline(const codec::ConstWeights& next, uint64_t v, std::optional<codec::StateDigest> digest);
-  // The same with `next` read (pread of a checkpoint) in pieces straight into the baseline, each
-  // piece first compared with the old bits when snapshots are open. A read that fails leaves the
+  // The same with `next` read (pread of a checkpoint) in pieces into the baseline (overwrite_with),
+  // each piece first compared with the old bits when snapshots are open. A read that fails leaves the
   // baseline neither version: it sets baseline_lost (no more refits, no snapshots from here;
   // open snapshot streams still get the old bits of what was overwritten) and throws Error(io).
   void adopt_baseline(const codec::WeightsReader& next, uint64_t v, codec::StateDigest digest);

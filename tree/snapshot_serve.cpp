@@ -74,18 +74,14 @@ void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::Weig
     // Pieces of whole units: kReadPieceBytes is a multiple of every unit width.
     for (uint64_t at = 0; at < bits[t].size(); at += codec::kReadPieceBytes) {
       const auto to = std::span(bits[t]).subspan(at, std::min(codec::kReadPieceBytes, bits[t].size() - at));
+      piece.resize(to.size());
       try {
-        if (!old_bits) {
-          next.read(t, at, to);
-          continue;
-        }
-        piece.resize(to.size());
         next.read(t, at, piece);
       } catch (const Error& e) {
         throw Error(Errc::io, "tensor '" + next.manifest().at(t).name + "' at byte " + std::to_string(at) + ": " +
                                   e.what());
       }
-      collect_changes(t, width, at / width, to, piece, *old_bits);
+      if (old_bits) collect_changes(t, width, at / width, to, piece, *old_bits);
       std::memcpy(to.data(), piece.data(), to.size());
     }
   }
