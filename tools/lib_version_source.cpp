@@ -77,8 +77,11 @@ class SynthSource final : public VersionSource {
 class WatchSource final : public VersionSource {
  public:
   WatchSource(const config::Config& c, std::unique_ptr<CheckpointWatch> watch, CheckpointWatch::Found first)
-      : dir_(c.trainer.dir), read_(c.trainer.read == "pread"), watch_(std::move(watch)),
-        current_(std::move(first)), manifest_(current_.checkpoint.manifest()) {}
+      : dir_(c.trainer.dir),
+        read_(c.trainer.read == "pread"),
+        watch_(std::move(watch)),
+        current_(std::move(first)),
+        manifest_(current_.checkpoint.manifest()) {}
 
   const codec::Manifest& manifest() const override { return manifest_; }
   codec::ConstWeights weights() const override {

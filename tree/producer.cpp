@@ -453,8 +453,7 @@ codec::EncodeOptions Producer::Impl::refit_encode_options(const RefitOptions& re
 
 void Producer::Impl::check_can_refit(const char* what) const {
   if (!membership) throw Error(Errc::state, std::string("Producer::") + what + " before start()");
-  if (!baseline_lost.empty())
-    throw Error(Errc::state, "the producer cannot send another version: " + baseline_lost);
+  if (!baseline_lost.empty()) throw Error(Errc::state, "the producer cannot send another version: " + baseline_lost);
 }
 
 RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_options) {
@@ -476,7 +475,8 @@ RefitReport Producer::refit(const codec::WeightsReader& next, RefitOptions refit
   std::lock_guard drive(d.drive);
   d.check_can_refit("refit");
   if (next.manifest().digest() != d.manifest.digest())
-    throw Error(Errc::invalid_argument, "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
+    throw Error(Errc::invalid_argument,
+                "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
   auto layout = d.changed_layout(refit_options.layout);
   const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
   codec::DeltaEncoder encoder(d.baseline_weights(), next, d.baseline_digest, {d.version, d.version + 1}, encode);

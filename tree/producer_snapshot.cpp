@@ -12,7 +12,8 @@ void Producer::Impl::adopt_baseline(const codec::ConstWeights& next, uint64_t v,
   std::vector<SnapshotPatches::Patch> changed;
   overwrite_with(baseline, next, baseline_readers.empty() ? nullptr : &changed);
   for (auto* reader : baseline_readers) reader->record(changed);
-  baseline_digest = digest ? std::move(*digest) : codec::StateDigest::full_scan(baseline_weights(), options.encode.threads);
+  baseline_digest =
+      digest ? std::move(*digest) : codec::StateDigest::full_scan(baseline_weights(), options.encode.threads);
   baseline_version = v;
 }
 

@@ -78,8 +78,8 @@ void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::Weig
       try {
         next.read(t, at, piece);
       } catch (const Error& e) {
-        throw Error(Errc::io, "tensor '" + next.manifest().at(t).name + "' at byte " + std::to_string(at) + ": " +
-                                  e.what());
+        throw Error(Errc::io,
+                    "tensor '" + next.manifest().at(t).name + "' at byte " + std::to_string(at) + ": " + e.what());
       }
       if (old_bits) collect_changes(t, width, at / width, to, piece, *old_bits);
       std::memcpy(to.data(), piece.data(), to.size());

@@ -62,9 +62,9 @@ TEST(SnapshotPatches, LayersOfOtherTensorsAndPastTheCursorAreKeptApart) {
 }
 
 }  // namespace
-// overwrite_with, the producer's baseline update: from spans or read in pieces (straight in, or
-// through a buffer compared first), the bits become the new version's, and the old bits handed
-// to open snapshot readers are exactly those of the units that changed, at their indexes past
+// overwrite_with, the producer's baseline update: from spans or read in pieces (with or without
+// old bits collected), the bits become the new version's, and the old bits handed to open
+// snapshot readers are exactly those of the units that changed, at their indexes past
 // the first piece too. A read that fails midway leaves old bits for everything it overwrote: a
 // reader restoring them still reads the old version.
 TEST(OverwriteWith, TheBitsBecomeTheNewVersionAndReadersKeepTheOld) {
@@ -101,7 +101,8 @@ TEST(OverwriteWith, TheBitsBecomeTheNewVersionAndReadersKeepTheOld) {
     }
   }
   ASSERT_GT(expected.size(), 1000u);
-  ASSERT_TRUE(std::any_of(expected.begin(), expected.end(), [&](auto& p) { return p.tensor == 0 && p.element * 2 >= piece; }));
+  ASSERT_TRUE(
+      std::any_of(expected.begin(), expected.end(), [&](auto& p) { return p.tensor == 0 && p.element * 2 >= piece; }));
   auto same = [](std::vector<SnapshotPatches::Patch> a, const std::vector<SnapshotPatches::Patch>& b) {
     std::sort(a.begin(), a.end());
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](auto& x, auto& y) {
@@ -109,11 +110,13 @@ TEST(OverwriteWith, TheBitsBecomeTheNewVersionAndReadersKeepTheOld) {
            });
   };
   const codec::testing::MemoryReader reader(weights(new_version));
-  for (int mode = 0; mode < 3; ++mode) {  // 0: read straight in; 1: read and compared; 2: from spans
+  for (int mode = 0; mode < 3; ++mode) {  // 0: read; 1: read, with old bits; 2: from spans, with old bits
     auto bits = old_version;
     std::vector<SnapshotPatches::Patch> old_bits;
-    if (mode == 2) overwrite_with(bits, weights(new_version), &old_bits);
-    else overwrite_with(bits, reader, mode == 1 ? &old_bits : nullptr);
+    if (mode == 2)
+      overwrite_with(bits, weights(new_version), &old_bits);
+    else
+      overwrite_with(bits, reader, mode == 1 ? &old_bits : nullptr);
     ASSERT_TRUE(bits == new_version) << "mode " << mode;
     if (mode > 0) {
       EXPECT_TRUE(same(old_bits, expected)) << "mode " << mode << ": " << old_bits.size() << " old bits";
