@@ -456,7 +456,7 @@ void Producer::Impl::check_can_refit(const char* what) const {
   if (!baseline_lost.empty()) throw Error(Errc::state, "the producer cannot send another version: " + baseline_lost);
 }
 
-RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_options) {
+RefitReport Producer::refit(const codec::ConstWeights& next, const RefitOptions& refit_options) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
   d.check_can_refit("refit");
@@ -470,7 +470,7 @@ RefitReport Producer::refit(const codec::ConstWeights& next, RefitOptions refit_
                       [&](uint64_t v, codec::StateDigest digest) { d.adopt_baseline(checked, v, std::move(digest)); });
 }
 
-RefitReport Producer::refit(const codec::WeightsReader& next, RefitOptions refit_options) {
+RefitReport Producer::refit(const codec::WeightsReader& next, const RefitOptions& refit_options) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
   d.check_can_refit("refit");

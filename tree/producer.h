@@ -182,7 +182,7 @@ class Producer {
   // Throws Error(invalid_argument) when next does not match the manifest or options.layout does
   // not pass check_layout, Error(connection) when a root link died. A refused/failed version is
   // not an exception: see RefitReport::committed.
-  RefitReport refit(const codec::ConstWeights& next, RefitOptions options = {});
+  RefitReport refit(const codec::ConstWeights& next, const RefitOptions& options = {});
   // The same with the new version read (Checkpoint::reader(): pread of a trainer's checkpoint, in
   // cache-sized pieces, whatever folio sizes the page cache holds it in) instead of mapped. Once
   // the version commits the baseline is read from `next` again, in pieces. A read that fails then
@@ -191,7 +191,7 @@ class Producer {
   // from the producer; a new producer resumes the chain (ProducerOptions::resume). `next` must
   // outlive the call; its manifest must have the producer's manifest's digest (else
   // Error(invalid_argument)).
-  RefitReport refit(const codec::WeightsReader& next, RefitOptions options = {});
+  RefitReport refit(const codec::WeightsReader& next, const RefitOptions& options = {});
   // Sends a full checkpoint as version 1 to receivers that hold the all-zero version 0: raw
   // bytes in RAW messages of at most chunk_bytes (whole elements), forwarded through the tree
   // like frames. Each receiver copies them into its buffers, digests each piece as it lands and
