@@ -671,10 +671,12 @@ TEST(Rejoin, TheProducerServesTheSnapshotWhenNoPeerCan) {
 
 // Versions read in pieces commit bit-exact on every member, the baseline follows them (the next
 // version's frames apply on top), and each version is read twice: scanned, then into the baseline.
+// A read that fails during the encode aborts the version: the members stay where they were and
+// the producer goes on.
 // A read that fails after the commit (the checkpoint truncated under the producer) leaves every
 // member at that version, bit-exact, and the producer without a baseline: it says so, and refuses
 // to send another version (from memory or read) instead of sending deltas from mixed bits.
-TEST(ReadRefit, VersionsReadInPiecesCommitAndALostBaselineStopsTheProducer) {
+TEST(ReadRefit, VersionsReadInPiecesCommitAndAFailedReadAbortsOrStopsTheProducer) {
   const uint32_t n = 3;
   Refits run;
   FailCluster c(TopologyKind::binary, run.model.manifest, n, test_name());
@@ -694,6 +696,26 @@ TEST(ReadRefit, VersionsReadInPiecesCommitAndALostBaselineStopsTheProducer) {
   }
   RefitReport r5 = run.step(c, 5);  // from memory, on the baseline the reads left
   ASSERT_TRUE(r5.committed) << r5.abort_reason;
+
+  // A read failing while the version is encoded (the file truncated before the commit): the
+  // version is aborted, every member rolls back to version 5, and the producer goes on.
+  {
+    Model attempt = run.model;
+    attempt.step(60);
+    codec::testing::MemoryReader truncated(attempt.weights());
+    truncated.fail_at = 3;
+    try {
+      (void)c.producer().refit(truncated);
+      FAIL() << "a read failed during the encode, the refit did not";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::io) << e.what();
+    }
+    EXPECT_EQ(c.producer().version(), 5u);
+    for (uint32_t rank = 1; rank <= n; ++rank) {
+      ASSERT_TRUE(eventually([&] { return c.receiver(rank).stats().versions_aborted == 1; })) << "rank " << rank;
+      EXPECT_TRUE(c.holds(rank, run.model.weights())) << "rank " << rank << " left version 5";
+    }
+  }
 
   run.model.step(6);
   codec::testing::MemoryReader failing(run.model.weights());
