@@ -755,6 +755,46 @@ TEST(ReadRefit, VersionsReadInPiecesCommitAndAFailedReadAbortsOrStopsTheProducer
   }
 }
 
+// The root freezes at the first chunk of a version read in pieces, holding every chunk the
+// producer sent it: once it is found silent, the new root's RESUME makes the producer encode the
+// chunks again from the reader (read again), the version commits on the survivors bit-exact, and
+// after the thaw the member catches up and the next versions go on from the baseline.
+TEST(ReadRefit, ARootFrozenMidVersionIsRepairedFromTheReader) {
+  const uint32_t n = 3;
+  Refits run;
+  FailCluster c(TopologyKind::binary, run.model.manifest, n, test_name());
+  run.bootstrap_and_step(c);
+  c.frozen(1);
+  c.hook(1, at_forwarded_frame(3, 1, loop::Fault::Kind::freeze));
+  run.model.step(3);
+  const codec::testing::MemoryReader reader(run.model.weights());
+  const RefitReport r3 = c.producer().refit(reader);
+  ASSERT_TRUE(r3.committed) << r3.abort_reason;
+  expect_failed(r3, 1, "silent");
+  EXPECT_EQ(r3.verified_receivers, n - 1);
+  EXPECT_GT(r3.resent_chunks, 0u);
+  const uint64_t total = run.model.manifest.total_bytes();
+  EXPECT_GT(reader.bytes.load(), 2 * total) << "the resent chunks were not read again";
+  c.hook(1, [](const Sent&) { return loop::Fault{}; });
+  loop::thaw(c.transport_of(1));
+  c.thawed(1);
+  bool back = false;
+  for (uint64_t v = 4; v <= 12 && !back; ++v) {
+    std::this_thread::sleep_for(300ms);
+    const RefitReport r = run.step(c, v);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    back = r.receivers == n;
+  }
+  EXPECT_TRUE(back) << "the thawed member never rejoined";
+  const RefitReport last = run.step(c, 13);
+  ASSERT_TRUE(last.committed) << last.abort_reason;
+  c.finish();
+  for (uint32_t r = 1; r <= n; ++r) {
+    EXPECT_EQ(c.failure(r), "") << "rank " << r;
+    EXPECT_TRUE(c.holds(r, run.model.weights())) << "rank " << r << " differs";
+  }
+}
+
 // --- The apply gate: gated members verify, ack and commit without writing their buffers; the
 // server writes the queued versions at its safe point (Receiver::apply_pending).
 
