@@ -451,41 +451,41 @@ codec::EncodeOptions Producer::Impl::refit_encode_options(const RefitOptions& re
   return encode;
 }
 
-void Producer::Impl::check_can_refit(const char* what) const {
-  if (!membership) throw Error(Errc::state, std::string("Producer::") + what + " before start()");
+void Producer::Impl::check_can_refit() const {
+  if (!membership) throw Error(Errc::state, "Producer::refit before start()");
   if (!baseline_lost.empty()) throw Error(Errc::state, "the producer cannot send another version: " + baseline_lost);
 }
 
 RefitReport Producer::refit(const codec::ConstWeights& next, const RefitOptions& refit_options) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
-  d.check_can_refit("refit");
+  d.check_can_refit();
   codec::ConstWeights checked = next;
   checked.manifest = &d.manifest;
   codec::check_weights(checked);
   auto layout = d.changed_layout(refit_options.layout);
   const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
   codec::DeltaEncoder encoder(d.baseline_weights(), checked, d.baseline_digest, {d.version, d.version + 1}, encode);
-  return d.refit_with(encoder, std::move(layout), refit_options, encode.threads,
+  return d.refit_with(encoder, std::move(layout), refit_options,
                       [&](uint64_t v, codec::StateDigest digest) { d.adopt_baseline(checked, v, std::move(digest)); });
 }
 
 RefitReport Producer::refit(const codec::WeightsReader& next, const RefitOptions& refit_options) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
-  d.check_can_refit("refit");
+  d.check_can_refit();
   if (next.manifest().digest() != d.manifest.digest())
     throw Error(Errc::invalid_argument,
                 "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
   auto layout = d.changed_layout(refit_options.layout);
   const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
   codec::DeltaEncoder encoder(d.baseline_weights(), next, d.baseline_digest, {d.version, d.version + 1}, encode);
-  return d.refit_with(encoder, std::move(layout), refit_options, encode.threads,
+  return d.refit_with(encoder, std::move(layout), refit_options,
                       [&](uint64_t v, codec::StateDigest digest) { d.adopt_baseline(next, v, std::move(digest)); });
 }
 
 RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
-                                       const RefitOptions& refit_options, unsigned threads,
+                                       const RefitOptions& refit_options,
                                        const std::function<void(uint64_t, codec::StateDigest)>& adopt) {
   auto& d = *this;
   const uint64_t new_version = d.version + 1;
@@ -543,7 +543,7 @@ RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared
       total.add(stats);
       encode_seconds += seconds;
     };
-    if (!d.encoders) d.encoders = std::make_unique<WorkerThreads>(std::max(1u, threads));
+    if (!d.encoders) d.encoders = std::make_unique<WorkerThreads>(std::max(1u, d.options.encode.threads));
     d.encoders->start(work);
     try {
       for (uint32_t i = 0; i < count; ++i) {

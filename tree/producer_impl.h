@@ -241,11 +241,11 @@ struct Producer::Impl {
   // changes) and runs the joint commit; once committed, adopt(version, digest) makes the new
   // version the baseline.
   RefitReport refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
-                         const RefitOptions& refit_options, unsigned threads,
+                         const RefitOptions& refit_options,
                          const std::function<void(uint64_t, codec::StateDigest)>& adopt);
   codec::EncodeOptions refit_encode_options(const RefitOptions& refit_options) const;
   // Throws Error(state) before start(), or once the baseline was lost (baseline_lost).
-  void check_can_refit(const char* what) const;
+  void check_can_refit() const;
   RefitReport run_version(InFlight flight, const std::function<void(InFlight&)>& send_all,
                           const std::function<uint64_t()>& expected_digest, bool dry_run,
                           const std::function<void()>& on_commit);
