@@ -184,6 +184,22 @@ bool eventually(const std::function<bool()>& done, std::chrono::milliseconds lim
   return true;
 }
 
+// SIGCONT for frozen member `rank` (its fault hook cleared), then versions 4..12, 300 ms apart,
+// each committed, until one counts all n members again: the member rejoined.
+void thaw_until_back(FailCluster& c, Refits& run, uint32_t rank, uint32_t n) {
+  c.hook(rank, [](const Sent&) { return loop::Fault{}; });
+  loop::thaw(c.transport_of(rank));
+  c.thawed(rank);
+  bool back = false;
+  for (uint64_t v = 4; v <= 12 && !back; ++v) {
+    std::this_thread::sleep_for(300ms);
+    const RefitReport r = run.step(c, v);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+    back = r.receivers == n;
+  }
+  EXPECT_TRUE(back) << "the thawed member " << rank << " never rejoined";
+}
+
 // Every failure case runs with the producer deciding each commit and, for binary and chain, with
 // a delegate deciding it (docs/protocol.md, "Delegated commit").
 struct FailoverCase {
@@ -326,17 +342,7 @@ TEST_P(Failover, FrozenMemberIsDetectedWithinPeerTimeoutAndRejoinsAfterThaw) {
   EXPECT_LT(r3.refit_seconds, 10 * std::chrono::duration<double>(kPeerTimeout).count() + 2);
   // SIGCONT: the member learns it was fenced, rolls back what it had of version 3, catches up by
   // replaying version 3 from a peer's retained frames, and is admitted again.
-  c.hook(2, [](const Sent&) { return loop::Fault{}; });
-  loop::thaw(c.transport_of(2));
-  c.thawed(2);
-  bool back = false;
-  for (uint64_t v = 4; v <= 12 && !back; ++v) {
-    std::this_thread::sleep_for(300ms);
-    RefitReport r = run.step(c, v);
-    ASSERT_TRUE(r.committed) << r.abort_reason;
-    back = r.receivers == n;
-  }
-  EXPECT_TRUE(back) << "the thawed member never rejoined";
+  thaw_until_back(c, run, 2, n);
   RefitReport last = run.step(c, 13);
   ASSERT_TRUE(last.committed) << last.abort_reason;
   EXPECT_EQ(last.verified_receivers, n);
@@ -775,17 +781,7 @@ TEST(ReadRefit, ARootFrozenMidVersionIsRepairedFromTheReader) {
   EXPECT_GT(r3.resent_chunks, 0u);
   const uint64_t total = run.model.manifest.total_bytes();
   EXPECT_GT(reader.bytes.load(), 2 * total) << "the resent chunks were not read again";
-  c.hook(1, [](const Sent&) { return loop::Fault{}; });
-  loop::thaw(c.transport_of(1));
-  c.thawed(1);
-  bool back = false;
-  for (uint64_t v = 4; v <= 12 && !back; ++v) {
-    std::this_thread::sleep_for(300ms);
-    const RefitReport r = run.step(c, v);
-    ASSERT_TRUE(r.committed) << r.abort_reason;
-    back = r.receivers == n;
-  }
-  EXPECT_TRUE(back) << "the thawed member never rejoined";
+  thaw_until_back(c, run, 1, n);
   const RefitReport last = run.step(c, 13);
   ASSERT_TRUE(last.committed) << last.abort_reason;
   c.finish();
