@@ -379,6 +379,8 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
 
     max_rss_anon = std::max(max_rss_anon, rss_anon_bytes());
     nlohmann::json entry = step_json(step, r, full.refit_seconds);
+    // How this checkpoint was read: said by the branch that chose the refit, not by the config.
+    if (c.trainer.kind == "watch") entry["read"] = reader ? "pread" : "map";
     source->describe(entry, committed_at);
     steps.push_back(entry);
     if (entry.contains("checkpoint"))
@@ -420,7 +422,6 @@ void run_producer(const config::Config& c, const tree::LaunchEnv& env, const Run
       {"chunk_bytes", c.chunk_bytes},
       {"full", full_json},
       {"steps", steps}};
-  if (c.trainer.kind == "watch") report["trainer_read"] = c.trainer.read;  // how each checkpoint was read
   if (resumed) {
     // This process sent no bootstrap: `full` is the original run's time, steps[] only the steps
     // this process ran.

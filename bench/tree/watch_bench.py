@@ -56,8 +56,9 @@ def run_job(dc: str, work: Path, steps: list, versions: int, receivers: int, rea
             sys.exit("producer failed:\n" + fleet.tail(0, 20))
         fleet.wait_receivers(120)
         report = fleet.report()
-    if report.get("trainer_read") != read:
-        sys.exit(f"the job read with {report.get('trainer_read')}, not {read}")
+    reads = {st.get("read") for st in report["steps"]}
+    if reads != {read}:
+        sys.exit(f"the job read with {reads}, not {read}")
     out = []
     for k, st in enumerate(report["steps"]):
         out.append({"read": read, "checkpoint": st["checkpoint"], "rename_to_commit_line_s": round(rows[k], 3),
