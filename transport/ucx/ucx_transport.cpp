@@ -154,6 +154,10 @@ class UcxTransport final : public Transport, public std::enable_shared_from_this
   void start_send(const std::shared_ptr<ConnState>& conn, const std::shared_ptr<BasicRequest>& request,
                   std::span<const std::byte> message, MemoryRegion* mr);
   void progress_loop();
+  // ucp_worker_progress, then the force-close of every endpoint fail() met inside it. mutex_ held.
+  unsigned progress();
+  // Force-closes `ep`; its close request is reaped later (closing_). mutex_ held.
+  void close_ep(ucp_ep_h ep);
   // Creates the eventfd and the epoll set over it and the worker's event fd. Throws Errc::internal.
   void setup_wakeup();
   // Wakes the progress thread out of epoll_wait (a post, a new connection). mutex_ held. A no-op
@@ -170,6 +174,8 @@ class UcxTransport final : public Transport, public std::enable_shared_from_this
   std::mutex mutex_;
   std::vector<std::shared_ptr<ConnState>> conns_;
   std::vector<void*> closing_;  // ep close requests still in flight
+  bool progressing_ = false;                // inside progress(): UCX callbacks may run
+  std::vector<ucp_ep_h> eps_to_close_;      // failed inside progress(), closed once it returns
   side::Fd wake_fd_;   // eventfd written by wake()
   side::Fd epoll_fd_;  // watches the worker's event fd and wake_fd_
   bool sleeping_ = false;  // the progress thread is in (or about to enter) epoll_wait; mutex_
@@ -316,7 +322,7 @@ UcxTransport::~UcxTransport() {
     // Let cancellations and forced closes finish so no callback outlives us.
     auto deadline = Clock::now() + 2s;
     for (;;) {
-      ucp_worker_progress(worker_);
+      progress();
       std::erase_if(closing_, [](void* request) {
         if (ucp_request_check_status(request) == UCS_INPROGRESS) return false;
         ucp_request_free(request);
@@ -509,14 +515,39 @@ void UcxTransport::fail(ConnState& conn, const Status& why) {
     if (op->kind == OpKind::recv && op->ucx_request != nullptr) ucp_request_cancel(worker_, op->ucx_request);
   }
   if (conn.ep != nullptr) {
-    ucp_request_param_t params{};
-    params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    params.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t closing = ucp_ep_close_nbx(conn.ep, &params);
-    if (UCS_PTR_IS_PTR(closing)) closing_.push_back(closing);
+    // Inside ucp_worker_progress UCX may be failing this endpoint's requests one by one (a request
+    // callback brought us here): closing the endpoint there aborts the process on UCX's assertion
+    // that it has no request left (ucp_ep.c, proto_reqs; seen in bench/recovery chaos with ucx).
+    // It is closed once progress returns.
+    if (progressing_) {
+      eps_to_close_.push_back(conn.ep);
+    } else {
+      close_ep(conn.ep);
+    }
     conn.ep = nullptr;
   }
   log_->debug("ucx: connection to {} closed: {}", conn.peer_url, why.message);
+}
+
+void UcxTransport::close_ep(ucp_ep_h ep) {
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  params.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t closing = ucp_ep_close_nbx(ep, &params);
+  if (UCS_PTR_IS_PTR(closing)) closing_.push_back(closing);
+}
+
+unsigned UcxTransport::progress() {
+  progressing_ = true;
+  const unsigned events = ucp_worker_progress(worker_);
+  // A forced close finishes the endpoint's requests, whose callbacks may fail more connections.
+  while (!eps_to_close_.empty()) {
+    const std::vector<ucp_ep_h> eps = std::move(eps_to_close_);
+    eps_to_close_.clear();
+    for (ucp_ep_h ep : eps) close_ep(ep);
+  }
+  progressing_ = false;
+  return events;
 }
 
 void UcxTransport::start_send(const std::shared_ptr<ConnState>& conn, const std::shared_ptr<BasicRequest>& request,
@@ -665,7 +696,7 @@ void UcxTransport::progress_loop() {
   std::unique_lock lock(mutex_);
   while (!stop_) {
     int burst = 0;
-    while (burst < kMaxProgressBurst && ucp_worker_progress(worker_) != 0) ++burst;
+    while (burst < kMaxProgressBurst && progress() != 0) ++burst;
     auto now = Clock::now();
     if (burst > 0) last_activity = now;
     if (now - last_liveness >= 2ms) {
