@@ -174,8 +174,8 @@ class UcxTransport final : public Transport, public std::enable_shared_from_this
   std::mutex mutex_;
   std::vector<std::shared_ptr<ConnState>> conns_;
   std::vector<void*> closing_;  // ep close requests still in flight
-  bool progressing_ = false;                // inside progress(): UCX callbacks may run
-  std::vector<ucp_ep_h> eps_to_close_;      // failed inside progress(), closed once it returns
+  bool progressing_ = false;    // inside progress(): UCX callbacks may run
+  std::vector<ucp_ep_h> eps_to_close_;  // failed inside progress(), closed once it returns
   side::Fd wake_fd_;   // eventfd written by wake()
   side::Fd epoll_fd_;  // watches the worker's event fd and wake_fd_
   bool sleeping_ = false;  // the progress thread is in (or about to enter) epoll_wait; mutex_
