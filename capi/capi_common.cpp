@@ -180,11 +180,11 @@ void require_host(int device, int device_id) {
 
 void require_cuda_tensor(const codec::TensorInfo& t, const void* data, int device_id, int bound_device,
                          const char* role) {
-#ifndef DELTACAST_HAVE_CUDA
-  (void)data, (void)device_id, (void)bound_device, (void)role;
-  throw Error(Errc::unsupported, "tensor '" + t.name + "': CUDA memory needs a build with CUDA "
-                                 "(DELTACAST_WITH_CUDA=ON and nvcc); this libdeltacast has none: register host memory");
-#else
+  if (!codec::cuda::cuda_built())
+    throw Error(Errc::unsupported,
+                "tensor '" + t.name +
+                    "': CUDA memory needs a build with CUDA "
+                    "(DELTACAST_WITH_CUDA=ON and nvcc); this libdeltacast has none: register host memory");
   if (!codec::cuda::cuda_device_available())
     throw Error(Errc::unsupported, "tensor '" + t.name + "': this build has CUDA but no CUDA device is usable here "
                                    "(no GPU or no driver): register host memory");
@@ -193,8 +193,8 @@ void require_cuda_tensor(const codec::TensorInfo& t, const void* data, int devic
                                        role + "'s CUDA tensors are on device " + std::to_string(bound_device) +
                                        " (one device per " + role + ")");
   if (t.nbytes() > 0 && !codec::cuda::is_device_pointer(data))
-    throw Error(Errc::invalid_argument, "tensor '" + t.name + "': DC_DEVICE_CUDA with a pointer that is not CUDA device memory");
-#endif
+    throw Error(Errc::invalid_argument,
+                "tensor '" + t.name + "': DC_DEVICE_CUDA with a pointer that is not CUDA device memory");
 }
 
 }  // namespace deltacast::capi

@@ -204,10 +204,9 @@ int dc_producer_set_data(dc_producer* p, const char* name, const void* data, siz
       if (!data && nbytes > 0) throw Error(Errc::invalid_argument, std::string("tensor '") + name + "': data is NULL");
       if (p->cuda_data[i]) {
         // A CUDA tensor stays one: the new pointer is device memory, copied whole at the next pull.
-#ifdef DELTACAST_HAVE_CUDA
         if (nbytes > 0 && !codec::cuda::is_device_pointer(data))
-          throw Error(Errc::invalid_argument, std::string("tensor '") + name + "' was added as CUDA memory; the new pointer is not");
-#endif
+          throw Error(Errc::invalid_argument,
+                      std::string("tensor '") + name + "' was added as CUDA memory; the new pointer is not");
         p->cuda_data[i] = const_cast<void*>(data);
         if (p->mirror) p->mirror->set_device(p->mirror_slot[i], const_cast<void*>(data));
         return DC_OK;

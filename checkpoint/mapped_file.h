@@ -6,9 +6,9 @@
 // Read-only mappings are advised MADV_HUGEPAGE: where the kernel and the file system hold file
 // pages in large folios (seen with Linux 6.18 and ext4), pages read in through the mapping then come in
 // 2 MiB folios, mapped with 2 MiB entries. A checkpoint read in 4 KiB pages is slow to read again
-// through a mapping (a diff of a 1 GB pair 4x slower, bench/RESULTS.md 6.2) and to read cold.
-// The advice is ignored where the kernel has no transparent huge pages. Measured cost: the first
-// read(2) of a file whose pages a mapping read in this way is slow, once (up to ~1 s per GB here).
+// through a mapping (a diff of a 1 GB pair 4x slower: docs/performance.md, "deltacast diff against a read") and to read
+// cold. The advice is ignored where the kernel has no transparent huge pages. Measured cost: the first read(2) of a
+// file whose pages a mapping read in this way is slow, once (up to ~1 s per GB here).
 //
 // A file truncated by another process while it is mapped (a trainer rewriting a checkpoint in
 // place) makes the next touch of a page past its new end raise SIGBUS (as does a read error of

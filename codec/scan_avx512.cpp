@@ -74,7 +74,7 @@ inline uint64_t select_bit(uint64_t mask, unsigned r) {
 // before the block plus a popcount of the class's mask below the position (VPOPCNTDQ).
 // Blocks with fewer than kMinChanges changes or more than 16 are left to the scalar loop: the
 // compressions and permutes cost ~35 cycles per block on Zen 4, more than the scalar loop spends
-// on one or two changes. Measured against the scalar loop (dc_bench_scan, bench/RESULTS.md 6.2),
+// on one or two changes. Measured against the scalar loop (dc_bench_scan; commits 92665a8, 44db1c8),
 // arrays from memory: 1.4% of the elements changed ~5% faster, 3% ~8%, 10% ~30%; in the caches
 // ~3 cycles per block slower with under 1% changed (the popcount and test), the same at 1.4-3%,
 // ~10% faster at 10%. Writing every block this way (no branch) cost ~35 cycles per block with no

@@ -50,7 +50,7 @@ struct Timeouts {
 
 // Where the producer's versions come from. kind "synth": the synthetic trainer, a model of
 // `params` BF16 parameters updated by Adam-like steps. kind "watch": a real trainer's checkpoints,
-// each a subdirectory or a .safetensors file of `dir` (tools/lib_checkpoint_watch.h).
+// each a subdirectory or a .safetensors file of `dir` (tools/run/checkpoint_watch.h).
 struct TrainerConfig {
   std::string kind = "synth";
   std::string dir;  // watch: the directory the trainer writes checkpoints into
@@ -60,7 +60,7 @@ struct TrainerConfig {
   uint64_t seed = 1;
   // watch: how each new checkpoint is read for its refit. "pread": in cache-sized pieces, the same
   // speed whatever folio sizes the page cache holds a just-written file in; "map": through its
-  // file mappings (for comparison; 3x slower on a just-written checkpoint, bench/RESULTS.md 6.1).
+  // file mappings (for comparison; 3x slower on a just-written checkpoint: docs/performance.md).
   std::string read = "pread";
 };
 
@@ -82,7 +82,7 @@ struct OutputConfig {
   std::string log_file;
   // A receiver writes every committed version it holds as <checkpoint_dir>/v<version>/ in the
   // producer's shard layout, and points <checkpoint_dir>/latest at the newest; at start it
-  // rejoins from latest (tools/lib_checkpoint_output.h). "{rank}" is replaced by the rank. Empty:
+  // rejoins from latest (tools/run/checkpoint_output.h). "{rank}" is replaced by the rank. Empty:
   // nothing written. The producer ignores it.
   std::string checkpoint_dir;
   uint32_t keep = 2;  // versions kept in checkpoint_dir (>= 1)

@@ -17,7 +17,7 @@ names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
   names=(frame_apply locations tree_message raw_header safetensors_header config)
 fi
-bash "$root/scripts/install-deps.sh" --fuzz
+bash "$root/scripts/install-deps.sh" --test --fuzz
 
 build="${DELTACAST_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 # clang 14 cannot emit -fsanitize=function's prologue data for coroutines ("Cannot represent a

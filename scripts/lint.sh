@@ -7,6 +7,8 @@
 # 2. clang-tidy (.clang-tidy, warnings are errors): the lines changed since TIDY_BASE in C++
 #    sources (clang-tidy-diff over build/compile_commands.json; run scripts/build.sh first). Only
 #    the last commit by default: clang-tidy costs ~30 s per file here.
+# 3. the layering (scripts/check-layers.py): no #include crosses a layer of cmake/layers.txt the
+#    wrong way, in the whole tree.
 # Exits non-zero with the offending diff or warnings. Needs clang-format and clang-tidy (Debian
 # clang-format, clang-tidy; the install script's --test mode installs them).
 set -euo pipefail
@@ -23,6 +25,10 @@ for b in "$base" "$tidy_base"; do
   fi
 done
 status=0
+if ! python3 "$root/scripts/check-layers.py"; then
+  echo "lint: an include crosses a layer the wrong way (cmake/layers.txt, docs/architecture.md)" >&2
+  status=1
+fi
 format_diff="$(git clang-format --diff --extensions c,h,cpp,cu "$base" -- . ':!tests/fuzz/corpus' 2>&1 || true)"
 if [ -n "$format_diff" ] && ! grep -q -e "^no modified files to format" -e "^clang-format did not modify any files" <<<"$format_diff"; then
   echo "lint: lines changed since $base are not clang-formatted (fix: git clang-format $base):" >&2

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: installs what is missing, builds, then ctest. Tests that need Open MPI, Slurm,
+# Runs every test: installs what is missing, builds (./build, Release: the folder and flags the demo
+# uses, so nothing the demo built is compiled again), then ctest. Tests that need Open MPI, Slurm,
 # libfabric, UCX or network namespaces start those themselves (pinned to loopback).
 #   scripts/test.sh [--sanitize] [--build-only] [--cmake OPTION]... [CTEST ARGUMENTS]
 # --cmake OPTION (repeatable) goes to cmake's configure step, e.g. --cmake -DDELTACAST_WERROR=ON;
@@ -33,7 +34,8 @@ if [ "$sanitize" = 1 ]; then
   cmake_args+=(-DDELTACAST_SANITIZE=ON -DDELTACAST_BUILD_BENCH=OFF -DDELTACAST_WITH_CUDA=OFF)
   # -O1 -g1, as the ASan documentation advises: line tables are all a report's stack needs, and
   # the build takes 9 min instead of 21 (-O2 -g) for CI's targets here; the tests run ~8% longer.
-  cmake_args+=("-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
+  cmake_args+=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG"
+              "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
   # Any report ends the process with a failure; leaks are reported at exit. Suppressions for
   # reports inside libraries we do not own: tests/sanitizers/ (each with the reason).
   export ASAN_OPTIONS="${ASAN_OPTIONS:-halt_on_error=1:abort_on_error=0:detect_leaks=1:detect_stack_use_after_return=0:suppressions=$root/tests/sanitizers/asan.supp}"
@@ -46,8 +48,7 @@ if [ "$sanitize" = 1 ]; then
   # MiB of freed memory held back) are not ours to bound.
   export DELTACAST_SANITIZER=address
 fi
-bash "$root/scripts/install-deps.sh" --test
-bash "$root/scripts/build.sh" "${cmake_args[@]}"
+bash "$root/scripts/build.sh" --test "${cmake_args[@]}"
 build="${DELTACAST_BUILD_DIR:-$root/build}"
 [ "$build_only" = 1 ] && exit 0
 cd "$build"

@@ -39,7 +39,8 @@
 
 namespace deltacast::transport {
 
-// Where to listen or connect. Accepted forms:
+// Where to listen or connect. The forms of the backends deltacast has (each backend registers its
+// own: transport/backend_registry.h):
 //   tcp://HOST:PORT            the Asio TCP backend
 //   ofi+PROVIDER://HOST:PORT   libfabric with that provider (ofi+tcp, ofi+shm, ...)
 //   ucx://HOST:PORT            UCX (transports chosen by UCX_TLS)
@@ -51,13 +52,15 @@ struct Url {
   std::string host;
   uint16_t port = 0;
 
-  // Parses a URL of the forms above. Throws Error(Errc::invalid_argument) naming what is wrong.
+  // Parses a URL of the forms above: the scheme must be a registered backend's (built or not), and
+  // the backend says whether it takes a +PROVIDER and whether its address is HOST:PORT or NAME.
+  // Throws Error(Errc::invalid_argument) naming what is wrong.
   static Url parse(std::string_view text);
   // The canonical text form; Url::parse(u.str()) == u.
   std::string str() const;
-  // True when only this machine can reach the address: the in-process loopback transport,
-  // libfabric's shm provider, or a numeric 127.0.0.0/8 or ::1 host, or "localhost" (no DNS
-  // look-up). Everything else counts as exposed, wildcard addresses (0.0.0.0, ::) included.
+  // True when only this machine can reach the address: a backend that says so for its provider
+  // (the in-process loopback transport, libfabric's shm provider), or a numeric 127.0.0.0/8 or ::1 host, or "localhost"
+  // (no DNS look-up). Everything else counts as exposed, wildcard addresses (0.0.0.0, ::) included.
   bool is_local() const;
   // "tcp", "ofi+shm", "ucx", "loop": the key make_transport takes.
   std::string full_scheme() const;
@@ -190,19 +193,15 @@ class Transport {
   virtual Capabilities capabilities() const = 0;
 };
 
-// Creates a transport for a full scheme ("tcp", "loop", "ofi+tcp", "ofi+shm", "ucx").
-// Throws Errc::unsupported when that backend is not built, Errc::invalid_argument when unknown.
+// Creates a transport for a full scheme ("tcp", "loop", "ofi+tcp", "ofi+shm", "ucx"), from the
+// backends registered in this process (transport/backend_registry.h), paced when
+// options.egress_bytes_per_second is set. Throws Errc::unsupported when the backend is known but not
+// built (the message says why), Errc::invalid_argument when the scheme is unknown or its provider
+// part is missing or not allowed.
 std::unique_ptr<Transport> make_transport(std::string_view scheme, const TransportOptions& options);
-// True when make_transport(scheme, …) would find a backend in this build.
+// True when make_transport(scheme, …) would find a built backend.
 bool backend_built(std::string_view scheme);
-// Backend names built in ("tcp", "loop", "ofi", "ucx").
+// Names of the built backends ("loop", "ofi", "tcp", "ucx"), sorted.
 std::vector<std::string> built_backends();
-
-// Backend entry points, called by the factory (transport/factory.cpp). `provider` is the part
-// after "ofi+" for ofi, empty otherwise. Defined by each backend folder.
-std::unique_ptr<Transport> make_tcp_transport(const TransportOptions& options);
-std::unique_ptr<Transport> make_loopback_transport(const TransportOptions& options);
-std::unique_ptr<Transport> make_ofi_transport(std::string_view provider, const TransportOptions& options);
-std::unique_ptr<Transport> make_ucx_transport(const TransportOptions& options);
 
 }  // namespace deltacast::transport

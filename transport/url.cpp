@@ -2,6 +2,7 @@
 #include <charconv>
 #include <cstdio>
 
+#include "transport/backend_registry.h"
 #include "transport/transport.h"
 
 namespace deltacast::transport {
@@ -11,8 +12,13 @@ namespace {
   throw Error(Errc::invalid_argument, "bad transport URL '" + std::string(text) + "': " + why);
 }
 
-bool known_scheme(std::string_view scheme) {
-  return scheme == "tcp" || scheme == "ofi" || scheme == "ucx" || scheme == "loop";
+std::string known_forms() {
+  std::string forms;
+  for (const BackendInfo* b : registered_backends()) {
+    if (!forms.empty()) forms += ", ";
+    forms += b->name + (b->takes_provider ? "+PROVIDER" : "");
+  }
+  return forms.empty() ? "none: no transport backend is linked in" : forms;
 }
 
 }  // namespace
@@ -26,14 +32,20 @@ Url Url::parse(std::string_view text) {
   if (auto plus = scheme.find('+'); plus != std::string_view::npos) {
     url.provider = std::string(scheme.substr(plus + 1));
     scheme = scheme.substr(0, plus);
-    if (scheme != "ofi") bad_url(text, "only ofi takes a '+provider'");
-    if (url.provider.empty()) bad_url(text, "empty provider after 'ofi+'");
   }
-  if (!known_scheme(scheme)) bad_url(text, "unknown scheme '" + std::string(scheme) + "' (tcp, ofi+PROVIDER, ucx, loop)");
+  const BackendInfo* backend = find_backend(scheme);
+  if (backend == nullptr) bad_url(text, "unknown scheme '" + std::string(scheme) + "' (" + known_forms() + ")");
+  if (!backend->takes_provider && text.substr(0, sep).find('+') != std::string_view::npos) {
+    bad_url(text, backend->name + " takes no '+provider'");
+  }
+  if (backend->takes_provider && url.provider.empty()) {
+    bad_url(text, backend->name + " needs a provider: " + backend->name + "+PROVIDER://");
+  }
   url.scheme = std::string(scheme);
-  if (url.scheme == "ofi" && url.provider.empty()) bad_url(text, "ofi needs a provider: ofi+tcp://, ofi+shm://");
-  if (url.scheme == "loop") {
-    if (rest.empty() || rest.find_first_of("/:") != std::string_view::npos) bad_url(text, "loop://NAME needs a plain name");
+  if (backend->address_is_name) {
+    if (rest.empty() || rest.find_first_of("/:") != std::string_view::npos) {
+      bad_url(text, url.scheme + "://NAME needs a plain name");
+    }
     url.host = std::string(rest);
     return url;
   }
@@ -67,7 +79,8 @@ Url Url::parse(std::string_view text) {
 std::string Url::full_scheme() const { return provider.empty() ? scheme : scheme + "+" + provider; }
 
 bool Url::is_local() const {
-  if (scheme == "loop" || (scheme == "ofi" && provider == "shm")) return true;
+  const BackendInfo* backend = find_backend(scheme);
+  if (backend != nullptr && backend->machine_local != nullptr && backend->machine_local(provider)) return true;
   std::string h = host;
   if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
   if (h == "localhost" || h == "::1") return true;
@@ -80,7 +93,8 @@ bool Url::is_local() const {
 }
 
 std::string Url::str() const {
-  if (scheme == "loop") return "loop://" + host;
+  const BackendInfo* backend = find_backend(scheme);
+  if (backend != nullptr && backend->address_is_name) return scheme + "://" + host;
   bool ipv6 = host.find(':') != std::string::npos;
   return full_scheme() + "://" + (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }

@@ -3,7 +3,7 @@
 // relays is copied once (forwarded, retained for RESUME, archived for replays: retain_versions),
 // so each version allocates ~its payload in frame-sized blocks while the archive still holds the
 // older versions. Fresh heap pages fault on first touch, and on a VM a fault costs tens of
-// microseconds: that made a clean delta refit ~1.3x slower (bench/RESULTS.md 4.5). The pool
+// microseconds: that made a clean delta refit ~1.3x slower (commit 7884d61). The pool
 // moves the faults off the critical path: between versions (idle time) the relay pre-faults
 // buffers shaped like the last version's frames (prewarm), frames copy into them, and buffers
 // whose last owner lets go return to the pool with their pages.

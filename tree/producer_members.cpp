@@ -698,7 +698,7 @@ void Producer::Impl::handle_root_join(ProducerEvent& event) {
   }
 }
 
-// The producer's state file reads these (tools/cmd_run.cpp); they change only in the version
+// The producer's state file reads these (tools/run/run_command.cpp); they change only in the version
 // calls, on the host thread.
 uint64_t Producer::attempt() const noexcept { return impl_->attempt; }
 std::map<uint64_t, uint64_t> Producer::history() const { return impl_->history; }

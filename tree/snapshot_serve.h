@@ -52,9 +52,9 @@ void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::Cons
 // The same with `next` read in pieces of codec::kReadPieceBytes into a buffer that stays in the
 // cache, each copied into `bits` from there (not read straight into `bits`: on the paravirtualized
 // machine this was measured on, the kernel's first write into pages the process wrote itself ran
-// ~20x slower than the copy, bench/RESULTS.md 6.1). A failed read throws Error(io) naming the tensor
-// and byte offset, with the reader's message; `bits` then hold neither version, and `old_bits`
-// holds the old bits of every unit that was overwritten before it.
+// ~20x slower than the copy: commit 2137013, bench/codec/first_write.c). A failed read throws Error(io) naming the
+// tensor and byte offset, with the reader's message; `bits` then hold neither version, and `old_bits` holds the old
+// bits of every unit that was overwritten before it.
 void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::WeightsReader& next,
                     std::vector<SnapshotPatches::Patch>* old_bits);
 

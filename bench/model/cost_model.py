@@ -7,9 +7,9 @@
     python3 bench/model/cost_model.py measure --out F --matrix wide --train-batches 1, then (after fit --freeze)
                                       measure --out F --append --matrix blind3 --rounds 5   (the fourth check)
     python3 bench/model/cost_model.py ingest-wan --runs bench/model/runs.json        (refresh the WAN runs)
-    python3 bench/model/cost_model.py fit --runs bench/model/runs.json [--out bench/model/fit.json] [--check]
+    python3 bench/model/cost_model.py fit --runs bench/model/runs.json [--out tools/probe/cost_model_fit.json] [--check]
                                           [--freeze bench/model/fit-frozen.json]
-    python3 bench/model/cost_model.py project [--fit bench/model/fit.json] [--svg docs/performance-projection.svg]
+    python3 bench/model/cost_model.py project [--fit tools/probe/cost_model_fit.json] [--svg docs/performance-projection.svg]
                                               [--paths K] [--bytes-per-change B] [--producer-ranks P] ...
     python3 bench/model/cost_model.py all [--deltacast PATH] [--rounds 3]
 
@@ -334,7 +334,7 @@ def main():
     pr = sub.add_parser("project")
     al = sub.add_parser("all")
     for q in (pr, al):
-        q.add_argument("--fit", default=os.path.join(HERE, "fit.json"))
+        q.add_argument("--fit", default=os.path.join(ROOT, "tools", "probe", "cost_model_fit.json"))
         q.add_argument("--svg", default=None)
         q.add_argument("--out")
         q.add_argument("--paths", type=int, default=project_lib.DEFAULTS["paths"])

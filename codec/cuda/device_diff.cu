@@ -44,6 +44,8 @@ void check(cudaError_t e, const char* what) {
 
 }  // namespace
 
+bool cuda_built() noexcept { return true; }
+
 bool cuda_device_available() noexcept {
   int count = 0;
   // No driver gives cudaErrorInsufficientDriver (35), no device cudaErrorNoDevice (100): both "none".

@@ -7,6 +7,8 @@
 
 namespace deltacast::codec::cuda {
 
+// True when this build has the CUDA kernels (DELTACAST_WITH_CUDA found nvcc), device or not.
+bool cuda_built() noexcept;
 // True when this build has CUDA kernels and a CUDA device is usable. Never throws.
 bool cuda_device_available() noexcept;
 

@@ -4,6 +4,7 @@
 
 namespace deltacast::codec::cuda {
 
+bool cuda_built() noexcept { return false; }
 bool cuda_device_available() noexcept { return false; }
 
 uint64_t device_change_bitmap(const void*, const void*, uint64_t, unsigned, uint64_t*) {

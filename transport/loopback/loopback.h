@@ -110,3 +110,10 @@ void freeze(Transport& transport);
 void thaw(Transport& transport);
 
 }  // namespace deltacast::transport::loopback
+
+namespace deltacast::transport {
+
+// The backend's factory (registered as "loop" by transport/backends/). Never throws.
+std::unique_ptr<Transport> make_loopback_transport(const TransportOptions& options);
+
+}  // namespace deltacast::transport

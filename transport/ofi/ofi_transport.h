@@ -20,7 +20,7 @@
 
 namespace deltacast::transport {
 
-// Defined in ofi_transport.cpp; declared in transport.h too. Throws Errc::unsupported when the
+// The backend's factory (registered as "ofi" by transport/backends/). Throws Errc::unsupported when the
 // provider is not available (fi_getinfo finds no RDM endpoint with tagged messages).
 std::unique_ptr<Transport> make_ofi_transport(std::string_view provider, const TransportOptions& options);
 

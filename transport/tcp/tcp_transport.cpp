@@ -10,9 +10,10 @@
 
 #include <boost/asio.hpp>
 
-#include "transport/host_region.h"
 #include "transport/auth.h"
+#include "transport/host_region.h"
 #include "transport/tcp/tcp_connection.h"
+#include "transport/tcp/tcp_transport.h"
 #include "util/log.h"
 
 namespace deltacast::transport::tcp {

@@ -37,11 +37,12 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "transport/engine_handles.h"
-#include "transport/basic_request.h"
 #include "transport/accepting_listener.h"
+#include "transport/basic_request.h"
+#include "transport/engine_handles.h"
 #include "transport/side_channel.h"
 #include "transport/transport.h"
+#include "transport/ucx/ucx_transport.h"
 #include "util/log.h"
 
 namespace deltacast::transport::ucx {

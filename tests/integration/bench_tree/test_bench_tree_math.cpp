@@ -1,4 +1,4 @@
-// `deltacast bench tree`'s arithmetic (tools/lib_bench_tree_math.h) and plot (tools/lib_bench_tree_svg.h).
+// `deltacast bench tree`'s arithmetic (tools/bench/tree_math.h) and plot (tools/bench/tree_svg.h).
 #include <map>
 #include <string>
 #include <tuple>
@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tools/lib_bench_tree_math.h"
-#include "tools/lib_bench_tree_svg.h"
+#include "tools/bench/tree_math.h"
+#include "tools/bench/tree_svg.h"
 #include "util/error.h"
 
 namespace deltacast::tools {

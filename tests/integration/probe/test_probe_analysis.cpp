@@ -1,16 +1,21 @@
-// The analysis of `deltacast probe` (tools/lib_probe_analysis.h, tools/lib_cost_model.h,
-// tools/lib_probe_svg.h) on synthetic matrices: clusters, chunk rounding, crossing plan, the pair
+// The analysis of `deltacast probe` (tools/probe/analysis.h, tools/probe/cost_model.h,
+// tools/probe/svg.h) on synthetic matrices: clusters, chunk rounding, crossing plan, the pair
 // sample's size, and the cost model's arithmetic.
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "tools/lib_cost_model.h"
-#include "tools/lib_probe_analysis.h"
-#include "tools/lib_probe_svg.h"
+#include "tools/probe/analysis.h"
+#include "tools/probe/cost_model.h"
+#include "tools/probe/svg.h"
+#include "util/error.h"
 
 namespace deltacast::tools {
 namespace {
@@ -244,13 +249,16 @@ TEST(ProbeCostModel, MeasuredBytesPerChangeAtNearestRate) {
   EXPECT_DOUBLE_EQ(model.bytes_per_change_at(0.5), 0.8);
 }
 
-// The constants compiled in are those of bench/model/fit.json (cmake/CostModelFit.cmake).
+// The constants a probe predicts with are those of the fit installed with the CLI
+// (tools/probe/cost_model_fit.json, copied to <build>/share/deltacast/ and to the install prefix).
 TEST(ProbeCostModel, FittedConstantsAreTheFitFile) {
   std::ifstream in(DELTACAST_COST_MODEL_FIT);
   ASSERT_TRUE(in) << DELTACAST_COST_MODEL_FIT;
   const auto fit = nlohmann::json::parse(in);
   const auto& c = fit.at("constants");
-  const CostModel m = CostModel::fitted();
+  const CostModel m = CostModel::load(DELTACAST_COST_MODEL_FIT);
+  EXPECT_EQ(m.source, DELTACAST_COST_MODEL_FIT);
+  EXPECT_EQ(m.to_json().at("source"), DELTACAST_COST_MODEL_FIT);
   EXPECT_DOUBLE_EQ(m.t_scan_s_per_byte, c.at("t_scan_s_per_byte").get<double>());
   EXPECT_DOUBLE_EQ(m.t_change_s, c.at("t_change_s").get<double>());
   EXPECT_DOUBLE_EQ(m.t_apply_c_s, c.at("t_apply_c_s").get<double>());
@@ -272,6 +280,39 @@ TEST(ProbeCostModel, FittedConstantsAreTheFitFile) {
   EXPECT_LT(m.bytes_per_change_1, 2.0);
 }
 
+// A fit that is missing, not JSON, or lacks a constant is refused with the file and the key, and
+// installed() takes $DELTACAST_COST_MODEL before the installed file.
+TEST(ProbeCostModel, ABadFitFileIsRefusedByName) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dc_fit_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto expect_error = [](const std::filesystem::path& file, Errc code, const std::string& mention) {
+    try {
+      (void)CostModel::load(file);
+      ADD_FAILURE() << "accepted " << file;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
+    }
+  };
+  expect_error(dir / "absent.json", Errc::io, "absent.json");
+  std::ofstream(dir / "junk.json") << "{ not json";
+  expect_error(dir / "junk.json", Errc::config, "junk.json");
+  std::ifstream in(DELTACAST_COST_MODEL_FIT);
+  auto fit = nlohmann::json::parse(in);
+  fit["constants"].erase("t_hop_s");
+  std::ofstream(dir / "no_hop.json") << fit.dump();
+  expect_error(dir / "no_hop.json", Errc::config, "/constants/t_hop_s");
+  fit = nlohmann::json::parse(std::ifstream(DELTACAST_COST_MODEL_FIT));
+  fit["constants"]["t_hop_s"] = 0.25;
+  std::ofstream(dir / "other.json") << fit.dump();
+  ::setenv("DELTACAST_COST_MODEL", (dir / "other.json").c_str(), 1);
+  EXPECT_DOUBLE_EQ(CostModel::installed().t_hop_s, 0.25);
+  ::setenv("DELTACAST_COST_MODEL", (dir / "absent.json").c_str(), 1);
+  EXPECT_THROW((void)CostModel::installed(), Error);
+  ::unsetenv("DELTACAST_COST_MODEL");
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ProbeRecommend, TwoClustersGiveAPlanAndPredictions) {
   ProbeFigures f;
   f.ranks = 7;
@@ -281,6 +322,7 @@ TEST(ProbeRecommend, TwoClustersGiveAPlanAndPredictions) {
   f.clusters = find_clusters(f.bandwidth_gbit, f.present).clusters;
   ASSERT_EQ(f.clusters.size(), 2u);
   PredictOptions o;
+  o.model = CostModel::load(DELTACAST_COST_MODEL_FIT);
   const auto r = recommend(f, o);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->candidates.size(), 3u);

@@ -3,7 +3,7 @@
 One producer (rank 0) and N receivers (ranks 1..N), each its own process started by this module
 with a generated config (members shorthand on 127.0.0.1 and random free ports, or an explicit
 member list for network namespaces), a 0600 secret file, and UCX/libfabric pinned to loopback as
-`deltacast demo` does (tools/lib_tree_demo.cpp). The caller signals processes from outside
+`deltacast demo` does (tools/demo/tree_demo.cpp). The caller signals processes from outside
 (SIGKILL, SIGSTOP, SIGCONT), restarts a rank, watches the producer's progress lines, and reads
 the producer's --report and the receivers' --summary files.
 

@@ -1,0 +1,163 @@
+# The layering the build enforces (cmake/layers.txt has the layers and their allowed edges).
+#
+#  * deltacast_layer(TARGET LAYER) makes TARGET a target of LAYER: its PUBLIC include directory is
+#    <build>/layers/LAYER, which holds a symbolic link to each header of the layer's folders (at its
+#    path from the source root, "codec/frame.h") and nothing else. The source root itself is on no
+#    target's include path, so a file compiles only against the headers of its own layer and of
+#    the layers its target links: an include that crosses a layer the wrong way fails to compile.
+#  * deltacast_check_layer_links(), called once after every target exists, fails the configure
+#    when a layer's target links a target of a layer that cmake/layers.txt does not allow it.
+#  * deltacast_scoped_include(TARGET PUBLIC|PRIVATE FOLDER) gives a target outside the layers
+#    (tests, benchmarks) the headers of one folder of its own the same way
+#    ("tests/common/time_scale.h").
+# scripts/check-layers.py checks the includes themselves (CI runs it; it also catches an include
+# that happens to compile because a target links more than its layer may use).
+
+set(DELTACAST_LAYERS_FILE "${PROJECT_SOURCE_DIR}/cmake/layers.txt")
+set_property(DIRECTORY "${PROJECT_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${DELTACAST_LAYERS_FILE}")
+
+# Parses layers.txt into global properties DELTACAST_LAYER_FOLDERS_<layer> and
+# DELTACAST_LAYER_USES_<layer>, and DELTACAST_LAYERS (the names), once.
+function(_deltacast_read_layers)
+  get_property(done GLOBAL PROPERTY DELTACAST_LAYERS_READ)
+  if(done)
+    return()
+  endif()
+  file(STRINGS "${DELTACAST_LAYERS_FILE}" lines)
+  set(names)
+  set(number 0)
+  foreach(line IN LISTS lines)
+    math(EXPR number "${number} + 1")
+    if(line MATCHES "^[ \t]*(#|$)")
+      continue()
+    endif()
+    if(NOT line MATCHES "^([a-z_]+)[ \t]*:([^>]*)->(.*)$")
+      message(FATAL_ERROR "${DELTACAST_LAYERS_FILE}:${number}: expected 'layer : folders -> layers', got '${line}'")
+    endif()
+    set(layer "${CMAKE_MATCH_1}")
+    separate_arguments(folders UNIX_COMMAND "${CMAKE_MATCH_2}")
+    separate_arguments(uses UNIX_COMMAND "${CMAKE_MATCH_3}")
+    list(APPEND names ${layer})
+    set_property(GLOBAL PROPERTY DELTACAST_LAYER_FOLDERS_${layer} ${folders})
+    set_property(GLOBAL PROPERTY DELTACAST_LAYER_USES_${layer} ${uses})
+  endforeach()
+  foreach(layer IN LISTS names)
+    get_property(uses GLOBAL PROPERTY DELTACAST_LAYER_USES_${layer})
+    foreach(used IN LISTS uses)
+      if(NOT used IN_LIST names)
+        message(FATAL_ERROR "${DELTACAST_LAYERS_FILE}: layer '${layer}' uses '${used}', which is no layer")
+      endif()
+    endforeach()
+  endforeach()
+  set_property(GLOBAL PROPERTY DELTACAST_LAYERS ${names})
+  set_property(GLOBAL PROPERTY DELTACAST_LAYERS_READ TRUE)
+endfunction()
+
+# The headers under FOLDER that belong to LAYER: not those under a longer folder of another layer.
+function(_deltacast_layer_headers layer folder out)
+  file(GLOB_RECURSE headers CONFIGURE_DEPENDS RELATIVE "${PROJECT_SOURCE_DIR}"
+       "${PROJECT_SOURCE_DIR}/${folder}/*.h" "${PROJECT_SOURCE_DIR}/${folder}/*.hpp"
+       "${PROJECT_SOURCE_DIR}/${folder}/*.inc" "${PROJECT_SOURCE_DIR}/${folder}/*.cuh")
+  get_property(names GLOBAL PROPERTY DELTACAST_LAYERS)
+  foreach(other IN LISTS names)
+    if(other STREQUAL layer)
+      continue()
+    endif()
+    get_property(other_folders GLOBAL PROPERTY DELTACAST_LAYER_FOLDERS_${other})
+    foreach(other_folder IN LISTS other_folders)
+      string(LENGTH "${other_folder}" other_length)
+      string(LENGTH "${folder}" length)
+      if(other_length GREATER length AND other_folder MATCHES "^${folder}/")
+        list(FILTER headers EXCLUDE REGEX "^${other_folder}/")
+      endif()
+    endforeach()
+  endforeach()
+  set(${out} ${headers} PARENT_SCOPE)
+endfunction()
+
+# Links each of `files` (paths from the source root) into DIR at the same path.
+function(_deltacast_link_headers dir)
+  foreach(file IN LISTS ARGN)
+    get_filename_component(parent "${dir}/${file}" DIRECTORY)
+    file(MAKE_DIRECTORY "${parent}")
+    file(CREATE_LINK "${PROJECT_SOURCE_DIR}/${file}" "${dir}/${file}" SYMBOLIC)
+  endforeach()
+endfunction()
+
+function(deltacast_layer target layer)
+  _deltacast_read_layers()
+  get_property(names GLOBAL PROPERTY DELTACAST_LAYERS)
+  if(NOT layer IN_LIST names)
+    message(FATAL_ERROR "deltacast_layer(${target} ${layer}): no layer '${layer}' in ${DELTACAST_LAYERS_FILE}")
+  endif()
+  set(dir "${PROJECT_BINARY_DIR}/layers/${layer}")
+  get_property(linked GLOBAL PROPERTY DELTACAST_LAYER_LINKED_${layer})
+  if(NOT linked)
+    file(REMOVE_RECURSE "${dir}")  # headers deleted since the last configure go too
+    file(MAKE_DIRECTORY "${dir}")
+    get_property(folders GLOBAL PROPERTY DELTACAST_LAYER_FOLDERS_${layer})
+    foreach(folder IN LISTS folders)
+      if(folder STREQUAL "include")
+        continue()  # the installed C API header: capi/CMakeLists.txt puts include/ on its path
+      endif()
+      _deltacast_layer_headers(${layer} ${folder} headers)
+      _deltacast_link_headers("${dir}" ${headers})
+    endforeach()
+    set_property(GLOBAL PROPERTY DELTACAST_LAYER_LINKED_${layer} TRUE)
+  endif()
+  get_target_property(type ${target} TYPE)
+  if(type STREQUAL "INTERFACE_LIBRARY")
+    target_include_directories(${target} INTERFACE "$<BUILD_INTERFACE:${dir}>")
+  else()
+    target_include_directories(${target} PUBLIC "$<BUILD_INTERFACE:${dir}>")
+  endif()
+  set_property(TARGET ${target} PROPERTY DELTACAST_LAYER ${layer})
+  set_property(GLOBAL APPEND PROPERTY DELTACAST_LAYER_TARGETS ${target})
+endfunction()
+
+function(deltacast_scoped_include target scope folder)
+  string(MAKE_C_IDENTIFIER "${folder}" name)
+  set(dir "${PROJECT_BINARY_DIR}/scoped/${name}")
+  if(NOT EXISTS "${dir}/${folder}")
+    get_filename_component(parent "${dir}/${folder}" DIRECTORY)
+    file(MAKE_DIRECTORY "${parent}")
+    file(CREATE_LINK "${PROJECT_SOURCE_DIR}/${folder}" "${dir}/${folder}" SYMBOLIC)
+  endif()
+  target_include_directories(${target} ${scope} "${dir}")
+endfunction()
+
+function(deltacast_check_layer_links)
+  get_property(targets GLOBAL PROPERTY DELTACAST_LAYER_TARGETS)
+  foreach(target IN LISTS targets)
+    get_target_property(layer ${target} DELTACAST_LAYER)
+    get_property(uses GLOBAL PROPERTY DELTACAST_LAYER_USES_${layer})
+    get_target_property(type ${target} TYPE)
+    set(links)
+    if(NOT type STREQUAL "INTERFACE_LIBRARY")
+      get_target_property(direct ${target} LINK_LIBRARIES)
+      if(direct)
+        list(APPEND links ${direct})
+      endif()
+    endif()
+    get_target_property(interface ${target} INTERFACE_LINK_LIBRARIES)
+    if(interface)
+      list(APPEND links ${interface})
+    endif()
+    foreach(item IN LISTS links)
+      # $<LINK_LIBRARY:WHOLE_ARCHIVE,x> and $<LINK_ONLY:x> name x.
+      string(REGEX REPLACE "^\\$<LINK_LIBRARY:[A-Z_]+,(.*)>$" "\\1" item "${item}")
+      string(REGEX REPLACE "^\\$<LINK_ONLY:(.*)>$" "\\1" item "${item}")
+      if(NOT TARGET ${item})
+        continue()
+      endif()
+      get_target_property(item_layer ${item} DELTACAST_LAYER)
+      if(NOT item_layer OR item_layer STREQUAL layer)
+        continue()
+      endif()
+      if(NOT item_layer IN_LIST uses)
+        message(FATAL_ERROR "${target} (layer ${layer}) links ${item} (layer ${item_layer}): "
+                            "${DELTACAST_LAYERS_FILE} does not let ${layer} use ${item_layer}")
+      endif()
+    endforeach()
+  endforeach()
+endfunction()

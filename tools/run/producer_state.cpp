@@ -1,0 +1,144 @@
+// The producer's state file (tools/run/producer_state.h).
+#include "tools/run/producer_state.h"
+
+#include <charconv>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <span>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/safetensors.h"
+#include "tree/topology.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace deltacast::tools {
+namespace {
+
+constexpr const char* kStateFormat = "deltacast.producer_state";
+constexpr int kStateFormatVersion = 1;
+
+}  // namespace
+
+std::string state_path(const config::Config& c) {
+  return (std::filesystem::path(c.output.dir) / "producer-state.json").string();
+}
+
+std::string hex64(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+namespace {
+
+nlohmann::json state_json(const ProducerState& s) {
+  nlohmann::json history = nlohmann::json::array();
+  for (const auto& [version, digest] : s.history) history.push_back({{"version", version}, {"digest", hex64(digest)}});
+  return {{"format", kStateFormat},
+          {"format_version", kStateFormatVersion},
+          {"version", s.version},
+          {"digest", hex64(s.digest)},
+          {"trainer_step", s.trainer_step},
+          {"attempt", s.attempt},
+          {"topology", s.topology},
+          {"params", s.params},
+          {"seed", s.seed},
+          {"lr", s.lr},
+          {"trainer_kind", s.trainer_kind},
+          {"dir", s.dir},
+          {"checkpoint", s.checkpoint},
+          {"history", history},
+          {"full_seconds", s.full_seconds}};
+}
+
+}  // namespace
+
+void write_state(const std::string& path, const ProducerState& s) {
+  const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  const std::string text = state_json(s).dump(2) + "\n";
+  checkpoint::write_file_atomically(path, std::as_bytes(std::span(text)));
+}
+
+// Reads and checks the state file. Throws Error(not_found) when it is missing and
+// Error(corrupt_frame) naming the problem when it does not parse.
+ProducerState read_state(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw Error(Errc::not_found, "--resume: no producer state at " + path +
+                                     " (the producer writes it into output.dir after every committed version; "
+                                     "is output.dir the one of the run to resume?)");
+  auto corrupt = [&](const std::string& why) {
+    return Error(Errc::corrupt_frame, "--resume: the producer state " + path + " is corrupt: " + why);
+  };
+  auto parse_hex = [&](const nlohmann::json& value, const std::string& key) {
+    const std::string text = value.get<std::string>();
+    uint64_t out = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out, 16);
+    if (text.size() != 16 || ec != std::errc() || end != text.data() + text.size())
+      throw corrupt(key + " '" + text + "' is not 16 hex digits");
+    return out;
+  };
+  ProducerState s;
+  std::string why;
+  const nlohmann::json j = util::parse_json_bounded(std::string(std::istreambuf_iterator<char>(in), {}), &why);
+  if (j.is_discarded()) throw corrupt(why);
+  try {
+    if (j.value("format", "") != kStateFormat) throw corrupt("it is not a deltacast producer state");
+    if (j.at("format_version").get<int>() != kStateFormatVersion)
+      throw corrupt("format_version " + j.at("format_version").dump() + " (this build reads " +
+                    std::to_string(kStateFormatVersion) + ")");
+    s.version = j.at("version").get<uint64_t>();
+    s.digest = parse_hex(j.at("digest"), "digest");
+    s.trainer_step = j.at("trainer_step").get<uint64_t>();
+    s.attempt = j.at("attempt").get<uint64_t>();
+    s.topology = j.at("topology").get<std::string>();
+    s.params = j.at("params").get<uint64_t>();
+    s.seed = j.at("seed").get<uint64_t>();
+    s.lr = j.at("lr").get<double>();
+    s.trainer_kind = j.value("trainer_kind", std::string("synth"));
+    s.dir = j.value("dir", std::string());
+    s.checkpoint = j.value("checkpoint", std::string());
+    s.full_seconds = j.value("full_seconds", 0.0);
+    for (const auto& h : j.at("history")) {
+      const uint64_t version = h.at("version").get<uint64_t>();
+      s.history[version] = parse_hex(h.at("digest"), "the digest of version " + std::to_string(version));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw corrupt(e.what());
+  }
+  if (s.version == 0) throw corrupt("version 0 (nothing was committed)");
+  const auto own = s.history.find(s.version);
+  if (own == s.history.end() || own->second != s.digest)
+    throw corrupt("its history does not give version " + std::to_string(s.version) + " the digest " + hex64(s.digest));
+  if (s.history.rbegin()->first != s.version)
+    throw corrupt("its history holds versions after version " + std::to_string(s.version));
+  return s;
+}
+
+void check_state_against_config(const ProducerState& s, const config::Config& c, const std::string& path) {
+  std::string diffs;
+  auto differ = [&](const std::string& key, const std::string& state, const std::string& config) {
+    if (state != config) diffs += (diffs.empty() ? "" : ", ") + key + " " + state + " there, " + config + " here";
+  };
+  differ("topology", s.topology, std::string(tree::topology_kind_name(tree::parse_topology_kind(c.topology))));
+  differ("trainer.kind", s.trainer_kind, c.trainer.kind);
+  if (s.trainer_kind == "synth" && c.trainer.kind == "synth") {
+    differ("trainer.params", std::to_string(s.params), std::to_string(c.trainer.params));
+    differ("trainer.seed", std::to_string(s.seed), std::to_string(c.trainer.seed));
+    if (s.lr != c.trainer.lr) differ("trainer.lr", nlohmann::json(s.lr).dump(), nlohmann::json(c.trainer.lr).dump());
+  }
+  if (s.trainer_kind == "watch" && c.trainer.kind == "watch") differ("trainer.dir", s.dir, c.trainer.dir);
+  if (!diffs.empty())
+    throw Error(Errc::config, "--resume: " + path + " was written by a run with another config (" + diffs +
+                                  "): its versions cannot be rebuilt here");
+  if (c.trainer.steps > 0 && s.trainer_step > static_cast<uint64_t>(c.trainer.steps))
+    throw Error(Errc::config, "--resume: " + path + " is at trainer step " + std::to_string(s.trainer_step) +
+                                  ", past trainer.steps " + std::to_string(c.trainer.steps));
+}
+
+}  // namespace deltacast::tools
