@@ -12,9 +12,10 @@ import shutil
 import subprocess
 import time
 
-# lr of the simulator -> fraction of BF16 elements that change per step (bench/wan/RESULTS-wan.md:
-# 1.3e-6 -> ~1%, 5e-6 -> ~3%, 9e-6 -> ~5%; 2.9e-6 -> ~2%: 1.98-2.05% in steps 2-3 of a 25M offline demo,
-# 2026-12-02 12:12 UTC; the measured fraction is recorded per step).
+# lr of the simulator -> fraction of BF16 elements that change per step (as measured in the runs of
+# docs/performance.md, "Refit against a full checkpoint": 1.3e-6 -> ~1%, 5e-6 -> ~3%, 9e-6 -> ~5%;
+# 2.9e-6 -> ~2%: 1.98-2.05% in steps 2-3 of a 25M offline demo, 2026-12-02 12:12 UTC; the measured
+# fraction is recorded per step).
 # 7e-6 -> ~4% (between the two; the fourth check's blind set only, its measured fraction recorded).
 LR_FOR_RATE = {0.01: 1.3e-6, 0.02: 2.9e-6, 0.03: 5e-6, 0.04: 7e-6, 0.05: 9e-6}
 
