@@ -71,7 +71,7 @@ def blind2_matrix():
 
 
 def wide_matrix():
-    """The fourth check's training matrix (docs/performance.md, "The fourth check"): receiver counts
+    """The fourth check's training matrix (docs/performance.md, "Validation"): receiver counts
     2, 4, 8 and 12 (the span the blind set lies inside), 50M/100M/150M, ~1/3/5%, uplinks 50-400
     Mbit/s, chain and binary; 18 configurations."""
     return configs((
@@ -135,7 +135,8 @@ def run_demo(deltacast, cfg, steps, timeout_s, workdir):
     # Who used the cores during the run (added after batch 6, not used by the fit yet): every core's
     # busy time, ours (the demo's processes: children's user + system time) and the rest (the
     # other engineer's builds and tests): a direct measure of the background the load average
-    # only hints at (docs/performance.md, "What the data says").
+    # only hints at (the second check's reading: `git show 907d735:docs/performance.md`, "Fit and
+    # validation").
     busy1, total1 = cpu_jiffies()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     ours = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
