@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # `deltacast diff` of a pair that is not in the page cache (each round first drops the caches:
 # needs root), then a read(2) of its files (`cat`: the first read after pages were read in through
-# a mapping advised MADV_HUGEPAGE is slow once, bench/RESULTS.md 6.2), then the diff again on the
-# pages the first one read in: the second diff (`--baseline`: its fresh-mapping and pread reads in
-# the same process) shows in which folio sizes the first one left the files (4 KiB folios make
-# later mapped reads slow). FileHugePages (/proc/meminfo) after the cold diff says the same directly.
+# a mapping advised MADV_HUGEPAGE is slow once: docs/performance.md, "deltacast diff against a
+# read"), then the diff again on the pages the first one read in: the second diff (`--baseline`:
+# its fresh-mapping and pread reads in the same process) shows in which folio sizes the first one
+# left the files (4 KiB folios make later mapped reads slow). FileHugePages (/proc/meminfo) after
+# the cold diff says the same directly.
 #   bench/codec/cold_diff.sh [ROUNDS (3)] [THREADS (2)]
 # $DELTACAST: the binary, or several separated by ':' (interleaved in each round, labelled 0, 1, ...).
 # $COLD_DIFF_MODES: the diff's modes, interleaved for each binary (default "pread": the default

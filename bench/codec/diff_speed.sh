@@ -14,7 +14,8 @@
 # synthesized pair in and reuse (synth takes ~1 min at 500M); by default a temporary one.
 # Prints one line per round and, per layout, binary and mode, the ranges of the per-round ratios
 # over every round of every run. The frames of both modes are compared byte for byte.
-# Mapped reads depend on the folio sizes the page cache holds the files in (bench/RESULTS.md 6.2):
+# Mapped reads depend on the folio sizes the page cache holds the files in (docs/performance.md,
+# "deltacast diff against a read"):
 # `echo 1 > /proc/sys/vm/drop_caches` and a `cat` of the files before a run make that state known.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -27,7 +27,7 @@ and receivers apply chunk by chunk, so the wire and the CPU stages overlap; on t
 the producer's and the receivers' CPU work compete, hence their sum. E = checkpoint bytes, C =
 changed elements, R = receivers, depth = hops from the producer to the deepest receiver (chain:
 R, binary/double_binary: floor(log2 R) + 1). Without s (form "A") the receivers' CPU is wall time
-that grows linearly with R. Forms (docs/performance.md, "How the form was arrived at"):
+that grows linearly with R. Forms (docs/performance.md, "Cost model"):
     A: no share term; encode with the R terms          (the first form; failed the 8-receiver check;
                                                        chosen again by cross-validation over the fourth
                                                        check's 2-12 receivers: runs-wide.json, fit --form A)
@@ -94,8 +94,8 @@ def nominal_rate(fraction):
 def steps_of_runs(doc, first_steps=False):
     """Flatten runs.json's demo runs into per-step rows (dicts with every input of the model and the
     measured times). Steady-state steps only (step >= 2) unless first_steps: step 1 of a run is the
-    first delta after the bootstrap and is slower (bench/wan/RESULTS-wan.md (b)); it is reported
-    apart, never fitted."""
+    first delta after the bootstrap and is slower (docs/performance.md, "Refit against a full
+    checkpoint"); it is reported apart, never fitted."""
     rows = []
     last_train = train_batches(doc)
     for i, run in enumerate(doc["runs"]):

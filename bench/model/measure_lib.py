@@ -12,9 +12,10 @@ import shutil
 import subprocess
 import time
 
-# lr of the simulator -> fraction of BF16 elements that change per step (bench/wan/RESULTS-wan.md:
-# 1.3e-6 -> ~1%, 5e-6 -> ~3%, 9e-6 -> ~5%; 2.9e-6 -> ~2%: 1.98-2.05% in steps 2-3 of a 25M offline demo,
-# 2026-12-02 12:12 UTC; the measured fraction is recorded per step).
+# lr of the simulator -> fraction of BF16 elements that change per step (as measured in the runs of
+# docs/performance.md, "Refit against a full checkpoint": 1.3e-6 -> ~1%, 5e-6 -> ~3%, 9e-6 -> ~5%;
+# 2.9e-6 -> ~2%: 1.98-2.05% in steps 2-3 of a 25M offline demo, 2026-12-02 12:12 UTC; the measured
+# fraction is recorded per step).
 # 7e-6 -> ~4% (between the two; the fourth check's blind set only, its measured fraction recorded).
 LR_FOR_RATE = {0.01: 1.3e-6, 0.02: 2.9e-6, 0.03: 5e-6, 0.04: 7e-6, 0.05: 9e-6}
 
@@ -70,7 +71,7 @@ def blind2_matrix():
 
 
 def wide_matrix():
-    """The fourth check's training matrix (docs/performance.md, "The fourth check"): receiver counts
+    """The fourth check's training matrix (docs/performance.md, "Validation"): receiver counts
     2, 4, 8 and 12 (the span the blind set lies inside), 50M/100M/150M, ~1/3/5%, uplinks 50-400
     Mbit/s, chain and binary; 18 configurations."""
     return configs((
@@ -134,7 +135,8 @@ def run_demo(deltacast, cfg, steps, timeout_s, workdir):
     # Who used the cores during the run (added after batch 6, not used by the fit yet): every core's
     # busy time, ours (the demo's processes: children's user + system time) and the rest (the
     # other engineer's builds and tests): a direct measure of the background the load average
-    # only hints at (docs/performance.md, "What the data says").
+    # only hints at (the second check's reading: `git show 907d735:docs/performance.md`, "Fit and
+    # validation").
     busy1, total1 = cpu_jiffies()
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     ours = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)

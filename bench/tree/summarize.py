@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Medians of the relay-tree benchmark runs (bench/tree/results/*.jsonl) as Markdown tables for
-bench/RESULTS.md (section 3), plus SVG plots in bench/tree/results/: netns-scaling*.svg (time / (S/B)
-vs receivers) and refit-by-uplink.svg (refit speedup over a full checkpoint vs uplink rate).
+"""Medians of the relay-tree benchmark runs (bench/tree/results/*.jsonl, the scripts' default
+output; docs/performance.md, "Relay tree") as Markdown tables, plus SVG plots in bench/tree/results/:
+netns-scaling*.svg (time / (S/B) vs receivers) and refit-by-uplink.svg (refit speedup over a full
+checkpoint vs uplink rate).
 Only the standard library: this machine's python has no numpy or matplotlib.
    python3 bench/tree/summarize.py [RESULTS_DIR]"""
 import json

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tables for bench/wan/run_cross_region.sh (bench/wan/RESULTS-wan.md).
+"""Tables for bench/wan/run_cross_region.sh (docs/performance.md, "Refit against a full
+checkpoint" and "Round trips per version").
 
     python3 bench/wan/summarize.py [--rtt bench/wan/results/rtt.jsonl] [--table bench/wan/results/table.jsonl]
 

@@ -1,4 +1,4 @@
-// GPU benchmark for scripts/gpu-check.sh (docs/performance.md rows):
+// GPU benchmark for scripts/gpu-check.sh (rows for docs/performance.md, "GPU (codec/cuda)"):
 //  * receiver apply into device memory: scatter of a version's (position, bits) lists with the undo
 //    log on the device, then the device digest of the tensor (what a CUDA receiver does per
 //    version), against cudaMemcpy device-to-device of the tensor's bytes;
