@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU check for the CUDA buffers (docs/embedding.md, "CUDA buffers"): every GPU test, then the
-# device benchmark, with results printed as markdown rows for docs/performance.md ("GPU").
+# device benchmark, with results printed as markdown rows for docs/performance.md (section "GPU (codec/cuda)").
 #
 #   scripts/gpu-check.sh --build   # here (nvcc, build deps): builds for sm_90 into build-cuda and
 #                                  # packs dist/gpu-check/ (binaries + the shared libraries they need,
@@ -66,6 +66,6 @@ timeout 60 "$dist/test_codec" --gtest_filter='Cuda*' --gtest_brief=1 || status=1
 # Only the no-device test may skip on a GPU machine.
 skipped=$("$dist/test_gpu" --gtest_filter='-*WithoutADevice*' 2>/dev/null | grep -c '^\[  SKIPPED \] .*(' || true)
 if [[ "$skipped" != 0 ]]; then echo "gpu-check.sh: $skipped GPU tests skipped (no usable device?)"; status=1; fi
-echo "== benchmark (paste into docs/performance.md, "GPU"; $(date -u +%F), ${gib} GiB BF16 tensor, medians of $repeats)"
+echo "== benchmark (paste into docs/performance.md, section GPU; $(date -u +%F), ${gib} GiB BF16 tensor, medians of $repeats)"
 timeout 120 "$dist/bench_gpu" "$gib" "$repeats" || status=1
 exit $status
