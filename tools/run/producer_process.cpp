@@ -1,0 +1,278 @@
+#include "tools/run/producer_process.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "tools/run/fault.h"
+#include "tools/run/producer_state.h"
+#include "tools/run/version_source.h"
+#include "transport/transport.h"
+#include "tree/config_options.h"
+#include "tree/producer.h"
+#include "tree/report_json.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace deltacast::tools {
+namespace {
+
+// "3 receivers hold it" / "2 receivers hold it, rank 3 catches up from version 0, rank 4 refused".
+std::string start_summary(const tree::StartReport& r) {
+  using Role = tree::MemberAtStart::Role;
+  const uint32_t live = r.count(Role::live);
+  std::string text = std::to_string(live) + (live == 1 ? " receiver holds it" : " receivers hold it");
+  for (const auto& m : r.members) {
+    if (m.role == Role::catching_up)
+      text += ", rank " + std::to_string(m.rank) + " catches up from version " + std::to_string(m.held_version);
+    else if (m.role == Role::refused)
+      text += ", rank " + std::to_string(m.rank) + " refused (" + m.detail + ")";
+  }
+  return text;
+}
+
+// Appended to a progress line (after its existing text, which scripts parse) when members failed:
+// "  repaired: rank 3 (link_closed), rank 5 (silent) in 0.120 s, 4 chunks re-sent".
+std::string repair_suffix(const tree::RefitReport& r) {
+  if (r.failed_members.empty()) return "";
+  std::string text = r.committed ? "  repaired: " : "  failed: ";
+  for (size_t i = 0; i < r.failed_members.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += "rank " + std::to_string(r.failed_members[i].rank) + " (" + r.failed_members[i].cause + ")";
+  }
+  char detail[96];
+  std::snprintf(detail, sizeof detail, " in %.3f s, %u chunks re-sent", r.repair_seconds, r.resent_chunks);
+  return text + detail;
+}
+
+nlohmann::json step_json(int step, const tree::RefitReport& r, double full_seconds) {
+  nlohmann::json out = tree::refit_report_json(r);
+  out["step"] = step;
+  out["full_seconds"] = full_seconds;
+  out["speedup"] = r.refit_seconds > 0 ? full_seconds / r.refit_seconds : 0.0;
+  return out;
+}
+
+// One producer process from start to report. The steps are its methods, in the order run() calls
+// them; every member below is set by the step that first needs it.
+class ProducerRun {
+ public:
+  ProducerRun(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o)
+      : c_(c), env_(env), o_(o), members_(config::member_list(c)), state_file_(state_path(c)) {
+    if (o.resume) {
+      resumed_ = read_state(state_file_);
+      check_state_against_config(*resumed_, c, state_file_);
+    }
+    if (!o.fault.empty()) fault_ = parse_fault(o.fault);
+  }
+
+  void run() {
+    if (!open_source()) return;
+    transport_ = transport::make_transport(c_.transport, tree::producer_transport_options(c_));
+    const tree::ProducerOptions options = producer_options();
+    producer_ = std::make_unique<tree::Producer>(*transport_, source_->manifest(), options);
+    const tree::StartReport started = producer_->start();
+    std::printf("producer: %zu receivers joined at %s (%s tree, %s, chunks of %.1f MiB)\n", members_.size(),
+                producer_->url().c_str(), c_.topology.c_str(), c_.transport.c_str(), mib(c_.chunk_bytes));
+    std::fflush(stdout);
+    state_.topology = std::string(tree::topology_kind_name(options.topology));
+    full_ = bootstrap_or_resume(started);
+    bool ok = full_.committed;
+    // Anonymous memory once version 1 is committed (the baseline copy included): what reading
+    // later checkpoints may not grow (docs/config.md, trainer.kind watch).
+    rss_anon_after_bootstrap_ = max_rss_anon_ = rss_anon_bytes();
+    const int first_step = resumed_ ? static_cast<int>(resumed_->trainer_step) + 1 : 1;
+    for (int step = first_step; ok && (c_.trainer.steps == 0 || step <= c_.trainer.steps); ++step) {
+      if (!source_->next()) break;  // watch: SIGTERM while waiting for the next checkpoint
+      ok = refit_step(step);
+    }
+    producer_->finish();
+    write_report(ok, started);
+    if (!ok) throw Error(Errc::verify_failed, "not every version was verified and committed by every live receiver");
+  }
+
+ private:
+  // The trainer's versions. False when a watch was stopped before any checkpoint appeared.
+  bool open_source() {
+    // SIGTERM ends a producer that follows a trainer (trainer.steps 0) cleanly: BYE, report, exit 0.
+    static std::atomic<bool> stop_requested{false};
+    if (c_.trainer.kind == "watch") std::signal(SIGTERM, [](int) { stop_requested = true; });
+    source_ = make_version_source(c_, resumed_, stop_requested);
+    if (!source_) std::printf("producer: stopped before a checkpoint appeared in %s\n", c_.trainer.dir.c_str());
+    return source_ != nullptr;
+  }
+
+  tree::ProducerOptions producer_options() {
+    tree::ProducerOptions options = tree::producer_options_from(c_);
+    options.listen_url = env_.require_rendezvous();
+    options.receivers = static_cast<uint32_t>(members_.size());
+    options.encode.threads = std::max(1u, std::thread::hardware_concurrency());
+    options.layout = source_->layout();
+    if (fault_ && !fault_->at_commit) options.on_progress = producer_fault_hook(*fault_, sending_);
+    if (resumed_)
+      options.resume =
+          tree::ProducerResume{resumed_->version, source_->weights(), resumed_->attempt, resumed_->history};
+    // The state file is written when a version is decided, before its COMMIT goes out.
+    options.before_commit = [this](uint64_t version, uint64_t digest) { decided(version, digest); };
+    return options;
+  }
+
+  // Every version, once decided and before its COMMIT (so before its progress line: a line printed
+  // means its state is on disk). A state that cannot be written is no reason to stop refitting:
+  // the file keeps an older version, and a producer resumed from it refuses members that hold
+  // newer ones. Then the :commit fault, if it names this version.
+  void decided(uint64_t version, uint64_t digest) {
+    state_.version = version;
+    state_.digest = digest;
+    state_.trainer_step = sending_step_;
+    state_.attempt = producer_->attempt();
+    state_.history = producer_->history();
+    state_.history[version] = digest;  // a delegated commit is recorded before history() holds it
+    state_.history.erase(0);           // version 0 needs no record (the all-zero state)
+    source_->save(state_);
+    try {
+      write_state(state_file_, state_);
+    } catch (const Error& e) {
+      logger("run")->error("producer state not updated to version {}: {}", state_.version, e.what());
+    }
+    if (fault_ && fault_->at_commit && fault_->version == version) {
+      std::printf("producer: --fault %s@%llu:commit: %s this process after writing the state, before COMMIT\n",
+                  fault_->action.c_str(), static_cast<unsigned long long>(version),
+                  fault_->signal == SIGKILL ? "killing" : "stopping");
+      std::fflush(stdout);
+      std::raise(fault_->signal);
+    }
+  }
+
+  // Version 1, the full checkpoint; or, resumed, nothing sent: the members kept the committed
+  // version, and the bootstrap time of the run that created the chain stays the reference of the
+  // speedup column.
+  tree::RefitReport bootstrap_or_resume(const tree::StartReport& started) {
+    tree::RefitReport full;
+    if (resumed_) {
+      full.version = 1;
+      full.committed = true;
+      full.refit_seconds = resumed_->full_seconds;
+      state_.full_seconds = resumed_->full_seconds;
+      std::printf("producer: resumed at version %llu (step %llu) from %s; %s\n",
+                  static_cast<unsigned long long>(resumed_->version),
+                  static_cast<unsigned long long>(resumed_->trainer_step), state_file_.c_str(),
+                  start_summary(started).c_str());
+    } else {
+      sending_->store(1);
+      std::printf("producer: version 1 is %s\n", source_->describe_bootstrap().c_str());
+      full = producer_->bootstrap(source_->weights());
+      state_.full_seconds = full.refit_seconds;
+      std::printf(
+          "full checkpoint (version 1): %.1f MiB raw through the tree in %.3f s, verified by "
+          "%u/%u receivers%s\n",
+          mib(full.checkpoint_bytes), full.refit_seconds, full.verified_receivers, full.receivers,
+          repair_suffix(full).c_str());
+    }
+    std::fflush(stdout);
+    return full;
+  }
+
+  // One trainer step: its version refit through the tree, a progress line and a report entry.
+  // False when the version aborted.
+  bool refit_step(int step) {
+    sending_->store(producer_->version() + 1);
+    sending_step_ = static_cast<uint64_t>(step);
+    // A checkpoint whose __metadata__, index metadata, side files or shard split changed goes with
+    // its layout (the producer sends it only when it differs from the committed version's).
+    tree::RefitOptions refit_options;
+    refit_options.layout = source_->layout();
+    const codec::WeightsReader* reader = source_->reader();
+    tree::RefitReport r =
+        reader ? producer_->refit(*reader, refit_options) : producer_->refit(source_->weights(), refit_options);
+    const auto committed_at = std::chrono::steady_clock::now();
+
+    max_rss_anon_ = std::max(max_rss_anon_, rss_anon_bytes());
+    nlohmann::json entry = step_json(step, r, full_.refit_seconds);
+    // How this checkpoint was read: said by the branch that chose the refit, not by the config.
+    if (c_.trainer.kind == "watch") entry["read"] = reader ? "pread" : "map";
+    source_->describe(entry, committed_at);
+    steps_.push_back(entry);
+    if (entry.contains("checkpoint"))
+      logger("run")->info("version {} is checkpoint {} (its name appeared {:.3f} s before the commit)", r.version,
+                          entry["checkpoint"].get<std::string>(), entry["appeared_to_commit_seconds"].get<double>());
+    std::printf(
+        "step %d: version %llu  changed %.3f%%  payload %.2f MiB  refit %.3f s  "
+        "full %.3f s  speedup %.1fx  verified %u/%u%s%s\n",
+        step, static_cast<unsigned long long>(r.version),
+        100.0 * static_cast<double>(r.changes) / static_cast<double>(std::max<uint64_t>(1, r.elements)),
+        mib(r.frames_bytes), r.refit_seconds, full_.refit_seconds,
+        r.refit_seconds > 0 ? full_.refit_seconds / r.refit_seconds : 0.0, r.verified_receivers, r.receivers,
+        r.committed ? "" : "  ABORTED", repair_suffix(r).c_str());
+    std::fflush(stdout);
+    if (!r.committed) logger("run")->error("version {} aborted: {}", r.version, r.abort_reason);
+    return r.committed;
+  }
+
+  // The JSON report (--report, else output.metrics_file). ok: every version committed, each on
+  // every member live at its end.
+  void write_report(bool ok, const tree::StartReport& started) {
+    nlohmann::json full_json = {{"versions", full_.version},      {"payload_bytes", full_.frames_bytes},
+                                {"seconds", full_.refit_seconds}, {"committed", full_.committed},
+                                {"receivers", full_.receivers},   {"verified_receivers", full_.verified_receivers}};
+    tree::add_repair_json(full_json, full_);
+    if (resumed_) full_json["from_state"] = true;  // this process sent no bootstrap: the original run's time
+    nlohmann::json report = {{"ok", ok},
+                             {"topology", c_.topology},
+                             {"transport", c_.transport},
+                             {"receivers", members_.size()},
+                             {"params", source_->manifest().total_elements()},
+                             {"checkpoint_bytes", source_->manifest().total_bytes()},
+                             {"trainer_kind", c_.trainer.kind},
+                             {"rss_anon_after_bootstrap_bytes", rss_anon_after_bootstrap_},
+                             {"max_rss_anon_bytes", max_rss_anon_},
+                             {"chunk_bytes", c_.chunk_bytes},
+                             {"full", full_json},
+                             {"steps", steps_}};  // only the steps this process ran
+    if (resumed_) {
+      using Role = tree::MemberAtStart::Role;
+      report["resumed"] = {{"state_file", state_file_},
+                           {"version", resumed_->version},
+                           {"trainer_step", resumed_->trainer_step},
+                           {"live", started.count(Role::live)},
+                           {"catching_up", started.count(Role::catching_up)},
+                           {"refused", started.count(Role::refused)}};
+    }
+    report["version"] = producer_->version();
+    report["sha256"] = weights_sha256(source_->weights());
+    const std::string path = !o_.report_path.empty() ? o_.report_path : c_.output.metrics_file;
+    if (!path.empty()) write_json(path, report);
+  }
+
+  const config::Config& c_;
+  const tree::LaunchEnv& env_;
+  const RunOptions& o_;
+  const std::vector<config::MemberConfig> members_;
+  const std::string state_file_;
+  std::optional<ProducerState> resumed_;
+  std::optional<Fault> fault_;
+  std::unique_ptr<VersionSource> source_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<tree::Producer> producer_;
+  ProducerState state_;
+  std::shared_ptr<std::atomic<uint64_t>> sending_ = std::make_shared<std::atomic<uint64_t>>(0);  // --fault
+  uint64_t sending_step_ = 0;  // the trainer step of the version being sent
+  tree::RefitReport full_;
+  nlohmann::json steps_ = nlohmann::json::array();
+  uint64_t rss_anon_after_bootstrap_ = 0, max_rss_anon_ = 0;
+};
+
+}  // namespace
+
+void run_producer(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o) {
+  ProducerRun(c, env, o).run();
+}
+
+}  // namespace deltacast::tools

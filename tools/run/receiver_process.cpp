@@ -1,0 +1,165 @@
+#include "tools/run/receiver_process.h"
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tools/run/checkpoint_output.h"
+#include "tools/run/fault.h"
+#include "transport/transport.h"
+#include "tree/config_options.h"
+#include "tree/receiver.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace deltacast::tools {
+namespace {
+
+// A receiver's buffers and what they hold at start: version 0 (all zeros), or the version that
+// <output.checkpoint_dir>/latest holds (a restarted receiver rejoins from it by replaying deltas).
+struct Held {
+  uint64_t version = 0;
+  uint64_t digest = 0;
+  std::optional<codec::Manifest> manifest;  // the order the buffers were recorded in
+  std::vector<std::vector<std::byte>> buffers;
+};
+
+Held held_at_start(const std::string& checkpoint_dir, int rank) {
+  if (checkpoint_dir.empty()) return {};
+  try {
+    auto latest = load_latest(checkpoint_dir, std::max(1u, std::thread::hardware_concurrency()));
+    if (!latest) return {};
+    logger("run")->info("rank {}: {} holds version {} (digest {:016x}, verified); rejoining with it", rank,
+                        latest->path.string(), latest->version, latest->digest);
+    return Held{latest->version, latest->digest, std::move(latest->manifest), std::move(latest->buffers)};
+  } catch (const Error& e) {
+    logger("run")->warn("rank {}: cannot rejoin from {}/latest ({}); starting from version 0", rank, checkpoint_dir,
+                        e.what());
+    return {};
+  }
+}
+
+// Buffers for `manifest`: the held bits when they are that model (matched by name), else zeros.
+std::vector<std::vector<std::byte>> buffers_for(const codec::Manifest& manifest, Held& held) {
+  std::vector<std::vector<std::byte>> out;
+  for (size_t i = 0; i < manifest.size(); ++i) {
+    const auto& t = manifest.tensors()[i];
+    const auto j = held.manifest ? held.manifest->find(t.name) : std::nullopt;
+    if (j && held.manifest->at(*j).dtype == t.dtype && held.manifest->at(*j).shape == t.shape)
+      out.push_back(std::move(held.buffers[*j]));
+    else
+      out.emplace_back(t.nbytes());
+  }
+  return out;
+}
+
+// The receiver's options from the config and the launcher; the --fault, if any, installed.
+tree::ReceiverOptions receiver_options(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o,
+                                       bool gated) {
+  const auto members = config::member_list(c);
+  const auto& me = members.at(static_cast<size_t>(env.member_rank()));
+  tree::ReceiverOptions options = tree::receiver_options_from(c);
+  options.rank = static_cast<uint32_t>(env.rank);
+  options.producer_url = env.require_rendezvous();
+  options.listen_url = me.url;
+  options.cluster = me.cluster;
+  options.gated = gated;
+  if (!o.fault.empty()) {
+    const Fault f = parse_fault(o.fault);
+    if (f.at_commit) throw Error(Errc::invalid_argument, "--fault " + o.fault + ": ':commit' is a producer fault");
+    install_fault(options, f, env.rank);
+  }
+  return options;
+}
+
+// Joins with what `held` holds. When the producer does not continue from it (another run, another
+// model), starts over from version 0 as a new member (`held` is reset; latest is replaced once the
+// bootstrap is written). Returns the producer's manifest, owned by `receiver`.
+const codec::Manifest& join_with(std::unique_ptr<tree::Receiver>& receiver, transport::Transport& transport,
+                                 const tree::ReceiverOptions& options, Held& held, const std::string& checkpoint_dir) {
+  receiver = std::make_unique<tree::Receiver>(transport, options);
+  try {
+    const codec::Manifest& manifest = receiver->join(held.version, held.digest);
+    if (held.manifest && held.manifest->digest() != manifest.digest())
+      throw Error(Errc::version_mismatch, "it holds another model than the producer's (or in another order)");
+    return manifest;
+  } catch (const Error& e) {
+    if (held.version == 0 || (e.code() != Errc::verify_failed && e.code() != Errc::version_mismatch)) throw;
+    logger("run")->warn("rank {}: the producer refused version {} from {}/latest: {}; rejoining from version 0",
+                        options.rank, held.version, checkpoint_dir, e.what());
+    held = Held{};
+    receiver.reset();
+    receiver = std::make_unique<tree::Receiver>(transport, options);
+    return receiver->join();
+  }
+}
+
+// --summary: what the tests and the chaos harness compare across ranks.
+void write_summary(const std::string& path, int rank, const tree::RunSummary& summary,
+                   const codec::ConstWeights& weights, uint64_t started_at, const CheckpointDirWriter* writer) {
+  nlohmann::json s = {{"rank", rank},
+                      {"version", summary.version},
+                      {"sha256", weights_sha256(weights)},
+                      {"started_at_version", started_at},
+                      {"frames_received", summary.stats.frames_received},
+                      {"frames_forwarded", summary.stats.frames_forwarded},
+                      {"versions_committed", summary.stats.versions_committed},
+                      {"versions_aborted", summary.stats.versions_aborted}};
+  if (writer) {
+    const auto w = writer->stats();
+    s["checkpoint_dir"] = {{"latest", w.latest}, {"written", w.written}, {"skipped", w.skipped}, {"failed", w.failed}};
+  }
+  write_json(path, s);
+}
+
+}  // namespace
+
+void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o) {
+  auto log = logger("run");
+  auto transport = transport::make_transport(c.transport, tree::member_transport_options(c, env.member_rank()));
+  const std::string checkpoint_dir = config::checkpoint_dir_for_rank(c.output.checkpoint_dir, env.rank);
+  // Writing checkpoints: refits queue behind the apply gate, the writer thread applies them
+  // between writes (tools/run/checkpoint_output.h), so the tree never waits for the disk.
+  tree::ReceiverOptions options = receiver_options(c, env, o, /*gated=*/!checkpoint_dir.empty());
+  std::unique_ptr<tree::Receiver> receiver;  // declared first: the writer (which reads it) goes first
+  std::unique_ptr<CheckpointDirWriter> writer;
+  // Set once the writer exists (on_active runs only inside run(), on the receiver's control thread,
+  // where layout() is the version's own).
+  auto announce = std::make_shared<std::atomic<CheckpointDirWriter*>>(nullptr);
+  options.on_active = [announce, &receiver](uint64_t version) {
+    if (auto* w = announce->load()) w->committed(version, receiver->layout());
+  };
+  Held held = held_at_start(checkpoint_dir, env.rank);
+  const codec::Manifest* manifest = &join_with(receiver, *transport, options, held, checkpoint_dir);
+  std::vector<std::vector<std::byte>> buffers = buffers_for(*manifest, held);
+  codec::MutableWeights weights{manifest, {}};
+  for (auto& b : buffers) weights.tensors.emplace_back(b.data(), b.size());
+  receiver->attach(weights, held.version);
+  if (!checkpoint_dir.empty())
+    writer = std::make_unique<CheckpointDirWriter>(
+        CheckpointDirWriter::Options{checkpoint_dir, c.output.keep, o.slow_disk_bytes_per_second,
+                                     std::max(1u, std::thread::hardware_concurrency())},
+        *receiver, weights.as_const(), held.version);
+  announce->store(writer.get());
+  tree::RunSummary summary = receiver->run();
+  // Everything committed reaches the buffers (and, with a checkpoint_dir, the disk) before the
+  // summary reads them.
+  announce->store(nullptr);
+  const uint64_t written = writer ? writer->finish() : 0;
+  receiver->apply_pending();
+  log->info("rank {}: active version {} (digest {:016x}), {} frames received, {} forwarded, {} committed, {} aborted{}",
+            env.rank, summary.version, summary.digest, summary.stats.frames_received, summary.stats.frames_forwarded,
+            summary.stats.versions_committed, summary.stats.versions_aborted,
+            writer ? ", " + checkpoint_dir + "/latest = version " + std::to_string(written) : "");
+  if (!o.summary_path.empty())
+    write_summary(o.summary_path, env.rank, summary, weights.as_const(), held.version, writer.get());
+  if (summary.stats.versions_aborted > 0 || (summary.stats.versions_committed == 0 && held.version == 0))
+    throw Error(Errc::verify_failed, "rank " + std::to_string(env.rank) + ": " +
+                                         std::to_string(summary.stats.versions_aborted) + " versions aborted");
+}
+
+}  // namespace deltacast::tools
