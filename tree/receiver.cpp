@@ -81,63 +81,11 @@ void Receiver::Impl::take_welcome(Welcome w, uint64_t e) {
   auto m = Membership::from_welcome(parse_topology_kind(w.topology), e, w.members, w.forest);
   auto announced = std::make_shared<const CheckpointLayout>(std::move(w.layout));
   w.layout = {};
+  // A (new) producer: nothing of what an earlier one announced stands.
+  layouts.restart(std::move(announced), w.committed_version, session ? session->version() : held_version);
   std::lock_guard lock(control_mutex);
   membership.emplace(std::move(m));
-  {
-    // A (new) producer: nothing of what an earlier one announced stands. The layout is the
-    // committed version's: this member's at once when it holds that version (or has none yet),
-    // else once it caught up to it.
-    std::lock_guard layouts(layout_mutex);
-    pending_layouts.clear();
-    parked_ack.reset();
-    const uint64_t held = session ? session->version() : held_version;
-    if (!layout || held == w.committed_version)
-      layout = std::move(announced);
-    else
-      pending_layouts[w.committed_version] = PendingLayout{0, std::move(announced)};
-  }
   welcome = std::move(w);
-}
-
-bool Receiver::Impl::ack_may_leave(const Ack& ack) {
-  std::lock_guard lock(layout_mutex);
-  if (!session->awaits_layout(ack.attempt)) return true;
-  for (const auto& [version, pending] : pending_layouts)
-    if (pending.attempt == ack.attempt) return true;
-  parked_ack = ack;
-  log->info("{}: version {} verified; its ACK waits for the version's LAYOUT", who(), ack.version);
-  return false;
-}
-
-std::optional<Ack> Receiver::Impl::take_layout(const LayoutUpdate& update) {
-  try {
-    check_layout(update.layout, manifest->size());
-  } catch (const Error& e) {
-    throw Error(Errc::corrupt_frame,
-                "the producer's LAYOUT of version " + std::to_string(update.version) + ": " + e.what());
-  }
-  if (update.attempt != 0 && update.attempt <= session->attempt_floor()) return std::nullopt;  // ended here
-  std::lock_guard lock(layout_mutex);
-  pending_layouts[update.version] =
-      PendingLayout{update.attempt, std::make_shared<const CheckpointLayout>(update.layout)};
-  if (!parked_ack || parked_ack->attempt != update.attempt) return std::nullopt;
-  std::optional<Ack> released = parked_ack;
-  parked_ack.reset();
-  return released;
-}
-
-void Receiver::Impl::adopt_layout(uint64_t version) {
-  std::lock_guard lock(layout_mutex);
-  const auto after = pending_layouts.upper_bound(version);
-  if (after != pending_layouts.begin()) layout = std::prev(after)->second.layout;
-  pending_layouts.erase(pending_layouts.begin(), after);
-}
-
-void Receiver::Impl::forget_layouts(uint64_t attempt) {
-  std::lock_guard lock(layout_mutex);
-  std::erase_if(pending_layouts,
-                [&](const auto& entry) { return entry.second.attempt != 0 && entry.second.attempt <= attempt; });
-  if (parked_ack && parked_ack->attempt <= attempt) parked_ack.reset();
 }
 
 Message Receiver::Impl::recv_control(std::chrono::milliseconds timeout, std::span<std::byte> buffer,
@@ -177,7 +125,8 @@ bool Receiver::Impl::catch_up() {
       continue;
     }
     if (auto* update = std::get_if<LayoutUpdate>(&message)) {
-      take_layout(*update);  // a committed version's (attempt 0): taken once this member reaches it
+      // A committed version's (attempt 0): taken once this member reaches it.
+      layouts.take(*update, manifest->size(), session->attempt_floor());
       continue;
     }
     if (std::holds_alternative<Bye>(message)) return false;
@@ -324,8 +273,7 @@ Receiver::~Receiver() {
 
 std::shared_ptr<const CheckpointLayout> Receiver::layout() const {
   if (!impl_->manifest) throw Error(Errc::state, "layout() before join()");
-  std::lock_guard lock(impl_->layout_mutex);
-  return impl_->layout;
+  return impl_->layouts.current();
 }
 
 std::string Receiver::listen_url() const { return impl_->listener->local_url().str(); }

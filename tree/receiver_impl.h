@@ -23,6 +23,7 @@
 #include "tree/membership.h"
 #include "tree/protocol.h"
 #include "tree/receiver.h"
+#include "tree/receiver/layout_tracker.h"
 #include "tree/relay_edges.h"
 #include "tree/relay_link.h"
 #include "tree/session.h"
@@ -101,30 +102,7 @@ struct Receiver::Impl {
   uint64_t held_version = 0, held_digest = 0;  // what join() was told the host holds
   FetchEnd snapshot_end;                       // the last snapshot's version and digest
 
-  // ---- checkpoint layouts (docs/protocol.md, "Checkpoint layouts") ----
-  // `layout` is the committed version's; a LAYOUT for a version not committed here waits in
-  // `pending_layouts` (by version; attempt 0: a committed version's, for a catch-up) and becomes
-  // `layout` when that version commits here. An ACK of an attempt whose data announced a LAYOUT not
-  // held yet waits in `parked_ack` (relay threads park it, the control thread releases it).
-  struct PendingLayout {
-    uint64_t attempt = 0;
-    std::shared_ptr<const CheckpointLayout> layout;
-  };
-  mutable std::mutex layout_mutex;  // the three below
-  std::shared_ptr<const CheckpointLayout> layout;
-  std::map<uint64_t, PendingLayout> pending_layouts;
-  std::optional<Ack> parked_ack;
-  // Relay threads, before an ACK leaves: false when it must wait for its LAYOUT (it is parked).
-  bool ack_may_leave(const Ack& ack);
-  // Control thread: a LAYOUT from the producer. Throws Error(corrupt_frame) when it does not fit
-  // the manifest. Returns the parked ACK it releases, if any.
-  std::optional<Ack> take_layout(const LayoutUpdate& update);
-  // The member now holds committed version `version`: the pending layout of that version (or of the
-  // newest version at or below it, after a catch-up) becomes `layout`; older entries go.
-  void adopt_layout(uint64_t version);
-  // An attempt ended without committing here (ABORT), or everything in flight was dropped
-  // (attempt = max): its pending layout and parked ACK go.
-  void forget_layouts(uint64_t attempt);
+  LayoutTracker layouts;             // the held version's checkpoint layout, LAYOUTs ahead of it, a parked ACK
   std::atomic<bool> leaving{false};  // stop(): run() returns instead of rejoining
 
   // ---- the control thread while serving (tree/receiver_serve.cpp) ----

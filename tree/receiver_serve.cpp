@@ -23,7 +23,11 @@ void Receiver::Impl::start_edges() {
   callbacks.to_producer = [this](const Message& m) {
     // An ACK of a version whose LAYOUT has not come yet waits for it (the control thread sends it
     // then): no member acks, so nobody commits, a version it could not write as the trainer did.
-    if (auto* ack = std::get_if<Ack>(&m); ack && !ack_may_leave(*ack)) return;
+    if (auto* ack = std::get_if<Ack>(&m);
+        ack && !layouts.ack_may_leave(*ack, [this](uint64_t attempt) { return session->awaits_layout(attempt); })) {
+      log->info("{}: version {} verified; its ACK waits for the version's LAYOUT", who(), ack->version);
+      return;
+    }
     if (!std::holds_alternative<Ack>(m) && !std::holds_alternative<Nack>(m)) return send_to_producer(m);
     // An ACK or NACK may be owed to a commit delegate too: the control thread decides, after the
     // producer was sent it (also when that send failed), so a delegate never commits on an answer
@@ -116,7 +120,7 @@ Message Receiver::Impl::commit_here(const Commit& commit, const std::function<vo
   });
   if (edges) edges->prepare_next_version();
   if (session->version() == commit.version && before != commit.version) {
-    adopt_layout(commit.version);  // before the host hears of the version (on_active)
+    layouts.adopt(commit.version);  // before the host hears of the version (on_active)
     ++versions_committed;
     active_version->store(commit.version);
     if (options.on_active) options.on_active(commit.version);
@@ -193,7 +197,7 @@ std::optional<Ending> Receiver::Impl::handle_producer(const ControlEvent& event)
   } else if (auto* abort = std::get_if<Abort>(&message)) {
     Message reply = session->abort(*abort);
     store->end_attempt(abort->attempt, false);
-    forget_layouts(abort->attempt);  // the committed version's layout stays
+    layouts.forget(abort->attempt);  // the committed version's layout stays
     ++versions_aborted;
     log->info("{}: version {} aborted ({}), back at version {}", who(), abort->version, abort->reason,
               session->version());
@@ -205,7 +209,7 @@ std::optional<Ending> Receiver::Impl::handle_producer(const ControlEvent& event)
   } else if (auto* d = std::get_if<Delegate>(&message)) {
     delegation->delegate(*d);
   } else if (auto* layout_update = std::get_if<LayoutUpdate>(&message)) {
-    if (auto ack = take_layout(*layout_update)) {
+    if (auto ack = layouts.take(*layout_update, manifest->size(), session->attempt_floor())) {
       log->info("{}: LAYOUT of version {} received; its ACK goes", who(), layout_update->version);
       send_to_producer(*ack);
       if (delegation) delegation->own_answer(*ack);
@@ -307,7 +311,7 @@ Ending Receiver::Impl::serve() {
     if (!catch_up()) return Ending::bye;
     // Caught up (a snapshot and/or replayed versions): the host holds a committed version now.
     const uint64_t held = session->version();
-    adopt_layout(held);
+    layouts.adopt(held);
     if (held > active_version->load()) {
       active_version->store(held);
       if (options.on_active) options.on_active(held);
