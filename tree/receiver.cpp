@@ -2,182 +2,70 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
-#include <random>
-#include <thread>
 #include <vector>
 
 #include "codec/frame.h"
-#include "tree/connect_retry.h"
-#include "tree/frame_store.h"
 #include "tree/membership.h"
 #include "tree/protocol.h"
 #include "tree/receiver_impl.h"
-#include "tree/relay_edges.h"
 #include "tree/relay_link.h"
 #include "tree/secure_start.h"
 #include "tree/session.h"
-#include "util/log.h"
 
 namespace deltacast::tree {
-namespace {
 
-uint64_t random_instance() {
-  std::random_device seed;
-  return (static_cast<uint64_t>(seed()) << 32) ^ seed() ^
-         static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-}
+Receiver::Impl::Impl(transport::Transport& t, ReceiverOptions o, std::atomic<uint64_t>& active)
+    : transport(t),
+      options(std::move(o)),
+      producer(transport, options),
+      versions(active, options.on_active, options.on_aborted) {}
 
-}  // namespace
-
-Receiver::Impl::Impl(transport::Transport& t, ReceiverOptions o)
-    : transport(t), options(std::move(o)), instance(random_instance()) {}
-
-// Connects to the producer (retrying for `patience`), says HELLO with what this member holds, and
-// takes its WELCOME. Throws Error(connection | timeout) when the producer stays unreachable or
-// silent, and the producer's refusal as an Error.
+// Says HELLO with what this member holds, and takes the producer's WELCOME. Throws
+// Error(connection | timeout) when the producer stays unreachable or silent, and the producer's
+// refusal as an Error.
 void Receiver::Impl::hello(std::chrono::milliseconds patience, bool rejoin) {
-  const auto start = std::chrono::steady_clock::now();
-  ConnectRetry retry;
-  retry.attempt_timeout = options.connect_timeout;
-  retry.give_up_after = patience;
-  retry.who = who();
-  std::shared_ptr<transport::Connection> link =
-      connect_with_retry(transport, transport::Url::parse(options.producer_url), retry);
-  Hello h{options.rank, listener->local_url().str(), options.cluster, held_version, held_digest, 0, instance};
-  if (session) {
-    h.held_version = session->version();
-    h.held_digest = session->digest();
-    h.attempt_floor = session->attempt_floor();
-  }
-  send_control(*link, h, kControlSendTimeout);
-  auto welcome_wait = options.join_timeout;
-  if (rejoin) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(patience - (std::chrono::steady_clock::now() - start));
-    welcome_wait = std::min(welcome_wait, std::max(left, options.peer_timeout));
-  }
-  auto bytes = recv_message(*link, kWelcomeBufferBytes, welcome_wait);
-  const uint64_t e = message_header(bytes).epoch;
-  auto message = decode_message(bytes);
-  if (auto* refused = std::get_if<Refused>(&message))
-    throw Error(static_cast<Errc>(refused->errc), "the producer refused " + who() + ": " + refused->message);
-  auto* w = std::get_if<Welcome>(&message);
-  if (!w) throw Error(Errc::corrupt_frame, "the producer's first message is not WELCOME");
-  {
-    std::lock_guard lock(control_mutex);
-    control = std::move(link);
-  }
-  take_welcome(std::move(*w), e);
+  const HeldWeights::Held h = held.held();
+  auto [welcome, epoch] =
+      producer.hello(Hello{options.rank, relay.listen_url(), options.cluster, h.version, h.digest, h.attempt_floor, 0},
+                     patience, rejoin);
+  take_welcome(std::move(welcome), epoch);
 }
 
 void Receiver::Impl::take_welcome(Welcome w, uint64_t e) {
   if (options.rank >= w.members.size())
     throw Error(Errc::invalid_argument, who() + " is not in the producer's membership of " +
                                             std::to_string(w.members.size() - 1) + " receivers");
+  const codec::Manifest* manifest = held.manifest();
   if (manifest && manifest->digest() != codec::Manifest(w.tensors).digest())
     throw Error(Errc::version_mismatch, "the producer's manifest differs from the one this member holds");
   check_layout(w.layout, w.tensors.size());
   auto m = Membership::from_welcome(parse_topology_kind(w.topology), e, w.members, w.forest);
   auto announced = std::make_shared<const CheckpointLayout>(std::move(w.layout));
   w.layout = {};
-  std::lock_guard lock(control_mutex);
-  membership.emplace(std::move(m));
-  {
-    // A (new) producer: nothing of what an earlier one announced stands. The layout is the
-    // committed version's: this member's at once when it holds that version (or has none yet),
-    // else once it caught up to it.
-    std::lock_guard layouts(layout_mutex);
-    pending_layouts.clear();
-    parked_ack.reset();
-    const uint64_t held = session ? session->version() : held_version;
-    if (!layout || held == w.committed_version)
-      layout = std::move(announced);
-    else
-      pending_layouts[w.committed_version] = PendingLayout{0, std::move(announced)};
-  }
-  welcome = std::move(w);
-}
-
-bool Receiver::Impl::ack_may_leave(const Ack& ack) {
-  std::lock_guard lock(layout_mutex);
-  if (!session->awaits_layout(ack.attempt)) return true;
-  for (const auto& [version, pending] : pending_layouts)
-    if (pending.attempt == ack.attempt) return true;
-  parked_ack = ack;
-  log->info("{}: version {} verified; its ACK waits for the version's LAYOUT", who(), ack.version);
-  return false;
-}
-
-std::optional<Ack> Receiver::Impl::take_layout(const LayoutUpdate& update) {
-  try {
-    check_layout(update.layout, manifest->size());
-  } catch (const Error& e) {
-    throw Error(Errc::corrupt_frame,
-                "the producer's LAYOUT of version " + std::to_string(update.version) + ": " + e.what());
-  }
-  if (update.attempt != 0 && update.attempt <= session->attempt_floor()) return std::nullopt;  // ended here
-  std::lock_guard lock(layout_mutex);
-  pending_layouts[update.version] =
-      PendingLayout{update.attempt, std::make_shared<const CheckpointLayout>(update.layout)};
-  if (!parked_ack || parked_ack->attempt != update.attempt) return std::nullopt;
-  std::optional<Ack> released = parked_ack;
-  parked_ack.reset();
-  return released;
-}
-
-void Receiver::Impl::adopt_layout(uint64_t version) {
-  std::lock_guard lock(layout_mutex);
-  const auto after = pending_layouts.upper_bound(version);
-  if (after != pending_layouts.begin()) layout = std::prev(after)->second.layout;
-  pending_layouts.erase(pending_layouts.begin(), after);
-}
-
-void Receiver::Impl::forget_layouts(uint64_t attempt) {
-  std::lock_guard lock(layout_mutex);
-  std::erase_if(pending_layouts,
-                [&](const auto& entry) { return entry.second.attempt != 0 && entry.second.attempt <= attempt; });
-  if (parked_ack && parked_ack->attempt <= attempt) parked_ack.reset();
-}
-
-Message Receiver::Impl::recv_control(std::chrono::milliseconds timeout, std::span<std::byte> buffer,
-                                     uint64_t* epoch_out) {
-  std::shared_ptr<transport::Connection> link;
-  {
-    std::lock_guard lock(control_mutex);
-    link = control;
-  }
-  auto request = link->post_recv(buffer);
-  Status status = request->wait(timeout);
-  if (status.code == Errc::timeout) {
-    cancel_and_wait(*request);
-    if (!request->status().ok())
-      throw Error(Errc::timeout, "no word from the producer for " + std::to_string(timeout.count()) + " ms");
-    status = request->status();
-  }
-  if (!status.ok()) throw Error(Errc::connection, "link to the producer failed: " + status.message);
-  std::span<const std::byte> bytes(buffer.data(), request->bytes());
-  if (epoch_out) *epoch_out = message_header(bytes).epoch;
-  return decode_message(bytes);
+  // A (new) producer: nothing of what an earlier one announced stands.
+  layouts.restart(std::move(announced), w.committed_version, held.held().version);
+  producer.take(std::move(w), std::move(m));
 }
 
 // A member the producer does not count live yet (a rejoin, or a member whose version is behind):
 // reaches the producer's committed version as CATCHUP says, says READY, and waits until an EPOCH
 // admits it. Returns false on BYE.
 bool Receiver::Impl::catch_up() {
+  Session& session = *held.session();
   // As large as a WELCOME: a LAYOUT may come (uninitialised: only what a message fills is paid).
   const auto storage = std::make_unique_for_overwrite<std::byte[]>(kWelcomeBufferBytes);
   const std::span<std::byte> buffer(storage.get(), kWelcomeBufferBytes);
   for (;;) {
     uint64_t e = 0;
-    auto message = recv_control(options.idle_timeout, buffer, &e);
+    auto message = producer.recv(options.idle_timeout, buffer, &e);
     if (auto* update = std::get_if<EpochUpdate>(&message)) {
       on_epoch(*update, e);
-      if (membership->live(options.rank)) return true;
+      if (producer.membership().live(options.rank)) return true;
       continue;
     }
     if (auto* update = std::get_if<LayoutUpdate>(&message)) {
-      take_layout(*update);  // a committed version's (attempt 0): taken once this member reaches it
+      // A committed version's (attempt 0): taken once this member reaches it.
+      layouts.take(*update, held.manifest()->size(), session.attempt_floor());
       continue;
     }
     if (std::holds_alternative<Bye>(message)) return false;
@@ -201,21 +89,22 @@ bool Receiver::Impl::catch_up() {
         if (!fetch_snapshot(source)) continue;
         have_snapshot = true;
       }
-      done = session->version() >= plan->version || (!from_producer && fetch_replay(source, plan->version));
+      done = session.version() >= plan->version || (!from_producer && fetch_replay(source, plan->version));
     }
-    if (!done) log->warn("{}: no peer could bring version {} to {}", who(), session->version(), plan->version);
-    log->info("{}: caught up to version {} (digest {:016x})", who(), session->version(), session->digest());
-    send_to_producer(Ready{options.rank, session->version(), session->digest()});
+    if (!done) log->warn("{}: no peer could bring version {} to {}", who(), session.version(), plan->version);
+    log->info("{}: caught up to version {} (digest {:016x})", who(), session.version(), session.digest());
+    producer.send(Ready{options.rank, session.version(), session.digest()});
   }
 }
 
 // Opens a FETCH link to `source` and hands each message to `handle(bytes, link)` until FETCH_END,
-// which must report success. Throws Error (the link's, the peer's, or a silence of peer_timeout).
+// which must report success; returns it. Throws Error (the link's, the peer's, or a silence of
+// peer_timeout).
 template <class Handle>
-void Receiver::Impl::fetch(const Member& source, const Fetch& request, Handle&& handle) {
+FetchEnd Receiver::Impl::fetch(const Member& source, const Fetch& request, Handle&& handle) {
   auto link = transport.connect(transport::Url::parse(source.url), options.connect_timeout);
   send_control(*link, request, kControlSendTimeout);
-  std::vector<std::byte> buffer(welcome.max_message_bytes);
+  std::vector<std::byte> buffer(producer.welcome().max_message_bytes);
   auto receive = [&](std::span<std::byte> into) {
     auto r = link->post_recv(into);
     Status status = r->wait(options.peer_timeout);
@@ -234,10 +123,7 @@ void Receiver::Impl::fetch(const Member& source, const Fetch& request, Handle&& 
     auto* end = std::get_if<FetchEnd>(&message);
     if (!end) throw Error(Errc::corrupt_frame, "unexpected message on a fetch link");
     if (end->errc != 0) throw Error(static_cast<Errc>(end->errc), end->message);
-    if (request.mode == CatchupMode::snapshot) {
-      snapshot_end = *end;
-    }
-    return;
+    return *end;
   }
 }
 
@@ -245,18 +131,19 @@ void Receiver::Impl::fetch(const Member& source, const Fetch& request, Handle&& 
 // verified by its seal. Returns false when that peer could not serve them (the bits stay at the
 // last whole version).
 bool Receiver::Impl::fetch_replay(const Member& source, uint64_t version) {
-  const uint64_t from = session->version();
+  Session& session = *held.session();
+  const uint64_t from = session.version();
   try {
     fetch(source, Fetch{options.rank, CatchupMode::replay, from, version}, [&](std::span<const std::byte> bytes, auto&) {
       if (message_type(bytes) != MessageType::frame) return false;
-      session->replay_frame(codec::parse_frame(frame_payload(bytes)));
+      session.replay_frame(codec::parse_frame(frame_payload(bytes)));
       return true;
     });
-    if (session->version() != version)
-      throw Error(Errc::state, "the replay ended at version " + std::to_string(session->version()));
+    if (session.version() != version)
+      throw Error(Errc::state, "the replay ended at version " + std::to_string(session.version()));
     return true;
   } catch (const Error& e) {
-    session->abandon_replay();
+    session.abandon_replay();
     log->warn("{}: replay of versions {}..{} from rank {} failed: {}", who(), from + 1, version, source.rank,
               e.what());
     return false;
@@ -268,119 +155,113 @@ bool Receiver::Impl::fetch_replay(const Member& source, uint64_t version) {
 // peer announced; later replays check it again against the producer's frames. A snapshot that
 // breaks off leaves the buffers zeroed at version 0, a state that is true. Returns false then.
 bool Receiver::Impl::fetch_snapshot(const Member& source) {
-  std::lock_guard weights_lock(weights_mutex);  // no reattach while pieces land
+  const auto buffers_lock = held.lock_buffers();  // no reattach while pieces land
+  codec::MutableWeights& weights = held.buffers();
+  const codec::Manifest& manifest = *held.manifest();
+  Session& session = *held.session();
   std::vector<bool> have;
   try {
-    fetch(source, Fetch{options.rank, CatchupMode::snapshot, 0, 0}, [&](std::span<const std::byte> bytes, auto& receive) {
-      if (message_type(bytes) != MessageType::raw) return false;
-      const RawChunkHeader h = decode_raw_message(bytes);
-      if (h.chunk_count > max_raw_chunk_count(*manifest))
-        throw Error(Errc::corrupt_frame, "snapshot: raw chunk count " + std::to_string(h.chunk_count) +
-                                             " is more pieces than the checkpoint has elements");
-      if (have.empty()) have.assign(h.chunk_count, false);
-      bool inside = h.tensor < manifest->size() && h.chunk_count == have.size() && h.chunk_index < have.size();
-      if (inside) {
-        const auto& info = manifest->at(h.tensor);
-        const uint64_t w = codec::dtype_size(info.dtype);
-        inside = h.byte_offset % w == 0 && h.byte_count % w == 0 && h.byte_offset <= info.nbytes() &&
-                 h.byte_count <= info.nbytes() - h.byte_offset;
-      }
-      if (!inside) throw Error(Errc::corrupt_frame, "a snapshot piece lies outside its tensor");
-      auto into = weights.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
-      if (receive(into) != h.byte_count) throw Error(Errc::corrupt_frame, "a snapshot piece is shorter than announced");
-      have[h.chunk_index] = true;
-      return true;
-    });
+    const FetchEnd end = fetch(
+        source, Fetch{options.rank, CatchupMode::snapshot, 0, 0}, [&](std::span<const std::byte> bytes, auto& receive) {
+          if (message_type(bytes) != MessageType::raw) return false;
+          const RawChunkHeader h = decode_raw_message(bytes);
+          if (h.chunk_count > max_raw_chunk_count(manifest))
+            throw Error(Errc::corrupt_frame, "snapshot: raw chunk count " + std::to_string(h.chunk_count) +
+                                                 " is more pieces than the checkpoint has elements");
+          if (have.empty()) have.assign(h.chunk_count, false);
+          bool inside = h.tensor < manifest.size() && h.chunk_count == have.size() && h.chunk_index < have.size();
+          if (inside) {
+            const auto& info = manifest.at(h.tensor);
+            const uint64_t w = codec::dtype_size(info.dtype);
+            inside = h.byte_offset % w == 0 && h.byte_count % w == 0 && h.byte_offset <= info.nbytes() &&
+                     h.byte_count <= info.nbytes() - h.byte_offset;
+          }
+          if (!inside) throw Error(Errc::corrupt_frame, "a snapshot piece lies outside its tensor");
+          auto into = weights.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
+          if (receive(into) != h.byte_count)
+            throw Error(Errc::corrupt_frame, "a snapshot piece is shorter than announced");
+          have[h.chunk_index] = true;
+          return true;
+        });
     if (have.empty() || std::count(have.begin(), have.end(), false) != 0)
       throw Error(Errc::corrupt_frame, "the snapshot misses pieces");
     auto digest = codec::StateDigest::full_scan(weights.as_const(), 1);
-    if (digest.combined() != snapshot_end.digest)
-      throw Error(Errc::verify_failed, "the snapshot's bits do not match the digest rank " + std::to_string(source.rank) +
-                                           " announced for version " + std::to_string(snapshot_end.version));
-    session->install(snapshot_end.version, std::move(digest));
-    log->info("{}: took a snapshot of version {} from rank {}", who(), snapshot_end.version, source.rank);
+    if (digest.combined() != end.digest)
+      throw Error(Errc::verify_failed, "the snapshot's bits do not match the digest rank " +
+                                           std::to_string(source.rank) + " announced for version " +
+                                           std::to_string(end.version));
+    session.install(end.version, std::move(digest));
+    log->info("{}: took a snapshot of version {} from rank {}", who(), end.version, source.rank);
     return true;
   } catch (const Error& e) {
     log->warn("{}: snapshot from rank {} failed: {}", who(), source.rank, e.what());
     if (!have.empty()) {
       for (auto& t : weights.tensors) std::memset(t.data(), 0, t.size());
-      session->install(0, codec::StateDigest::full_scan(weights.as_const(), 1));
+      session.install(0, codec::StateDigest::full_scan(weights.as_const(), 1));
     }
     return false;
   }
 }
 
 Receiver::Receiver(transport::Transport& transport, ReceiverOptions options)
-    : impl_(std::make_unique<Impl>(transport, std::move(options))) {
+    : impl_(std::make_unique<Impl>(transport, std::move(options), active_version_)) {
   const auto& o = impl_->options;
   require_authenticated(transport, {o.listen_url, o.producer_url}, o.allow_insecure, "rank " + std::to_string(o.rank));
-  impl_->listener = transport.listen(transport::Url::parse(impl_->options.listen_url));
-  impl_->active_version = &active_version_;
+  impl_->relay.listen(transport, transport::Url::parse(o.listen_url));
 }
 
-Receiver::~Receiver() {
-  if (impl_->edges) impl_->edges->stop();
-}
+Receiver::~Receiver() { impl_->relay.stop(); }
 
 std::shared_ptr<const CheckpointLayout> Receiver::layout() const {
-  if (!impl_->manifest) throw Error(Errc::state, "layout() before join()");
-  std::lock_guard lock(impl_->layout_mutex);
-  return impl_->layout;
+  if (!impl_->held.manifest()) throw Error(Errc::state, "layout() before join()");
+  return impl_->layouts.current();
 }
 
-std::string Receiver::listen_url() const { return impl_->listener->local_url().str(); }
+std::string Receiver::listen_url() const { return impl_->relay.listen_url(); }
 
 const codec::Manifest& Receiver::join(uint64_t held_version, uint64_t held_digest) {
   auto& d = *impl_;
   if (d.options.rank == 0) throw Error(Errc::invalid_argument, "receiver rank must be >= 1");
-  d.held_version = held_version;
-  d.held_digest = held_digest;
+  d.held.host_holds(held_version, held_digest);
   d.hello(d.options.join_timeout, false);
-  d.manifest.emplace(d.welcome.tensors);
-  return *d.manifest;
+  return d.held.set_manifest(codec::Manifest(d.producer.welcome().tensors));
 }
 
 void Receiver::attach(codec::MutableWeights weights, uint64_t version,
                       std::optional<codec::StateDigest> digest) {
   auto& d = *impl_;
-  if (!d.manifest) throw Error(Errc::state, "Receiver::attach before join()");
-  weights.manifest = &*d.manifest;
+  if (!d.held.manifest()) throw Error(Errc::state, "Receiver::attach before join()");
+  weights.manifest = d.held.manifest();
   codec::check_weights(weights.as_const());
   if (!digest) digest = codec::StateDigest::full_scan(weights.as_const());
-  d.weights = weights;
-  d.session =
-      std::make_unique<Session>(*d.manifest, weights, version, std::move(*digest), d.options.rank, d.options.gated);
-  d.store = std::make_unique<FrameStore>(d.options.retain_bytes, d.options.retain_versions);
+  d.held.attach(std::move(weights), version, std::move(*digest), d.options);
   active_version_ = version;
 }
 
 RunSummary Receiver::run() {
   auto& d = *impl_;
-  if (!d.session) throw Error(Errc::state, "Receiver::run before attach()");
+  Session* session = d.held.session();
+  if (!session) throw Error(Errc::state, "Receiver::run before attach()");
   for (;;) {
     Ending ending;
     try {
       ending = d.serve();
     } catch (...) {
-      d.stop_edges();
+      d.relay.stop();
       throw;
     }
-    d.stop_edges();
+    d.relay.stop();
     if (ending == Ending::bye) break;
-    if (d.leaving) {
-      d.session->drop_in_flight();
+    if (d.producer.leaving()) {
+      session->drop_in_flight();
       break;
     }
     // The producer is gone (or fenced us): what was in flight is rolled back, the committed
     // version stays, and this member tries to rejoin (a restarted producer, or the same one).
-    d.session->drop_in_flight();
-    {
-      std::lock_guard lock(d.control_mutex);
-      if (d.control) d.control->close();
-      d.control.reset();
-    }
+    session->drop_in_flight();
+    d.producer.drop();
     d.log->warn("{}: {}; keeping version {} and trying to rejoin for up to {} s", d.who(),
-                ending == Ending::fenced ? "fenced by the producer" : "lost the producer", d.session->version(),
+                ending == Ending::fenced ? "fenced by the producer" : "lost the producer", session->version(),
                 d.options.producer_loss_timeout.count() / 1000);
     try {
       d.hello(d.options.producer_loss_timeout, true);
@@ -388,82 +269,72 @@ RunSummary Receiver::run() {
       throw Error(Errc::connection, d.who() + ": lost the producer at " + d.options.producer_url +
                                         " and could not rejoin within timeouts.producer_loss (" +
                                         std::to_string(d.options.producer_loss_timeout.count() / 1000) +
-                                        " s); version " + std::to_string(d.session->version()) +
+                                        " s); version " + std::to_string(session->version()) +
                                         " is intact: " + e.what());
     }
   }
   RunSummary summary;
-  summary.version = d.session->version();
-  summary.digest = d.session->digest();
+  summary.version = session->version();
+  summary.digest = session->digest();
   summary.stats = stats();
   return summary;
 }
 
-void Receiver::stop() {
-  auto& d = *impl_;
-  d.leaving = true;
-  std::lock_guard lock(d.control_mutex);
-  if (d.control) d.control->close();
-}
+void Receiver::stop() { impl_->producer.leave(); }
 
 std::vector<uint64_t> Receiver::pending() const {
-  auto& d = *impl_;
-  return d.session ? d.session->pending() : std::vector<uint64_t>{};
+  const Session* session = impl_->held.session();
+  return session ? session->pending() : std::vector<uint64_t>{};
 }
 
 uint64_t Receiver::applied_version() const {
-  auto& d = *impl_;
-  return d.session ? d.session->applied_version() : 0;
+  const Session* session = impl_->held.session();
+  return session ? session->applied_version() : 0;
 }
 
 uint64_t Receiver::applied_digest() const {
-  auto& d = *impl_;
-  return d.session ? d.session->applied_digest() : 0;
+  const Session* session = impl_->held.session();
+  return session ? session->applied_digest() : 0;
 }
 
 void Receiver::set_gated(bool gated) {
   auto& d = *impl_;
-  if (d.session) throw Error(Errc::state, "Receiver::set_gated after attach()");
+  if (d.held.session()) throw Error(Errc::state, "Receiver::set_gated after attach()");
   d.options.gated = gated;
 }
 
 codec::StateDigest Receiver::applied_state_digest() const {
-  auto& d = *impl_;
-  return d.session ? d.session->applied_state_digest() : codec::StateDigest{};
+  const Session* session = impl_->held.session();
+  return session ? session->applied_state_digest() : codec::StateDigest{};
 }
 
 uint64_t Receiver::apply_pending(const std::function<void(uint32_t, uint64_t, uint32_t)>& observe) {
-  auto& d = *impl_;
-  if (!d.session) throw Error(Errc::state, "Receiver::apply_pending before attach()");
-  return d.session->apply_pending(observe);
+  Session* session = impl_->held.session();
+  if (!session) throw Error(Errc::state, "Receiver::apply_pending before attach()");
+  return session->apply_pending(observe);
 }
 
 void Receiver::reattach(uint32_t tensor, std::span<std::byte> memory) {
-  auto& d = *impl_;
-  if (!d.session) throw Error(Errc::state, "Receiver::reattach before attach()");
-  std::lock_guard lock(d.weights_mutex);
-  d.session->rebind(tensor, memory);
-  d.weights.tensors[tensor] = memory;
+  if (!impl_->held.session()) throw Error(Errc::state, "Receiver::reattach before attach()");
+  impl_->held.reattach(tensor, memory);
 }
 
 uint64_t Receiver::digest() const {
-  auto& d = *impl_;
-  return d.session ? d.session->digest() : 0;
+  const Session* session = impl_->held.session();
+  return session ? session->digest() : 0;
 }
 
 ReceiverStats Receiver::stats() const {
   auto& d = *impl_;
-  std::lock_guard lock(d.edges_mutex);
-  RelayStats s = d.relay_totals;
-  if (d.edges) s += d.edges->stats();
+  const RelayStats s = d.relay.stats();
   ReceiverStats r;
   r.frames_received = s.frames_received;
   r.frames_forwarded = s.frames_forwarded;
   r.frames_replayed = s.frames_replayed;
   r.frames_refused = s.frames_refused;
   r.payload_bytes = s.payload_bytes;
-  r.versions_committed = d.versions_committed;
-  r.versions_aborted = d.versions_aborted;
+  r.versions_committed = d.versions.committed_count();
+  r.versions_aborted = d.versions.aborted_count();
   return r;
 }
 
