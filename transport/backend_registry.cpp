@@ -19,7 +19,9 @@ Registry& registry() {
   return r;
 }
 
-std::string scheme_list() {
+}  // namespace
+
+std::string registered_schemes() {
   std::string names;
   for (const BackendInfo* b : registered_backends()) {
     if (!names.empty()) names += ", ";
@@ -27,8 +29,6 @@ std::string scheme_list() {
   }
   return names.empty() ? "none: this program links no transport backend" : names;
 }
-
-}  // namespace
 
 void register_backend(BackendInfo info) {
   if (info.name.empty()) throw Error(Errc::internal, "a transport backend without a name");
@@ -65,7 +65,7 @@ std::unique_ptr<Transport> make_transport(std::string_view scheme, const Transpo
   const BackendInfo* backend = find_backend(name);
   if (backend == nullptr) {
     throw Error(Errc::invalid_argument,
-                "unknown transport scheme '" + std::string(scheme) + "' (" + scheme_list() + ")");
+                "unknown transport scheme '" + std::string(scheme) + "' (" + registered_schemes() + ")");
   }
   if (backend->takes_provider == provider.empty()) {
     throw Error(Errc::invalid_argument,

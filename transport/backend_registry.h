@@ -35,5 +35,7 @@ void register_backend(BackendInfo info);
 const BackendInfo* find_backend(std::string_view name);
 // Every registered backend, built or not, sorted by name.
 std::vector<const BackendInfo*> registered_backends();
+// The schemes they take, for error messages: "loop, ofi+PROVIDER, tcp, ucx".
+std::string registered_schemes();
 
 }  // namespace deltacast::transport

@@ -12,15 +12,6 @@ namespace {
   throw Error(Errc::invalid_argument, "bad transport URL '" + std::string(text) + "': " + why);
 }
 
-std::string known_forms() {
-  std::string forms;
-  for (const BackendInfo* b : registered_backends()) {
-    if (!forms.empty()) forms += ", ";
-    forms += b->name + (b->takes_provider ? "+PROVIDER" : "");
-  }
-  return forms.empty() ? "none: no transport backend is linked in" : forms;
-}
-
 }  // namespace
 
 Url Url::parse(std::string_view text) {
@@ -34,7 +25,7 @@ Url Url::parse(std::string_view text) {
     scheme = scheme.substr(0, plus);
   }
   const BackendInfo* backend = find_backend(scheme);
-  if (backend == nullptr) bad_url(text, "unknown scheme '" + std::string(scheme) + "' (" + known_forms() + ")");
+  if (backend == nullptr) bad_url(text, "unknown scheme '" + std::string(scheme) + "' (" + registered_schemes() + ")");
   if (!backend->takes_provider && text.substr(0, sep).find('+') != std::string_view::npos) {
     bad_url(text, backend->name + " takes no '+provider'");
   }

@@ -15,9 +15,13 @@ fail() { echo "install_test: FAIL: $*" >&2; exit 1; }
 
 cmake --install "$build" --prefix "$prefix" > "$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
 for f in include/deltacast/deltacast.h lib/pkgconfig/deltacast.pc lib/cmake/deltacast/deltacastConfig.cmake \
-         lib/cmake/deltacast/deltacastConfigVersion.cmake bin/deltacast lib/python3/dist-packages/deltacast/__init__.py; do
+         lib/cmake/deltacast/deltacastConfigVersion.cmake bin/deltacast lib/python3/dist-packages/deltacast/__init__.py \
+         share/deltacast/cost_model_fit.json; do
   [ -e "$prefix/$f" ] || fail "$f is not installed"
 done
+# The installed CLI's data is the fit of the source tree (the probe reads it next to bin/).
+cmp -s "$prefix/share/deltacast/cost_model_fit.json" "$src/tools/probe/cost_model_fit.json" ||
+  fail "share/deltacast/cost_model_fit.json is not tools/probe/cost_model_fit.json"
 lib="$(ls "$prefix"/lib/libdeltacast.so.*.*.* | head -1)"
 [ -n "$lib" ] || fail "no libdeltacast.so.X.Y.Z under $prefix/lib"
 [ -L "$prefix/lib/libdeltacast.so" ] || fail "no libdeltacast.so development link"
