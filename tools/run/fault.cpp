@@ -56,7 +56,7 @@ void install_fault(tree::ReceiverOptions& options, const Fault& f, int rank) {
 }
 
 std::function<void(uint32_t, uint32_t)> producer_fault_hook(const Fault& f,
-                                                            std::shared_ptr<std::atomic<uint64_t>> sending) {
+                                                            const std::shared_ptr<std::atomic<uint64_t>>& sending) {
   auto seen = std::make_shared<std::atomic<uint64_t>>(0);
   return [f, sending, seen](uint32_t, uint32_t) {
     if (sending->load() != f.version || seen->fetch_add(1) + 1 != f.after) return;

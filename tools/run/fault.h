@@ -35,6 +35,6 @@ void install_fault(tree::ReceiverOptions& options, const Fault& f, int rank);
 // f.version the producer sent (the messages posted to the roots, re-sends not counted). `sending`
 // is the version the host thread is sending. For ProducerOptions::on_progress.
 std::function<void(uint32_t, uint32_t)> producer_fault_hook(const Fault& f,
-                                                            std::shared_ptr<std::atomic<uint64_t>> sending);
+                                                            const std::shared_ptr<std::atomic<uint64_t>>& sending);
 
 }  // namespace deltacast::tools
