@@ -14,7 +14,7 @@ using side::Clock;
 
 namespace {
 
-constexpr size_t kMaxSetupBlob = 64 * 1024;
+constexpr size_t kMaxSetupBlob = size_t{64} * 1024;
 
 void check_scheme(const Url& url) {
   if (url.scheme != "ucx") throw Error(Errc::invalid_argument, "ucx transport can not use URL " + url.str());
