@@ -3,11 +3,12 @@
 // libfabric resource and does all the work; the handles of transport/engine_handles.h forward to
 // it. Design in ofi_transport.h and docs/transport-ofi-ucx.md; per connection in ofi_connection.h,
 // memory in ofi_memory.h.
-// Threading: one mutex per Transport serialises every libfabric call and guards every connection;
-// members marked "mutex_ held" expect the caller to hold it, the public entry points (listen,
-// connect, register_memory, post_*, close_connection, unregister) take it themselves. One progress
-// thread reads every connection's CQ. Failures of a link never throw from post_*: they finish
-// requests (transport/transport.h).
+// Threading: one mutex per Transport serialises every libfabric call and guards every connection.
+// The entry points the handles call (listen, connect, register_memory, post_*, close_connection)
+// and unregister may be called from any thread and take it where they need it; the private members
+// run with it held, except progress_loop, the one progress thread, which takes it and reads every
+// connection's CQ. Failures of a link never throw from post_*: they finish requests
+// (transport/transport.h).
 #include <rdma/fabric.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>

@@ -18,9 +18,10 @@
 //    earlier 100 us back-off sleeps made tcp rendezvous transfers run at ~0.4x of ucx_perftest.)
 //  * RMA: ucp_mem_map + ucp_rkey_pack (ucx_memory.h); post_write = ucp_put_nbx + ucp_ep_flush_nbx,
 //    and sends posted while a write is unflushed wait for the flush.
-// Threading: members marked "mutex_ held" expect the caller to hold mutex_; the public entry points
-// (listen, connect, register_memory, post_*, close_connection) take it themselves. Failures of a
-// link never throw from post_*: they finish requests (transport/transport.h).
+// Threading: the entry points the handles call (listen, connect, register_memory, post_*,
+// close_connection) may be called from any thread and take mutex_ where they need it; the members
+// marked "mutex_ held", and the UCX callbacks, run with it held. Failures of a link never throw
+// from post_*: they finish requests (transport/transport.h).
 #include <ucp/api/ucp.h>
 
 #include <chrono>
