@@ -26,7 +26,8 @@ struct BackendInfo {
   // Creates an instance (`provider` is empty for backends without one). Null when this build
   // lacks the backend: `missing` then says why ("built without UCX: ...").
   std::unique_ptr<Transport> (*make)(std::string_view provider, const TransportOptions& options) = nullptr;
-  std::string missing;
+  // Defaulted so that designated initializers may leave it out (GCC 12 -Wmissing-field-initializers).
+  std::string missing = {};
 };
 
 // Adds a backend. Throws Error(Errc::internal) when its name is taken or empty.

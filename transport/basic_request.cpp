@@ -72,4 +72,10 @@ void BasicRequest::set_cancel_hook(std::function<void()> hook) {
   cancel_hook_ = std::move(hook);
 }
 
+std::shared_ptr<BasicRequest> finished_request(Status status, size_t bytes) {
+  auto request = std::make_shared<BasicRequest>();
+  request->complete(std::move(status), bytes);
+  return request;
+}
+
 }  // namespace deltacast::transport

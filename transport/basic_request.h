@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 
 #include "transport/transport.h"
@@ -42,5 +43,8 @@ class BasicRequest : public Request {
   size_t bytes_ = 0;
   std::function<void()> cancel_hook_;
 };
+
+// A request already finished with `status` and `bytes` (a post on a link known to have failed).
+std::shared_ptr<BasicRequest> finished_request(Status status, size_t bytes = 0);
 
 }  // namespace deltacast::transport

@@ -238,6 +238,28 @@ std::vector<std::byte> recv_blob(int fd, size_t max_bytes, Clock::time_point dea
   return blob;
 }
 
+std::vector<std::byte> exchange_setup_blobs(int fd, bool is_server, std::span<const std::byte> mine, size_t max_bytes,
+                                            Clock::time_point deadline) {
+  std::vector<std::byte> theirs;
+  if (is_server) {
+    theirs = recv_blob(fd, max_bytes, deadline);
+    send_blob(fd, mine, deadline);
+  } else {
+    send_blob(fd, mine, deadline);
+    theirs = recv_blob(fd, max_bytes, deadline);
+  }
+  return theirs;
+}
+
+void exchange_ready(int fd, bool is_server, Clock::time_point deadline) {
+  std::byte ready{'R'};
+  if (is_server) {
+    read_exact(fd, std::span(&ready, 1), deadline);
+  } else {
+    write_exact(fd, std::span(&ready, 1), deadline);
+  }
+}
+
 Liveness::Liveness(Fd fd, std::chrono::milliseconds heartbeat_interval, std::chrono::milliseconds peer_timeout)
     : fd_(std::move(fd)), heartbeat_interval_(heartbeat_interval), peer_timeout_(peer_timeout),
       last_heard_(Clock::now()), last_sent_(Clock::now()) {

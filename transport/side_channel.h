@@ -71,6 +71,14 @@ void server_handshake(int fd, const std::string& secret, Clock::time_point deadl
 // `max_bytes` (Errc::corrupt_frame) so a peer can not make us allocate at will.
 void send_blob(int fd, std::span<const std::byte> blob, Clock::time_point deadline);
 std::vector<std::byte> recv_blob(int fd, size_t max_bytes, Clock::time_point deadline);
+// Step 2 of the side channel, both roles in one call: sends our setup blob and returns the
+// peer's (at most `max_bytes`); the client sends first, the server receives first. Throws as
+// send_blob / recv_blob.
+std::vector<std::byte> exchange_setup_blobs(int fd, bool is_server, std::span<const std::byte> mine, size_t max_bytes,
+                                            Clock::time_point deadline);
+// Step 3: the client writes the READY byte (its side of the fabric is wired), the server reads it.
+// Throws Errc::connection when the peer hangs up, Errc::timeout at the deadline.
+void exchange_ready(int fd, bool is_server, Clock::time_point deadline);
 void write_exact(int fd, std::span<const std::byte> bytes, Clock::time_point deadline);
 void read_exact(int fd, std::span<std::byte> bytes, Clock::time_point deadline);
 

@@ -1,0 +1,75 @@
+#pragma once
+// One UCX connection (ConnState) and the operations posted on it (Op); the engine's members that
+// post, complete and fail them are in ucx_connection.cpp.
+// Rules:
+//  * Every connection has a UCP endpoint on the transport's one worker, created from the peer's
+//    worker address with error mode PEER. Our receives match tags carrying our 32-bit recv_id with
+//    a full mask; every send is tagged with the peer's id (send_tag), so connections sharing the
+//    worker never mix and receives match messages in posting order.
+//  * Writes are ordered before later sends: a put is followed by an endpoint flush, and sends
+//    posted while a write is unflushed wait in deferred_sends until the flush finished.
+//  * An Op lives in its connection's OpTable from just before its nbx post until UCX reports it
+//    finished (a callback, or the post's immediate result), so the callback's user data never
+//    dangles. UCX may run the callback inside the posting call: it then only records the outcome
+//    and the post finishes the op once it returned (UcxTransport::track).
+//  * Failure (side channel EOF or silence, the endpoint's error callback, a failed operation,
+//    close): every pending request finishes with the first Status, receives are cancelled on the
+//    worker, and the endpoint is force-closed, which makes UCX fail its sends and puts. An
+//    endpoint that fails inside ucp_worker_progress is force-closed only once progress returned
+//    (UcxTransport::progress): closing it there aborts on UCX's assertion that it has no request.
+// Threading: everything here is guarded by UcxTransport's mutex; UCX callbacks run with it held
+// (inside ucp_worker_progress, a post or ucp_request_cancel).
+#include <ucp/api/ucp.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+
+#include "transport/basic_request.h"
+#include "transport/engine_state.h"
+
+namespace deltacast::transport::ucx {
+
+class UcxTransport;
+struct ConnState;
+
+enum class OpKind { send, recv, put, flush };
+
+// Lives until UCX reports the operation finished (callback or immediate completion), so the
+// callback's user_data never dangles.
+struct Op {
+  UcxTransport* transport = nullptr;
+  std::shared_ptr<ConnState> conn;
+  OpKind kind = OpKind::send;
+  std::shared_ptr<BasicRequest> request;
+  size_t bytes = 0;
+  size_t capacity = 0;
+  void* ucx_request = nullptr;
+  ucp_rkey_h rkey = nullptr;
+  ucp_tag_recv_info_t recv_info{};  // filled by UCX when a receive completes immediately
+  // UCX may run the callback inside the posting call: then it only records the outcome here and
+  // track() finishes the op once the post returned.
+  bool in_post = true;
+  bool done_in_post = false;
+  ucs_status_t done_status = UCS_OK;
+  size_t done_length = 0;
+};
+
+// Guarded by UcxTransport::mutex_.
+struct ConnState : EngineConnState {
+  UcxTransport* owner = nullptr;
+  ucp_ep_h ep = nullptr;
+  uint32_t recv_id = 0;   // our receives match tags with this id
+  uint64_t send_tag = 0;  // the peer's receive id, shifted
+  OpTable<Op> ops;
+  std::deque<std::function<void()>> deferred_sends;  // waiting for a write flush
+  size_t writes_unflushed = 0;
+};
+
+// The endpoint error handler (ucp_ep_params_t::err_handler, arg: the ConnState): fails the
+// connection. Runs inside ucp_worker_progress, mutex held.
+void ep_error_callback(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+}  // namespace deltacast::transport::ucx
