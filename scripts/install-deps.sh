@@ -8,7 +8,7 @@
 #   install-deps.sh --fuzz   also what scripts/fuzz.sh needs (clang and its libFuzzer runtime; with
 #                            --test, as fuzz.sh builds the fuzz targets in a test build)
 set -euo pipefail
-PKGS=(build-essential cmake pkg-config ccache
+PKGS=(build-essential cmake ninja-build pkg-config ccache
   libfabric-dev libucx-dev libzstd-dev libboost-dev libyaml-cpp-dev libxxhash-dev libcli11-dev libspdlog-dev
   libssl-dev nlohmann-json3-dev)
 for flag in "$@"; do

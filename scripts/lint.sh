@@ -5,7 +5,8 @@
 #    (`git clang-format --diff`; lines nobody touched since are left as they are; fix with
 #    `git clang-format FORMAT_BASE`). .ci/lint-base names the commit from which this holds.
 # 2. clang-tidy (.clang-tidy, warnings are errors): the lines changed since TIDY_BASE in C++
-#    sources (clang-tidy-diff over build/compile_commands.json; run scripts/build.sh first). Only
+#    sources (clang-tidy-diff over the file-by-file compile commands of build/'s configuration,
+#    in build/lint-db: configured, never built; run scripts/build.sh first). Only
 #    the last commit by default: clang-tidy costs ~30 s per file here.
 # 3. the layering (scripts/check-layers.py): no #include crosses a layer of cmake/layers.txt the
 #    wrong way, in the whole tree.
@@ -37,12 +38,18 @@ if [ -n "$format_diff" ] && ! grep -q -e "^no modified files to format" -e "^cla
 else
   echo "lint: clang-format ok (lines changed since $base)"
 fi
-if [ ! -f "$build/compile_commands.json" ]; then
-  echo "lint: no $build/compile_commands.json (run scripts/build.sh first); clang-tidy skipped" >&2
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  echo "lint: no $build (run scripts/build.sh first); clang-tidy skipped" >&2
   exit 1
 fi
+# clang-tidy reads each file's own compile command: the build's unity batches hide them, so a
+# configure-only copy of its cache without unity batches gives them (nothing is compiled).
+lint_db="$build/lint-db"
+cmake -S "$root" -B "$lint_db" -C <(grep -E '^(DELTACAST_[A-Z_]+|CMAKE_BUILD_TYPE):' "$build/CMakeCache.txt" |
+  sed -E 's/^([^:]+):([A-Z]+)=(.*)$/set(\1 "\3" CACHE \2 "")/') -DCMAKE_UNITY_BUILD=OFF \
+  -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
 tidy_out="$(git diff -U0 "$tidy_base" -- '*.cpp' ':!tests/fuzz/*' |
-  clang-tidy-diff -p1 -path "$build" -quiet -j "$(nproc)" -extra-arg=-Wno-unknown-warning-option 2>&1 || echo "lint: clang-tidy failed")"
+  clang-tidy-diff -p1 -path "$lint_db" -quiet -j "$(nproc)" -extra-arg=-Wno-unknown-warning-option 2>&1 || echo "lint: clang-tidy failed")"
 if grep -q -e "error:" -e "warning:" -e "lint: clang-tidy failed" <<<"$tidy_out"; then
   echo "lint: clang-tidy found problems in lines changed since $tidy_base:" >&2
   echo "$tidy_out" >&2

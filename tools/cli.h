@@ -1,5 +1,6 @@
 #pragma once
-// The `deltacast` CLI: one file per subcommand (tools/cmd_*.cpp), each registering itself with
+// The `deltacast` CLI: one file per subcommand (tools/*/*_command.cpp), each in a namespace of its own, registering
+// itself with
 //   static const deltacast::tools::CommandRegistrar reg{"name", &setup_fn};
 // where setup_fn(CLI::App& parent) adds the subcommand, its options and its callback. A callback
 // signals failure by throwing deltacast::Error (main prints "deltacast: <errc>: <message>" and

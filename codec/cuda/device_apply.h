@@ -14,7 +14,7 @@
 //    Error(invalid_argument) for a bad width or a position past the tensor; Error(internal) when a
 //    CUDA call fails (the message names it). After an Error the undo log still describes every
 //    write that reached the device, so rollback() is always possible.
-// Built with nvcc when DELTACAST_HAVE_CUDA; device_apply_nocuda.cpp otherwise.
+// Built with nvcc when DELTACAST_HAVE_CUDA; codec/cuda/nocuda.cpp otherwise.
 #include <cstddef>
 #include <cstdint>
 #include <memory>

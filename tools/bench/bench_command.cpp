@@ -24,7 +24,7 @@
 
 extern char** environ;
 
-namespace deltacast::tools {
+namespace deltacast::tools::bench_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 using namespace std::chrono_literals;
@@ -229,4 +229,4 @@ void setup_bench(CLI::App& parent) {
 const CommandRegistrar registrar{"bench", &setup_bench};
 
 }  // namespace
-}  // namespace deltacast::tools
+}  // namespace deltacast::tools::bench_command

@@ -110,7 +110,7 @@ struct Job {
 };
 
 // A receiver's testing aid: kill@SESSION[:N].
-std::pair<uint64_t, uint64_t> parse_fault(const std::string& spec) {
+std::pair<uint64_t, uint64_t> parse_session_fault(const std::string& spec) {
   auto number = [&](std::string_view text) {
     uint64_t v = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -137,7 +137,7 @@ void run_member(Job& job) {
   options.receiver.listen_url = me.url;
   options.receiver.cluster = me.cluster;
   options.patience = job.c.timeouts.join;
-  if (!job.o.fault.empty()) std::tie(options.fault_session, options.fault_after) = parse_fault(job.o.fault);
+  if (!job.o.fault.empty()) std::tie(options.fault_session, options.fault_after) = parse_session_fault(job.o.fault);
   serve_sessions(*job.transport, options);
 }
 
@@ -687,7 +687,7 @@ void check_options(const TreeBenchOptions& o) {
   if (o.link_gbit < 0) throw Error(Errc::invalid_argument, "--link-gbit must not be negative");
   sweep_sizes(config::parse_size(o.min_size), config::parse_size(o.max_size));
   sim::parse_param_count(o.params);
-  if (!o.fault.empty()) parse_fault(o.fault);
+  if (!o.fault.empty()) parse_session_fault(o.fault);
 }
 
 // Every session builds a fresh Producer or Receiver, whose buffers (a receiver's 64 MiB WELCOME

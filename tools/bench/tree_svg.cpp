@@ -6,31 +6,10 @@
 #include <cstdio>
 #include <set>
 
+#include "tools/common/svg_text.h"
+
 namespace deltacast::tools {
 namespace {
-
-std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '&')
-      out += "&amp;";
-    else if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '"')
-      out += "&quot;";
-    else
-      out += c;
-  }
-  return out;
-}
-
-std::string number(double v) {
-  char out[32];
-  std::snprintf(out, sizeof out, "%.3g", v);
-  return out;
-}
 
 // A step of 1, 2 or 5 x 10^k giving about `ticks` intervals up to `top`.
 double nice_step(double top, int ticks) {
@@ -78,7 +57,7 @@ std::string line_plot_svg(const PlotAxes& axes, const std::vector<PlotSeries>& s
                 total_w, total_h, total_w, total_h);
   svg += buf;
   std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"24\" font-size=\"14\">", left);
-  svg += buf + escape(axes.title) + "</text>\n";
+  svg += buf + svg_escape(axes.title) + "</text>\n";
   std::snprintf(buf, sizeof buf,
                 "<rect x=\"%.0f\" y=\"%.0f\" width=\"%.0f\" height=\"%.0f\" fill=\"none\" stroke=\"black\"/>\n", left,
                 top, width, height);
@@ -87,7 +66,7 @@ std::string line_plot_svg(const PlotAxes& axes, const std::vector<PlotSeries>& s
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%.0f\" y1=\"%.2f\" x2=\"%.0f\" y2=\"%.2f\" stroke=\"#e0e0e0\"/>\n"
                   "<text x=\"%.0f\" y=\"%.2f\" text-anchor=\"end\" dominant-baseline=\"middle\">%s</text>\n",
-                  left, py(y), left + width, py(y), left - 6, py(y), number(y).c_str());
+                  left, py(y), left + width, py(y), left - 6, py(y), svg_number(y).c_str());
     svg += buf;
   }
   for (double x : xs) {
@@ -95,14 +74,14 @@ std::string line_plot_svg(const PlotAxes& axes, const std::vector<PlotSeries>& s
                   "<line x1=\"%.2f\" y1=\"%.0f\" x2=\"%.2f\" y2=\"%.0f\" stroke=\"#e0e0e0\"/>\n"
                   "<text x=\"%.2f\" y=\"%.0f\" text-anchor=\"middle\">",
                   px(x), top, px(x), top + height, px(x), top + height + 16);
-    svg += buf + escape(axes.x_tick ? axes.x_tick(x) : number(x)) + "</text>\n";
+    svg += buf + svg_escape(axes.x_tick ? axes.x_tick(x) : svg_number(x)) + "</text>\n";
   }
   std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">", left + width / 2,
                 top + height + 40);
-  svg += buf + escape(axes.x_label) + (axes.log_x ? " (log scale)" : "") + "</text>\n";
+  svg += buf + svg_escape(axes.x_label) + (axes.log_x ? " (log scale)" : "") + "</text>\n";
   std::snprintf(buf, sizeof buf, "<text x=\"18\" y=\"%.0f\" text-anchor=\"middle\" transform=\"rotate(-90 18 %.0f)\">",
                 top + height / 2, top + height / 2);
-  svg += buf + escape(axes.y_label) + "</text>\n";
+  svg += buf + svg_escape(axes.y_label) + "</text>\n";
 
   for (size_t k = 0; k < series.size(); ++k) {
     const auto& s = series[k];
@@ -121,7 +100,7 @@ std::string line_plot_svg(const PlotAxes& axes, const std::vector<PlotSeries>& s
       if (axes.log_x && !(x > 0)) continue;
       std::snprintf(buf, sizeof buf, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"><title>", px(x), py(y),
                     colour);
-      svg += buf + escape(s.name + ": " + (axes.x_tick ? axes.x_tick(x) : number(x)) + ", " + number(y)) +
+      svg += buf + svg_escape(s.name + ": " + (axes.x_tick ? axes.x_tick(x) : svg_number(x)) + ", " + svg_number(y)) +
              "</title></circle>\n";
     }
     const double ly = top + 10 + 20 * static_cast<double>(k);
@@ -129,7 +108,7 @@ std::string line_plot_svg(const PlotAxes& axes, const std::vector<PlotSeries>& s
                   "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"%s\" stroke-width=\"3\"/>\n"
                   "<text x=\"%.0f\" y=\"%.0f\" dominant-baseline=\"middle\">",
                   left + width + 16, ly, left + width + 40, ly, colour, left + width + 46, ly);
-    svg += buf + escape(s.name) + "</text>\n";
+    svg += buf + svg_escape(s.name) + "</text>\n";
   }
   svg += "</svg>\n";
   return svg;

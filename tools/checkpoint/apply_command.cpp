@@ -21,7 +21,7 @@
 #include "util/error.h"
 #include "util/log.h"
 
-namespace deltacast::tools {
+namespace deltacast::tools::apply_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 struct ApplyOptions {
@@ -121,4 +121,4 @@ void setup(CLI::App& parent) {
 const CommandRegistrar registrar{"apply", &setup};
 
 }  // namespace
-}  // namespace deltacast::tools
+}  // namespace deltacast::tools::apply_command

@@ -31,7 +31,7 @@
 #include "util/bytes.h"
 #include "util/error.h"
 
-namespace deltacast::tools {
+namespace deltacast::tools::diff_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 struct DiffOptions {
@@ -418,4 +418,4 @@ void setup(CLI::App& parent) {
 const CommandRegistrar registrar{"diff", &setup};
 
 }  // namespace
-}  // namespace deltacast::tools
+}  // namespace deltacast::tools::diff_command

@@ -14,7 +14,7 @@
 #include "tools/cli.h"
 #include "util/error.h"
 
-namespace deltacast::tools {
+namespace deltacast::tools::inspect_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 using Json = nlohmann::ordered_json;
@@ -200,4 +200,4 @@ void setup(CLI::App& parent) {
 const CommandRegistrar registrar{"inspect", &setup};
 
 }  // namespace
-}  // namespace deltacast::tools
+}  // namespace deltacast::tools::inspect_command

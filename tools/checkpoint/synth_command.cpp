@@ -11,7 +11,7 @@
 #include "tools/cli.h"
 #include "util/error.h"
 
-namespace deltacast::tools {
+namespace deltacast::tools::synth_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 struct SynthOptions {
@@ -88,4 +88,4 @@ void setup(CLI::App& parent) {
 const CommandRegistrar registrar{"synth", &setup};
 
 }  // namespace
-}  // namespace deltacast::tools
+}  // namespace deltacast::tools::synth_command

@@ -10,7 +10,7 @@
 #include "tools/cli.h"
 #include "util/error.h"
 
-namespace deltacast::tools {
+namespace deltacast::tools::verify_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 // Elements whose bytes differ (element size from the dtype), and the first of them.
@@ -79,4 +79,4 @@ void setup(CLI::App& parent) {
 const CommandRegistrar registrar{"verify", &setup};
 
 }  // namespace
-}  // namespace deltacast::tools
+}  // namespace deltacast::tools::verify_command

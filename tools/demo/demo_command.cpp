@@ -6,7 +6,7 @@
 #include "tools/demo/offline_demo.h"
 #include "tools/demo/tree_demo.h"
 
-namespace deltacast::tools {
+namespace deltacast::tools::demo_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 void setup(CLI::App& parent) {
@@ -50,4 +50,4 @@ void setup(CLI::App& parent) {
 const CommandRegistrar registrar{"demo", &setup};
 
 }  // namespace
-}  // namespace deltacast::tools
+}  // namespace deltacast::tools::demo_command

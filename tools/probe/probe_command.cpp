@@ -28,7 +28,7 @@
 #include "util/error.h"
 #include "util/log.h"
 
-namespace deltacast::tools {
+namespace deltacast::tools::probe_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 struct ProbeOptions {
@@ -254,4 +254,4 @@ void setup(CLI::App& parent) {
 const CommandRegistrar registrar{"probe", &setup};
 
 }  // namespace
-}  // namespace deltacast::tools
+}  // namespace deltacast::tools::probe_command

@@ -6,31 +6,10 @@
 #include <cstdio>
 #include <set>
 
+#include "tools/common/svg_text.h"
+
 namespace deltacast::tools {
 namespace {
-
-std::string escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // A viridis-like ramp, t in [0, 1].
 std::string colour(double t) {
@@ -44,12 +23,6 @@ std::string colour(double t) {
                 static_cast<int>(std::lround(stops[k][0] + f * (stops[k + 1][0] - stops[k][0]))),
                 static_cast<int>(std::lround(stops[k][1] + f * (stops[k + 1][1] - stops[k][1]))),
                 static_cast<int>(std::lround(stops[k][2] + f * (stops[k + 1][2] - stops[k][2]))));
-  return out;
-}
-
-std::string number(double v) {
-  char out[32];
-  std::snprintf(out, sizeof out, "%.3g", v);
   return out;
 }
 
@@ -89,7 +62,8 @@ std::string bandwidth_heatmap_svg(const RankMatrix& gbit, const std::vector<std:
       width, height, width, height);
   svg += buf;
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"18\" font-size=\"14\">%s</text>\n", left, escape(title).c_str());
+  std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"18\" font-size=\"14\">%s</text>\n", left,
+                svg_escape(title).c_str());
   svg += buf;
   std::snprintf(buf, sizeof buf,
                 "<text x=\"%.0f\" y=\"40\">to (receiver) &#8594;</text>\n<text x=\"14\" y=\"%.0f\" "
@@ -106,7 +80,7 @@ std::string bandwidth_heatmap_svg(const RankMatrix& gbit, const std::vector<std:
                     "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>%d -&gt; %d: "
                     "%s</title></rect>\n",
                     left + j * cell, top + i * cell, cell, cell, fill.c_str(), from, to,
-                    v ? (number(*v) + " Gbit/s").c_str() : "no figure");
+                    v ? (svg_number(*v) + " Gbit/s").c_str() : "no figure");
       svg += buf;
     }
   }
@@ -145,7 +119,7 @@ std::string bandwidth_heatmap_svg(const RankMatrix& gbit, const std::vector<std:
   for (int k = 0; k <= 4 && hi > 0; ++k) {
     const double v = lo * std::pow(hi / lo, k / 4.0);
     std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"%.2f\" dominant-baseline=\"middle\">%s</text>\n", lx + 22,
-                  ly + lh - k * lh / 4, number(v).c_str());
+                  ly + lh - k * lh / 4, svg_number(v).c_str());
     svg += buf;
   }
   std::snprintf(buf, sizeof buf,

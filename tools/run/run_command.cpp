@@ -31,7 +31,7 @@
 #include "util/env.h"
 #include "util/error.h"
 
-namespace deltacast::tools {
+namespace deltacast::tools::run_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 void run(const RunOptions& o) {
@@ -114,4 +114,4 @@ void setup(CLI::App& parent) {
 const CommandRegistrar registrar{"run", &setup};
 
 }  // namespace
-}  // namespace deltacast::tools
+}  // namespace deltacast::tools::run_command

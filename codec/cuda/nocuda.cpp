@@ -1,19 +1,30 @@
-// Builds without CUDA: every device call reports "unsupported" (see device_apply.h); the memory
+// Builds without CUDA (DELTACAST_WITH_CUDA=OFF, or no nvcc): every device call of
+// codec/cuda/device_apply.h, device_diff.h and device_mirror.h reports Errc::unsupported; the memory
 // classes exist so that callers compile, and allocate nothing.
-#include "codec/cuda/device_apply.h"
-
 #include <utility>
 
+#include "codec/cuda/device_apply.h"
+#include "codec/cuda/device_diff.h"
+#include "codec/cuda/device_mirror.h"
 #include "util/error.h"
 
 namespace deltacast::codec::cuda {
-
 namespace {
+
 [[noreturn]] void no_cuda() {
   throw Error(Errc::unsupported, "cuda: this build has no CUDA support (DELTACAST_WITH_CUDA=OFF or no nvcc)");
 }
+
 }  // namespace
 
+// ---- device_diff.h ----
+bool cuda_built() noexcept { return false; }
+bool cuda_device_available() noexcept { return false; }
+
+uint64_t device_change_bitmap(const void*, const void*, uint64_t, unsigned, uint64_t*) { no_cuda(); }
+uint64_t change_bitmap_via_device(const void*, const void*, uint64_t, unsigned, uint64_t*) { no_cuda(); }
+
+// ---- device_apply.h ----
 PinnedBuffer::~PinnedBuffer() = default;
 PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)), capacity_(std::exchange(o.capacity_, 0)) {}
@@ -56,5 +67,16 @@ void DeviceScatter::rollback() {}
 void DeviceScatter::commit() {}
 uint64_t DeviceScatter::undo_entries() const noexcept { return 0; }
 void DeviceScatter::gather(const DeviceTensor&, const uint64_t*, uint32_t*, size_t) { no_cuda(); }
+
+// ---- device_mirror.h ----
+struct DeviceDiffMirror::Impl {};
+DeviceDiffMirror::DeviceDiffMirror(std::vector<DeviceTensor>) { no_cuda(); }
+DeviceDiffMirror::~DeviceDiffMirror() = default;
+size_t DeviceDiffMirror::size() const noexcept { return 0; }
+PullStats DeviceDiffMirror::pull() { no_cuda(); }
+const std::byte* DeviceDiffMirror::host(size_t) const noexcept { return nullptr; }
+uint64_t DeviceDiffMirror::bytes(size_t) const noexcept { return 0; }
+void DeviceDiffMirror::set_device(size_t, void*) { no_cuda(); }
+uint64_t device_read_both(const void*, const void*, uint64_t) { no_cuda(); }
 
 }  // namespace deltacast::codec::cuda
