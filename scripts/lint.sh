@@ -45,8 +45,10 @@ fi
 # clang-tidy reads each file's own compile command: the build's unity batches hide them, so a
 # configure-only copy of its cache without unity batches gives them (nothing is compiled).
 lint_db="$build/lint-db"
-cmake -S "$root" -B "$lint_db" -C <(grep -E '^(DELTACAST_[A-Z_]+|CMAKE_BUILD_TYPE):' "$build/CMakeCache.txt" |
-  sed -E 's/^([^:]+):([A-Z]+)=(.*)$/set(\1 "\3" CACHE \2 "")/') -DCMAKE_UNITY_BUILD=OFF \
+mkdir -p "$lint_db"
+grep -E '^(DELTACAST_[A-Z_]+|CMAKE_BUILD_TYPE):' "$build/CMakeCache.txt" |
+  sed -E 's/^([^:]+):([A-Z]+)=(.*)$/set(\1 "\3" CACHE \2 "")/' >"$lint_db/initial-cache.cmake"
+cmake -S "$root" -B "$lint_db" -C "$lint_db/initial-cache.cmake" -DCMAKE_UNITY_BUILD=OFF \
   -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
 tidy_out="$(git diff -U0 "$tidy_base" -- '*.cpp' ':!tests/fuzz/*' |
   clang-tidy-diff -p1 -path "$lint_db" -quiet -j "$(nproc)" -extra-arg=-Wno-unknown-warning-option 2>&1 || echo "lint: clang-tidy failed")"
