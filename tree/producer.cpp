@@ -94,7 +94,16 @@ RefitReport Producer::Impl::run_version(InFlight flight, const std::function<voi
   flight.attempt = ++attempt;
   flight.start = Clock::now();
   flight.sent.assign(flight.keys, false);
-  for (uint32_t r : live_ranks()) flight.answers[r] = InFlight::Answer::none;
+  VersionRound::Params round;
+  round.version = flight.version;
+  round.attempt = flight.attempt;
+  round.committed_version = version;
+  round.ranks = live_ranks();
+  round.delegate_commit = options.delegate_commit;
+  round.dry_run = dry_run;
+  round.deadline = flight.start + options.version_timeout;
+  round.delegate_grace = std::max(options.peer_timeout, std::chrono::milliseconds(1000));
+  flight.round.emplace(std::move(round));
   flight.report = &report;
   in_flight = std::move(flight);
   // A new layout becomes the committed one with the version (an abort keeps the old one).
@@ -103,22 +112,22 @@ RefitReport Producer::Impl::run_version(InFlight flight, const std::function<voi
     if (layout) this->layout = layout;
   };
   try {
-    if (in_flight->answers.empty()) throw Error(Errc::state, "no live receivers");
+    if (in_flight->round->members().empty()) throw Error(Errc::state, "no live receivers");
     if (in_flight->layout) {
       // Before any data of the attempt, on the control link of every member in it. Members admitted
       // later hear of it with their WELCOME or CATCHUP, once it committed.
       broadcast(LayoutUpdate{in_flight->version, in_flight->attempt, *in_flight->layout});
-      for (const auto& [rank, answer] : in_flight->answers) control[rank].told_layout = in_flight->layout;
+      for (uint32_t rank : in_flight->round->members()) control[rank].told_layout = in_flight->layout;
       log->info("version {}: the checkpoint layout changes ({} shards, {} files)", in_flight->version,
                 in_flight->layout->shards.size(), in_flight->layout->files.size());
     }
     send_all(*in_flight);
-    joint_commit(report, expected_digest(), dry_run, commit_version);
+    joint_commit(report, expected_digest(), commit_version);
   } catch (...) {
     // Nothing can commit now: receivers roll back what they applied of this attempt. Unless a
     // decision is out, or a delegate may have committed it: an ABORT then could cross a COMMIT.
-    if (membership && !in_flight->deciding && !in_flight->delegated)
-      broadcast(Abort{in_flight->version, in_flight->attempt, "the producer stopped this version"});
+    if (auto abort = in_flight->round->stop("the producer stopped this version"); abort && membership)
+      broadcast(*abort);
     in_flight.reset();
     throw;
   }
@@ -128,158 +137,63 @@ RefitReport Producer::Impl::run_version(InFlight flight, const std::function<voi
   return report;
 }
 
-void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
-                                  const std::function<void()>& on_commit) {
+void Producer::Impl::execute(const VersionRound::Actions& actions) {
+  if (!in_flight) return;
   auto& f = *in_flight;
-  const auto deadline = f.start + options.version_timeout;
-  const bool delegated = options.delegate_commit && !dry_run;
-  const bool by_delegate = delegated && delegated_commit(expected_digest, deadline);
-  auto pending = [&] {
-    for (auto& [rank, answer] : f.answers)
-      if (answer == InFlight::Answer::none) return true;
-    return false;
-  };
-  while (!by_delegate && pending() && !f.answers.empty()) {
-    if (Clock::now() > deadline) {
-      std::vector<uint32_t> silent;
-      for (auto& [rank, answer] : f.answers) {
-        if (answer != InFlight::Answer::none) continue;
-        silent.push_back(rank);
-        if (delegated) continue;
-        answer = InFlight::Answer::refused;
-        if (report.abort_reason.empty())
-          report.abort_reason = "rank " + std::to_string(rank) + ": no ack within the version timeout";
-      }
-      if (!delegated) break;
-      // A delegate may have committed what these members acked to it: failing them keeps the
-      // version (it commits over the rest), an abort could cross that commit.
-      for (uint32_t rank : silent)
-        fail(rank, FailureCause::silent,
-             "no answer to version " + std::to_string(f.version) + " within the version timeout", Clock::now());
-      continue;
-    }
-    pump(20ms);
-    flush_resends();
+  if (f.round->committed() && !f.remembered) {
+    remember_version(f.version, f.round->expected_digest());
+    f.remembered = true;
   }
-  uint32_t verified = 0;
-  bool all = !f.answers.empty();
-  for (auto& [rank, answer] : f.answers) {
-    if (by_delegate) break;  // the delegate checked every live member's digest
-    if (answer == InFlight::Answer::verified && f.ack_digests[rank] != expected_digest) {
-      answer = InFlight::Answer::refused;
-      if (report.abort_reason.empty())
-        report.abort_reason = "rank " + std::to_string(rank) + ": acked a digest that differs from the producer's";
+  for (const auto& action : actions) {
+    if (const auto* b = std::get_if<VersionRound::Broadcast>(&action)) {
+      broadcast(b->message);
+    } else if (const auto* s = std::get_if<VersionRound::SendTo>(&action)) {
+      if (!send_to(s->rank, s->message))
+        fail(s->rank, FailureCause::link_closed,
+             std::holds_alternative<Commit>(s->message) ? "COMMIT could not be sent" : "a message could not be sent",
+             Clock::now());
+    } else if (const auto* m = std::get_if<VersionRound::FailMember>(&action)) {
+      fail(m->rank, m->cause, m->detail, Clock::now());
+    } else if (const auto* r = std::get_if<VersionRound::RecordCommit>(&action)) {
+      // The host records the version as committed before any member can hold it (a producer
+      // state file): a producer lost after this point is resumed at this version.
+      if (options.before_commit) options.before_commit(r->version, r->digest);
+    } else if (const auto* w = std::get_if<VersionRound::Warn>(&action)) {
+      log->warn("producer: {}", w->text);
     }
-    if (answer == InFlight::Answer::verified) ++verified; else all = false;
   }
-  if (by_delegate) verified = static_cast<uint32_t>(f.answers.size());
-  if (f.answers.empty() && report.abort_reason.empty()) report.abort_reason = "every receiver failed";
-  report.receivers = static_cast<uint32_t>(f.answers.size());
-  report.verified_receivers = verified;
-  report.committed = all && !dry_run;
-  if (all && dry_run) report.abort_reason = "dry run";
-  log->debug("version {}: every answer in at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
+  if (f.report) f.report->commit_delegate = f.round->commit_delegate();
+}
 
-  f.deciding = true;
-  f.want_active = report.committed ? f.version : version;
-  if (report.committed) {
-    remember_version(f.version, expected_digest);
-    // The host records the version as committed before any member can hold it (a producer
-    // state file): a producer lost after this point is resumed at this version. Delegated: it
-    // did so before the DELEGATE went out.
-    if (options.before_commit && !f.delegated) options.before_commit(f.version, expected_digest);
-    const Commit commit{f.version, f.attempt, expected_digest};
-    if (by_delegate) {
-      for (uint32_t r : live_ranks())  // members the delegate did not see active
-        if (!f.active.count(r) && !send_to(r, commit))
-          fail(r, FailureCause::link_closed, "COMMIT could not be sent", Clock::now());
-    } else {
-      broadcast(commit);
-    }
-  } else {
-    broadcast(Abort{f.version, f.attempt, report.abort_reason});
-  }
-  // Once COMMIT is out the version is committed: on_commit runs even when waiting fails.
-  auto all_active = [&] {
-    for (uint32_t r : live_ranks())
-      if (!f.active.count(r)) return false;
-    return true;
-  };
-  const auto active_deadline = std::max(deadline, Clock::now() + 10s);
-  while (!all_active()) {
-    if (Clock::now() > active_deadline) {
-      if (report.committed && on_commit) on_commit();
-      throw Error(Errc::timeout, "receivers did not confirm version " + std::to_string(f.want_active));
+void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest, const std::function<void()>& on_commit) {
+  auto& f = *in_flight;
+  VersionRound& round = *f.round;
+  execute(round.sealed(expected_digest, membership->root(0), Clock::now()));
+  if (round.phase() == VersionRound::Phase::delegated)
+    log->debug("version {}: rank {} decides the commit", f.version, round.commit_delegate());
+  bool decided = false;
+  while (!round.done()) {
+    const bool deciding = round.phase() == VersionRound::Phase::deciding;
+    if (deciding && !decided) {
+      decided = true;
+      log->debug("version {}: every answer in at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
     }
     pump(20ms);
+    if (!deciding) flush_resends();
+    execute(round.tick(Clock::now()));
+  }
+  report.receivers = round.receivers();
+  report.verified_receivers = round.verified_receivers();
+  report.committed = round.committed();
+  report.abort_reason = round.abort_reason();
+  report.commit_delegate = round.commit_delegate();
+  // Once COMMIT is out the version is committed: on_commit runs even when waiting fails.
+  if (round.timed_out()) {
+    if (report.committed && on_commit) on_commit();
+    throw Error(Errc::timeout, "receivers did not confirm version " + std::to_string(round.want_active()));
   }
   report.refit_seconds = seconds_since(f.start);
   if (report.committed && on_commit) on_commit();
-}
-
-bool Producer::Impl::delegated_commit(uint64_t expected_digest, Clock::time_point deadline) {
-  auto& f = *in_flight;
-  const auto root = membership->root(0);
-  if (!root || f.answers.empty()) return false;
-  // The commit is authorised now: what every live member verifies may be committed without
-  // another word from here, so the version is recorded first (a producer state file).
-  if (options.before_commit) options.before_commit(f.version, expected_digest);
-  f.delegated = true;
-  f.delegate = *root;
-  f.report->commit_delegate = f.delegate;
-  Delegate d{f.version, f.attempt, expected_digest, f.delegate, {}};
-  for (const auto& [rank, answer] : f.answers) d.ranks.push_back(rank);
-  broadcast(d);
-  log->debug("version {}: rank {} decides the commit", f.version, f.delegate);
-  // Every live member acked here and the delegate stays silent (a member's answer did not reach it):
-  // after this grace the producer commits itself, which is always safe once every live member
-  // acked (the delegate only ever commits the same attempt).
-  const auto grace = std::max(options.peer_timeout, std::chrono::milliseconds(1000));
-  std::optional<Clock::time_point> all_acked;
-  for (;;) {
-    if (f.decided_by_delegate) return true;
-    if (f.delegate == 0 || f.answers.empty()) return false;  // the delegate failed: the producer decides
-    bool every = true;
-    for (const auto& [rank, answer] : f.answers) {
-      const bool wrong_digest = answer == InFlight::Answer::verified && f.ack_digests[rank] != expected_digest;
-      if (answer == InFlight::Answer::refused || wrong_digest) return false;  // the producer aborts
-      every = every && answer == InFlight::Answer::verified;
-    }
-    if (!every) {
-      all_acked.reset();
-    } else if (!all_acked) {
-      all_acked = Clock::now();
-    } else if (Clock::now() - *all_acked > grace) {
-      log->warn(
-          "producer: no word from the commit delegate (rank {}) {} ms after every member acked version {}; "
-          "the producer commits it",
-          f.delegate, grace.count(), f.version);
-      f.delegate = 0;
-      f.report->commit_delegate = 0;
-      return false;
-    }
-    if (Clock::now() > deadline) {
-      std::vector<uint32_t> silent;
-      for (const auto& [rank, answer] : f.answers)
-        if (answer == InFlight::Answer::none) silent.push_back(rank);
-      for (uint32_t rank : silent)
-        fail(rank, FailureCause::silent,
-             "no answer to version " + std::to_string(f.version) + " within the version timeout", Clock::now());
-    }
-    pump(20ms);
-    flush_resends();
-  }
-}
-
-void Producer::Impl::handle_decided(uint32_t from, const Decided& decided) {
-  if (!in_flight) return;
-  auto& f = *in_flight;
-  if (from != f.delegate || decided.attempt != f.attempt || decided.version != f.version || f.deciding) return;
-  f.decided_by_delegate = true;
-  for (uint32_t r : decided.active)
-    if (membership->live(r)) f.active.insert(r);
-  log->debug("version {}: committed by rank {} at {:.1f} ms, {} members active there", f.version, from,
-             1e3 * seconds_since(f.start), decided.active.size());
 }
 
 Producer::Producer(transport::Transport& transport, const codec::Manifest& manifest, ProducerOptions options)

@@ -20,6 +20,7 @@
 
 #include "codec/encoder.h"
 #include "tree/membership.h"
+#include "tree/producer/version_round.h"
 #include "tree/producer.h"
 #include "tree/protocol.h"
 #include "tree/relay_link.h"
@@ -133,15 +134,9 @@ struct Producer::Impl {
     std::function<int(uint32_t key)> tree_of;
     std::vector<bool> sent;
     std::deque<std::pair<uint32_t, uint32_t>> resends;  // (key, route)
-    enum class Answer { none, verified, refused };
-    std::map<uint32_t, Answer> answers;  // live ranks at the start
-    std::map<uint32_t, uint64_t> ack_digests;
-    std::set<uint32_t> active;           // after COMMIT/ABORT: ranks that answered ACTIVE
-    uint64_t want_active = 0;            // the version ACTIVE must name
-    bool deciding = false;               // COMMIT/ABORT is out
-    bool delegated = false;              // DELEGATE went out: only a NACK may abort now
-    uint32_t delegate = 0;               // the commit delegate while it decides (0: the producer)
-    bool decided_by_delegate = false;    // DECIDED came: the version is committed
+    // The joint commit: who answered what, the decision, the ACTIVEs (set when the attempt starts).
+    std::optional<VersionRound> round;
+    bool remembered = false;  // the committed version went into `history`
     RefitReport* report = nullptr;
     Clock::time_point start;
   };
@@ -228,15 +223,12 @@ struct Producer::Impl {
   // replaced, re-sends go out). Throws Error(state) when no member is live.
   void deliver(int tree, const Outgoing& outgoing);
   void flush_resends();
-  // Collects the answers of every live member, commits or aborts, waits for ACTIVE.
-  void joint_commit(RefitReport& report, uint64_t expected_digest, bool dry_run,
-                    const std::function<void()>& on_commit = {});
-  // Delegated: names the delegate and waits until it decided, a live member refused (the producer
-  // aborts), or the delegate failed (the producer decides). Returns true when the delegate
-  // committed the version (f.active holds the members it reported active).
-  bool delegated_commit(uint64_t expected_digest, Clock::time_point deadline);
-  // DECIDED from the delegate.
-  void handle_decided(uint32_t from, const Decided& decided);
+  // Once everything of the attempt is out: runs its VersionRound (the joint commit) to the end,
+  // pumping events meanwhile. on_commit runs once the version is committed, even when waiting
+  // for the ACTIVEs fails (Error(timeout)).
+  void joint_commit(RefitReport& report, uint64_t expected_digest, const std::function<void()>& on_commit = {});
+  // Does what the in-flight VersionRound asks (nothing when no version is in flight).
+  void execute(const VersionRound::Actions& actions);
   // refit's common part: sends what `encoder` encodes as version+1 (with `new_layout` when it
   // changes) and runs the joint commit; once committed, adopt(version, digest) makes the new
   // version the baseline.

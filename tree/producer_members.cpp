@@ -151,32 +151,17 @@ void Producer::Impl::handle_control(const ControlEvent& e) {
   const Message& m = *e.message;
   auto& f = in_flight;
   if (auto* ack = std::get_if<Ack>(&m)) {
-    if (f && ack->version == f->version && ack->attempt == f->attempt && f->answers.count(e.rank) &&
-        f->answers[e.rank] == InFlight::Answer::none) {
-      f->answers[e.rank] = InFlight::Answer::verified;
-      f->ack_digests[e.rank] = ack->digest;
-    }
+    if (f) execute(f->round->ack(e.rank, *ack));
   } else if (auto* nack = std::get_if<Nack>(&m)) {
-    if (f && nack->version == f->version && nack->attempt == f->attempt && f->answers.count(e.rank)) {
-      if (f->deciding) {
-        fail(e.rank, FailureCause::refused, "could not commit version " + std::to_string(f->version) + ": " + nack->message, e.at);
-      } else {
-        f->answers[e.rank] = InFlight::Answer::refused;
-        if (f->report && f->report->abort_reason.empty())
-          f->report->abort_reason = "rank " + std::to_string(e.rank) + ": " +
-                                    std::string(errc_name(static_cast<Errc>(nack->errc))) + ": " + nack->message;
-      }
-    }
+    if (f) execute(f->round->nack(e.rank, *nack));
   } else if (auto* active = std::get_if<Active>(&m)) {
-    if (f && f->deciding && membership->live(e.rank)) {
-      if (active->version == f->want_active)
-        f->active.insert(e.rank);
-      else
-        fail(e.rank, FailureCause::refused,
-             "active at version " + std::to_string(active->version) + ", expected " + std::to_string(f->want_active), e.at);
-    }
+    if (f) execute(f->round->active(e.rank, *active));
   } else if (auto* decided = std::get_if<Decided>(&m)) {
-    handle_decided(e.rank, *decided);
+    if (f) {
+      execute(f->round->decided(e.rank, *decided));
+      log->debug("version {}: DECIDED by rank {} at {:.1f} ms, {} members active there", f->version, e.rank,
+                 1e3 * seconds_since(f->start), decided->active.size());
+    }
   } else if (auto* ready = std::get_if<Ready>(&m)) {
     handle_ready(e.rank, *ready, e.epoch);
   } else if (auto* report = std::get_if<Report>(&m)) {
@@ -366,18 +351,7 @@ void Producer::Impl::fail(uint32_t rank, FailureCause cause, const std::string& 
       root_lost[t] = Clock::now();
     }
   }
-  if (in_flight) {
-    in_flight->answers.erase(rank);
-    in_flight->active.erase(rank);
-    if (in_flight->delegate == rank && !in_flight->decided_by_delegate) {
-      // The delegate is out before it decided: the producer decides, from the answers it has
-      // itself (members send them here too). A COMMIT the delegate sent meanwhile is the same.
-      in_flight->delegate = 0;
-      if (in_flight->report) in_flight->report->commit_delegate = 0;
-      log->warn("producer: the commit delegate (rank {}) failed before deciding version {}; the producer decides", rank,
-                in_flight->version);
-    }
-  }
+  if (in_flight) execute(in_flight->round->member_lost(rank));
   for (auto& repair : repairs) repair.waiting.erase(rank);
   const uint32_t dead[] = {rank};
   auto moves = membership->remove(dead);
