@@ -22,7 +22,7 @@ Model of one refit step (seconds), as measured on this machine:
                                                    constant); model B: L = the run's own load average
     fill   = depth * t_hop                          pipeline fill: one per-hop constant per tree level
     commit = c0 + k * RTT                           per-version constant + k round trips
-The max(): the producer encodes chunk i+1 while chunk i is on the wire (tree/producer.cpp send_all)
+The max(): the producer encodes chunk i+1 while chunk i is on the wire (tree/producer/refit.cpp, send_all)
 and receivers apply chunk by chunk, so the wire and the CPU stages overlap; on this 2-core machine
 the producer's and the receivers' CPU work compete, hence their sum. E = checkpoint bytes, C =
 changed elements, R = receivers, depth = hops from the producer to the deepest receiver (chain:

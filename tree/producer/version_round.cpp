@@ -53,9 +53,9 @@ VersionRound::Actions VersionRound::nack(uint32_t rank, const Nack& nack) {
 VersionRound::Actions VersionRound::active(uint32_t rank, const Active& active) {
   if (phase_ != Phase::deciding || !answers_.count(rank)) return {};
   if (active.version != want_active_)
-    return {FailMember{rank, FailureCause::refused,
-                       "active at version " + std::to_string(active.version) + ", expected " +
-                           std::to_string(want_active_)}};
+    return {FailMember{
+        rank, FailureCause::refused,
+        "active at version " + std::to_string(active.version) + ", expected " + std::to_string(want_active_)}};
   active_.insert(rank);
   return {};
 }
@@ -113,7 +113,8 @@ VersionRound::Actions VersionRound::tick(Clock::time_point now) {
     case Phase::deciding:
       break;
   }
-  const bool all_active = std::all_of(answers_.begin(), answers_.end(), [&](const auto& a) { return active_.count(a.first) > 0; });
+  const bool all_active =
+      std::all_of(answers_.begin(), answers_.end(), [&](const auto& a) { return active_.count(a.first) > 0; });
   if (all_active) {
     phase_ = Phase::done;
   } else if (now > active_deadline_) {
@@ -155,9 +156,9 @@ VersionRound::Actions VersionRound::tick_delegated(Clock::time_point now) {
   if (now > params_.deadline)
     for (const auto& [rank, answer] : answers_)
       if (answer == Answer::none)
-        out.emplace_back(FailMember{rank, FailureCause::silent,
-                                    "no answer to version " + std::to_string(params_.version) +
-                                        " within the version timeout"});
+        out.emplace_back(
+            FailMember{rank, FailureCause::silent,
+                       "no answer to version " + std::to_string(params_.version) + " within the version timeout"});
   return out;
 }
 
@@ -168,9 +169,9 @@ VersionRound::Actions VersionRound::tick_collecting(Clock::time_point now) {
     for (const auto& [rank, answer] : answers_) {
       if (answer != Answer::none) continue;
       if (delegated_)  // a delegate may have committed what it acked there: fail it, never abort
-        out.emplace_back(FailMember{rank, FailureCause::silent,
-                                    "no answer to version " + std::to_string(params_.version) +
-                                        " within the version timeout"});
+        out.emplace_back(
+            FailMember{rank, FailureCause::silent,
+                       "no answer to version " + std::to_string(params_.version) + " within the version timeout"});
       else
         refuse(rank, "no ack within the version timeout");
     }
@@ -187,7 +188,10 @@ VersionRound::Actions VersionRound::decide(Clock::time_point now) {
     if (by_delegate) break;  // the delegate checked every member's digest
     if (answer == Answer::verified && ack_digests_[rank] != expected_digest_)
       refuse(rank, "acked a digest that differs from the producer's");
-    if (answer == Answer::verified) ++verified_; else all = false;
+    if (answer == Answer::verified)
+      ++verified_;
+    else
+      all = false;
   }
   if (by_delegate) verified_ = static_cast<uint32_t>(answers_.size());
   if (answers_.empty() && abort_reason_.empty()) abort_reason_ = "every receiver failed";

@@ -45,7 +45,7 @@ class VersionRound {
   enum class Answer { none, verified, refused };
 
   struct Params {
-    uint64_t version = 0;            // the version this attempt tries to create
+    uint64_t version = 0;  // the version this attempt tries to create
     uint64_t attempt = 0;
     uint64_t committed_version = 0;  // what members hold again after an abort
     std::vector<uint32_t> ranks;     // the attempt's members: live when it started
@@ -112,7 +112,7 @@ class VersionRound {
   uint32_t receivers() const noexcept { return receivers_; }
   uint32_t verified_receivers() const noexcept { return verified_; }
   uint32_t commit_delegate() const noexcept { return delegate_; }  // 0: the producer decides
-  uint64_t want_active() const noexcept { return want_active_; }    // the version ACTIVE must name
+  uint64_t want_active() const noexcept { return want_active_; }   // the version ACTIVE must name
   uint64_t expected_digest() const noexcept { return expected_digest_; }
   const Params& params() const noexcept { return params_; }
   Answer answer(uint32_t rank) const;
@@ -131,8 +131,8 @@ class VersionRound {
   std::map<uint32_t, uint64_t> ack_digests_;  // what each verified member acked
   std::set<uint32_t> active_;                 // answered ACTIVE (here, or to the delegate)
   uint64_t expected_digest_ = 0;
-  bool delegated_ = false;                    // DELEGATE went out
-  uint32_t delegate_ = 0;                     // the delegate while it decides (0: the producer)
+  bool delegated_ = false;  // DELEGATE went out
+  uint32_t delegate_ = 0;   // the delegate while it decides (0: the producer)
   bool decided_by_delegate_ = false;
   std::optional<Clock::time_point> all_acked_at_;  // delegated: since when every member acked
   Clock::time_point active_deadline_;

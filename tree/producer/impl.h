@@ -1,6 +1,6 @@
 #pragma once
-// Producer::Impl, shared by tree/producer.cpp (versions: sending, joint commit) and
-// tree/producer_members.cpp (membership: HELLO, failures, repairs, rejoin). Private to dc_tree.
+// Producer::Impl, the producer's state, shared by the files of tree/producer/ (docs/architecture.md
+// lists what each does: one job a file). Private to dc_tree.
 //
 // One thread at a time drives everything, holding `drive`: the host thread during the public
 // calls (their version loops pump one event queue fed by an acceptor thread, for HELLO and root
@@ -14,14 +14,14 @@
 #include <memory>
 #include <optional>
 #include <set>
-#include <shared_mutex>
 #include <thread>
 #include <vector>
 
 #include "codec/encoder.h"
 #include "tree/membership.h"
-#include "tree/producer/version_round.h"
 #include "tree/producer.h"
+#include "tree/producer/baseline_store.h"
+#include "tree/producer/version_round.h"
 #include "tree/protocol.h"
 #include "tree/relay_link.h"
 #include "tree/snapshot_serve.h"
@@ -29,6 +29,11 @@
 #include "util/worker_threads.h"
 
 namespace deltacast::tree {
+
+// How long a send on a member's control link (or reading a greeting) may take.
+inline constexpr std::chrono::seconds kMemberSendTimeout{10};
+// How long a root's queued sends may take to go out when a version ends (and at finish()).
+inline constexpr std::chrono::seconds kRootSettleTimeout{30};
 
 // A message for one tree's root: a FRAME, or a RAW header with its body (the caller's memory).
 struct Outgoing {
@@ -57,7 +62,7 @@ struct Producer::Impl {
   uint64_t max_message_bytes = 0;
   Clock::time_point session_start = Clock::now();
 
-  // ---- membership (tree/producer_members.cpp) ----
+  // ---- membership (control.cpp, admission.cpp, repair.cpp) ----
   std::optional<Membership> membership;
   std::vector<Member> members;  // [rank]: URL and cluster (rank 0: this producer)
   struct ControlLink {
@@ -77,16 +82,16 @@ struct Producer::Impl {
     bool chasing = false;
     int holds = 0;
   };
-  std::vector<ControlLink> control;            // [rank]
-  std::vector<std::set<uint64_t>> replaced;    // [rank]: fenced-as-replaced instances
+  std::vector<ControlLink> control;          // [rank]
+  std::vector<std::set<uint64_t>> replaced;  // [rank]: fenced-as-replaced instances
   uint64_t next_generation = 1;
   EventQueue<ProducerEvent> events;
   std::unique_ptr<ControlReaders> readers;
   std::thread acceptor;
   TaskThreads greeters;  // one per accepted connection reading its first message
   std::atomic<bool> stopping{false};
-  std::mutex drive;   // held by whoever drives (see the top)
-  std::thread idle;   // drives between public calls
+  std::mutex drive;                                  // held by whoever drives (see the top)
+  std::thread idle;                                  // drives between public calls
   std::vector<std::shared_ptr<OutboundLink>> roots;  // [tree]
   std::vector<Clock::time_point> root_lost;          // [tree]: when the root went missing
   // A repair waits for READY from the members it moved.
@@ -96,14 +101,14 @@ struct Producer::Impl {
     std::set<uint32_t> waiting;
   };
   std::vector<Repair> repairs;
-  std::vector<FailedMember> failures;  // not yet reported
-  double repair_seconds = 0;           // finished repairs not yet reported
-  std::map<uint32_t, Clock::time_point> child_trouble;     // rank -> last REPORT about its child
+  std::vector<FailedMember> failures;                       // not yet reported
+  double repair_seconds = 0;                                // finished repairs not yet reported
+  std::map<uint32_t, Clock::time_point> child_trouble;      // rank -> last REPORT about its child
   std::map<uint32_t, Clock::time_point> stall_accusations;  // rank -> when its parent said stalled
-  std::map<uint64_t, uint64_t> history;  // committed version -> combined digest
+  std::map<uint64_t, uint64_t> history;                     // committed version -> combined digest
   // The committed version's checkpoint layout (a new object each time it changes).
   std::shared_ptr<const CheckpointLayout> layout;
-  uint64_t zero_digest = 0;              // combined digest of the all-zero version 0
+  uint64_t zero_digest = 0;  // combined digest of the all-zero version 0
   // start(): what each rank said at HELLO ([rank]). A rank refused at start counts as answered:
   // it does not hold up the start, and is not in the initial live set.
   struct StartHello {
@@ -115,9 +120,8 @@ struct Producer::Impl {
   };
   std::vector<StartHello> start_hellos;
 
-  // ---- versions (tree/producer.cpp) ----
-  std::vector<std::vector<std::byte>> baseline;  // [tensor]: bits of `version`
-  codec::StateDigest baseline_digest;
+  // ---- versions (delivery.cpp, refit.cpp) ----
+  BaselineStore baseline;  // the committed version's bits (before start(): version 0's zeros)
   std::unique_ptr<WorkerThreads> encoders;
   uint64_t version = 0;
   uint64_t attempt = 0;  // last attempt id used
@@ -143,19 +147,25 @@ struct Producer::Impl {
   std::optional<InFlight> in_flight;
 
   Impl(transport::Transport& t, const codec::Manifest& m, ProducerOptions o)
-      : transport(t), manifest(m), options(std::move(o)) {}
+      : transport(t), manifest(m), options(std::move(o)), baseline(m, options.encode.threads) {}
   ~Impl();
 
-  codec::ConstWeights baseline_weights() const {
-    codec::ConstWeights w{&manifest, {}};
-    for (const auto& t : baseline) w.tensors.emplace_back(t.data(), t.size());
-    return w;
-  }
   uint64_t epoch() const { return membership ? membership->epoch() : 0; }
   std::vector<uint32_t> live_ranks() const { return membership ? membership->live_ranks() : std::vector<uint32_t>{}; }
 
-  // producer_members.cpp
+  // Edge reports wait a moment: a peer that died is usually declared dead by its control link
+  // meanwhile, which makes the report moot (no needless move).
+  struct EdgeReport {
+    uint32_t from = 0;
+    Report report;
+    Clock::time_point at;
+  };
+  std::vector<EdgeReport> edge_reports;
+  double last_version_seconds = 0;
+
+  // ---- control.cpp: threads, control links, the event pump ----
   void start_acceptor();
+  void idle_loop();
   void stop_threads();
   void greet(std::shared_ptr<transport::Connection> connection);
   // Handles queued events for up to `wait` (0: only what is queued now).
@@ -165,46 +175,11 @@ struct Producer::Impl {
   void wait_for_catch_ups();
   void handle(ProducerEvent& event);
   void handle_control(const ControlEvent& event);
-  void handle_report(uint32_t from, const Report& report, Clock::time_point at);
-  void handle_hello(ProducerEvent& event);
-  void handle_root_join(ProducerEvent& event);
-  void handle_ready(uint32_t rank, const Ready& ready, uint64_t epoch);
-  // Tells a member that is not live how to reach the committed version from `held` (CATCHUP).
-  bool send_catchup(uint32_t rank, uint64_t held);
-  // Sends a member that is not live the committed version's layout (LAYOUT, attempt 0) unless it
-  // was told that one already. False when the send failed.
-  bool tell_committed_layout(uint32_t rank);
-  // The layout of a refit: null when `wanted` is absent or equal to the committed one. Throws
-  // Error(invalid_argument) when it does not pass check_layout.
-  std::shared_ptr<const CheckpointLayout> changed_layout(const std::optional<CheckpointLayout>& wanted) const;
-  // Edge reports wait a moment: a peer that died is usually declared dead by its control link
-  // meanwhile, which makes the report moot (no needless move).
-  struct EdgeReport {
-    uint32_t from = 0;
-    Report report;
-    Clock::time_point at;
-  };
-  std::vector<EdgeReport> edge_reports;
-  void review_edge_reports();
-  void idle_loop();
-  void review_stalls();
-  // Drops `rank` from the live set (fencing it), repairs the forest and tells every member.
-  void fail(uint32_t rank, FailureCause cause, const std::string& detail, Clock::time_point at);
-  void reparent(uint32_t rank, int tree, const std::string& why, Clock::time_point at);
-  void announce(const EpochUpdate& update, std::vector<TreeEdge> moves, Clock::time_point detected);
-  void admit_caught_up();
-  // Before a version starts: a member that reached its target just after a newer version began
-  // (chasing) replays that one version now. When versions follow each other faster than it can,
-  // it would chase the producer for ever: this waits for it (pumping events) for up to
-  // admission_hold(), then admits whoever caught up. A member that dies or freezes meanwhile is
-  // not waited for past its link's failure or the bound.
-  void hold_for_chasers();
-  // The bound of one hold: twice the last version's time, at least 1 s, at most the peer timeout.
-  std::chrono::milliseconds admission_hold() const;
-  double last_version_seconds = 0;
   void broadcast(const Message& message, bool include_catching_up = false);
   bool send_to(uint32_t rank, const Message& message);
   void close_control(uint32_t rank);
+
+  // ---- admission.cpp: who holds what, and getting into the live set ----
   void remember_version(uint64_t v, uint64_t digest);
   // The committed version's combined digest (version 0: the all-zero state's).
   uint64_t committed_digest() const;
@@ -217,49 +192,68 @@ struct Producer::Impl {
   // id above every member's floor. Throws Error(state), after refusing every member, when no
   // member holds the committed version.
   StartReport place_members_at_start();
+  void handle_hello(ProducerEvent& event);
+  void handle_root_join(ProducerEvent& event);
+  void handle_ready(uint32_t rank, const Ready& ready, uint64_t epoch);
+  // Tells a member that is not live how to reach the committed version from `held` (CATCHUP).
+  bool send_catchup(uint32_t rank, uint64_t held);
+  // Sends a member that is not live the committed version's layout (LAYOUT, attempt 0) unless it
+  // was told that one already. False when the send failed.
+  bool tell_committed_layout(uint32_t rank);
+  void admit_caught_up();
+  // Before a version starts: a member that reached its target just after a newer version began
+  // (chasing) replays that one version now. When versions follow each other faster than it can,
+  // it would chase the producer for ever: this waits for it (pumping events) for up to
+  // admission_hold(), then admits whoever caught up. A member that dies or freezes meanwhile is
+  // not waited for past its link's failure or the bound.
+  void hold_for_chasers();
+  // The bound of one hold: twice the last version's time, at least 1 s, at most the peer timeout.
+  std::chrono::milliseconds admission_hold() const;
 
-  // producer.cpp
+  // ---- repair.cpp: failures ----
+  void handle_report(uint32_t from, const Report& report, Clock::time_point at);
+  void review_edge_reports();
+  void review_stalls();
+  // Drops `rank` from the live set (fencing it), repairs the forest and tells every member.
+  void fail(uint32_t rank, FailureCause cause, const std::string& detail, Clock::time_point at);
+  void reparent(uint32_t rank, int tree, const std::string& why, Clock::time_point at);
+  void announce(const EpochUpdate& update, std::vector<TreeEdge> moves, Clock::time_point detected);
+
+  // ---- delivery.cpp: one attempt on the wire and its joint commit ----
+  void settle_roots() noexcept;
+  void flush_resends();
   // Posts to tree `tree`'s root once it has room, handling events meanwhile (a lost root is
   // replaced, re-sends go out). Throws Error(state) when no member is live.
   void deliver(int tree, const Outgoing& outgoing);
-  void flush_resends();
+  RefitReport run_version(InFlight flight, const std::function<void(InFlight&)>& send_all,
+                          const std::function<uint64_t()>& expected_digest, bool dry_run,
+                          const std::function<void()>& on_commit);
+  // Does what the in-flight VersionRound asks (nothing when no version is in flight).
+  void execute(const VersionRound::Actions& actions);
   // Once everything of the attempt is out: runs its VersionRound (the joint commit) to the end,
   // pumping events meanwhile. on_commit runs once the version is committed, even when waiting
   // for the ACTIVEs fails (Error(timeout)).
   void joint_commit(RefitReport& report, uint64_t expected_digest, const std::function<void()>& on_commit = {});
-  // Does what the in-flight VersionRound asks (nothing when no version is in flight).
-  void execute(const VersionRound::Actions& actions);
+
+  // ---- refit.cpp ----
+  // The layout of a refit: null when `wanted` is absent or equal to the committed one. Throws
+  // Error(invalid_argument) when it does not pass check_layout.
+  std::shared_ptr<const CheckpointLayout> changed_layout(const std::optional<CheckpointLayout>& wanted) const;
+  codec::EncodeOptions refit_encode_options(const RefitOptions& refit_options) const;
+  // Throws Error(state) before start(), or once the baseline was lost (baseline.lost()).
+  void check_can_refit() const;
   // refit's common part: sends what `encoder` encodes as version+1 (with `new_layout` when it
   // changes) and runs the joint commit; once committed, adopt(version, digest) makes the new
   // version the baseline.
   RefitReport refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
                          const RefitOptions& refit_options,
                          const std::function<void(uint64_t, codec::StateDigest)>& adopt);
-  codec::EncodeOptions refit_encode_options(const RefitOptions& refit_options) const;
-  // Throws Error(state) before start(), or once the baseline was lost (baseline_lost).
-  void check_can_refit() const;
-  RefitReport run_version(InFlight flight, const std::function<void(InFlight&)>& send_all,
-                          const std::function<uint64_t()>& expected_digest, bool dry_run,
-                          const std::function<void()>& on_commit);
-  // ---- the baseline as a snapshot source (tree/producer_snapshot.cpp) ----
-  // The baseline changes only here, on the driving thread: `next` (version `v`) becomes it, with
-  // StateDigest `digest` (a full scan of it when absent). Snapshots being served keep reading the
-  // version they began with: each open reader is handed the old bits of what changes.
-  void adopt_baseline(const codec::ConstWeights& next, uint64_t v, std::optional<codec::StateDigest> digest);
-  // The same with `next` read (pread of a checkpoint) in pieces into the baseline (overwrite_with),
-  // each piece first compared with the old bits when snapshots are open. A read that fails leaves the
-  // baseline neither version: it sets baseline_lost (no more refits, no snapshots from here;
-  // open snapshot streams still get the old bits of what was overwritten) and throws Error(io).
-  void adopt_baseline(const codec::WeightsReader& next, uint64_t v, codec::StateDigest digest);
-  std::string baseline_lost;  // why the baseline holds no committed version (empty: it does)
+
+  // ---- snapshot.cpp ----
   // A rejoining member's FETCH on the producer's listener, when no peer could serve it: a
   // snapshot of the baseline (the committed version), streamed while refits go on. Replays are
   // refused (the producer keeps no frames of committed versions).
   void serve_fetch(std::shared_ptr<transport::Connection> connection, const Fetch& fetch);
-  std::shared_mutex baseline_mutex;  // baseline, baseline_digest, baseline_version vs serving threads
-  uint64_t baseline_version = 0;
-  std::vector<SnapshotPatches*> baseline_readers;  // open snapshot streams (baseline_mutex)
-  void settle_roots() noexcept;
 };
 
 }  // namespace deltacast::tree

@@ -1,0 +1,83 @@
+#pragma once
+// What the producer keeps of the last committed version: its bits, their StateDigest and version,
+// and the snapshots being read from it (a rejoining member's FETCH when no peer could serve it).
+//
+// Threads: one driving thread writes (adopt) and reads (weights, digest, version) without a lock;
+// snapshots are read on serving threads, under the store's lock. A snapshot keeps reading the
+// version it opened at: each adopt hands every open snapshot the old bits of what it overwrites
+// (SnapshotPatches). Unit tests: tests/unit/tree/test_baseline_store.cpp.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "codec/digest.h"
+#include "codec/manifest.h"
+#include "tree/snapshot_serve.h"
+
+namespace deltacast::tree {
+
+class BaselineStore {
+ public:
+  // Version 0: every tensor of `manifest` (which must outlive the store) all zeros. Full digest
+  // scans use `digest_threads`.
+  BaselineStore(const codec::Manifest& manifest, unsigned digest_threads);
+  BaselineStore(const BaselineStore&) = delete;
+  BaselineStore& operator=(const BaselineStore&) = delete;
+
+  // ---- the driving thread ----
+  codec::ConstWeights weights() const;
+  const codec::StateDigest& digest() const noexcept { return digest_; }
+  uint64_t version() const noexcept { return version_; }
+  // Why the store holds no committed version (empty: it holds version()).
+  const std::string& lost() const noexcept { return lost_; }
+  // `next` (version `v`) becomes the baseline, with StateDigest `digest` (a full scan when absent).
+  void adopt(const codec::ConstWeights& next, uint64_t v, std::optional<codec::StateDigest> digest);
+  // The same with `next` read (pread of a checkpoint) in pieces into the baseline, each piece first
+  // compared with the old bits when snapshots are open. A read that fails leaves the store neither
+  // version: lost() says why from then on (open snapshots still read the old bits of what was
+  // overwritten), and it throws Error(io).
+  void adopt(const codec::WeightsReader& next, uint64_t v, codec::StateDigest digest);
+
+  // ---- serving threads ----
+  // A consistent read of the version the store held when it was opened, while adopts go on.
+  class Snapshot {
+   public:
+    ~Snapshot();
+    Snapshot(const Snapshot&) = delete;
+    Snapshot& operator=(const Snapshot&) = delete;
+    uint64_t version() const noexcept { return version_; }
+    uint64_t digest() const noexcept { return digest_; }  // the combined digest of version()
+    // Copies bytes [offset, offset + out.size()) of `tensor`, as of version(), into `out`. Reads go
+    // forward in (tensor, offset) order and cover whole elements.
+    void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out);
+
+   private:
+    friend class BaselineStore;
+    Snapshot(BaselineStore& store, uint64_t version, uint64_t digest);
+    BaselineStore& store_;
+    uint64_t version_;
+    uint64_t digest_;
+    SnapshotPatches patches_;
+  };
+  // Opens a snapshot of the committed version. Throws Error(state) when there is none: nothing
+  // committed yet (version 0) or lost().
+  std::unique_ptr<Snapshot> open_snapshot();
+
+ private:
+  void record(const std::vector<SnapshotPatches::Patch>& changed);  // under mutex_, unique
+
+  const codec::Manifest& manifest_;
+  unsigned digest_threads_;
+  mutable std::shared_mutex mutex_;           // bits_, digest_, version_, lost_, readers_ vs serving threads
+  std::vector<std::vector<std::byte>> bits_;  // [tensor]
+  codec::StateDigest digest_;
+  uint64_t version_ = 0;
+  std::string lost_;
+  std::vector<SnapshotPatches*> readers_;  // the open snapshots
+};
+
+}  // namespace deltacast::tree

@@ -1,0 +1,197 @@
+// One version attempt on the wire: posting its data to each tree's root with flow control,
+// re-sending what a lost root dropped, and driving the attempt's VersionRound (the joint commit)
+// to its end while events are handled.
+#include <algorithm>
+
+#include "tree/producer/impl.h"
+
+namespace deltacast::tree {
+
+using namespace std::chrono_literals;
+
+void Producer::Impl::settle_roots() noexcept {
+  for (auto& root : roots) {
+    if (!root) continue;
+    if (!root->flush(kRootSettleTimeout)) root->cancel_all();
+  }
+}
+
+void Producer::Impl::flush_resends() {
+  if (!in_flight) return;
+  auto& f = *in_flight;
+  for (size_t n = f.resends.size(); n > 0; --n) {
+    auto [key, route] = f.resends.front();
+    f.resends.pop_front();
+    const int tree = f.tree_of(key);
+    auto& root = roots[tree];
+    if (!root || root->dead() || root->inflight_bytes() > options.max_inflight_bytes_per_root) {
+      f.resends.emplace_back(key, route);  // later, once the tree has a root with room
+      continue;
+    }
+    const Outgoing out = f.make(key, route);
+    if (out.body.empty())
+      root->post(out.message);
+    else
+      root->post_pair(out.message, out.body);
+    if (f.report) ++f.report->resent_chunks;
+    log->debug("producer: re-sent chunk {} of version {} (route {})", key, f.version, route);
+  }
+}
+
+void Producer::Impl::deliver(int tree, const Outgoing& out) {
+  for (;;) {
+    pump(0ms);
+    flush_resends();
+    if (live_ranks().empty()) throw Error(Errc::state, "every receiver failed");
+    auto& root = roots[tree];
+    if (!root) {
+      // The new root connects as soon as it reads the EPOCH; one that does not within a few
+      // peer timeouts is failed too (the next repair names another).
+      if (Clock::now() - root_lost[tree] > 3 * options.peer_timeout) {
+        if (auto r = membership->root(tree)) {
+          fail(*r, FailureCause::unreachable, "did not join as the root of tree " + std::to_string(tree), Clock::now());
+          root_lost[tree] = Clock::now();
+        }
+      }
+      pump(50ms);
+      continue;
+    }
+    if (root->dead()) {
+      // The data link failed while its control link may still look fine: the edge is lost.
+      fail(root->peer_rank(), FailureCause::link_closed, "its data link from the producer failed", Clock::now());
+      continue;
+    }
+    if (!root->wait_below(options.max_inflight_bytes_per_root, 20ms)) {
+      if (root->stalled_for() > options.peer_timeout && !stall_accusations.count(root->peer_rank()))
+        stall_accusations.emplace(root->peer_rank(), Clock::now());
+      continue;
+    }
+    if (out.body.empty())
+      root->post(out.message);
+    else
+      root->post_pair(out.message, out.body);
+    return;
+  }
+}
+
+// Runs one version attempt: admits members that caught up, sends everything, then the joint
+// commit. `flight` carries how to (re)make each data message.
+RefitReport Producer::Impl::run_version(InFlight flight, const std::function<void(InFlight&)>& send_all,
+                                        const std::function<uint64_t()>& expected_digest, bool dry_run,
+                                        const std::function<void()>& on_commit) {
+  pump(0ms);
+  admit_caught_up();
+  hold_for_chasers();
+  RefitReport report;
+  report.version = flight.version;
+  report.failed_members = std::move(failures);
+  failures.clear();
+  report.repair_seconds = repair_seconds;
+  repair_seconds = 0;
+  flight.attempt = ++attempt;
+  flight.start = Clock::now();
+  flight.sent.assign(flight.keys, false);
+  VersionRound::Params round;
+  round.version = flight.version;
+  round.attempt = flight.attempt;
+  round.committed_version = version;
+  round.ranks = live_ranks();
+  round.delegate_commit = options.delegate_commit;
+  round.dry_run = dry_run;
+  round.deadline = flight.start + options.version_timeout;
+  round.delegate_grace = std::max(options.peer_timeout, std::chrono::milliseconds(1000));
+  flight.round.emplace(std::move(round));
+  flight.report = &report;
+  in_flight = std::move(flight);
+  // A new layout becomes the committed one with the version (an abort keeps the old one).
+  const auto commit_version = [this, layout = in_flight->layout, &on_commit] {
+    if (on_commit) on_commit();
+    if (layout) this->layout = layout;
+  };
+  try {
+    if (in_flight->round->members().empty()) throw Error(Errc::state, "no live receivers");
+    if (in_flight->layout) {
+      // Before any data of the attempt, on the control link of every member in it. Members admitted
+      // later hear of it with their WELCOME or CATCHUP, once it committed.
+      broadcast(LayoutUpdate{in_flight->version, in_flight->attempt, *in_flight->layout});
+      for (uint32_t rank : in_flight->round->members()) control[rank].told_layout = in_flight->layout;
+      log->info("version {}: the checkpoint layout changes ({} shards, {} files)", in_flight->version,
+                in_flight->layout->shards.size(), in_flight->layout->files.size());
+    }
+    send_all(*in_flight);
+    joint_commit(report, expected_digest(), commit_version);
+  } catch (...) {
+    // Nothing can commit now: receivers roll back what they applied of this attempt. Unless a
+    // decision is out, or a delegate may have committed it: an ABORT then could cross a COMMIT.
+    if (auto abort = in_flight->round->stop("the producer stopped this version"); abort && membership)
+      broadcast(*abort);
+    in_flight.reset();
+    throw;
+  }
+  report.epoch = epoch();
+  last_version_seconds = seconds_since(in_flight->start);
+  in_flight.reset();
+  return report;
+}
+
+void Producer::Impl::execute(const VersionRound::Actions& actions) {
+  if (!in_flight) return;
+  auto& f = *in_flight;
+  if (f.round->committed() && !f.remembered) {
+    remember_version(f.version, f.round->expected_digest());
+    f.remembered = true;
+  }
+  for (const auto& action : actions) {
+    if (const auto* b = std::get_if<VersionRound::Broadcast>(&action)) {
+      broadcast(b->message);
+    } else if (const auto* s = std::get_if<VersionRound::SendTo>(&action)) {
+      if (!send_to(s->rank, s->message))
+        fail(s->rank, FailureCause::link_closed,
+             std::holds_alternative<Commit>(s->message) ? "COMMIT could not be sent" : "a message could not be sent",
+             Clock::now());
+    } else if (const auto* m = std::get_if<VersionRound::FailMember>(&action)) {
+      fail(m->rank, m->cause, m->detail, Clock::now());
+    } else if (const auto* r = std::get_if<VersionRound::RecordCommit>(&action)) {
+      // The host records the version as committed before any member can hold it (a producer
+      // state file): a producer lost after this point is resumed at this version.
+      if (options.before_commit) options.before_commit(r->version, r->digest);
+    } else if (const auto* w = std::get_if<VersionRound::Warn>(&action)) {
+      log->warn("producer: {}", w->text);
+    }
+  }
+  if (f.report) f.report->commit_delegate = f.round->commit_delegate();
+}
+
+void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
+                                  const std::function<void()>& on_commit) {
+  auto& f = *in_flight;
+  VersionRound& round = *f.round;
+  execute(round.sealed(expected_digest, membership->root(0), Clock::now()));
+  if (round.phase() == VersionRound::Phase::delegated)
+    log->debug("version {}: rank {} decides the commit", f.version, round.commit_delegate());
+  bool decided = false;
+  while (!round.done()) {
+    const bool deciding = round.phase() == VersionRound::Phase::deciding;
+    if (deciding && !decided) {
+      decided = true;
+      log->debug("version {}: every answer in at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
+    }
+    pump(20ms);
+    if (!deciding) flush_resends();
+    execute(round.tick(Clock::now()));
+  }
+  report.receivers = round.receivers();
+  report.verified_receivers = round.verified_receivers();
+  report.committed = round.committed();
+  report.abort_reason = round.abort_reason();
+  report.commit_delegate = round.commit_delegate();
+  // Once COMMIT is out the version is committed: on_commit runs even when waiting fails.
+  if (round.timed_out()) {
+    if (report.committed && on_commit) on_commit();
+    throw Error(Errc::timeout, "receivers did not confirm version " + std::to_string(round.want_active()));
+  }
+  report.refit_seconds = seconds_since(f.start);
+  if (report.committed && on_commit) on_commit();
+}
+
+}  // namespace deltacast::tree

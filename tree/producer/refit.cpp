@@ -1,0 +1,308 @@
+// Refits: a new version from weights in memory or read from a checkpoint (encoded as a delta
+// against the baseline), a bootstrap (full weights) or frames encoded elsewhere (publish). Each
+// sends its version through delivery.cpp's run_version; the commit rule is version_round.cpp's.
+#include <algorithm>
+#include <cstring>
+
+#include "tree/producer/impl.h"
+
+namespace deltacast::tree {
+
+std::shared_ptr<const CheckpointLayout> Producer::Impl::changed_layout(
+    const std::optional<CheckpointLayout>& wanted) const {
+  if (!wanted || *wanted == *layout) return nullptr;
+  try {
+    check_layout(*wanted, manifest.size());
+  } catch (const Error& e) {
+    throw Error(Errc::invalid_argument, std::string("the refit's ") + e.what());
+  }
+  return std::make_shared<const CheckpointLayout>(*wanted);
+}
+
+codec::EncodeOptions Producer::Impl::refit_encode_options(const RefitOptions& refit_options) const {
+  codec::EncodeOptions encode = options.encode;
+  // From the all-zero state an XOR mask is the value itself; ulp distances would be huge.
+  if (version == 0) encode.xor_safe_mode = codec::ValueMode::xor_bits;
+  if (refit_options.value_mode) encode.xor_safe_mode = *refit_options.value_mode;
+  return encode;
+}
+
+void Producer::Impl::check_can_refit() const {
+  if (!membership) throw Error(Errc::state, "Producer::refit before start()");
+  if (!baseline.lost().empty())
+    throw Error(Errc::state, "the producer cannot send another version: " + baseline.lost());
+}
+
+RefitReport Producer::refit(const codec::ConstWeights& next, const RefitOptions& refit_options) {
+  auto& d = *impl_;
+  std::lock_guard drive(d.drive);
+  d.check_can_refit();
+  codec::ConstWeights checked = next;
+  checked.manifest = &d.manifest;
+  codec::check_weights(checked);
+  auto layout = d.changed_layout(refit_options.layout);
+  const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
+  codec::DeltaEncoder encoder(d.baseline.weights(), checked, d.baseline.digest(), {d.version, d.version + 1}, encode);
+  return d.refit_with(encoder, std::move(layout), refit_options,
+                      [&](uint64_t v, codec::StateDigest digest) { d.baseline.adopt(checked, v, std::move(digest)); });
+}
+
+RefitReport Producer::refit(const codec::WeightsReader& next, const RefitOptions& refit_options) {
+  auto& d = *impl_;
+  std::lock_guard drive(d.drive);
+  d.check_can_refit();
+  if (next.manifest().digest() != d.manifest.digest())
+    throw Error(Errc::invalid_argument,
+                "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
+  auto layout = d.changed_layout(refit_options.layout);
+  const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
+  codec::DeltaEncoder encoder(d.baseline.weights(), next, d.baseline.digest(), {d.version, d.version + 1}, encode);
+  return d.refit_with(encoder, std::move(layout), refit_options,
+                      [&](uint64_t v, codec::StateDigest digest) { d.baseline.adopt(next, v, std::move(digest)); });
+}
+
+RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
+                                       const RefitOptions& refit_options,
+                                       const std::function<void(uint64_t, codec::StateDigest)>& adopt) {
+  auto& d = *this;
+  const uint64_t new_version = d.version + 1;
+  const uint32_t count = encoder.chunk_count();
+  const TopologyKind kind = d.membership->kind();
+  SharedBytes seal_frame;
+
+  Impl::InFlight flight;
+  flight.version = new_version;
+  flight.layout = std::move(new_layout);
+  flight.keys = count + 1;  // the seal is key `count`
+  flight.tree_of = [count, kind](uint32_t key) { return key == count ? 0 : tree_for_chunk(kind, key); };
+  flight.make = [&d, &encoder, &seal_frame, count](uint32_t key, uint32_t route) {
+    const Envelope envelope = d.in_flight->envelope(route);
+    if (key == count)
+      return Outgoing{
+          std::make_shared<const std::vector<std::byte>>(encode_frame_message(*seal_frame, envelope, d.epoch())), {}};
+    return Outgoing{std::make_shared<const std::vector<std::byte>>(
+                        encode_frame_message(encoder.encode_chunk(key), envelope, d.epoch())),
+                    {}};
+  };
+
+  codec::DeltaStats total;
+  double encode_seconds = 0;
+  auto send_all = [&](Impl::InFlight& f) {
+    RefitReport& report = *f.report;
+    report.chunks = count;
+    // Workers encode chunks in index order (an atomic cursor); this thread sends each one as
+    // soon as it and every earlier chunk are ready, so encoding overlaps sending.
+    std::vector<SharedBytes> slots(count);
+    std::mutex mutex;
+    std::condition_variable ready;
+    std::atomic<uint32_t> cursor{0};
+    std::atomic<bool> cancel{false};
+    Status worker_status;
+    const Envelope envelope = f.envelope(0);
+    const uint64_t epoch = d.epoch();
+    auto work = [&] {
+      codec::DeltaStats stats;
+      double seconds = 0;
+      try {
+        for (uint32_t i; !cancel && (i = cursor.fetch_add(1)) < count;) {
+          auto t0 = Clock::now();
+          auto message = std::make_shared<const std::vector<std::byte>>(
+              encode_frame_message(encoder.encode_chunk(i, &stats), envelope, epoch));
+          seconds += seconds_since(t0);
+          std::lock_guard lock(mutex);
+          slots[i] = std::move(message);
+          ready.notify_all();
+        }
+      } catch (const Error& e) {
+        std::lock_guard lock(mutex);
+        if (worker_status.ok()) worker_status = e.status();
+        cancel = true;
+        ready.notify_all();
+      }
+      std::lock_guard lock(mutex);
+      total.add(stats);
+      encode_seconds += seconds;
+    };
+    if (!d.encoders) d.encoders = std::make_unique<WorkerThreads>(std::max(1u, d.options.encode.threads));
+    d.encoders->start(work);
+    try {
+      for (uint32_t i = 0; i < count; ++i) {
+        SharedBytes message;
+        {
+          std::unique_lock lock(mutex);
+          ready.wait(lock, [&] { return slots[i] != nullptr || !worker_status.ok(); });
+          if (!worker_status.ok()) throw Error(worker_status);
+          message = std::move(slots[i]);
+        }
+        if (message->size() > d.max_message_bytes)
+          throw Error(Errc::internal, "chunk frame of " + std::to_string(message->size()) +
+                                          " bytes exceeds the announced message limit");
+        d.deliver(f.tree_of(i), Outgoing{message, {}});
+        f.sent[i] = true;
+        if (i == 0)
+          d.log->debug("version {}: first chunk posted at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
+        report.frames_bytes += message->size() - kMessageHeaderSize - kEnvelopeSize;
+        if (d.options.on_progress) d.options.on_progress(i + 1, count);
+      }
+    } catch (...) {
+      cancel = true;
+      d.encoders->wait();
+      throw;
+    }
+    d.encoders->wait();
+    seal_frame = std::make_shared<const std::vector<std::byte>>(encoder.seal());
+    const Outgoing seal = f.make(count, 0);
+    d.deliver(0, seal);
+    f.sent[count] = true;
+    d.log->debug("version {}: seal posted at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
+    report.frames_bytes += seal_frame->size();
+    report.changes = total.changes;
+    report.elements = total.elements;
+    report.checkpoint_bytes = total.checkpoint_bytes;
+    report.encode_seconds = encode_seconds;
+  };
+  codec::StateDigest new_digest;
+  RefitReport report = d.run_version(
+      std::move(flight), send_all,
+      [&] {
+        new_digest = encoder.new_digest();
+        return new_digest.combined();
+      },
+      refit_options.dry_run,
+      [&] {
+        d.version = new_version;  // what the members hold, even if the baseline cannot follow
+        const auto adopt_start = Clock::now();
+        adopt(new_version, new_digest);
+        d.log->debug("version {}: the baseline took it in {:.3f} s", new_version, seconds_since(adopt_start));
+      });
+  d.log->info("version {} {} in {:.3f} s ({} chunks, {} payload bytes, {} changes)", report.version,
+              report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes,
+              report.changes);
+  return report;
+}
+
+RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
+  auto& d = *impl_;
+  std::lock_guard drive(d.drive);
+  if (!d.membership) throw Error(Errc::state, "Producer::bootstrap before start()");
+  if (d.version != 0) throw Error(Errc::state, "bootstrap needs receivers at version 0");
+  codec::ConstWeights checked = full;
+  checked.manifest = &d.manifest;
+  codec::check_weights(checked);
+  struct Piece {
+    uint32_t tensor;
+    uint64_t offset, size;
+  };
+  std::vector<Piece> pieces;
+  for (uint32_t t = 0; t < d.manifest.size(); ++t) {
+    const uint64_t size = checked.tensors[t].size();
+    // Whole elements per piece: receivers refuse a piece that splits an element.
+    const uint64_t w = codec::dtype_size(d.manifest.at(t).dtype);
+    const uint64_t piece_bytes = std::max(w, d.options.encode.chunk_bytes / w * w);
+    for (uint64_t off = 0; off < size; off += piece_bytes)
+      pieces.push_back({t, off, std::min(piece_bytes, size - off)});
+  }
+  if (pieces.empty()) throw Error(Errc::invalid_argument, "the checkpoint holds no bytes");
+  const uint32_t count = static_cast<uint32_t>(pieces.size());
+  const TopologyKind kind = d.membership->kind();
+
+  Impl::InFlight flight;
+  flight.version = 1;
+  flight.keys = count;
+  flight.tree_of = [kind](uint32_t key) { return tree_for_chunk(kind, key); };
+  auto header_of = [&](uint32_t key, uint32_t route) {
+    const auto& p = pieces[key];
+    return RawChunkHeader{{d.in_flight->attempt, route}, 1, key, count, p.tensor, p.offset, p.size};
+  };
+  flight.make = [&](uint32_t key, uint32_t route) {
+    const auto h = header_of(key, route);
+    return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_raw_message(h, d.epoch())),
+                    checked.tensors[h.tensor].subspan(h.byte_offset, h.byte_count)};
+  };
+  // Each piece goes out as a RAW header and a bare body sent straight from `full` (no copy):
+  // every send must have finished before this returns, errors included.
+  struct SettleRoots {
+    Impl& d;
+    ~SettleRoots() { d.settle_roots(); }
+  } settle{d};
+  uint64_t expected = 0;  // the sum of the pieces' hashes (raw_piece_hash) the receivers ack
+  auto send_all = [&](Impl::InFlight& f) {
+    RefitReport& report = *f.report;
+    report.chunks = count;
+    report.elements = d.manifest.total_elements();
+    report.changes = report.elements;
+    report.checkpoint_bytes = d.manifest.total_bytes();
+    for (uint32_t i = 0; i < count; ++i) {
+      const Outgoing out = f.make(i, 0);
+      expected += raw_piece_hash(header_of(i, 0), out.body);
+      d.deliver(f.tree_of(i), out);
+      f.sent[i] = true;
+      report.frames_bytes += out.body.size();
+      if (d.options.on_progress) d.options.on_progress(i + 1, count);
+    }
+  };
+  // The baseline's StateDigest (the next delta's base digest) is computed once the receivers
+  // are active, off the bootstrap's critical path; receivers compute theirs the same way.
+  RefitReport report = d.run_version(
+      std::move(flight), send_all, [&] { return expected; }, false,
+      [&] {
+        d.baseline.adopt(checked, 1, std::nullopt);
+        d.version = 1;
+        // Rejoining members compare with the StateDigest of version 1, not the pieces' hash sum.
+        d.remember_version(1, d.baseline.digest().combined());
+      });
+  d.log->info("full checkpoint (version 1) {} in {:.3f} s ({} raw chunks, {} bytes)",
+              report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes);
+  return report;
+}
+
+RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
+                              uint64_t expected_digest, RefitOptions refit_options) {
+  auto& d = *impl_;
+  std::lock_guard drive(d.drive);
+  if (!d.membership) throw Error(Errc::state, "Producer::publish before start()");
+  auto new_layout = d.changed_layout(refit_options.layout);
+  // Keys are codec chunk keys (the seal is chunk_count); duplicates in `frames` are sent as given.
+  std::map<uint32_t, size_t> first_of_key;
+  std::vector<uint32_t> key_of(frames.size());
+  uint32_t keys = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const auto h = codec::parse_frame(frames[i]).header;
+    key_of[i] = h.kind == codec::FrameKind::seal ? h.chunk_count : h.chunk_index;
+    first_of_key.emplace(key_of[i], i);
+    keys = std::max(keys, key_of[i] + 1);
+  }
+  const TopologyKind kind = d.membership->kind();
+  std::vector<bool> is_seal(keys, false);
+  for (size_t i = 0; i < frames.size(); ++i)
+    if (codec::parse_frame(frames[i]).header.kind == codec::FrameKind::seal) is_seal[key_of[i]] = true;
+  Impl::InFlight flight;
+  flight.version = new_version;
+  flight.layout = std::move(new_layout);
+  flight.keys = keys;
+  flight.tree_of = [kind, is_seal](uint32_t key) { return is_seal[key] ? 0 : tree_for_chunk(kind, key); };
+  flight.make = [&](uint32_t key, uint32_t route) {
+    auto it = first_of_key.find(key);
+    if (it == first_of_key.end()) throw Error(Errc::not_found, "publish: no frame for chunk " + std::to_string(key));
+    return Outgoing{std::make_shared<const std::vector<std::byte>>(
+                        encode_frame_message(frames[it->second], d.in_flight->envelope(route), d.epoch())),
+                    {}};
+  };
+  auto send_all = [&](Impl::InFlight& f) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const uint32_t key = key_of[i];
+      d.deliver(f.tree_of(key), Outgoing{std::make_shared<const std::vector<std::byte>>(
+                                             encode_frame_message(frames[i], f.envelope(0), d.epoch())),
+                                         {}});
+      f.sent[key] = true;
+      f.report->frames_bytes += frames[i].size();
+      if (!is_seal[key]) ++f.report->chunks;
+    }
+  };
+  RefitReport report = d.run_version(
+      std::move(flight), send_all, [&] { return expected_digest; }, refit_options.dry_run,
+      [&] { d.version = new_version; });
+  return report;
+}
+
+}  // namespace deltacast::tree
