@@ -6,7 +6,8 @@
 
 namespace deltacast::codec {
 
-std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, uint64_t chunk_bytes) {
+std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, std::span<const PartRange> ranges,
+                                            uint64_t chunk_bytes) {
   if (chunk_bytes < 64) throw Error(Errc::invalid_argument, "chunk size must be at least 64 bytes");
   std::vector<std::vector<Slice>> chunks;
   std::vector<Slice> open;
@@ -16,9 +17,9 @@ std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, uint64_t c
     open.clear();
     open_bytes = 0;
   };
-  for (uint32_t t = 0; t < manifest.size(); ++t) {
-    const auto& info = manifest.at(t);
-    const uint64_t n = info.units();  // code units: 8-byte elements are two
+  for (const PartRange& r : ranges) {
+    const auto& info = manifest.at(r.tensor);
+    const uint64_t n = r.units();  // code units: 8-byte elements are two
     if (n == 0) continue;
     const uint64_t w = dtype_unit_size(info.dtype);
     // Segments index units with 32-bit positions.
@@ -27,15 +28,22 @@ std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, uint64_t c
       close();
       const uint64_t pieces = (n + max_elems - 1) / max_elems;
       const uint64_t per = (n + pieces - 1) / pieces;
-      for (uint64_t b = 0; b < n; b += per) chunks.push_back({Slice{t, b, std::min(per, n - b)}});
+      for (uint64_t b = 0; b < n; b += per) chunks.push_back({Slice{r.tensor, r.begin + b, std::min(per, n - b)}});
       continue;
     }
     if (open_bytes + n * w > chunk_bytes) close();
-    open.push_back(Slice{t, 0, n});
+    open.push_back(Slice{r.tensor, r.begin, n});
     open_bytes += n * w;
   }
   close();
   return chunks;
+}
+
+std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, uint64_t chunk_bytes) {
+  std::vector<PartRange> whole;
+  whole.reserve(manifest.size());
+  for (uint32_t t = 0; t < manifest.size(); ++t) whole.push_back({t, 0, manifest.at(t).units()});
+  return plan_chunks(manifest, whole, chunk_bytes);
 }
 
 }  // namespace deltacast::codec

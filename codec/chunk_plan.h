@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "codec/manifest.h"
+#include "codec/partition.h"
 
 namespace deltacast::codec {
 
@@ -16,6 +17,11 @@ struct Slice {
 };
 
 std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, uint64_t chunk_bytes);
+// The same over `ranges` (a producer rank's part, in order): each range is planned as a whole
+// tensor is above, its slices starting at the range's begin. plan_chunks(m, c) is this over every
+// tensor whole.
+std::vector<std::vector<Slice>> plan_chunks(const Manifest& manifest, std::span<const PartRange> ranges,
+                                            uint64_t chunk_bytes);
 
 // Sign-clearing mask for units coded as floats, all bits otherwise (integers, BOOL, F64 units).
 inline uint32_t abs_mask_of(DType dtype) noexcept {

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "codec/chunk_plan.h"
@@ -59,6 +60,8 @@ struct DeltaEncoder::Impl {
   // a placeholder base digest until patch_base_digest.
   bool scan_base = false;
   std::vector<std::vector<std::pair<uint32_t, uint64_t>>> base_parts;  // per chunk: (tensor, part)
+  // A group's part: its chunks only (EncodePart).
+  std::optional<EncodePart> group_part;
 
   // Set by the reader constructors: slices of the new version are read piece by piece (scan_read)
   // instead of spans; the base is read too (base_reader), or is in memory (base).
@@ -91,8 +94,13 @@ struct DeltaEncoder::Impl {
     base_digest = digest;
     ids = version_ids;
     options = std::move(opts);
-    chunks = plan_chunks(m, options.chunk_bytes);
+    chunks = group_part ? plan_chunks(m, group_part->ranges, options.chunk_bytes) : plan_chunks(m, options.chunk_bytes);
     if (chunks.size() >= UINT32_MAX) throw Error(Errc::invalid_argument, "encode: too many chunks");
+    if (group_part && (group_part->first_chunk > group_part->total_chunks ||
+                       chunks.size() > group_part->total_chunks - group_part->first_chunk))
+      throw Error(Errc::invalid_argument, "encode: the part's " + std::to_string(chunks.size()) + " chunks from " +
+                                              std::to_string(group_part->first_chunk) + " do not fit a version of " +
+                                              std::to_string(group_part->total_chunks));
     digest_deltas.resize(chunks.size());
     encoded.assign(chunks.size(), 0);
   }
@@ -165,6 +173,10 @@ struct DeltaEncoder::Impl {
     }
   }
 
+  // Every chunk encoded: the base's digest (scanned, or given) and the new version's. `what`
+  // names the call in the error when a chunk was not encoded.
+  void finish_digests(const char* what);
+
   // Appends a piece's scan starting at element `at` of the slice to the slice's `out`.
   static void append_part(const ScanOutput& part, uint32_t at, bool classed, ScanOutput& out) {
     const size_t before = out.positions.size(), c = part.positions.size();
@@ -215,6 +227,20 @@ DeltaEncoder::DeltaEncoder(const ConstWeights& base, const WeightsReader& next, 
   impl_->next_reader = &next;
 }
 
+DeltaEncoder::DeltaEncoder(const WeightsReader& base, const WeightsReader& next, EncodePart part, VersionIds ids,
+                           EncodeOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  for (const auto& r : part.ranges)
+    if (r.tensor >= base.manifest().size() || r.begin > r.end || r.end > base.manifest().at(r.tensor).units())
+      throw Error(Errc::invalid_argument, "encode: a part's range lies outside the manifest");
+  impl_->group_part = std::move(part);
+  impl_->init(base.manifest(), next.manifest(), StateDigest(std::vector<uint64_t>(base.manifest().size(), 0)), ids,
+              std::move(options));
+  impl_->base_reader = &base;
+  impl_->next_reader = &next;
+  impl_->scan_base_digest();
+}
+
 DeltaEncoder::~DeltaEncoder() = default;
 
 uint32_t DeltaEncoder::chunk_count() const noexcept { return static_cast<uint32_t>(impl_->chunks.size()); }
@@ -259,8 +285,8 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     const size_t c = scan.positions.size();
     // The digest delta does not depend on the order: one sequential pass in position order. The
     // values follow the coding order (class by class for classed locations).
-    const uint64_t digest_delta = changes_digest_delta(s.tensor, s.begin, scan.positions.data(), scan.old_bits.data(),
-                                                       scan.new_bits.data(), c);
+    const uint64_t digest_delta =
+        changes_digest_delta(s.tensor, s.begin, scan.positions.data(), scan.old_bits.data(), scan.new_bits.data(), c);
     values.add(mode, w, is_float, scan.old_bits.data(), scan.new_bits.data(),
                plan.order.empty() ? nullptr : plan.order.data(), c);
     if (c) deltas.emplace_back(s.tensor, digest_delta);
@@ -276,10 +302,11 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
   FrameHeader h;
   h.manifest_digest = m.digest();
   h.base_version = im.ids.base_version;
-  h.base_digest = im.scan_base ? 0 : im.base_digest.combined();  // scan_base: patched after seal
+  // scan_base: patched after seal, unless the group gave it (a part)
+  h.base_digest = im.group_part ? im.group_part->base_combined : im.scan_base ? 0 : im.base_digest.combined();
   h.new_version = im.ids.new_version;
-  h.chunk_index = index;
-  h.chunk_count = chunk_count();
+  h.chunk_index = im.group_part ? im.group_part->first_chunk + index : index;
+  h.chunk_count = im.group_part ? im.group_part->total_chunks : chunk_count();
   SectionSizes sizes;
   auto frame = build_chunk_frame(h, segments, std::move(streams), im.options.zstd_level, &sizes);
   local.frame_bytes = frame.size();
@@ -290,28 +317,64 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
   return frame;
 }
 
+void DeltaEncoder::Impl::finish_digests(const char* what) {
+  for (size_t i = 0; i < encoded.size(); ++i)
+    if (!encoded[i]) throw Error(Errc::state, std::string(what) + ": chunk " + std::to_string(i) + " was not encoded");
+  if (scan_base) {
+    std::vector<uint64_t> sums(manifest->size(), 0);
+    for (const auto& chunk : base_parts)
+      for (const auto& [t, sum] : chunk) sums[t] += sum;
+    base_digest = StateDigest(std::move(sums));
+  }
+  auto per = base_digest.per_tensor();
+  for (const auto& chunk : digest_deltas)
+    for (const auto& [t, d] : chunk) per[t] += d;
+  new_digest = StateDigest(std::move(per));
+  sealed = true;
+}
+
 std::vector<std::byte> DeltaEncoder::seal() {
   auto& im = *impl_;
-  for (size_t i = 0; i < im.encoded.size(); ++i)
-    if (!im.encoded[i]) throw Error(Errc::state, "seal: chunk " + std::to_string(i) + " was not encoded");
-  if (im.scan_base) {
-    std::vector<uint64_t> base(im.manifest->size(), 0);
-    for (const auto& chunk : im.base_parts)
-      for (const auto& [t, part] : chunk) base[t] += part;
-    im.base_digest = StateDigest(std::move(base));
-  }
-  auto per = im.base_digest.per_tensor();
-  for (const auto& chunk : im.digest_deltas)
-    for (const auto& [t, d] : chunk) per[t] += d;
-  im.new_digest = StateDigest(std::move(per));
-  im.sealed = true;
+  if (im.group_part) throw Error(Errc::state, "seal: a part encoder does not seal (the group's coordinator does)");
+  im.finish_digests("seal");
+  return seal_frame(*im.manifest, im.ids, im.base_digest.combined(), chunk_count(), im.new_digest);
+}
+
+DeltaEncoder::PartDigests DeltaEncoder::part_digests() {
+  auto& im = *impl_;
+  if (!im.group_part) throw Error(Errc::state, "part_digests: not a part encoder");
+  im.finish_digests("part_digests");
+  return {im.base_digest, im.new_digest};
+}
+
+std::vector<std::byte> seal_frame(const Manifest& manifest, VersionIds ids, uint64_t base_combined,
+                                  uint32_t chunk_count, const StateDigest& new_digest) {
+  if (new_digest.per_tensor().size() != manifest.size())
+    throw Error(Errc::invalid_argument, "seal: the digest has the wrong number of tensors");
   FrameHeader h;
-  h.manifest_digest = im.manifest->digest();
-  h.base_version = im.ids.base_version;
-  h.base_digest = im.base_digest.combined();
-  h.new_version = im.ids.new_version;
-  h.chunk_count = chunk_count();
-  return build_seal_frame(h, im.new_digest.per_tensor());
+  h.manifest_digest = manifest.digest();
+  h.base_version = ids.base_version;
+  h.base_digest = base_combined;
+  h.new_version = ids.new_version;
+  h.chunk_count = chunk_count;
+  return build_seal_frame(h, new_digest.per_tensor());
+}
+
+GroupChunks group_chunks(const Manifest& manifest, const Partition& partition, uint64_t chunk_bytes) {
+  GroupChunks out;
+  out.first.push_back(0);
+  uint64_t total = 0;
+  for (uint32_t r = 0; r < partition.ranks(); ++r) {
+    total += plan_chunks(manifest, partition.part(r), chunk_bytes).size();
+    if (total >= UINT32_MAX) throw Error(Errc::invalid_argument, "encode: too many chunks");
+    out.first.push_back(static_cast<uint32_t>(total));
+  }
+  return out;
+}
+
+EncodePart GroupChunks::part(const Partition& partition, uint32_t rank, uint64_t base_combined) const {
+  if (rank + 1 >= first.size()) throw Error(Errc::invalid_argument, "group_chunks: no rank " + std::to_string(rank));
+  return EncodePart{partition.part(rank), first[rank], total(), base_combined};
 }
 
 const StateDigest& DeltaEncoder::base_digest() const {

@@ -10,6 +10,7 @@
 #include "codec/digest.h"
 #include "codec/frame.h"
 #include "codec/manifest.h"
+#include "codec/partition.h"
 
 namespace deltacast::codec {
 
@@ -50,6 +51,34 @@ struct DeltaStats {
   void add(const DeltaStats& other);
 };
 
+// One producer rank's share of a version in a producer group (partition.h, docs/protocol.md
+// "Producer group"): the encoder covers the chunks of `ranges` only, numbered from `first_chunk` in
+// a version of `total_chunks` chunks (group_chunks() gives both), and its frames carry the group's
+// base digest. The group's coordinator seals the version (seal_frame) with the sum of every part's
+// digests.
+struct EncodePart {
+  std::vector<PartRange> ranges;
+  uint32_t first_chunk = 0;
+  uint32_t total_chunks = 0;
+  uint64_t base_combined = 0;  // StateDigest::combined() of the whole base version
+};
+
+// The chunk numbering of a group's version: part r's chunks are [first[r], first[r+1]); the
+// version has first.back() chunks. Every rank computes the same from (manifest, partition,
+// chunk_bytes). With one rank it is the plan of a single producer.
+struct GroupChunks {
+  std::vector<uint32_t> first;  // ranks + 1 entries
+  uint32_t total() const noexcept { return first.back(); }
+  EncodePart part(const Partition& partition, uint32_t rank, uint64_t base_combined) const;
+};
+GroupChunks group_chunks(const Manifest& manifest, const Partition& partition, uint64_t chunk_bytes);
+
+// The seal frame of a version of `chunk_count` chunks whose new state has `new_digest`, on a base
+// whose combined digest is `base_combined` (what a single encoder's seal() returns; a group's
+// coordinator builds it from the sum of the parts' digests).
+std::vector<std::byte> seal_frame(const Manifest& manifest, VersionIds ids, uint64_t base_combined,
+                                  uint32_t chunk_count, const StateDigest& new_digest);
+
 class DeltaEncoder {
  public:
   // base: bits every receiver holds at ids.base_version; next: the new weights; base_digest: the
@@ -73,6 +102,12 @@ class DeltaEncoder {
   // pieces are scanned where they lie. The same frames as the span constructor with base_digest.
   DeltaEncoder(const ConstWeights& base, const WeightsReader& next, const StateDigest& base_digest, VersionIds ids,
                EncodeOptions options);
+  // A group's part (EncodePart): both versions read, only within part.ranges (a rank holds nothing
+  // else). chunk_count() and encode_chunk() count the part's chunks; the frames carry the group's
+  // numbering and base digest, whole (no patching). seal() is refused (Error(state)): call
+  // part_digests() and let the coordinator seal.
+  DeltaEncoder(const WeightsReader& base, const WeightsReader& next, EncodePart part, VersionIds ids,
+               EncodeOptions options);
   ~DeltaEncoder();
   DeltaEncoder(const DeltaEncoder&) = delete;
   DeltaEncoder& operator=(const DeltaEncoder&) = delete;
@@ -83,6 +118,14 @@ class DeltaEncoder {
   // The seal frame (per-tensor digests of the new version). Requires every chunk to have been
   // encoded exactly once; throws Error(state) otherwise.
   std::vector<std::byte> seal();
+  // A part encoder, once every chunk of its part was encoded: per tensor, the sums over the part's
+  // ranges of the base's digest terms (scanned) and of the new version's. A whole version's
+  // StateDigest is the sum of its parts' (digest.h: the terms add).
+  struct PartDigests {
+    StateDigest base;
+    StateDigest next;
+  };
+  PartDigests part_digests();
   // Digest of the new version; valid after seal().
   const StateDigest& new_digest() const;
   // Digest of the base: the one given, or (scanning) the one computed, valid after seal().

@@ -16,7 +16,7 @@ PUBLISHED = (("relay tree 120B (issue 14)", 123.6e9, 0.03, 22.6),
 PUBLISHED_FULL = (("120B full (published)", 123.6e9, 750.0), ("1T full (published)", 1e12, 87.5 * 60))
 
 DEFAULTS = dict(
-    paths=1,                 # K parallel inter-cluster paths (parallel trees, docs/sharded-producer.md)
+    paths=1,                 # K parallel inter-cluster paths (parallel trees, docs/producer-group.md)
     producer_ranks=64,       # P producer shards (trainer hosts), each diffing its slice
     producer_threads=8,      # threads per shard
     receiver_threads=64,     # threads applying one replica's changes (e.g. 8 hosts x 8), pipelined or not
@@ -47,7 +47,7 @@ def project_one(fit, params, rate, a):
     bpc = bytes_per_change_for(fit, rate, a["bytes_per_change"])
     payload = C * bpc
     # thread-seconds measured here (the demo's encode_seconds sums its encoder threads), spread
-    # over P x T producer threads (a sharded producer: an assumption, docs/sharded-producer.md).
+    # over P x T producer threads (a sharded producer: an assumption, docs/producer-group.md).
     diff = (E * c["t_scan_s_per_byte"] + C * c["t_change_s"]) / (a["producer_ranks"] * a["producer_threads"])
     wire = payload / (LINK_BYTES_PER_S * a["paths"])
     depth = int(math.floor(math.log2(a["receivers"]))) + 1
