@@ -189,7 +189,7 @@ class Membership::TreeRepair {
   std::vector<int> attached_in_cluster_;
 };
 
-void Membership::init(TopologyKind kind, std::vector<std::string> labels) {
+void Membership::init(TopologyKind kind, std::vector<std::string> labels, int producers) {
   kind_ = kind;
   labels_.clear();
   labels_.reserve(labels.size() + 1);
@@ -202,14 +202,16 @@ void Membership::init(TopologyKind kind, std::vector<std::string> labels) {
   }
   clusters_ = static_cast<int>(index.size());
   live_.assign(labels_.size(), 0);
-  trees_.assign(tree_count(kind), TreeState{std::vector<uint32_t>(labels_.size(), kNoParent),
-                                            std::vector<std::vector<uint32_t>>(labels_.size())});
+  trees_.assign(
+      static_cast<size_t>(tree_count(kind) * producers),
+      TreeState{std::vector<uint32_t>(labels_.size(), kNoParent), std::vector<std::vector<uint32_t>>(labels_.size())});
 }
 
-Membership::Membership(TopologyKind kind, std::vector<std::string> labels, const std::string& producer_cluster) {
+Membership::Membership(TopologyKind kind, std::vector<std::string> labels, const std::string& producer_cluster,
+                       int producers) {
   if (labels.empty()) throw Error(Errc::invalid_argument, "membership needs at least one member");
-  const Topology topology(kind, labels, producer_cluster);
-  init(kind, std::move(labels));
+  const Topology topology(kind, labels, producer_cluster, producers);
+  init(kind, std::move(labels), producers);
   std::fill(live_.begin() + 1, live_.end(), 1);
   const auto rank_of = [](int index) { return index == kProducer ? kProducerRank : static_cast<uint32_t>(index + 1); };
   for (int t = 0; t < topology.trees(); ++t) {
@@ -223,7 +225,7 @@ Membership::Membership(TopologyKind kind, std::vector<std::string> labels, const
 }
 
 Membership Membership::from_welcome(TopologyKind kind, uint64_t epoch, const std::vector<Member>& members,
-                                    const std::vector<TreeEdge>& forest) {
+                                    const std::vector<TreeEdge>& forest, int producers) {
   const auto count =
       std::count_if(members.begin(), members.end(), [](const Member& m) { return m.rank != kProducerRank; });
   if (count == 0) throw Error(Errc::corrupt_frame, "welcome: no members");
@@ -241,7 +243,9 @@ Membership Membership::from_welcome(TopologyKind kind, uint64_t epoch, const std
   std::vector<std::string> labels;
   for (uint32_t r = 1; r <= n; ++r) labels.push_back(by_rank[r]->cluster);
   Membership out;
-  out.init(kind, std::move(labels));
+  if (producers < 1 || producers > kMaxProducers)
+    throw Error(Errc::corrupt_frame, "welcome: a producer group of " + std::to_string(producers) + " ranks");
+  out.init(kind, std::move(labels), producers);
   out.epoch_ = epoch;
   for (uint32_t r = 1; r <= n; ++r) out.live_[r] = by_rank[r]->live ? 1 : 0;
   for (const TreeEdge& e : forest) {
@@ -335,7 +339,7 @@ int Membership::in_cluster_children(uint32_t rank, int tree) const {
 }
 
 bool Membership::interior_in_other_tree(uint32_t rank, int tree) const {
-  return kind_ == TopologyKind::double_binary && !trees_[1 - tree].children[rank].empty();
+  return kind_ == TopologyKind::double_binary && !trees_[tree ^ 1].children[rank].empty();
 }
 
 std::vector<int> Membership::depths(int tree) const {

@@ -64,13 +64,15 @@ class Membership {
   // Epoch 0 over members 1..labels.size(): labels[r - 1] is rank r's cluster label; every member
   // is live and the forest is Topology(kind, labels, producer_cluster)'s (producer_cluster: the
   // producer's own cluster label, empty for a cluster of its own). Throws Error(invalid_argument)
-  // when labels is empty.
-  Membership(TopologyKind kind, std::vector<std::string> labels, const std::string& producer_cluster = {});
+  // when labels is empty. `producers`: a producer group's M ranks (Topology's; tree t's root is fed
+  // by rank t / tree_count(kind), the "producer" of that tree in every edge and repair).
+  Membership(TopologyKind kind, std::vector<std::string> labels, const std::string& producer_cluster = {},
+             int producers = 1);
   // The state a WELCOME describes: `members` (ranks 1..N; index 0, the producer, may be
   // included and is ignored), their liveness, and the forest over the live ones. Throws
   // Error(invalid_argument | corrupt_frame) when the forest is not valid (forest_problems).
   static Membership from_welcome(TopologyKind kind, uint64_t epoch, const std::vector<Member>& members,
-                                 const std::vector<TreeEdge>& forest);
+                                 const std::vector<TreeEdge>& forest, int producers = 1);
 
   TopologyKind kind() const noexcept;
   int trees() const noexcept;
@@ -124,7 +126,7 @@ class Membership {
   Membership() = default;
   // Sets kind, labels (labels[r - 1] is rank r's) and cluster indices; every rank not live and
   // every tree empty.
-  void init(TopologyKind kind, std::vector<std::string> labels);
+  void init(TopologyKind kind, std::vector<std::string> labels, int producers);
   void check_rank(uint32_t rank) const;  // 1..N, else Error(invalid_argument)
   void check_tree(int tree) const;
   int fan_out_cap() const noexcept;

@@ -125,9 +125,13 @@ int tree_root(TopologyKind kind, int n, int tree) {
   return 0;
 }
 
-Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels, std::string producer_cluster)
-    : kind_(kind), labels_(std::move(cluster_labels)) {
+Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels, std::string producer_cluster,
+                   int producers)
+    : kind_(kind), labels_(std::move(cluster_labels)), producers_(producers) {
   if (labels_.empty()) throw Error(Errc::invalid_argument, "topology needs at least one member");
+  if (producers < 1 || producers > kMaxProducers)
+    throw Error(Errc::invalid_argument, "a producer group has 1 to " + std::to_string(kMaxProducers) + " ranks, not " +
+                                            std::to_string(producers));
   std::unordered_map<std::string, int> index;
   cluster_of_.resize(labels_.size());
   for (size_t r = 0; r < labels_.size(); ++r) {
@@ -139,15 +143,15 @@ Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels, s
   if (auto it = index.find(producer_cluster); !producer_cluster.empty() && it != index.end())
     producer_cluster_ = it->second;
   const int clusters = cluster_count();
-  links_.resize(tree_count(kind_));
-  cluster_order_.resize(tree_count(kind_));
+  links_.resize(static_cast<size_t>(tree_count(kind_) * producers_));
+  cluster_order_.resize(links_.size());
   for (int t = 0; t < trees(); ++t) {
     auto& order = cluster_order_[t];
     order.resize(static_cast<size_t>(clusters));
     for (int k = 0; k < clusters; ++k) order[static_cast<size_t>(k)] = k;
     if (producer_cluster_ >= 0) {
       // The producer's cluster takes the root position; the others keep their order around it.
-      const int root_position = tree_root(kind_, clusters, t);
+      const int root_position = tree_root(kind_, clusters, base_tree(t));
       order.erase(order.begin() + producer_cluster_);
       order.insert(order.begin() + root_position, producer_cluster_);
     }
@@ -175,9 +179,8 @@ void Topology::build_tree(int tree) {
     const int s = static_cast<int>(members.size());
     std::vector<int> local_load(s, 0);
     for (int i = 0; i < s; ++i) {
-      TreeLinks local = local_links(kind_, s, i, tree);
-      links[members[i]] = map_links(local, [&members](int r) { return members[r]; });
-      for (int t = 0; t < trees(); ++t) local_load[i] += static_cast<int>(local_links(kind_, s, i, t).children.size());
+      links[members[i]] = map_links(rotated_links(s, i, tree), [&members](int r) { return members[r]; });
+      for (int t = 0; t < trees(); ++t) local_load[i] += static_cast<int>(rotated_links(s, i, t).children.size());
     }
     for (int i = 0; i < s; ++i) {
       if (links[members[i]].children.empty()) egress[k].push_back(i);
@@ -193,7 +196,7 @@ void Topology::build_tree(int tree) {
   for (int position = 0; position < clusters; ++position) {
     const auto& candidates = egress[order[position]];
     size_t next = 0;
-    for (int child_position : local_links(kind_, clusters, position, tree).children) {
+    for (int child_position : local_links(kind_, clusters, position, base_tree(tree)).children) {
       const int from = candidates[std::min(next++, candidates.size() - 1)];
       const int root = gateway(order[child_position], tree);
       links[root].parent = from;
@@ -205,7 +208,21 @@ void Topology::build_tree(int tree) {
 int Topology::root(int tree) const {
   if (tree < 0 || tree >= trees())
     throw Error(Errc::invalid_argument, "no tree " + std::to_string(tree) + " in this topology");
-  return gateway(cluster_order_[tree][tree_root(kind_, cluster_count(), tree)], tree);
+  return gateway(cluster_order_[tree][tree_root(kind_, cluster_count(), base_tree(tree))], tree);
+}
+
+int Topology::rotation(int s, int tree) const noexcept {
+  return static_cast<int>(static_cast<int64_t>(producer_of(tree)) * s / producers_);
+}
+
+TreeLinks Topology::rotated_links(int s, int i, int tree) const {
+  const int shift = rotation(s, tree);
+  const TreeLinks local = local_links(kind_, s, (i - shift + s) % s, base_tree(tree));
+  return map_links(local, [shift, s](int r) { return (r + shift) % s; });
+}
+
+int Topology::tree_for_chunk(int producer, uint64_t chunk) const noexcept {
+  return producer * tree_count(kind_) + tree::tree_for_chunk(kind_, chunk);
 }
 
 const TreeLinks& Topology::links(int rank, int tree) const {
@@ -231,7 +248,8 @@ const std::string& Topology::cluster_label(int cluster) const {
 int Topology::gateway(int cluster, int tree) const {
   if (tree < 0 || tree >= trees()) throw Error(Errc::invalid_argument, "no tree " + std::to_string(tree) + " in this topology");
   const auto& members = cluster_members(cluster);
-  return members[tree_root(kind_, static_cast<int>(members.size()), tree)];
+  const int s = static_cast<int>(members.size());
+  return members[(tree_root(kind_, s, base_tree(tree)) + rotation(s, tree)) % s];
 }
 
 std::vector<std::string> tree_problems(const Topology& topology, int tree) {

@@ -32,6 +32,8 @@ enum class TopologyKind { binary, double_binary, chain };
 
 // The parent of a tree's root: the producer, which is not a member.
 inline constexpr int kProducer = -1;
+// The most ranks a producer group may have.
+inline constexpr int kMaxProducers = 1024;
 
 // One member's place in one tree. Children are in the order the member should send to them.
 struct TreeLinks {
@@ -91,14 +93,29 @@ class Topology {
   // unknown: the producer sits in a cluster of its own) the cluster-level trees keep their roots
   // (cluster 0; double_binary tree 1 the mirror root). Throws Error(invalid_argument) when the
   // list is empty.
-  Topology(TopologyKind kind, std::vector<std::string> cluster_labels, std::string producer_cluster = {});
+  //
+  // `producers` (a producer group, docs/producer-group.md): M ranks, each feeding trees of its
+  // own. The forest has M x tree_count(kind) trees; tree t belongs to producer rank
+  // t / tree_count(kind) and is that kind's tree t % tree_count(kind) over each cluster's members
+  // rotated by rank * size / M (within the cluster), so the interior members differ from one rank's
+  // trees to the next and a member's send load stays about what it is for one producer while M ranks
+  // send at once. M = 1 is the plain forest. Throws Error(invalid_argument) unless
+  // 1 <= producers <= kMaxProducers.
+  Topology(TopologyKind kind, std::vector<std::string> cluster_labels, std::string producer_cluster = {},
+           int producers = 1);
   // n members, all in one cluster.
   static Topology single_cluster(TopologyKind kind, int n);
 
   TopologyKind kind() const noexcept { return kind_; }
   int size() const noexcept { return static_cast<int>(labels_.size()); }
   int trees() const noexcept { return static_cast<int>(links_.size()); }
+  int producers() const noexcept { return producers_; }
+  // The producer rank that feeds tree `tree`, and which of the kind's trees it is.
+  int producer_of(int tree) const noexcept { return tree / tree::tree_count(kind_); }
+  int base_tree(int tree) const noexcept { return tree % tree::tree_count(kind_); }
   int tree_for_chunk(uint64_t chunk) const noexcept { return tree::tree_for_chunk(kind_, chunk); }
+  // The tree producer rank `producer` sends its chunk `chunk` (its own numbering) down.
+  int tree_for_chunk(int producer, uint64_t chunk) const noexcept;
 
   // The member the producer sends tree `tree` to. Throws Error(invalid_argument) for a bad tree.
   int root(int tree) const;
@@ -120,6 +137,10 @@ class Topology {
 
  private:
   void build_tree(int tree);
+  // How far tree `tree` rotates a cluster of `s` members, and member i's links (cluster-local
+  // indices) in it.
+  int rotation(int s, int tree) const noexcept;
+  TreeLinks rotated_links(int s, int i, int tree) const;
 
   TopologyKind kind_;
   std::vector<std::string> labels_;
@@ -127,6 +148,7 @@ class Topology {
   std::vector<std::vector<int>> cluster_members_;
   std::vector<std::vector<TreeLinks>> links_;  // [tree][rank]
   int producer_cluster_ = -1;
+  int producers_ = 1;
   // [tree][position in the cluster-level tree] = cluster index (identity unless the producer's
   // cluster is moved to the root position).
   std::vector<std::vector<int>> cluster_order_;

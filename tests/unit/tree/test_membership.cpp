@@ -547,13 +547,16 @@ struct Sequence {
   TopologyKind kind;
   Labeling labeling;
   unsigned seed;
+  int producers = 1;  // a producer group's ranks: producers x tree_count(kind) trees
 };
 
 // Runs 50 random steps on `producer`, mirroring each into `copy` by apply(); checks both.
 // `log` receives the forest after every step (for the determinism test).
 void run_sequence(const Sequence& s, std::vector<std::vector<TreeEdge>>* log) {
-  Membership producer(s.kind, s.labeling.labels);
-  Membership copy = Membership::from_welcome(s.kind, producer.epoch(), members_of(producer), producer.forest());
+  Membership producer(s.kind, s.labeling.labels, "", s.producers);
+  ASSERT_EQ(producer.trees(), s.producers * tree_count(s.kind));
+  Membership copy =
+      Membership::from_welcome(s.kind, producer.epoch(), members_of(producer), producer.forest(), s.producers);
   expect_same(producer, copy, "welcome");
   std::mt19937 rng(s.seed);
   const uint32_t n = producer.size();
@@ -594,8 +597,10 @@ void run_sequence(const Sequence& s, std::vector<std::vector<TreeEdge>>* log) {
     }
     expect_same(producer, copy, "after step");
     // A copy welcomed now agrees too.
-    expect_same(producer, Membership::from_welcome(s.kind, producer.epoch(), members_of(producer), producer.forest()),
-                "late welcome");
+    expect_same(
+        producer,
+        Membership::from_welcome(s.kind, producer.epoch(), members_of(producer), producer.forest(), s.producers),
+        "late welcome");
     if (log) log->push_back(producer.forest());
     if (::testing::Test::HasFailure()) return;
   }
@@ -624,6 +629,30 @@ TEST(MembershipSequence, RandomRemoveReparentAddMirroredByApply) {
     ++runs;
   }
   std::printf("random sequences checked: %zu x 50 steps\n", runs);
+}
+
+// A producer group's forest (M ranks, each with its own rotated trees): random deaths, edge
+// failures and rejoins keep every tree valid, and a member's copy follows by apply().
+TEST(MembershipGroup, RandomSequencesOverAGroupsForestStayValidAndMirrored) {
+  size_t runs = 0;
+  for (int producers : {2, 3, 5}) {
+    for (Sequence s : sequences()) {
+      if (s.seed % 2 != 0) continue;
+      s.producers = producers;
+      SCOPED_TRACE(std::string(topology_kind_name(s.kind)) + " " + s.labeling.name + " M=" + std::to_string(producers) +
+                   " n=" + std::to_string(s.labeling.labels.size()));
+      run_sequence(s, nullptr);
+      if (HasFailure()) return;
+      ++runs;
+    }
+  }
+  EXPECT_GT(runs, 50u);
+  // A WELCOME's forest names trees of the group: one beyond it is refused.
+  const Membership m(TopologyKind::binary, {"", "", ""}, "", 2);
+  auto forest = m.forest();
+  EXPECT_THROW(Membership::from_welcome(TopologyKind::binary, 0, members_of(m), forest, 1), Error);
+  EXPECT_THROW(Membership::from_welcome(TopologyKind::binary, 0, members_of(m), forest, 0), Error);
+  EXPECT_NO_THROW(Membership::from_welcome(TopologyKind::binary, 0, members_of(m), forest, 2));
 }
 
 TEST(MembershipSequence, Deterministic) {

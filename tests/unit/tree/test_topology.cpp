@@ -1,4 +1,5 @@
 // Exhaustive checks of the relay-tree topologies: every kind, every size 1..1024, every rank.
+#include <algorithm>
 #include <bit>
 #include <string>
 #include <vector>
@@ -239,6 +240,80 @@ TEST(TopologyClusters, DoubleBinaryNoLongerCrossesBackIntoTheProducersCluster) {
     EXPECT_EQ(cluster_crossings(after, t), 1) << t;
   }
   EXPECT_TRUE(topology_problems(after).empty());
+}
+
+// A producer group (docs/producer-group.md): M ranks, each with the kind's trees over the members
+// rotated by rank * size / M within each cluster. Every tree is valid and crosses each boundary
+// once; one rank is the plain forest; the ranks' roots differ, so M boundary links end at M
+// different members; and a member's send load stays bounded as M grows.
+TEST(TopologyGroup, EveryRanksTreesAreValidCrossEachBoundaryOnceAndOneRankIsThePlainForest) {
+  for (TopologyKind kind : kKinds) {
+    for (int producers = 1; producers <= 8; ++producers) {
+      for (int n = 1; n <= 70; n += (n < 24 ? 1 : 5)) {
+        for (int clusters : {1, 2, 3, 5}) {
+          if (clusters > n) continue;
+          for (bool round_robin : {false, true}) {
+            const auto members = labels(n, clusters, round_robin);
+            const Topology topo(kind, members, "", producers);
+            const std::string where = std::string(topology_kind_name(kind)) + " M=" + std::to_string(producers) +
+                                      " n=" + std::to_string(n) + " k=" + std::to_string(clusters);
+            ASSERT_EQ(topo.trees(), producers * tree_count(kind)) << where;
+            const auto problems = topology_problems(topo);
+            ASSERT_TRUE(problems.empty()) << where << "\n" << joined(problems);
+            for (int t = 0; t < topo.trees(); ++t) {
+              ASSERT_EQ(topo.producer_of(t), t / tree_count(kind));
+              ASSERT_EQ(cluster_crossings(topo, t), clusters) << where << " t=" << t;
+            }
+            for (int r = 0; r < n; ++r) {
+              const double cap = kind == TopologyKind::binary ? 2.0 : kind == TopologyKind::chain ? 1.0 : 1.5;
+              ASSERT_LE(send_load(topo, r), cap) << where << " r=" << r;
+            }
+            if (producers == 1) {
+              const Topology plain(kind, members);
+              for (int t = 0; t < plain.trees(); ++t)
+                for (int r = 0; r < n; ++r) {
+                  ASSERT_EQ(topo.parent(r, t), plain.parent(r, t)) << where;
+                  ASSERT_EQ(topo.children(r, t), plain.children(r, t)) << where;
+                }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TopologyGroup, TheRanksRootDifferentMembersAndAMembersSendLoadStaysBounded) {
+  for (int producers = 2; producers <= 8; ++producers) {
+    for (int n = 2 * producers; n <= 300; ++n) {
+      const Topology binary(TopologyKind::binary, std::vector<std::string>(static_cast<size_t>(n)), "", producers);
+      const Topology chain(TopologyKind::chain, std::vector<std::string>(static_cast<size_t>(n)), "", producers);
+      const Topology dbt(TopologyKind::double_binary, std::vector<std::string>(static_cast<size_t>(n)), "", producers);
+      std::vector<int> roots;
+      for (int p = 0; p < producers; ++p) roots.push_back(binary.root(p));
+      std::sort(roots.begin(), roots.end());
+      ASSERT_EQ(std::unique(roots.begin(), roots.end()), roots.end()) << "M=" << producers << " n=" << n;
+      for (int r = 0; r < n; ++r) {
+        // Unrotated, the same members would be interior in every rank's binary tree and send
+        // every byte twice (2.0); rotated, at most 1 + 1/M.
+        ASSERT_LE(send_load(binary, r), 1.0 + 1.0 / producers + 1e-9) << "M=" << producers << " n=" << n << " r=" << r;
+        ASSERT_LE(send_load(chain, r), 1.0);
+        ASSERT_LE(send_load(dbt, r), 1.0);
+      }
+    }
+  }
+}
+
+TEST(TopologyGroup, EachRankSendsItsChunksDownItsOwnTreesAndBadGroupSizesAreRefused) {
+  const Topology dbt(TopologyKind::double_binary, std::vector<std::string>(10), "", 3);
+  for (int p = 0; p < 3; ++p)
+    for (uint64_t chunk = 0; chunk < 6; ++chunk) {
+      const int t = dbt.tree_for_chunk(p, chunk);
+      EXPECT_EQ(dbt.producer_of(t), p);
+      EXPECT_EQ(dbt.base_tree(t), static_cast<int>(chunk % 2));
+    }
+  EXPECT_THROW(Topology(TopologyKind::binary, std::vector<std::string>(4), "", 0), Error);
+  EXPECT_THROW(Topology(TopologyKind::binary, std::vector<std::string>(4), "", kMaxProducers + 1), Error);
 }
 
 TEST(TopologyClusters, DeterministicAndFirstAppearanceOrder) {
