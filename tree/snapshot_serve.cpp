@@ -66,25 +66,35 @@ void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::Cons
   }
 }
 
-void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::WeightsReader& next,
-                    std::vector<SnapshotPatches::Patch>* old_bits) {
+void overwrite_with(std::vector<std::vector<std::byte>>& bits, std::span<const codec::PartRange> ranges,
+                    const codec::WeightsReader& next, std::vector<SnapshotPatches::Patch>* old_bits) {
+  DC_ASSERT(bits.size() == ranges.size());
   thread_local std::vector<std::byte> piece;
-  for (uint32_t t = 0; t < bits.size(); ++t) {
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const uint32_t t = ranges[i].tensor;
     const unsigned width = unit_width(next.manifest(), t);
+    const uint64_t start = ranges[i].begin * width;  // the range's first byte in the tensor
     // Pieces of whole units: kReadPieceBytes is a multiple of every unit width.
-    for (uint64_t at = 0; at < bits[t].size(); at += codec::kReadPieceBytes) {
-      const auto to = std::span(bits[t]).subspan(at, std::min(codec::kReadPieceBytes, bits[t].size() - at));
+    for (uint64_t at = 0; at < bits[i].size(); at += codec::kReadPieceBytes) {
+      const auto to = std::span(bits[i]).subspan(at, std::min(codec::kReadPieceBytes, bits[i].size() - at));
       piece.resize(to.size());
       try {
-        next.read(t, at, piece);
+        next.read(t, start + at, piece);
       } catch (const Error& e) {
-        throw Error(Errc::io,
-                    "tensor '" + next.manifest().at(t).name + "' at byte " + std::to_string(at) + ": " + e.what());
+        throw Error(Errc::io, "tensor '" + next.manifest().at(t).name + "' at byte " + std::to_string(start + at) +
+                                  ": " + e.what());
       }
-      if (old_bits) collect_changes(t, width, at / width, to, piece, *old_bits);
+      if (old_bits) collect_changes(t, width, (start + at) / width, to, piece, *old_bits);
       std::memcpy(to.data(), piece.data(), to.size());
     }
   }
+}
+
+void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::WeightsReader& next,
+                    std::vector<SnapshotPatches::Patch>* old_bits) {
+  std::vector<codec::PartRange> whole;
+  for (uint32_t t = 0; t < bits.size(); ++t) whole.push_back({t, 0, next.manifest().at(t).units()});
+  overwrite_with(bits, whole, next, old_bits);
 }
 
 CatchupSender::CatchupSender(std::shared_ptr<transport::Connection> connection, uint32_t fetcher,

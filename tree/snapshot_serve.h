@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "codec/manifest.h"
+#include "codec/partition.h"
 #include "tree/protocol.h"
 #include "tree/relay_link.h"
 
@@ -57,6 +58,10 @@ void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::Cons
 // bits of every unit that was overwritten before it.
 void overwrite_with(std::vector<std::vector<std::byte>>& bits, const codec::WeightsReader& next,
                     std::vector<SnapshotPatches::Patch>* old_bits);
+// The same for a producer rank's part: bits[i] holds `ranges[i]` (units of one tensor) and gets
+// next's bits of that range.
+void overwrite_with(std::vector<std::vector<std::byte>>& bits, std::span<const codec::PartRange> ranges,
+                    const codec::WeightsReader& next, std::vector<SnapshotPatches::Patch>* old_bits);
 
 class CatchupSender {
  public:

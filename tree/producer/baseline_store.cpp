@@ -9,17 +9,81 @@
 
 namespace deltacast::tree {
 
+namespace {
+
+uint64_t unit_bytes(const codec::Manifest& manifest, uint32_t tensor) {
+  return codec::dtype_unit_size(manifest.at(tensor).dtype);
+}
+
+bool before(const codec::PartRange& a, const codec::PartRange& b) {
+  return a.tensor != b.tensor ? a.tensor < b.tensor : a.begin < b.begin;
+}
+
+}  // namespace
+
 BaselineStore::BaselineStore(const codec::Manifest& manifest, unsigned digest_threads)
     : manifest_(manifest), digest_threads_(digest_threads) {
-  bits_.resize(manifest.size());
-  for (size_t i = 0; i < manifest.size(); ++i) bits_[i].resize(manifest.tensors()[i].nbytes());
+  for (uint32_t t = 0; t < manifest.size(); ++t) {
+    ranges_.push_back({t, 0, manifest.at(t).units()});
+    bits_.emplace_back(manifest.at(t).nbytes());
+  }
   digest_ = codec::StateDigest::full_scan(weights(), digest_threads_);
 }
 
+BaselineStore::BaselineStore(const codec::Manifest& manifest, std::vector<codec::PartRange> part,
+                             unsigned digest_threads)
+    : manifest_(manifest), digest_threads_(digest_threads), whole_(false) {
+  std::erase_if(part, [](const codec::PartRange& r) { return r.begin == r.end; });
+  std::sort(part.begin(), part.end(), before);
+  for (size_t i = 0; i < part.size(); ++i) {
+    const auto& r = part[i];
+    if (r.tensor >= manifest.size() || r.begin > r.end || r.end > manifest.at(r.tensor).units())
+      throw Error(Errc::invalid_argument,
+                  "baseline: a range of tensor index " + std::to_string(r.tensor) + " lies outside the manifest");
+    if (i > 0 && part[i - 1].tensor == r.tensor && part[i - 1].end > r.begin)
+      throw Error(Errc::invalid_argument, "baseline: two ranges of tensor '" + manifest.at(r.tensor).name +
+                                              "' overlap at unit " + std::to_string(r.begin));
+  }
+  ranges_ = std::move(part);
+  std::vector<uint64_t> sums(manifest.size(), 0);
+  for (const auto& r : ranges_) {
+    bits_.emplace_back(r.units() * unit_bytes(manifest, r.tensor));
+    sums[r.tensor] += codec::slice_digest(r.tensor, manifest.at(r.tensor).dtype, r.begin, bits_.back());
+  }
+  digest_ = codec::StateDigest(std::move(sums));
+}
+
+uint64_t BaselineStore::bytes() const noexcept {
+  uint64_t total = 0;
+  for (const auto& b : bits_) total += b.size();
+  return total;
+}
+
 codec::ConstWeights BaselineStore::weights() const {
+  if (!whole_) throw Error(Errc::state, "baseline: a producer rank's part holds no whole weights");
   codec::ConstWeights w{&manifest_, {}};
   for (const auto& t : bits_) w.tensors.emplace_back(t.data(), t.size());
   return w;
+}
+
+std::span<const std::byte> BaselineStore::held(uint32_t tensor, uint64_t offset, uint64_t size) const {
+  const uint64_t width = tensor < manifest_.size() ? unit_bytes(manifest_, tensor) : 1;
+  const codec::PartRange key{tensor, offset / width, 0};
+  auto it = std::upper_bound(ranges_.begin(), ranges_.end(), key, before);
+  if (it != ranges_.begin()) {
+    --it;
+    const uint64_t first = it->begin * width, end = it->end * width;
+    if (it->tensor == tensor && first <= offset && offset <= end && size <= end - offset)
+      return std::span<const std::byte>(bits_[static_cast<size_t>(it - ranges_.begin())]).subspan(offset - first, size);
+  }
+  throw Error(Errc::invalid_argument, "baseline: bytes [" + std::to_string(offset) + ", " +
+                                          std::to_string(offset + size) + ") of tensor index " +
+                                          std::to_string(tensor) + " are not held here");
+}
+
+void BaselineStore::Reader::read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const {
+  const auto from = store_.held(tensor, offset, out.size());
+  if (!out.empty()) std::memcpy(out.data(), from.data(), out.size());
 }
 
 void BaselineStore::record(const std::vector<SnapshotPatches::Patch>& changed) {
@@ -27,6 +91,7 @@ void BaselineStore::record(const std::vector<SnapshotPatches::Patch>& changed) {
 }
 
 void BaselineStore::adopt(const codec::ConstWeights& next, uint64_t v, std::optional<codec::StateDigest> digest) {
+  if (!whole_) throw Error(Errc::state, "baseline: a producer rank's part adopts from a reader");
   std::unique_lock lock(mutex_);
   std::vector<SnapshotPatches::Patch> changed;
   overwrite_with(bits_, next, readers_.empty() ? nullptr : &changed);
@@ -39,7 +104,7 @@ void BaselineStore::adopt(const codec::WeightsReader& next, uint64_t v, codec::S
   std::unique_lock lock(mutex_);
   std::vector<SnapshotPatches::Patch> changed;
   try {
-    overwrite_with(bits_, next, readers_.empty() ? nullptr : &changed);
+    overwrite_with(bits_, ranges_, next, readers_.empty() ? nullptr : &changed);
   } catch (const Error& e) {
     // Open snapshots keep their version: they get the old bits of what was overwritten.
     record(changed);
@@ -70,9 +135,10 @@ BaselineStore::Snapshot::~Snapshot() {
 }
 
 void BaselineStore::Snapshot::read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) {
-  const unsigned width = static_cast<unsigned>(codec::dtype_unit_size(store_.manifest_.at(tensor).dtype));
+  const unsigned width = static_cast<unsigned>(unit_bytes(store_.manifest_, tensor));
   std::shared_lock lock(store_.mutex_);
-  std::memcpy(out.data(), store_.bits_[tensor].data() + offset, out.size());
+  const auto from = store_.held(tensor, offset, out.size());
+  if (!out.empty()) std::memcpy(out.data(), from.data(), out.size());
   patches_.restore_and_advance(tensor, offset / width, (offset + out.size()) / width, width, out);
 }
 

@@ -13,6 +13,7 @@
 
 #include "codec/digest.h"
 #include "codec/encoder.h"
+#include "codec/partition.h"
 #include "tests/common/memory_reader.h"
 #include "tree/producer/baseline_store.h"
 #include "util/error.h"
@@ -208,6 +209,99 @@ TEST(BaselineStore, ReadersOnOtherThreadsGetTheirVersionWhileAdoptsGoOn) {
   for (auto& t : readers) t.join();
   for (size_t i = 0; i < snapshots.size(); ++i) EXPECT_TRUE(got[i] == expected[i]) << "snapshot " << i;
   EXPECT_TRUE(holds(store, current));
+}
+
+// A producer group's rank keeps only its part: the bytes of its ranges, the digest sums over them.
+// Reads (by an encoder, a snapshot or an adopt) stay inside the part.
+struct CheckedReader final : codec::WeightsReader {
+  const codec::testing::MemoryReader& inner;
+  std::vector<codec::PartRange> part;
+  mutable uint64_t outside = 0;
+  CheckedReader(const codec::testing::MemoryReader& r, std::vector<codec::PartRange> p)
+      : inner(r), part(std::move(p)) {}
+  const codec::Manifest& manifest() const noexcept override { return inner.manifest(); }
+  void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const override {
+    const uint64_t w = codec::dtype_unit_size(manifest().at(tensor).dtype);
+    const bool inside = std::any_of(part.begin(), part.end(), [&](const codec::PartRange& r) {
+      return r.tensor == tensor && r.begin * w <= offset && offset + out.size() <= r.end * w;
+    });
+    if (!inside) ++outside;
+    inner.read(tensor, offset, out);
+  }
+};
+
+uint64_t part_sum(const Version& v, const std::vector<codec::PartRange>& part, uint32_t tensor) {
+  uint64_t sum = 0;
+  for (const auto& r : part) {
+    if (r.tensor != tensor) continue;
+    const uint64_t w = codec::dtype_unit_size(manifest().at(tensor).dtype);
+    sum += codec::slice_digest(tensor, manifest().at(tensor).dtype, r.begin,
+                               std::span(v[tensor]).subspan(r.begin * w, r.units() * w));
+  }
+  return sum;
+}
+
+codec::StateDigest part_digest(const Version& v, const std::vector<codec::PartRange>& part) {
+  std::vector<uint64_t> sums;
+  for (uint32_t t = 0; t < manifest().size(); ++t) sums.push_back(part_sum(v, part, t));
+  return codec::StateDigest(std::move(sums));
+}
+
+TEST(BaselineStore, ARanksPartHoldsOnlyItsRangesAndTheirDigestSums) {
+  std::mt19937_64 rng(15);
+  const uint32_t ranks = 3;
+  const auto partition = codec::Partition::balanced(manifest(), ranks);
+  const Version v1 = next_version(zeros(), rng, 1);
+  const codec::testing::MemoryReader full(weights(v1));
+  std::vector<uint64_t> zero_sum(manifest().size(), 0), v1_sum(manifest().size(), 0);
+  for (uint32_t r = 0; r < ranks; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const auto& part = partition.part(r);
+    BaselineStore store(manifest(), part, 1);
+    EXPECT_FALSE(store.whole());
+    EXPECT_EQ(store.bytes(), partition.part_bytes(r)) << "a rank keeps exactly its part";
+    EXPECT_EQ(store.digest(), part_digest(zeros(), part));
+    for (uint32_t t = 0; t < manifest().size(); ++t) zero_sum[t] += store.digest().per_tensor()[t];
+    EXPECT_THROW(store.weights(), Error);
+    EXPECT_THROW(store.adopt(weights(v1), 1, std::nullopt), Error);
+    const CheckedReader checked(full, part);
+    store.adopt(checked, 1, part_digest(v1, part));
+    EXPECT_EQ(checked.outside, 0u) << "the adopt read outside the part";
+    EXPECT_EQ(store.version(), 1u);
+    for (uint32_t t = 0; t < manifest().size(); ++t) {
+      v1_sum[t] += store.digest().per_tensor()[t];
+    }
+    // The store's reader gives the part's bits and refuses the rest.
+    for (const auto& range : part) {
+      const uint64_t w = codec::dtype_unit_size(manifest().at(range.tensor).dtype);
+      std::vector<std::byte> got(range.units() * w);
+      store.reader().read(range.tensor, range.begin * w, got);
+      EXPECT_EQ(0, std::memcmp(got.data(), v1[range.tensor].data() + range.begin * w, got.size()));
+      auto snapshot = store.open_snapshot();
+      std::vector<std::byte> snap(got.size());
+      snapshot->read(range.tensor, range.begin * w, snap);
+      EXPECT_TRUE(snap == got);
+    }
+    std::vector<std::byte> one(8);
+    for (uint32_t t = 0; t < manifest().size(); ++t) {
+      if (manifest().at(t).units() == 0) continue;
+      const bool mine = std::any_of(part.begin(), part.end(),
+                                    [&](const codec::PartRange& x) { return x.tensor == t && x.begin == 0; });
+      if (mine) continue;
+      const uint64_t w = codec::dtype_unit_size(manifest().at(t).dtype);
+      try {
+        store.reader().read(t, 0, std::span(one).first(w));
+        ADD_FAILURE() << "tensor " << t << " is not this rank's";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Errc::invalid_argument) << e.what();
+      }
+    }
+  }
+  // The parts' digests add up to the whole version's.
+  EXPECT_EQ(codec::StateDigest(zero_sum), codec::StateDigest::full_scan(weights(zeros())));
+  EXPECT_EQ(codec::StateDigest(v1_sum), codec::StateDigest::full_scan(weights(v1)));
+  EXPECT_THROW(BaselineStore(manifest(), std::vector<codec::PartRange>{{0, 0, 10}, {0, 5, 20}}, 1), Error);
+  EXPECT_THROW(BaselineStore(manifest(), std::vector<codec::PartRange>{{9, 0, 1}}, 1), Error);
 }
 
 }  // namespace
