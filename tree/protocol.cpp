@@ -238,6 +238,65 @@ struct Schema<LayoutUpdate> {
                  field("layout", &LayoutUpdate::layout)};
 };
 
+template <>
+struct Schema<GroupHello> {
+  static constexpr MessageType type = MessageType::group_hello;
+  static constexpr auto fields = std::tuple{field("rank", &GroupHello::rank),
+                                            field("size", &GroupHello::size),
+                                            field("manifest_digest", &GroupHello::manifest_digest),
+                                            field("partition", &GroupHello::partition),
+                                            field("held_version", &GroupHello::held_version),
+                                            field("held_digest", &GroupHello::held_digest),
+                                            field("data_url", &GroupHello::data_url),
+                                            field("instance", &GroupHello::instance)};
+};
+template <>
+struct Schema<GroupWelcome> {
+  static constexpr MessageType type = MessageType::group_welcome;
+  static constexpr auto fields = std::tuple{field("session", &GroupWelcome::session),
+                                            field("instance", &GroupWelcome::instance),
+                                            field("topology", &GroupWelcome::topology),
+                                            field("max_message_bytes", &GroupWelcome::max_message_bytes),
+                                            field("members", &GroupWelcome::members),
+                                            field("forest", &GroupWelcome::forest),
+                                            field("committed_version", &GroupWelcome::committed_version),
+                                            field("committed_digest", &GroupWelcome::committed_digest),
+                                            field("attempt_floor", &GroupWelcome::attempt_floor)};
+};
+template <>
+struct Schema<GroupReady> {
+  static constexpr MessageType type = MessageType::group_ready;
+  static constexpr auto fields = std::tuple{field("rank", &GroupReady::rank), field("version", &GroupReady::version)};
+};
+template <>
+struct Schema<GroupBegin> {
+  static constexpr MessageType type = MessageType::group_begin;
+  static constexpr auto fields =
+      std::tuple{field("version", &GroupBegin::version), field("attempt", &GroupBegin::attempt),
+                 field("base_digest", &GroupBegin::base_digest), field("new_layout", &GroupBegin::new_layout)};
+};
+template <>
+struct Schema<GroupSent> {
+  static constexpr MessageType type = MessageType::group_sent;
+  static constexpr auto fields = std::tuple{field("rank", &GroupSent::rank),
+                                            field("version", &GroupSent::version),
+                                            field("attempt", &GroupSent::attempt),
+                                            field("chunks", &GroupSent::chunks),
+                                            field("base_digest", &GroupSent::base_digest),
+                                            field("new_digest", &GroupSent::new_digest),
+                                            field("frame_bytes", &GroupSent::frame_bytes),
+                                            field("changes", &GroupSent::changes),
+                                            field("errc", &GroupSent::errc),
+                                            field("message", &GroupSent::message)};
+};
+template <>
+struct Schema<GroupDecided> {
+  static constexpr MessageType type = MessageType::group_decided;
+  static constexpr auto fields =
+      std::tuple{field("version", &GroupDecided::version), field("attempt", &GroupDecided::attempt),
+                 field("committed", &GroupDecided::committed), field("reason", &GroupDecided::reason)};
+};
+
 // ---------------------------------------------------------------------------------------------
 // Value rules (docs/protocol.md): integers LE; enums and bools one byte, range-checked; strings
 // u32 length + bytes; vectors u32 count + items; bitmaps u32 bit count + packed bytes (bit i in
@@ -549,6 +608,12 @@ const char* message_type_name(MessageType type) noexcept {
     case MessageType::delegate: return "delegate";
     case MessageType::decided: return "decided";
     case MessageType::layout: return "layout";
+    case MessageType::group_hello: return "group_hello";
+    case MessageType::group_welcome: return "group_welcome";
+    case MessageType::group_ready: return "group_ready";
+    case MessageType::group_begin: return "group_begin";
+    case MessageType::group_sent: return "group_sent";
+    case MessageType::group_decided: return "group_decided";
   }
   return "unknown";
 }

@@ -48,6 +48,13 @@ enum class MessageType : uint8_t {
   delegate = 24,  // producer -> live members: who decides this attempt's commit (commit: delegated)
   decided = 25,   // delegate -> producer: the attempt committed, these members are active
   layout = 26,    // producer -> member: the checkpoint layout of a version (it changed)
+  // A producer group's link (docs/producer-group.md).
+  group_hello = 27,
+  group_welcome = 28,
+  group_ready = 29,
+  group_begin = 30,
+  group_sent = 31,
+  group_decided = 32,
 };
 
 // Why a member left the live set, or why a link is reported (REPORT, EPOCH, the report's
@@ -279,10 +286,71 @@ struct LayoutUpdate {
   CheckpointLayout layout;
 };
 
+// ---- A producer group (docs/producer-group.md): rank r (1..M-1) <-> the coordinator (rank 0),
+// on the rank's group link. Digests of a part are per tensor, the sums over the part's ranges. ----
+// rank -> coordinator, first message of a group link.
+struct GroupHello {
+  uint32_t rank = 0;  // 1..size-1
+  uint32_t size = 0;  // M
+  uint64_t manifest_digest = 0;
+  uint64_t partition = 0;             // codec::Partition::fingerprint()
+  uint64_t held_version = 0;          // the committed version its part holds (0: all zeros)
+  std::vector<uint64_t> held_digest;  // its part's digest at held_version
+  std::string data_url;               // where the roots of its trees JOIN
+  uint64_t instance = 0;              // random per process: a new instance replaces the old
+};
+// coordinator -> rank: the session's shape at the header's epoch.
+struct GroupWelcome {
+  uint64_t session = 0;
+  uint64_t instance = 0;  // the GroupHello.instance this answers
+  std::string topology;
+  uint64_t max_message_bytes = 0;
+  std::vector<Member> members;
+  std::vector<TreeEdge> forest;
+  uint64_t committed_version = 0;
+  uint64_t committed_digest = 0;  // the whole version's combined digest
+  uint64_t attempt_floor = 0;     // attempts up to it have ended
+};
+// rank -> coordinator: its trainer asked for `version` (refit).
+struct GroupReady {
+  uint32_t rank = 0;
+  uint64_t version = 0;
+};
+// coordinator -> every rank: send your part of `version` as `attempt`, on the base whose combined
+// digest is `base_digest` (with a LAYOUT first when new_layout).
+struct GroupBegin {
+  uint64_t version = 0;
+  uint64_t attempt = 0;
+  uint64_t base_digest = 0;
+  bool new_layout = false;
+};
+// rank -> coordinator: its part of the attempt is out (errc 0: `chunks` frames, with the part's
+// digests of the base and of the new version), or it could not send it (errc, message).
+struct GroupSent {
+  uint32_t rank = 0;
+  uint64_t version = 0;
+  uint64_t attempt = 0;
+  uint32_t chunks = 0;
+  std::vector<uint64_t> base_digest;
+  std::vector<uint64_t> new_digest;
+  uint64_t frame_bytes = 0;
+  uint64_t changes = 0;
+  uint32_t errc = 0;
+  std::string message;
+};
+// coordinator -> every rank: how the attempt ended.
+struct GroupDecided {
+  uint64_t version = 0;
+  uint64_t attempt = 0;
+  bool committed = false;
+  std::string reason;  // aborted: why
+};
+
 // A decoded control message. FRAME and RAW messages are not decoded into this: use
 // decode_frame_message() / decode_raw_message().
 using Message = std::variant<Hello, Welcome, Join, Ready, Ack, Nack, Commit, Abort, Active, Resume, Bye, EpochUpdate,
-                             Report, Gap, Fenced, Refused, Catchup, Fetch, FetchEnd, Delegate, Decided, LayoutUpdate>;
+                             Report, Gap, Fenced, Refused, Catchup, Fetch, FetchEnd, Delegate, Decided, LayoutUpdate,
+                             GroupHello, GroupWelcome, GroupReady, GroupBegin, GroupSent, GroupDecided>;
 
 struct MessageHeader {
   MessageType type = MessageType::bye;

@@ -202,6 +202,61 @@ void expect_same(const Decided& a, const Decided& b) {
   EXPECT_FIELD(digest);
   EXPECT_FIELD(active);
 }
+void expect_same(const GroupHello& a, const GroupHello& b) {
+  EXPECT_FIELD(rank);
+  EXPECT_FIELD(size);
+  EXPECT_FIELD(manifest_digest);
+  EXPECT_FIELD(partition);
+  EXPECT_FIELD(held_version);
+  EXPECT_FIELD(held_digest);
+  EXPECT_FIELD(data_url);
+  EXPECT_FIELD(instance);
+}
+void expect_same(const GroupWelcome& a, const GroupWelcome& b) {
+  EXPECT_FIELD(session);
+  EXPECT_FIELD(instance);
+  EXPECT_FIELD(topology);
+  EXPECT_FIELD(max_message_bytes);
+  ASSERT_EQ(a.members.size(), b.members.size());
+  for (size_t i = 0; i < a.members.size(); ++i) {
+    EXPECT_FIELD(members[i].rank);
+    EXPECT_FIELD(members[i].url);
+    EXPECT_FIELD(members[i].cluster);
+    EXPECT_FIELD(members[i].live);
+  }
+  EXPECT_FIELD(forest);
+  EXPECT_FIELD(committed_version);
+  EXPECT_FIELD(committed_digest);
+  EXPECT_FIELD(attempt_floor);
+}
+void expect_same(const GroupReady& a, const GroupReady& b) {
+  EXPECT_FIELD(rank);
+  EXPECT_FIELD(version);
+}
+void expect_same(const GroupBegin& a, const GroupBegin& b) {
+  EXPECT_FIELD(version);
+  EXPECT_FIELD(attempt);
+  EXPECT_FIELD(base_digest);
+  EXPECT_FIELD(new_layout);
+}
+void expect_same(const GroupSent& a, const GroupSent& b) {
+  EXPECT_FIELD(rank);
+  EXPECT_FIELD(version);
+  EXPECT_FIELD(attempt);
+  EXPECT_FIELD(chunks);
+  EXPECT_FIELD(base_digest);
+  EXPECT_FIELD(new_digest);
+  EXPECT_FIELD(frame_bytes);
+  EXPECT_FIELD(changes);
+  EXPECT_FIELD(errc);
+  EXPECT_FIELD(message);
+}
+void expect_same(const GroupDecided& a, const GroupDecided& b) {
+  EXPECT_FIELD(version);
+  EXPECT_FIELD(attempt);
+  EXPECT_FIELD(committed);
+  EXPECT_FIELD(reason);
+}
 void expect_same(const RawChunkHeader& a, const RawChunkHeader& b) {
   EXPECT_FIELD(envelope.attempt);
   EXPECT_FIELD(envelope.route);
@@ -274,6 +329,27 @@ std::vector<Message> sample_messages() {
       Delegate{9, 31, 0xfeed, 2, {1, 2, 5}},
       Decided{2, 9, 31, 0xfeed, {1, 2}},
       LayoutUpdate{12, 33, sample_welcome().layout},
+      GroupHello{2,
+                 4,
+                 0x1111222233334444ull,
+                 0x5555666677778888ull,
+                 9,
+                 {0x1, 0xfffffffffffffff0ull, 0},
+                 "tcp://10.0.0.9:7002",
+                 0x42},
+      GroupWelcome{0x1122334455667788ull,
+                   0x42,
+                   "binary",
+                   9 << 20,
+                   sample_welcome().members,
+                   {{1, 0, 0}, {2, 0, 1}, {2, 1, 0}, {1, 1, 2}},
+                   41,
+                   0xfeedfacecafebeefull,
+                   77},
+      GroupReady{3, 10},
+      GroupBegin{10, 78, 0xfeedfacecafebeefull, true},
+      GroupSent{3, 10, 78, 17, {5, 6, 7}, {8, 9, 10}, 123456, 789, 0, ""},
+      GroupDecided{10, 78, false, "rank 2's group link failed"},
   };
 }
 
@@ -296,6 +372,11 @@ struct Body {
   Body& members(const std::vector<Member>& ms) {
     u32(static_cast<uint32_t>(ms.size()));
     for (const auto& m : ms) member(m);
+    return *this;
+  }
+  Body& u64s(const std::vector<uint64_t>& vs) {
+    u32(static_cast<uint32_t>(vs.size()));
+    for (uint64_t v : vs) u64(v);
     return *this;
   }
   Body& edges(const std::vector<TreeEdge>& es) {
@@ -394,6 +475,21 @@ Bytes expected_body(const Message& message) {
         } else if constexpr (std::is_same_v<M, Decided>) {
           b.u32(m.rank).u64(m.version).u64(m.attempt).u64(m.digest).u32(static_cast<uint32_t>(m.active.size()));
           for (uint32_t r : m.active) b.u32(r);
+        } else if constexpr (std::is_same_v<M, GroupHello>) {
+          b.u32(m.rank).u32(m.size).u64(m.manifest_digest).u64(m.partition).u64(m.held_version).u64s(m.held_digest);
+          b.str(m.data_url).u64(m.instance);
+        } else if constexpr (std::is_same_v<M, GroupWelcome>) {
+          b.u64(m.session).u64(m.instance).str(m.topology).u64(m.max_message_bytes).members(m.members).edges(m.forest);
+          b.u64(m.committed_version).u64(m.committed_digest).u64(m.attempt_floor);
+        } else if constexpr (std::is_same_v<M, GroupReady>) {
+          b.u32(m.rank).u64(m.version);
+        } else if constexpr (std::is_same_v<M, GroupBegin>) {
+          b.u64(m.version).u64(m.attempt).u64(m.base_digest).u8(m.new_layout ? 1 : 0);
+        } else if constexpr (std::is_same_v<M, GroupSent>) {
+          b.u32(m.rank).u64(m.version).u64(m.attempt).u32(m.chunks).u64s(m.base_digest).u64s(m.new_digest);
+          b.u64(m.frame_bytes).u64(m.changes).u32(m.errc).str(m.message);
+        } else if constexpr (std::is_same_v<M, GroupDecided>) {
+          b.u64(m.version).u64(m.attempt).u8(m.committed ? 1 : 0).str(m.reason);
         } else {
           static_assert(sizeof(M) == 0, "a message type without an expected body");
         }
@@ -403,7 +499,8 @@ Bytes expected_body(const Message& message) {
 }
 
 uint8_t expected_type(const Message& message) {
-  static constexpr uint8_t kTypes[] = {1, 2, 3, 4, 6, 7, 8, 9, 10, 13, 14, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26};
+  static constexpr uint8_t kTypes[] = {1,  2,  3,  4,  6,  7,  8,  9,  10, 13, 14, 16, 17, 18,
+                                       19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
   static_assert(std::size(kTypes) == std::variant_size_v<Message>);
   return kTypes[message.index()];
 }
@@ -605,7 +702,7 @@ TEST(Protocol, UnknownAndRetiredTypesAreRefused) {
     EXPECT_NE(what.find("unknown type 1"), std::string::npos) << what;
     EXPECT_THROW(message_header(bytes), Error);
   }
-  for (unsigned type : {0u, 11u, 12u, 27u, 100u, 255u}) {
+  for (unsigned type : {0u, 11u, 12u, 33u, 100u, 255u}) {
     EXPECT_EQ(control_error(header_bytes(static_cast<uint8_t>(type), 0, 0)), Errc::corrupt_frame) << type;
     EXPECT_STREQ(message_type_name(static_cast<MessageType>(type)), "unknown");
   }
@@ -642,6 +739,8 @@ TEST(Protocol, OutOfRangeEnumsAndBoolsAreRefused) {
       {"tensor dtype", w1, w2, {0, 16, 255}},  // 1..15: the safetensors dtypes
       {"fenced replaced", Fenced{false, "r"}, Fenced{true, "r"}, {2, 0x80, 255}},
       {"member live", l1, l2, {2, 3, 255}},
+      {"group begin new_layout", GroupBegin{1, 2, 3, false}, GroupBegin{1, 2, 3, true}, {2, 255}},
+      {"group decided committed", GroupDecided{1, 2, false, "x"}, GroupDecided{1, 2, true, "x"}, {2, 7}},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);
@@ -764,15 +863,36 @@ TEST(Protocol, Names) {
   for (const auto& [cause, name] : causes) EXPECT_STREQ(failure_cause_name(cause), name);
   EXPECT_STREQ(failure_cause_name(static_cast<FailureCause>(0)), "unknown");
   EXPECT_STREQ(failure_cause_name(static_cast<FailureCause>(8)), "unknown");
-  const std::pair<MessageType, const char*> types[] = {
-      {MessageType::hello, "hello"},       {MessageType::welcome, "welcome"}, {MessageType::join, "join"},
-      {MessageType::ready, "ready"},       {MessageType::frame, "frame"},     {MessageType::ack, "ack"},
-      {MessageType::nack, "nack"},         {MessageType::commit, "commit"},   {MessageType::abort, "abort"},
-      {MessageType::active, "active"},     {MessageType::resume, "resume"},   {MessageType::bye, "bye"},
-      {MessageType::raw, "raw"},           {MessageType::epoch, "epoch"},     {MessageType::report, "report"},
-      {MessageType::gap, "gap"},           {MessageType::fenced, "fenced"},   {MessageType::refused, "refused"},
-      {MessageType::catchup, "catchup"},   {MessageType::fetch, "fetch"},     {MessageType::fetch_end, "fetch_end"},
-      {MessageType::delegate, "delegate"}, {MessageType::decided, "decided"}, {MessageType::layout, "layout"}};
+  const std::pair<MessageType, const char*> types[] = {{MessageType::hello, "hello"},
+                                                       {MessageType::welcome, "welcome"},
+                                                       {MessageType::join, "join"},
+                                                       {MessageType::ready, "ready"},
+                                                       {MessageType::frame, "frame"},
+                                                       {MessageType::ack, "ack"},
+                                                       {MessageType::nack, "nack"},
+                                                       {MessageType::commit, "commit"},
+                                                       {MessageType::abort, "abort"},
+                                                       {MessageType::active, "active"},
+                                                       {MessageType::resume, "resume"},
+                                                       {MessageType::bye, "bye"},
+                                                       {MessageType::raw, "raw"},
+                                                       {MessageType::epoch, "epoch"},
+                                                       {MessageType::report, "report"},
+                                                       {MessageType::gap, "gap"},
+                                                       {MessageType::fenced, "fenced"},
+                                                       {MessageType::refused, "refused"},
+                                                       {MessageType::catchup, "catchup"},
+                                                       {MessageType::fetch, "fetch"},
+                                                       {MessageType::fetch_end, "fetch_end"},
+                                                       {MessageType::delegate, "delegate"},
+                                                       {MessageType::decided, "decided"},
+                                                       {MessageType::layout, "layout"},
+                                                       {MessageType::group_hello, "group_hello"},
+                                                       {MessageType::group_welcome, "group_welcome"},
+                                                       {MessageType::group_ready, "group_ready"},
+                                                       {MessageType::group_begin, "group_begin"},
+                                                       {MessageType::group_sent, "group_sent"},
+                                                       {MessageType::group_decided, "group_decided"}};
   for (const auto& [type, name] : types) EXPECT_STREQ(message_type_name(type), name);
 }
 
