@@ -203,7 +203,7 @@ void Membership::init(TopologyKind kind, std::vector<std::string> labels, int pr
   clusters_ = static_cast<int>(index.size());
   live_.assign(labels_.size(), 0);
   trees_.assign(
-      static_cast<size_t>(tree_count(kind) * producers),
+      static_cast<size_t>(tree_count(kind)) * static_cast<size_t>(producers),
       TreeState{std::vector<uint32_t>(labels_.size(), kNoParent), std::vector<std::vector<uint32_t>>(labels_.size())});
 }
 

@@ -206,8 +206,8 @@ class Producer {
   // joint commit. `expected_digest` is the combined digest every receiver must ack. On commit the
   // baseline is NOT updated (the producer does not know the bits): use for tests and tools that
   // replay .dcx files. Frames are sent in the given order, duplicates included.
-  RefitReport publish(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
-                      uint64_t expected_digest, RefitOptions options = {});
+  RefitReport publish(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version, uint64_t expected_digest,
+                      const RefitOptions& options = {});
   // Sends BYE to every receiver and closes the links.
   void finish();
 

@@ -125,7 +125,7 @@ int tree_root(TopologyKind kind, int n, int tree) {
   return 0;
 }
 
-Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels, std::string producer_cluster,
+Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels, const std::string& producer_cluster,
                    int producers)
     : kind_(kind), labels_(std::move(cluster_labels)), producers_(producers) {
   if (labels_.empty()) throw Error(Errc::invalid_argument, "topology needs at least one member");
@@ -143,7 +143,7 @@ Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels, s
   if (auto it = index.find(producer_cluster); !producer_cluster.empty() && it != index.end())
     producer_cluster_ = it->second;
   const int clusters = cluster_count();
-  links_.resize(static_cast<size_t>(tree_count(kind_) * producers_));
+  links_.resize(static_cast<size_t>(tree_count(kind_)) * static_cast<size_t>(producers_));
   cluster_order_.resize(links_.size());
   for (int t = 0; t < trees(); ++t) {
     auto& order = cluster_order_[t];

@@ -101,7 +101,7 @@ class Topology {
   // trees to the next and a member's send load stays about what it is for one producer while M ranks
   // send at once. M = 1 is the plain forest. Throws Error(invalid_argument) unless
   // 1 <= producers <= kMaxProducers.
-  Topology(TopologyKind kind, std::vector<std::string> cluster_labels, std::string producer_cluster = {},
+  Topology(TopologyKind kind, std::vector<std::string> cluster_labels, const std::string& producer_cluster = {},
            int producers = 1);
   // n members, all in one cluster.
   static Topology single_cluster(TopologyKind kind, int n);

@@ -47,7 +47,7 @@ void Producer::Impl::stop_threads() {
 // Reads a new connection's first message: HELLO (a member's control link), JOIN + RESUME (a
 // tree root's data edge) or FETCH (a rejoining member no peer could serve). Anything else, or
 // silence, drops the connection.
-void Producer::Impl::greet(std::shared_ptr<transport::Connection> connection) {
+void Producer::Impl::greet(const std::shared_ptr<transport::Connection>& connection) {
   try {
     auto bytes = recv_message(*connection, kControlBufferBytes, kMemberSendTimeout);
     ProducerEvent event;

@@ -167,7 +167,7 @@ struct Producer::Impl {
   void start_acceptor();
   void idle_loop();
   void stop_threads();
-  void greet(std::shared_ptr<transport::Connection> connection);
+  void greet(const std::shared_ptr<transport::Connection>& connection);
   // Handles queued events for up to `wait` (0: only what is queued now).
   void pump(std::chrono::milliseconds wait);
   // finish(), before BYE: pumps until every member catching up holds the committed version (it

@@ -151,7 +151,7 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
     d.admit_caught_up();
   }
   auto up = [&] {
-    if (d.repairs.size() > 0 && !d.repairs.front().waiting.empty()) return false;
+    if (!d.repairs.empty() && !d.repairs.front().waiting.empty()) return false;
     for (auto& root : d.roots)
       if (!root) return false;
     return true;

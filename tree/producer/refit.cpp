@@ -257,7 +257,7 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
 }
 
 RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
-                              uint64_t expected_digest, RefitOptions refit_options) {
+                              uint64_t expected_digest, const RefitOptions& refit_options) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
   if (!d.membership) throw Error(Errc::state, "Producer::publish before start()");

@@ -290,6 +290,7 @@ TEST(TopologyGroup, TheRanksRootDifferentMembersAndAMembersSendLoadStaysBounded)
       const Topology chain(TopologyKind::chain, std::vector<std::string>(static_cast<size_t>(n)), "", producers);
       const Topology dbt(TopologyKind::double_binary, std::vector<std::string>(static_cast<size_t>(n)), "", producers);
       std::vector<int> roots;
+      roots.reserve(static_cast<size_t>(producers));
       for (int p = 0; p < producers; ++p) roots.push_back(binary.root(p));
       std::sort(roots.begin(), roots.end());
       ASSERT_EQ(std::unique(roots.begin(), roots.end()), roots.end()) << "M=" << producers << " n=" << n;
