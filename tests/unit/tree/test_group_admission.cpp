@@ -19,7 +19,7 @@ namespace {
 constexpr uint64_t kManifest = 0x1111, kPartition = 0x2222;
 
 // Rank r's part digest (three tensors); `salt` makes other bits.
-std::vector<uint64_t> part(uint32_t rank, uint64_t salt = 0) { return {rank * 10 + salt, rank * 100, 7}; }
+std::vector<uint64_t> part(uint64_t rank, uint64_t salt = 0) { return {rank * 10 + salt, rank * 100, 7}; }
 
 uint64_t whole_digest(uint32_t size, uint64_t salt_of_rank_2 = 0) {
   std::vector<uint64_t> sum(3, 0);
