@@ -262,6 +262,22 @@ Membership Membership::from_welcome(TopologyKind kind, uint64_t epoch, const std
 
 TopologyKind Membership::kind() const noexcept { return kind_; }
 int Membership::trees() const noexcept { return static_cast<int>(trees_.size()); }
+int Membership::producers() const noexcept { return trees() / tree_count(kind_); }
+uint32_t Membership::producer_of(int tree) const noexcept { return static_cast<uint32_t>(tree / tree_count(kind_)); }
+
+std::string parent_url(const std::vector<Member>& members, const std::vector<std::string>& producer_urls,
+                       const Membership& membership, int tree, uint32_t parent) {
+  if (parent == kProducerRank && !producer_urls.empty()) {
+    const uint32_t g = membership.producer_of(tree);
+    if (g >= producer_urls.size())
+      throw Error(Errc::not_found, "no URL for producer rank " + std::to_string(g) + " (tree " + std::to_string(tree) +
+                                       "): the group lists " + std::to_string(producer_urls.size()));
+    return producer_urls[g];
+  }
+  for (const auto& m : members)
+    if (m.rank == parent) return m.url;
+  throw Error(Errc::not_found, "no URL for rank " + std::to_string(parent));
+}
 uint64_t Membership::epoch() const noexcept { return epoch_; }
 uint32_t Membership::size() const noexcept { return static_cast<uint32_t>(labels_.size() - 1); }
 bool Membership::live(uint32_t rank) const { return rank < live_.size() && live_[rank] != 0; }

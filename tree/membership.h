@@ -76,6 +76,10 @@ class Membership {
 
   TopologyKind kind() const noexcept;
   int trees() const noexcept;
+  // A producer group's size M (1: one producer), and the producer rank that feeds tree `tree`
+  // (its roots' "parent 0").
+  int producers() const noexcept;
+  uint32_t producer_of(int tree) const noexcept;
   uint64_t epoch() const noexcept;
   uint32_t size() const noexcept;  // N: ranks 1..N, live or not
   bool live(uint32_t rank) const;  // false for rank 0 or out of range
@@ -155,6 +159,12 @@ class Membership {
 
   friend std::vector<std::string> forest_problems(const Membership& membership);
 };
+
+// Where a member of `membership` connects to reach `parent` in `tree`: the parent member's URL, or
+// for a root ("parent 0") the URL of the producer rank that feeds that tree (`producer_urls`,
+// a WELCOME's; empty: one producer, members' rank 0). Throws Error(not_found) when none is known.
+std::string parent_url(const std::vector<Member>& members, const std::vector<std::string>& producer_urls,
+                       const Membership& membership, int tree, uint32_t parent);
 
 // Problems with the forest, empty when valid: in every tree each live member is reachable from
 // the one root exactly once, parents are live (or the producer for the one root), parent and

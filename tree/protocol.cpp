@@ -109,7 +109,8 @@ struct Schema<Welcome> {
                                             field("tensors", &Welcome::tensors),
                                             field("committed_version", &Welcome::committed_version),
                                             field("committed_digest", &Welcome::committed_digest),
-                                            field("layout", &Welcome::layout)};
+                                            field("layout", &Welcome::layout),
+                                            field("producer_urls", &Welcome::producer_urls)};
 };
 template <>
 struct Schema<Join> {

@@ -147,6 +147,9 @@ struct Welcome {
   uint64_t committed_version = 0;  // the producer's last committed version and its digest
   uint64_t committed_digest = 0;
   CheckpointLayout layout;         // the producer's files (empty: none)
+  // A producer group (docs/producer-group.md): producer rank g's data URL, where the roots of its
+  // trees JOIN ([0]: this coordinator's). Empty: one producer, members[0]'s URL.
+  std::vector<std::string> producer_urls;
 };
 // child -> parent, first message of a data edge (the epoch in the header is the child's); a
 // RESUME follows at once.

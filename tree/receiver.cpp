@@ -39,7 +39,11 @@ void Receiver::Impl::take_welcome(Welcome w, uint64_t e) {
   if (manifest && manifest->digest() != codec::Manifest(w.tensors).digest())
     throw Error(Errc::version_mismatch, "the producer's manifest differs from the one this member holds");
   check_layout(w.layout, w.tensors.size());
-  auto m = Membership::from_welcome(parse_topology_kind(w.topology), e, w.members, w.forest);
+  if (w.producer_urls.size() > static_cast<size_t>(kMaxProducers))
+    throw Error(Errc::corrupt_frame,
+                "welcome: a producer group of " + std::to_string(w.producer_urls.size()) + " ranks");
+  const int producers = w.producer_urls.empty() ? 1 : static_cast<int>(w.producer_urls.size());
+  auto m = Membership::from_welcome(parse_topology_kind(w.topology), e, w.members, w.forest, producers);
   auto announced = std::make_shared<const CheckpointLayout>(std::move(w.layout));
   w.layout = {};
   // A (new) producer: nothing of what an earlier one announced stands.

@@ -12,6 +12,7 @@ void Receiver::Impl::start_edges() {
   relay_options.peer_timeout = options.peer_timeout;
   relay_options.connect_timeout = options.connect_timeout;
   relay_options.join_timeout = options.join_timeout;
+  relay_options.producer_urls = producer.welcome().producer_urls;
   RelayEdges::Callbacks callbacks;
   callbacks.to_producer = [this, session = held.session()](const Message& m) {
     // An ACK of a version whose LAYOUT has not come yet waits for it (the control thread sends it

@@ -37,10 +37,8 @@ RelayEdges::RelayEdges(transport::Transport& transport, transport::Listener& lis
 
 RelayEdges::~RelayEdges() { stop(); }
 
-std::string RelayEdges::url_of(uint32_t rank) const {
-  for (const auto& m : members_)
-    if (m.rank == rank) return m.url;
-  throw Error(Errc::not_found, "no URL for rank " + std::to_string(rank));
+std::string RelayEdges::url_of(uint32_t rank, int tree) const {
+  return parent_url(members_, options_.producer_urls, *membership_, tree, rank);
 }
 
 void RelayEdges::count(uint64_t RelayStats::*field, uint64_t by) {
@@ -411,7 +409,7 @@ void RelayEdges::read_loop(int tree) {
       seen = generation = slot.generation;
       parent = slot.parent;
       epoch = slot.epoch;
-      url = url_of(parent);
+      url = url_of(parent, tree);
     }
     auto current = [&] {
       std::lock_guard lock(mutex_);

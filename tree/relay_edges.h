@@ -53,6 +53,9 @@ struct RelayOptions {
   std::chrono::milliseconds peer_timeout{10'000};
   std::chrono::milliseconds connect_timeout{10'000};
   std::chrono::milliseconds join_timeout{120'000};
+  // A producer group's data URLs (Welcome::producer_urls): the root of tree t JOINs rank
+  // producer_of(t). Empty: one producer.
+  std::vector<std::string> producer_urls;
 };
 
 struct RelayStats {
@@ -130,7 +133,7 @@ class RelayEdges {
   void drop_child(int tree, uint32_t rank, FailureCause cause, const std::string& detail, bool report);
   void report(const Message& message);
   void count(uint64_t RelayStats::*field, uint64_t by = 1);
-  std::string url_of(uint32_t rank) const;
+  std::string url_of(uint32_t rank, int tree) const;  // parent_url with this member's view
 
   transport::Transport& transport_;
   transport::Listener& listener_;

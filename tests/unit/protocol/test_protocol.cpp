@@ -90,6 +90,7 @@ void expect_same(const Welcome& a, const Welcome& b) {
   EXPECT_FIELD(committed_version);
   EXPECT_FIELD(committed_digest);
   EXPECT_FIELD(layout);
+  EXPECT_FIELD(producer_urls);
 }
 void expect_same(const LayoutUpdate& a, const LayoutUpdate& b) {
   EXPECT_FIELD(version);
@@ -300,6 +301,7 @@ Welcome sample_welcome() {
                      {"model-00002-of-00002.safetensors", {1}, {}}};
   w.layout.index_metadata_json = R"({"total_size":71})";
   w.layout.files = {{"config.json", "{\"model_type\": \"llama\"}"}, {"tokenizer.model", std::string("\0\x01\xff", 3)}};
+  w.producer_urls = {"tcp://10.0.0.1:5000", "tcp://10.0.0.9:5009"};
   return w;
 }
 
@@ -425,6 +427,8 @@ Bytes expected_body(const Message& message) {
           }
           b.u64(m.committed_version).u64(m.committed_digest);
           layout_body(b, m.layout);
+          b.u32(static_cast<uint32_t>(m.producer_urls.size()));
+          for (const auto& url : m.producer_urls) b.str(url);
         } else if constexpr (std::is_same_v<M, LayoutUpdate>) {
           b.u64(m.version).u64(m.attempt);
           layout_body(b, m.layout);

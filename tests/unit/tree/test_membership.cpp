@@ -655,6 +655,43 @@ TEST(MembershipGroup, RandomSequencesOverAGroupsForestStayValidAndMirrored) {
   EXPECT_NO_THROW(Membership::from_welcome(TopologyKind::binary, 0, members_of(m), forest, 2));
 }
 
+// A member finds its parent's URL: a member's from the members list; a root's, the producer rank
+// that feeds that tree (the WELCOME's producer_urls), or members' rank 0 with one producer.
+TEST(MembershipGroup, ARootJoinsTheProducerRankOfItsTree) {
+  const std::vector<Member> members{{0, "tcp://coordinator:1", "", true},
+                                    {1, "tcp://m1:1", "", true},
+                                    {2, "tcp://m2:1", "", true},
+                                    {3, "tcp://m3:1", "", true}};
+  const std::vector<std::string> urls{"tcp://coordinator:1", "tcp://rank1:1", "tcp://rank2:1"};
+  const Membership group(TopologyKind::double_binary, {"", "", ""}, "", 3);
+  ASSERT_EQ(group.trees(), 6);
+  EXPECT_EQ(group.producers(), 3);
+  for (int t = 0; t < group.trees(); ++t) {
+    EXPECT_EQ(group.producer_of(t), static_cast<uint32_t>(t / 2));
+    const uint32_t root = group.children(kProducerRank, t).front();
+    EXPECT_EQ(group.parent(root, t), kProducerRank);
+    EXPECT_EQ(parent_url(members, urls, group, t, kProducerRank), urls[static_cast<size_t>(t / 2)]) << "tree " << t;
+    for (uint32_t r = 1; r <= 3; ++r) {
+      const auto p = group.parent(r, t);
+      if (p && *p != kProducerRank) EXPECT_EQ(parent_url(members, urls, group, t, *p), members[*p].url);
+    }
+  }
+  // One producer: rank 0's URL from the members list.
+  const Membership single(TopologyKind::binary, {"", "", ""});
+  EXPECT_EQ(single.producers(), 1);
+  EXPECT_EQ(single.producer_of(0), 0u);
+  EXPECT_EQ(parent_url(members, {}, single, 0, kProducerRank), "tcp://coordinator:1");
+  // A group that lists fewer URLs than it has ranks, or an unknown member: not found.
+  try {
+    parent_url(members, {"tcp://coordinator:1"}, group, 5, kProducerRank);
+    ADD_FAILURE() << "tree 5's producer rank 2 has no URL";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::not_found);
+    EXPECT_NE(std::string(e.what()).find("producer rank 2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parent_url(members, urls, group, 0, 9), Error);
+}
+
 TEST(MembershipSequence, Deterministic) {
   for (const Sequence& s : sequences()) {
     std::vector<std::vector<TreeEdge>> a;
