@@ -233,12 +233,13 @@ DeltaEncoder::DeltaEncoder(const WeightsReader& base, const WeightsReader& next,
   for (const auto& r : part.ranges)
     if (r.tensor >= base.manifest().size() || r.begin > r.end || r.end > base.manifest().at(r.tensor).units())
       throw Error(Errc::invalid_argument, "encode: a part's range lies outside the manifest");
+  const bool known = !part.base_digest.empty();
+  StateDigest digest(known ? std::move(part.base_digest) : std::vector<uint64_t>(base.manifest().size(), 0));
   impl_->group_part = std::move(part);
-  impl_->init(base.manifest(), next.manifest(), StateDigest(std::vector<uint64_t>(base.manifest().size(), 0)), ids,
-              std::move(options));
+  impl_->init(base.manifest(), next.manifest(), digest, ids, std::move(options));
   impl_->base_reader = &base;
   impl_->next_reader = &next;
-  impl_->scan_base_digest();
+  if (!known) impl_->scan_base_digest();
 }
 
 DeltaEncoder::~DeltaEncoder() = default;
@@ -374,7 +375,7 @@ GroupChunks group_chunks(const Manifest& manifest, const Partition& partition, u
 
 EncodePart GroupChunks::part(const Partition& partition, uint32_t rank, uint64_t base_combined) const {
   if (rank + 1 >= first.size()) throw Error(Errc::invalid_argument, "group_chunks: no rank " + std::to_string(rank));
-  return EncodePart{partition.part(rank), first[rank], total(), base_combined};
+  return EncodePart{partition.part(rank), first[rank], total(), base_combined, {}};
 }
 
 const StateDigest& DeltaEncoder::base_digest() const {

@@ -61,6 +61,9 @@ struct EncodePart {
   uint32_t first_chunk = 0;
   uint32_t total_chunks = 0;
   uint64_t base_combined = 0;  // StateDigest::combined() of the whole base version
+  // The part's own digest of the base (per tensor, the sums over its ranges) when the rank keeps
+  // it (BaselineStore::digest()): the scan then does not take it again. Empty: taken by the scan.
+  std::vector<uint64_t> base_digest;
 };
 
 // The chunk numbering of a group's version: part r's chunks are [first[r], first[r+1]); the
@@ -103,7 +106,8 @@ class DeltaEncoder {
   DeltaEncoder(const ConstWeights& base, const WeightsReader& next, const StateDigest& base_digest, VersionIds ids,
                EncodeOptions options);
   // A group's part (EncodePart): both versions read, only within part.ranges (a rank holds nothing
-  // else). chunk_count() and encode_chunk() count the part's chunks; the frames carry the group's
+  // else); the base's part digest taken by the scan unless part.base_digest gives it.
+  // chunk_count() and encode_chunk() count the part's chunks; the frames carry the group's
   // numbering and base digest, whole (no patching). seal() is refused (Error(state)): call
   // part_digests() and let the coordinator seal.
   DeltaEncoder(const WeightsReader& base, const WeightsReader& next, EncodePart part, VersionIds ids,
@@ -119,7 +123,7 @@ class DeltaEncoder {
   // encoded exactly once; throws Error(state) otherwise.
   std::vector<std::byte> seal();
   // A part encoder, once every chunk of its part was encoded: per tensor, the sums over the part's
-  // ranges of the base's digest terms (scanned) and of the new version's. A whole version's
+  // ranges of the base's digest terms (given or scanned) and of the new version's. A whole version's
   // StateDigest is the sum of its parts' (digest.h: the terms add).
   struct PartDigests {
     StateDigest base;

@@ -252,19 +252,6 @@ struct Schema<GroupHello> {
                                             field("instance", &GroupHello::instance)};
 };
 template <>
-struct Schema<GroupWelcome> {
-  static constexpr MessageType type = MessageType::group_welcome;
-  static constexpr auto fields = std::tuple{field("session", &GroupWelcome::session),
-                                            field("instance", &GroupWelcome::instance),
-                                            field("topology", &GroupWelcome::topology),
-                                            field("max_message_bytes", &GroupWelcome::max_message_bytes),
-                                            field("members", &GroupWelcome::members),
-                                            field("forest", &GroupWelcome::forest),
-                                            field("committed_version", &GroupWelcome::committed_version),
-                                            field("committed_digest", &GroupWelcome::committed_digest),
-                                            field("attempt_floor", &GroupWelcome::attempt_floor)};
-};
-template <>
 struct Schema<GroupReady> {
   static constexpr MessageType type = MessageType::group_ready;
   static constexpr auto fields = std::tuple{field("rank", &GroupReady::rank), field("version", &GroupReady::version)};
@@ -610,7 +597,6 @@ const char* message_type_name(MessageType type) noexcept {
     case MessageType::decided: return "decided";
     case MessageType::layout: return "layout";
     case MessageType::group_hello: return "group_hello";
-    case MessageType::group_welcome: return "group_welcome";
     case MessageType::group_ready: return "group_ready";
     case MessageType::group_begin: return "group_begin";
     case MessageType::group_sent: return "group_sent";

@@ -49,12 +49,11 @@ enum class MessageType : uint8_t {
   decided = 25,   // delegate -> producer: the attempt committed, these members are active
   layout = 26,    // producer -> member: the checkpoint layout of a version (it changed)
   // A producer group's link (docs/producer-group.md).
-  group_hello = 27,
-  group_welcome = 28,
-  group_ready = 29,
-  group_begin = 30,
-  group_sent = 31,
-  group_decided = 32,
+  group_hello = 27,  // answered by WELCOME (the members' message: the rank learns the same shape)
+  group_ready = 28,
+  group_begin = 29,
+  group_sent = 30,
+  group_decided = 31,
 };
 
 // Why a member left the live set, or why a link is reported (REPORT, EPOCH, the report's
@@ -291,7 +290,9 @@ struct LayoutUpdate {
 
 // ---- A producer group (docs/producer-group.md): rank r (1..M-1) <-> the coordinator (rank 0),
 // on the rank's group link. Digests of a part are per tensor, the sums over the part's ranges. ----
-// rank -> coordinator, first message of a group link.
+// rank -> coordinator, first message of a group link. The coordinator answers WELCOME (the
+// session's shape, as a member gets it: members, forest, producer_urls, the committed version) or
+// REFUSED.
 struct GroupHello {
   uint32_t rank = 0;  // 1..size-1
   uint32_t size = 0;  // M
@@ -301,18 +302,6 @@ struct GroupHello {
   std::vector<uint64_t> held_digest;  // its part's digest at held_version
   std::string data_url;               // where the roots of its trees JOIN
   uint64_t instance = 0;              // random per process: a new instance replaces the old
-};
-// coordinator -> rank: the session's shape at the header's epoch.
-struct GroupWelcome {
-  uint64_t session = 0;
-  uint64_t instance = 0;  // the GroupHello.instance this answers
-  std::string topology;
-  uint64_t max_message_bytes = 0;
-  std::vector<Member> members;
-  std::vector<TreeEdge> forest;
-  uint64_t committed_version = 0;
-  uint64_t committed_digest = 0;  // the whole version's combined digest
-  uint64_t attempt_floor = 0;     // attempts up to it have ended
 };
 // rank -> coordinator: its trainer asked for `version` (refit).
 struct GroupReady {
@@ -353,7 +342,7 @@ struct GroupDecided {
 // decode_frame_message() / decode_raw_message().
 using Message = std::variant<Hello, Welcome, Join, Ready, Ack, Nack, Commit, Abort, Active, Resume, Bye, EpochUpdate,
                              Report, Gap, Fenced, Refused, Catchup, Fetch, FetchEnd, Delegate, Decided, LayoutUpdate,
-                             GroupHello, GroupWelcome, GroupReady, GroupBegin, GroupSent, GroupDecided>;
+                             GroupHello, GroupReady, GroupBegin, GroupSent, GroupDecided>;
 
 struct MessageHeader {
   MessageType type = MessageType::bye;

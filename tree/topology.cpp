@@ -156,6 +156,14 @@ Topology::Topology(TopologyKind kind, std::vector<std::string> cluster_labels, c
       order.insert(order.begin() + root_position, producer_cluster_);
     }
   }
+  // Each member's children over every tree inside its cluster: the same for every tree built.
+  local_load_.assign(labels_.size(), 0);
+  for (const auto& members : cluster_members_) {
+    const int s = static_cast<int>(members.size());
+    for (int i = 0; i < s; ++i)
+      for (int t = 0; t < trees(); ++t)
+        local_load_[members[i]] += static_cast<int>(rotated_links(s, i, t).children.size());
+  }
   for (int t = 0; t < trees(); ++t) build_tree(t);
 }
 
@@ -177,16 +185,14 @@ void Topology::build_tree(int tree) {
   for (int k = 0; k < clusters; ++k) {
     const auto& members = cluster_members_[k];
     const int s = static_cast<int>(members.size());
-    std::vector<int> local_load(s, 0);
-    for (int i = 0; i < s; ++i) {
+    for (int i = 0; i < s; ++i)
       links[members[i]] = map_links(rotated_links(s, i, tree), [&members](int r) { return members[r]; });
-      for (int t = 0; t < trees(); ++t) local_load[i] += static_cast<int>(rotated_links(s, i, t).children.size());
-    }
     for (int i = 0; i < s; ++i) {
       if (links[members[i]].children.empty()) egress[k].push_back(i);
     }
     std::stable_sort(egress[k].begin(), egress[k].end(), [&](int a, int b) {
-      return local_load[a] != local_load[b] ? local_load[a] < local_load[b] : a > b;
+      const int load_a = local_load_[members[a]], load_b = local_load_[members[b]];
+      return load_a != load_b ? load_a < load_b : a > b;
     });
     for (int& i : egress[k]) i = members[i];
   }

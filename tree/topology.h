@@ -149,6 +149,7 @@ class Topology {
   std::vector<std::vector<TreeLinks>> links_;  // [tree][rank]
   int producer_cluster_ = -1;
   int producers_ = 1;
+  std::vector<int> local_load_;  // [rank]: children inside its cluster, summed over every tree
   // [tree][position in the cluster-level tree] = cluster index (identity unless the producer's
   // cluster is moved to the root position).
   std::vector<std::vector<int>> cluster_order_;

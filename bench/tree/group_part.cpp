@@ -11,10 +11,12 @@
 // are bounded by max_inflight_bytes_per_root and are not part of this figure).
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,14 +54,28 @@ int main(int argc, char** argv) {
     if (rank >= ranks) throw Error(Errc::invalid_argument, "no rank " + std::to_string(rank));
     const uint64_t rss_fixed = peak_rss_bytes();
 
-    // The rank's baseline: its part of the base version, read with pread.
+    // The rank's baseline: its part of the base version, read with pread, and its part's digest
+    // (what a rank keeps from the commit that made the version; here taken once from the bytes).
     tree::BaselineStore store(manifest, partition.part(rank), threads);
-    store.adopt(base.reader(), 1, store.digest());
+    std::vector<uint64_t> part_digest(manifest.size(), 0);
+    store.adopt(base.reader(), 1, codec::StateDigest(part_digest));
+    std::vector<std::byte> piece(codec::kReadPieceBytes);  // pieces: no second copy of the part in memory
+    for (const auto& r : store.ranges()) {
+      const auto& info = manifest.at(r.tensor);
+      const uint64_t width = codec::dtype_unit_size(info.dtype), per = codec::kReadPieceBytes / width;
+      for (uint64_t at = r.begin; at < r.end; at += per) {
+        const auto span = std::span(piece).first(std::min(per, r.end - at) * width);
+        store.reader().read(r.tensor, at * width, span);
+        part_digest[r.tensor] += codec::slice_digest(r.tensor, info.dtype, at, span);
+      }
+    }
 
     codec::EncodeOptions options;
     options.threads = threads;
     const auto numbering = codec::group_chunks(manifest, partition, options.chunk_bytes);
-    codec::DeltaEncoder encoder(store.reader(), next.reader(), numbering.part(partition, rank, 0), {1, 2}, options);
+    codec::EncodePart part = numbering.part(partition, rank, 0);
+    part.base_digest = part_digest;  // known: the scan does not take it again
+    codec::DeltaEncoder encoder(store.reader(), next.reader(), part, {1, 2}, options);
     const auto start = std::chrono::steady_clock::now();
     std::atomic<uint32_t> next_chunk{0};
     std::atomic<uint64_t> frame_bytes{0};

@@ -248,8 +248,6 @@ void tree_message_seeds(const fs::path& golden) {
                    {"model-00002-of-00002.safetensors", {0}, {}}};
   layout.index_metadata_json = R"({"total_size":132})";
   layout.files = {{"config.json", R"({"model_type": "llama"})"}, {"generation_config.json", R"({"top_p": 0.9})"}};
-  GroupWelcome group_welcome{7, 0x42, "binary", 1 << 20, {}, {{1, 0, 0}}, 9, 0x77, 31};
-  group_welcome.members = {{0, "tcp://p:1", "", true}, {1, "tcp://q:2", "x", true}};
   const std::vector<std::pair<const char*, Message>> messages = {
       {"hello", Hello{3, "tcp://10.0.0.4:7000", "west", 7, 0x9999888877776666ull, 12, 0xabcdef0123456789ull}},
       {"welcome", welcome},
@@ -275,7 +273,6 @@ void tree_message_seeds(const fs::path& golden) {
       {"layout", LayoutUpdate{42, 33, layout}},
       {"layout-committed", LayoutUpdate{41, 0, CheckpointLayout{false, {{"model.safetensors", {0, 1}, {}}}, "", {}}}},
       {"group_hello", GroupHello{2, 4, 0x1111, 0x2222, 9, {1, 2, 3}, "tcp://10.0.0.9:7002", 0x42}},
-      {"group_welcome", group_welcome},
       {"group_ready", GroupReady{3, 10}},
       {"group_begin", GroupBegin{10, 78, 0x77, false}},
       {"group_sent", GroupSent{3, 10, 78, 17, {5, 6}, {8, 9}, 4096, 12, 0, ""}},

@@ -1,7 +1,7 @@
 #pragma once
 // Who is in a producer group (docs/producer-group.md): the coordinator's decisions on its ranks'
 // GROUP_HELLOs, at start and when a rank comes back after its link failed. Pure: no sockets, no
-// threads, no clock; the coordinator answers GROUP_WELCOME for an admitted rank and REFUSED (then
+// threads, no clock; the coordinator answers WELCOME for an admitted rank and REFUSED (then
 // closes the link) for a refused one, and waits (or gives up at its join timeout, naming
 // missing()) until complete(). Unit tests: tests/unit/tree/test_group_admission.cpp.
 //

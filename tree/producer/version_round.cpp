@@ -184,16 +184,18 @@ VersionRound::Actions VersionRound::decide(Clock::time_point now) {
   const bool by_delegate = decided_by_delegate_;
   bool all = !answers_.empty();
   verified_ = 0;
-  for (auto& [rank, answer] : answers_) {
-    if (by_delegate) break;  // the delegate checked every member's digest
-    if (answer == Answer::verified && ack_digests_[rank] != expected_digest_)
-      refuse(rank, "acked a digest that differs from the producer's");
-    if (answer == Answer::verified)
-      ++verified_;
-    else
-      all = false;
+  if (by_delegate) {  // the delegate checked every member's digest
+    verified_ = static_cast<uint32_t>(answers_.size());
+  } else {
+    for (auto& [rank, answer] : answers_) {
+      if (answer == Answer::verified && ack_digests_[rank] != expected_digest_)
+        refuse(rank, "acked a digest that differs from the producer's");
+      if (answer == Answer::verified)
+        ++verified_;
+      else
+        all = false;
+    }
   }
-  if (by_delegate) verified_ = static_cast<uint32_t>(answers_.size());
   if (answers_.empty() && abort_reason_.empty()) abort_reason_ = "every receiver failed";
   receivers_ = static_cast<uint32_t>(answers_.size());
   committed_ = all && !params_.dry_run;

@@ -227,8 +227,21 @@ struct GroupVersion {
   StateDigest base_sum, next_sum;
 };
 
-// Encodes base -> next as `ranks` producer ranks, each reading only its part.
-GroupVersion encode_group(const Versions& v, uint32_t ranks, const EncodeOptions& options) {
+// Rank `part`'s digest of `w`: per tensor, the sums over its ranges (what its BaselineStore keeps).
+std::vector<uint64_t> part_digest(const OwnedWeights& w, const std::vector<PartRange>& part) {
+  std::vector<uint64_t> sums(w.manifest->size(), 0);
+  for (const auto& r : part) {
+    const auto& info = w.manifest->at(r.tensor);
+    const uint64_t width = dtype_unit_size(info.dtype);
+    sums[r.tensor] += slice_digest(r.tensor, info.dtype, r.begin,
+                                   std::span(w.bytes[r.tensor]).subspan(r.begin * width, r.units() * width));
+  }
+  return sums;
+}
+
+// Encodes base -> next as `ranks` producer ranks, each reading only its part; with `known_base`
+// each rank gives its part's base digest instead of letting the scan take it.
+GroupVersion encode_group(const Versions& v, uint32_t ranks, const EncodeOptions& options, bool known_base = false) {
   const Partition partition = Partition::balanced(v.m, ranks);
   const GroupChunks numbering = group_chunks(v.m, partition, options.chunk_bytes);
   const uint64_t base_combined = StateDigest::full_scan(v.base.view()).combined();
@@ -236,7 +249,9 @@ GroupVersion encode_group(const Versions& v, uint32_t ranks, const EncodeOptions
   std::vector<uint64_t> base_sum(v.m.size(), 0), next_sum(v.m.size(), 0);
   for (uint32_t r = 0; r < ranks; ++r) {
     const PartReader base(v.base, partition.part(r)), next(v.next, partition.part(r));
-    DeltaEncoder encoder(base, next, numbering.part(partition, r, base_combined), {4, 5}, options);
+    EncodePart part = numbering.part(partition, r, base_combined);
+    if (known_base) part.base_digest = part_digest(v.base, partition.part(r));
+    DeltaEncoder encoder(base, next, part, {4, 5}, options);
     EXPECT_EQ(encoder.chunk_count(), numbering.first[r + 1] - numbering.first[r]);
     for (uint32_t c = 0; c < encoder.chunk_count(); ++c) {
       out.frames.push_back(encoder.encode_chunk(c));
@@ -264,6 +279,11 @@ TEST(ProducerGroup, ForOneToEightRanksTheReceiverEndsWithTheNewVersionsBitsExact
   for (uint32_t ranks = 1; ranks <= 8; ++ranks) {
     SCOPED_TRACE(std::to_string(ranks) + " ranks");
     GroupVersion g = encode_group(v, ranks, options);
+    // A rank that knows its part's base digest gives the same frames and digests without the scan.
+    const GroupVersion known = encode_group(v, ranks, options, true);
+    EXPECT_TRUE(known.frames == g.frames);
+    EXPECT_TRUE(known.seal == g.seal);
+    EXPECT_EQ(known.base_sum, g.base_sum);
     EXPECT_EQ(g.base_sum, base_digest) << "the parts' base digests add up to the whole base's";
     EXPECT_EQ(g.next_sum, next_digest) << "the parts' new digests add up to the whole new version's";
     if (ranks == 1) {
@@ -328,6 +348,24 @@ TEST(ProducerGroup, APartEncoderDoesNotSealAndRefusesANumberingItDoesNotFit) {
   too_far.first_chunk = numbering.total() - 1;
   EXPECT_EQ(testing::errc_of([&] { DeltaEncoder(base, next, too_far, {4, 5}, options); }), Errc::invalid_argument);
   EXPECT_EQ(testing::errc_of([&] { numbering.part(partition, 2, 7); }), Errc::invalid_argument);
+  // A given base digest is the part's, not scanned again: a (deliberately) different one is what the
+  // part reports, and the new digest moves with it; one of the wrong length is refused.
+  EncodePart given = numbering.part(partition, 1, 7);
+  const auto scanned_base = part_digest(v.base, partition.part(1));
+  given.base_digest = scanned_base;
+  for (auto& d : given.base_digest) d += 1000;
+  DeltaEncoder trusting(base, next, given, {4, 5}, options);
+  DeltaEncoder scanning(base, next, numbering.part(partition, 1, 7), {4, 5}, options);
+  for (uint32_t c = 0; c < trusting.chunk_count(); ++c) {
+    EXPECT_TRUE(trusting.encode_chunk(c) == scanning.encode_chunk(c)) << "chunk " << c;
+  }
+  const auto t = trusting.part_digests(), s = scanning.part_digests();
+  EXPECT_EQ(t.base.per_tensor(), given.base_digest);
+  EXPECT_EQ(s.base.per_tensor(), scanned_base);
+  for (size_t i = 0; i < v.m.size(); ++i) EXPECT_EQ(t.next.per_tensor()[i], s.next.per_tensor()[i] + 1000);
+  EncodePart short_digest = numbering.part(partition, 1, 7);
+  short_digest.base_digest = {1, 2};
+  EXPECT_EQ(testing::errc_of([&] { DeltaEncoder(base, next, short_digest, {4, 5}, options); }), Errc::invalid_argument);
 }
 
 }  // namespace

@@ -213,23 +213,6 @@ void expect_same(const GroupHello& a, const GroupHello& b) {
   EXPECT_FIELD(data_url);
   EXPECT_FIELD(instance);
 }
-void expect_same(const GroupWelcome& a, const GroupWelcome& b) {
-  EXPECT_FIELD(session);
-  EXPECT_FIELD(instance);
-  EXPECT_FIELD(topology);
-  EXPECT_FIELD(max_message_bytes);
-  ASSERT_EQ(a.members.size(), b.members.size());
-  for (size_t i = 0; i < a.members.size(); ++i) {
-    EXPECT_FIELD(members[i].rank);
-    EXPECT_FIELD(members[i].url);
-    EXPECT_FIELD(members[i].cluster);
-    EXPECT_FIELD(members[i].live);
-  }
-  EXPECT_FIELD(forest);
-  EXPECT_FIELD(committed_version);
-  EXPECT_FIELD(committed_digest);
-  EXPECT_FIELD(attempt_floor);
-}
 void expect_same(const GroupReady& a, const GroupReady& b) {
   EXPECT_FIELD(rank);
   EXPECT_FIELD(version);
@@ -339,15 +322,6 @@ std::vector<Message> sample_messages() {
                  {0x1, 0xfffffffffffffff0ull, 0},
                  "tcp://10.0.0.9:7002",
                  0x42},
-      GroupWelcome{0x1122334455667788ull,
-                   0x42,
-                   "binary",
-                   9 << 20,
-                   sample_welcome().members,
-                   {{1, 0, 0}, {2, 0, 1}, {2, 1, 0}, {1, 1, 2}},
-                   41,
-                   0xfeedfacecafebeefull,
-                   77},
       GroupReady{3, 10},
       GroupBegin{10, 78, 0xfeedfacecafebeefull, true},
       GroupSent{3, 10, 78, 17, {5, 6, 7}, {8, 9, 10}, 123456, 789, 0, ""},
@@ -482,9 +456,6 @@ Bytes expected_body(const Message& message) {
         } else if constexpr (std::is_same_v<M, GroupHello>) {
           b.u32(m.rank).u32(m.size).u64(m.manifest_digest).u64(m.partition).u64(m.held_version).u64s(m.held_digest);
           b.str(m.data_url).u64(m.instance);
-        } else if constexpr (std::is_same_v<M, GroupWelcome>) {
-          b.u64(m.session).u64(m.instance).str(m.topology).u64(m.max_message_bytes).members(m.members).edges(m.forest);
-          b.u64(m.committed_version).u64(m.committed_digest).u64(m.attempt_floor);
         } else if constexpr (std::is_same_v<M, GroupReady>) {
           b.u32(m.rank).u64(m.version);
         } else if constexpr (std::is_same_v<M, GroupBegin>) {
@@ -504,7 +475,7 @@ Bytes expected_body(const Message& message) {
 
 uint8_t expected_type(const Message& message) {
   static constexpr uint8_t kTypes[] = {1,  2,  3,  4,  6,  7,  8,  9,  10, 13, 14, 16, 17, 18,
-                                       19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+                                       19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
   static_assert(std::size(kTypes) == std::variant_size_v<Message>);
   return kTypes[message.index()];
 }
@@ -706,7 +677,7 @@ TEST(Protocol, UnknownAndRetiredTypesAreRefused) {
     EXPECT_NE(what.find("unknown type 1"), std::string::npos) << what;
     EXPECT_THROW(message_header(bytes), Error);
   }
-  for (unsigned type : {0u, 11u, 12u, 33u, 100u, 255u}) {
+  for (unsigned type : {0u, 11u, 12u, 32u, 100u, 255u}) {
     EXPECT_EQ(control_error(header_bytes(static_cast<uint8_t>(type), 0, 0)), Errc::corrupt_frame) << type;
     EXPECT_STREQ(message_type_name(static_cast<MessageType>(type)), "unknown");
   }
@@ -892,7 +863,6 @@ TEST(Protocol, Names) {
                                                        {MessageType::decided, "decided"},
                                                        {MessageType::layout, "layout"},
                                                        {MessageType::group_hello, "group_hello"},
-                                                       {MessageType::group_welcome, "group_welcome"},
                                                        {MessageType::group_ready, "group_ready"},
                                                        {MessageType::group_begin, "group_begin"},
                                                        {MessageType::group_sent, "group_sent"},

@@ -673,7 +673,9 @@ TEST(MembershipGroup, ARootJoinsTheProducerRankOfItsTree) {
     EXPECT_EQ(parent_url(members, urls, group, t, kProducerRank), urls[static_cast<size_t>(t / 2)]) << "tree " << t;
     for (uint32_t r = 1; r <= 3; ++r) {
       const auto p = group.parent(r, t);
-      if (p && *p != kProducerRank) EXPECT_EQ(parent_url(members, urls, group, t, *p), members[*p].url);
+      if (p && *p != kProducerRank) {
+        EXPECT_EQ(parent_url(members, urls, group, t, *p), members[*p].url);
+      }
     }
   }
   // One producer: rank 0's URL from the members list.
