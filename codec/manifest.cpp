@@ -1,5 +1,7 @@
 #include "codec/manifest.h"
 
+#include <cstring>
+
 #include <xxhash.h>
 
 #include "util/bytes.h"
@@ -76,6 +78,24 @@ void check_weights(const ConstWeights& weights) {
       throw Error(Errc::invalid_argument, "weights: tensor '" + m.at(i).name + "' buffer holds " +
                                               std::to_string(weights.tensors[i].size()) + " bytes, expected " +
                                               std::to_string(m.at(i).nbytes()));
+}
+
+SpanReader::SpanReader(ConstWeights weights) : weights_(std::move(weights)) {
+  if (weights_.manifest == nullptr) throw Error(Errc::invalid_argument, "weights: no manifest");
+  if (weights_.tensors.size() != weights_.manifest->size())
+    throw Error(Errc::invalid_argument, "weights: " + std::to_string(weights_.tensors.size()) +
+                                            " buffers for a manifest of " +
+                                            std::to_string(weights_.manifest->size()) + " tensors");
+}
+
+void SpanReader::read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const {
+  const auto& t = weights_.tensors.at(tensor);
+  if (offset > t.size() || out.size() > t.size() - offset)
+    throw Error(Errc::invalid_argument, "weights: bytes [" + std::to_string(offset) + ", " +
+                                            std::to_string(offset + out.size()) + ") of tensor '" +
+                                            weights_.manifest->at(tensor).name + "' are not in its buffer of " +
+                                            std::to_string(t.size()) + " bytes");
+  if (!out.empty()) std::memcpy(out.data(), t.data() + offset, out.size());
 }
 
 }  // namespace deltacast::codec

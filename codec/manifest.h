@@ -77,4 +77,18 @@ class WeightsReader {
   virtual void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const = 0;
 };
 
+// A WeightsReader over weights in memory (a trainer rank's tensors). A producer group's rank
+// holds only its part: a tensor's span may be empty (or short) where the rank holds none of it;
+// a read there throws Error(invalid_argument) naming the tensor. `weights` must hold one span per
+// tensor and outlive the reader.
+class SpanReader final : public WeightsReader {
+ public:
+  explicit SpanReader(ConstWeights weights);
+  const Manifest& manifest() const noexcept override { return *weights_.manifest; }
+  void read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const override;
+
+ private:
+  ConstWeights weights_;
+};
+
 }  // namespace deltacast::codec

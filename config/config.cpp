@@ -130,6 +130,7 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
          c.chunk_bytes = n;
        }},
       {"retain_versions", [](Config& c, std::string_view v) { c.retain_versions = parse_int<uint32_t>(v, 0, 1024); }},
+      {"producers", [](Config& c, std::string_view v) { c.producers = parse_int<uint32_t>(v, 1, 1024); }},
       {"members.count",
        [](Config& c, std::string_view v) { local_members_of(c).count = parse_int<int>(v, 1, 1 << 20); }},
       {"members.host", [](Config& c, std::string_view v) { local_members_of(c).host = non_empty(v); }},
@@ -283,7 +284,7 @@ void parse_document(Config& config, const std::string& source, const YAML::Node&
   const std::set<std::string> top = {
       "producer",    "producer_cluster", "clusters",       "probe_file", "transport",   "topology",
       "chunk_bytes", "retain_versions",  "members",        "timeouts",   "secret_file", "trainer",
-      "output",      "log_level",        "allow_insecure", "egress",     "commit"};
+      "output",      "log_level",        "allow_insecure", "egress",     "commit",      "producers"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
       {"trainer", {"kind", "dir", "read", "params", "steps", "lr", "seed"}},
@@ -512,6 +513,25 @@ std::vector<MemberConfig> member_list(const Config& config) {
   return out;
 }
 
+std::vector<std::string> producer_rank_urls(const Config& config) {
+  std::vector<std::string> urls{config.producer};
+  if (config.producers <= 1) return urls;
+  const size_t colon = config.producer.rfind(':');
+  int port = 0;
+  try {
+    if (colon == std::string::npos || config.producer.find("://") == colon) throw BadValue{""};
+    port = parse_int<int>(std::string_view(config.producer).substr(colon + 1), 1, 65535);
+  } catch (const BadValue&) {
+    throw Error(Errc::config, "config: producers: " + std::to_string(config.producers) + " needs a port in producer '" +
+                                  config.producer + "' (rank g listens on that port + g)");
+  }
+  if (port + static_cast<int>(config.producers) - 1 > 65535)
+    throw Error(Errc::config, "config: the producer's port + producers exceeds port 65535");
+  for (uint32_t g = 1; g < config.producers; ++g)
+    urls.push_back(config.producer.substr(0, colon + 1) + std::to_string(port + static_cast<int>(g)));
+  return urls;
+}
+
 void validate(const Config& config) {
   if (config.producer.empty()) {
     throw Error(Errc::config, "config: 'producer' is not set (YAML key producer or env DELTACAST_PRODUCER)");
@@ -525,6 +545,14 @@ void validate(const Config& config) {
                                     (members[i].rank < static_cast<int>(i) ? "repeated" : "missing"));
     }
   }
+  const auto ranks = producer_rank_urls(config);
+  for (const auto& m : members)
+    for (size_t g = 1; g < ranks.size(); ++g)
+      if (m.url == ranks[g])
+        throw Error(Errc::config, "config: member " + std::to_string(m.rank) + " listens at " + m.url +
+                                      ", producer rank " + std::to_string(g) + "'s address (producers: " +
+                                      std::to_string(config.producers) + " take the producer's port + 1.." +
+                                      std::to_string(config.producers - 1) + ")");
   if (config.local_members && config.local_members->base_port + config.local_members->count - 1 > 65535) {
     throw Error(Errc::config, "config: members.base_port + members.count exceeds port 65535");
   }

@@ -106,6 +106,10 @@ struct Config {
   // cluster boundary from every receiver), producer otherwise.
   std::string commit = "auto";
   uint64_t chunk_bytes = 4ull << 20;
+  // A producer group (docs/producer-group.md): the first `producers` ranks of the job are producer
+  // ranks, each sending its part of every version; rank 0 (at `producer`) coordinates, rank g >= 1
+  // listens at the producer's host on its port + g. 1..1024; 1: one producer.
+  uint32_t producers = 1;
   // Committed versions whose frames every member keeps to serve a rejoining member's replay
   // (a delta is ~1% of the checkpoint). 0..1024.
   uint32_t retain_versions = 4;
@@ -156,6 +160,10 @@ void validate(const Config& config);
 // The member list: the explicit members, or the local shorthand expanded to
 // transport://host:(base_port + r). Sorted by rank.
 std::vector<MemberConfig> member_list(const Config& config);
+// A producer group's data URLs: [0] the producer's (`producer`), [g] its scheme and host with the
+// port + g. Throws Error(config) when `producers` > 1 and the producer URL has no port, or a rank's
+// port is out of range.
+std::vector<std::string> producer_rank_urls(const Config& config);
 
 // Whether `commit` delegates each version's commit decision: `delegated`, or `auto` when
 // producer_cluster is named and no member carries that label (docs/config.md).

@@ -53,8 +53,9 @@ std::string_view launcher_name(Launcher launcher) noexcept {
 }
 
 int LaunchEnv::member_rank() const {
-  if (is_producer()) throw Error(Errc::state, "rank 0 is the producer, not a receiver member");
-  return rank - 1;
+  if (is_producer())
+    throw Error(Errc::state, "rank " + std::to_string(rank) + " is a producer, not a receiver member");
+  return rank - producers;
 }
 
 const std::string& LaunchEnv::require_rendezvous() const {

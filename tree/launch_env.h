@@ -2,7 +2,8 @@
 // Where this process sits in a job: its rank, the job size and the producer's address, read from
 // whatever started it. Supported launchers: Open MPI / PMIx (mpirun), Slurm (srun), or explicit
 // flags. By convention rank 0 is the producer and ranks 1..size-1 are receivers (member index
-// rank - 1 in the relay topology).
+// rank - 1 in the relay topology); with a producer group of M ranks, ranks 0..M-1 are producers
+// and ranks M..size-1 receivers (member index rank - M).
 #include <functional>
 #include <optional>
 #include <string>
@@ -19,15 +20,18 @@ std::string_view launcher_name(Launcher launcher) noexcept;
 
 struct LaunchEnv {
   Launcher launcher = Launcher::flags;
-  int rank = 0;        // 0 = producer
-  int size = 0;        // producer + receivers
+  int rank = 0;        // 0 = producer (with a producer group: 0..producers-1)
+  int size = 0;        // producers + receivers
+  int producers = 1;   // the job's first ranks that are producers (config `producers`, set by the caller)
   int local_rank = 0;  // index among this job's processes on this host (port offsets)
   std::string nodelist;    // SLURM_STEP_NODELIST, when Slurm started us
   std::string rendezvous;  // producer address; empty when no source supplied one
 
-  bool is_producer() const noexcept { return rank == 0; }
-  // This receiver's member index (rank - 1). Throws Error(state) on the producer.
+  bool is_producer() const noexcept { return rank < producers; }
+  // This receiver's member index (rank - producers). Throws Error(state) on a producer.
   int member_rank() const;
+  // This receiver's rank in the tree protocol (1..N: member_rank() + 1).
+  int receiver_rank() const { return member_rank() + 1; }
   // The rendezvous address. Throws Error(config) when no source supplied one.
   const std::string& require_rendezvous() const;
 };

@@ -23,6 +23,7 @@
 #include "codec/encoder.h"
 #include "tree/protocol.h"
 #include "codec/manifest.h"
+#include "codec/partition.h"
 #include "transport/transport.h"
 #include "tree/topology.h"
 
@@ -33,9 +34,28 @@ namespace deltacast::tree {
 // version 0. Its members kept that version through the producer's loss.
 struct ProducerResume {
   uint64_t version = 0;                  // the last committed version (>= 1)
-  codec::ConstWeights baseline;          // its bits; copied by the constructor (need not outlive it)
-  uint64_t attempt = 0;                  // the last attempt id the previous producer used
-  std::map<uint64_t, uint64_t> history;  // committed version -> combined StateDigest; holds `version`
+  // Its bits; copied by the constructor (need not outlive it). A group rank copies its part only:
+  // the spans of tensors outside its part may be empty; the group checks that its ranks' parts
+  // add up to the committed version (GroupAdmission::check_sum) before anything is sent.
+  codec::ConstWeights baseline;
+  uint64_t attempt = 0;                  // the last attempt id the previous producer used (group: rank 0's)
+  // Committed version -> combined StateDigest; holds `version` (a group rank >= 1: may be empty).
+  std::map<uint64_t, uint64_t> history;
+};
+
+// A producer group (docs/producer-group.md): M processes, each the producer of its part of every
+// version. Rank 0, the coordinator, is what receivers say HELLO to (ProducerOptions::receivers,
+// listen_url); ranks 1..M-1 say GROUP_HELLO to it and root their own trees. Every rank computes
+// the same partition from the manifest and M (or takes the trainer's `parts`), keeps the baseline
+// of its part only and reads, diffs and sends only its part. A version commits only when every
+// rank's part reached every member (one joint commit, the coordinator's).
+struct ProducerGroupOptions {
+  uint32_t rank = 0;            // 0: the coordinator; 1..size-1: a part rank
+  uint32_t size = 1;            // M (1: one producer, no group)
+  std::string coordinator_url;  // ranks >= 1: the coordinator's listen URL
+  // The trainer's own layout (codec::Partition::from_parts): parts[r] the ranges rank r sends.
+  // Empty: codec::Partition::balanced(manifest, size). Every rank must give the same.
+  std::vector<std::vector<codec::PartRange>> parts;
 };
 
 struct ProducerOptions {
@@ -85,6 +105,9 @@ struct ProducerOptions {
   // RefitOptions::layout. Empty: no files. Must pass check_layout for the manifest
   // (Error(invalid_argument) otherwise).
   CheckpointLayout layout;
+  // A producer group's rank (size 1: one producer). A rank >= 1 ignores receivers, topology,
+  // cluster, delegate_commit and layout: the coordinator's WELCOME says them.
+  ProducerGroupOptions group;
 };
 
 // A member as start() found it: what it held at HELLO and what start() made of it.

@@ -282,7 +282,8 @@ struct Schema<GroupDecided> {
   static constexpr MessageType type = MessageType::group_decided;
   static constexpr auto fields =
       std::tuple{field("version", &GroupDecided::version), field("attempt", &GroupDecided::attempt),
-                 field("committed", &GroupDecided::committed), field("reason", &GroupDecided::reason)};
+                 field("committed", &GroupDecided::committed), field("reason", &GroupDecided::reason),
+                 field("digest", &GroupDecided::digest)};
 };
 
 // ---------------------------------------------------------------------------------------------

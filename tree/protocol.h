@@ -335,7 +335,8 @@ struct GroupDecided {
   uint64_t version = 0;
   uint64_t attempt = 0;
   bool committed = false;
-  std::string reason;  // aborted: why
+  std::string reason;   // aborted: why
+  uint64_t digest = 0;  // committed: the version's combined digest (a rank's state file keeps it)
 };
 
 // A decoded control message. FRAME and RAW messages are not decoded into this: use

@@ -1,6 +1,7 @@
 #include "tree/relay_link.h"
 
 #include <atomic>
+#include <random>
 
 #include "util/log.h"
 
@@ -57,6 +58,12 @@ std::vector<std::byte> recv_message(transport::Connection& connection, size_t ma
   if (!status.ok()) throw Error(status);
   buffer.resize(request->bytes());
   return buffer;
+}
+
+uint64_t random_instance() {
+  std::random_device seed;
+  return (static_cast<uint64_t>(seed()) << 32) ^ seed() ^
+         static_cast<uint64_t>(Clock::now().time_since_epoch().count());
 }
 
 FailureCause failure_cause_of(const Status& status) {

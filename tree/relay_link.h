@@ -61,6 +61,10 @@ void send_control(transport::Connection& connection, const Message& message,
 std::vector<std::byte> recv_message(transport::Connection& connection, size_t max_bytes,
                                     std::chrono::milliseconds timeout);
 
+// A random id for a process's link (Hello::instance, GroupHello::instance): a new instance of a
+// rank replaces (or is refused beside) the old one.
+uint64_t random_instance();
+
 // Classifies a failed link's status: `silent` when the transport declared the peer silent
 // (heartbeats missing for timeouts.peer), `link_closed` otherwise.
 FailureCause failure_cause_of(const Status& status);

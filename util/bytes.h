@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "util/error.h"
@@ -124,5 +125,8 @@ class ByteReader {
   const char* what_;
   size_t pos_ = 0;
 };
+
+// A 64-bit value (a digest, a fingerprint) as 16 lower-case hex digits, for messages.
+std::string hex64(uint64_t value);
 
 }  // namespace deltacast

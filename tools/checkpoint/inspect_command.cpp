@@ -12,18 +12,13 @@
 #include "codec/digest.h"
 #include "tools/checkpoint/delta_file.h"
 #include "tools/cli.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 namespace deltacast::tools::inspect_command {  // its own namespace: unity builds batch the commands together
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-std::string hex64(uint64_t v) {
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
 
 const char* stream_name(codec::StreamId s) {
   switch (s) {

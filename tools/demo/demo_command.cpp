@@ -20,8 +20,12 @@ void setup(CLI::App& parent) {
   cmd->add_option("--params", o->params, "simulated model size, e.g. 500M")->capture_default_str();
   cmd->add_option("--topology", o->topology, "relay tree shape")->capture_default_str();
   cmd->add_option("--uplink", o->uplink,
-                  "cap on the producer's egress, a rate (100Mbit/s, 1Gbit/s; 0 = none): the cross-cluster link")
+                  "cap on each producer rank's egress, a rate (100Mbit/s, 1Gbit/s; 0 = none): the cross-cluster link")
       ->capture_default_str();
+  cmd->add_option("--producers", o->producers,
+                  "producer ranks (a producer group: each sends its part of every version on its own uplink)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
   cmd->add_option("--lr", o->lr, "simulator learning rate")->capture_default_str();
   cmd->add_option("--transport", o->transport, "transport backend")->capture_default_str();
   cmd->add_option("--json", o->json_path, "write per-step results as JSON to this file");

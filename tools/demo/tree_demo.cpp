@@ -157,11 +157,13 @@ std::string write_config(const DemoOptions& o, const fs::path& dir, int base_por
   // The producer's URL and the members' (from `transport` + host/port) name the same transport:
   // every backend here (tcp, ofi+tcp, ofi+shm, ucx) listens on a host:port (ofi and ucx through
   // their TCP side channel).
+  // Producer rank g listens on base_port + g; the members from base_port + producers.
   yaml << "producer: " << o.transport << "://127.0.0.1:" << base_port << "\n"
+       << "producers: " << o.producers << "\n"
        << "transport: " << o.transport << "\n"
        << "topology: " << o.topology << "\n"
        << "chunk_bytes: 4MiB\n"
-       << "members:\n  count: " << o.receivers << "\n  host: 127.0.0.1\n  base_port: " << base_port + 1
+       << "members:\n  count: " << o.receivers << "\n  host: 127.0.0.1\n  base_port: " << base_port + static_cast<int>(o.producers)
        << "\n  cluster: local\n"
        // join: receivers start first and wait for the producer to build its model (large with
        // the default 500M parameters on a small machine).
@@ -302,12 +304,12 @@ std::string rate_text(uint64_t bytes_per_second) {
   return text;
 }
 
-// The wire floor of `bytes` through the producer's uplink (it sends every chunk once), "-" when
-// the uplink is not capped.
-std::string floor_text(double bytes, uint64_t uplink) {
+// The wire floor of `bytes` through `links` producer uplinks at once (each chunk is sent once, by
+// the rank whose part holds it): bytes / (links x uplink); "-" when the uplink is not capped.
+std::string floor_text(double bytes, uint64_t uplink, unsigned links) {
   if (uplink == 0) return "-";
   char text[32];
-  std::snprintf(text, sizeof text, "%.3f", bytes / static_cast<double>(uplink));
+  std::snprintf(text, sizeof text, "%.3f", bytes / (static_cast<double>(links) * static_cast<double>(uplink)));
   return text;
 }
 
@@ -320,39 +322,46 @@ void run_tree_demo(const DemoOptions& o) {
   const auto timeout = config::parse_duration(o.timeout);
   const std::string self = self_executable();
   const fs::path dir = make_work_dir();
-  const int base_port = pick_base_port(o.receivers + 1);
+  const unsigned m = std::max(1u, o.producers);
+  const int base_port = pick_base_port(static_cast<int>(o.receivers + m));
   const std::string config = write_config(o, dir, base_port, any_frozen(victims));
-  const std::string size = std::to_string(o.receivers + 1);
+  const std::string size = std::to_string(o.receivers + m);
   pin_loopback_for_children();
   std::printf(
-      "demo: 1 producer + %u receivers as local processes, %s tree over %s on 127.0.0.1, "
+      "demo: %s + %u receivers as local processes, %s tree over %s on 127.0.0.1, "
       "%s params, %u steps (logs in %s)\n",
-      o.receivers, o.topology.c_str(), o.transport.c_str(), o.params.c_str(), o.steps, dir.c_str());
+      m == 1 ? "1 producer" : (std::to_string(m) + " producer ranks").c_str(), o.receivers, o.topology.c_str(),
+      o.transport.c_str(), o.params.c_str(), o.steps, dir.c_str());
   if (uplink > 0)
     std::printf(
-        "demo: the producer's uplink is capped at %s (egress.producer), as a link between the trainer's "
+        "demo: %s uplink is capped at %s (egress.producer), as a link between the trainer's "
         "cluster and the rollout cluster; the receivers relay among themselves at loopback speed\n",
-        rate_text(uplink).c_str());
+        m == 1 ? "the producer's" : "each producer rank's", rate_text(uplink).c_str());
   for (const auto& [rank, v] : victims)
     std::printf("demo: rank %u will be %s at step %u (version %llu, data message %llu)\n", rank, v.verb.c_str(), v.step,
                 static_cast<unsigned long long>(v.version()), static_cast<unsigned long long>(v.after));
   std::fflush(stdout);
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  Fleet fleet(o.receivers + 1);
+  // Job ranks: producers 0..m-1, then receiver r (1..receivers) at m + r - 1. Files and the fleet
+  // are indexed by the job rank.
+  Fleet fleet(o.receivers + m);
   for (unsigned r = 1; r <= o.receivers; ++r) {
-    std::string rank = std::to_string(r);
+    std::string rank = std::to_string(m + r - 1);
     std::vector<std::string> argv = {
         self, "run",    "--config", config,      "--rank",
-        rank, "--size", size,       "--summary", (dir / ("rank-" + rank + ".json")).string()};
+        rank, "--size", size,       "--summary", (dir / ("receiver-" + std::to_string(r) + ".json")).string()};
     if (auto v = victims.find(r); v != victims.end()) {
       argv.push_back("--fault");
       argv.push_back(v->second.fault());
     }
-    fleet.started(r, spawn_process(argv, dir / ("rank-" + rank + ".out"), dir / ("rank-" + rank + ".log")));
+    fleet.started(m + r - 1, spawn_process(argv, dir / ("rank-" + rank + ".out"), dir / ("rank-" + rank + ".log")));
   }
-  fleet.started(
-      0, spawn_process({self, "run", "--config", config, "--rank", "0", "--size", size}, {}, dir / "rank-0.log"));
+  for (unsigned g = m; g-- > 0;) {
+    const std::string rank = std::to_string(g);
+    fleet.started(g, spawn_process({self, "run", "--config", config, "--rank", rank, "--size", size}, {},
+                                   dir / ("rank-" + rank + ".log")));
+  }
 
   // The producer first: its end decides how long the receivers may take to follow (BYE, or their
   // producer_loss wait when it failed).
@@ -370,17 +379,21 @@ void run_tree_demo(const DemoOptions& o) {
   if (*producer_exit != 0) failed.push_back({0, "rank 0 (the producer) exited with " + std::to_string(*producer_exit)});
   const auto receivers_deadline =
       *producer_exit == 0 ? deadline : std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5));
-  for (unsigned r = 1; r <= o.receivers; ++r) {
-    if (victims.count(r)) continue;  // expected to fail; reaped (or killed, if frozen) below
-    const auto code = fleet.wait(r, receivers_deadline);
+  for (unsigned j = 1; j < o.receivers + m; ++j) {
+    const bool producer = j < m;
+    const unsigned r = j + 1 - m;  // a receiver's rank
+    if (!producer && victims.count(r)) continue;  // expected to fail; reaped (or killed, if frozen) below
+    const std::string name =
+        producer ? "producer rank " + std::to_string(j) : "rank " + std::to_string(j) + " (receiver " + std::to_string(r) + ")";
+    const auto code = fleet.wait(j, receivers_deadline);
     if (!code) {
-      fleet.kill(r);
-      failed.push_back({r, "rank " + std::to_string(r) + " was still running after the producer ended; killed"});
+      fleet.kill(j);
+      failed.push_back({j, name + " was still running after the producer ended; killed"});
     } else if (*code != 0) {
-      failed.push_back({r, "rank " + std::to_string(r) + " exited with " + std::to_string(*code)});
+      failed.push_back({j, name + " exited with " + std::to_string(*code)});
     }
   }
-  for (const auto& [rank, v] : victims) fleet.kill(rank);  // a frozen victim waits for this
+  for (const auto& [rank, v] : victims) fleet.kill(m + rank - 1);  // a frozen victim waits for this
   if (!failed.empty()) {
     std::string what;
     for (const auto& f : failed)
@@ -388,7 +401,7 @@ void run_tree_demo(const DemoOptions& o) {
               tail_of_file(dir / ("rank-" + std::to_string(f.rank) + ".log"), 5);
     std::fprintf(stderr, "%s", what.c_str());
     throw Error(Errc::verify_failed, std::to_string(failed.size()) + " of " +
-                                         std::to_string(o.receivers + 1 - victims.size()) +
+                                         std::to_string(o.receivers + m - victims.size()) +
                                          " processes expected to finish failed (logs in " + dir.string() + ")");
   }
 
@@ -400,13 +413,13 @@ void run_tree_demo(const DemoOptions& o) {
   unsigned bit_exact = 0;
   for (unsigned r = 1; r <= o.receivers; ++r) {
     if (victims.count(r)) continue;
-    auto summary = read_json(dir / ("rank-" + std::to_string(r) + ".json"));
+    auto summary = read_json(dir / ("receiver-" + std::to_string(r) + ".json"));
     if (summary.at("sha256") == want && summary.at("version") == report.at("version"))
       ++bit_exact;
     else
       std::fprintf(stderr, "demo: receiver %u differs from the producer\n", r);
   }
-  // Each time beside its wire floor: the payload over the producer's capped uplink.
+  // Each time beside its wire floor: the payload over the producer ranks' capped uplinks (m at once).
   const double full_floor_bytes = report.at("full").at("payload_bytes").get<double>();
   std::printf("\n%-5s %-8s %9s %12s %9s %9s %9s %9s %8s %9s\n", "step", "version", "changed", "payload", "refit s",
               "floor s", "full s", "floor s", "speedup", "verified");
@@ -414,8 +427,8 @@ void run_tree_demo(const DemoOptions& o) {
     std::printf("%-5d %-8llu %8.3f%% %9.2f MB %9.3f %9s %9.3f %9s %7.1fx %5u/%u\n", s.at("step").get<int>(),
                 s.at("version").get<unsigned long long>(), 100 * s.at("changed_fraction").get<double>(),
                 s.at("payload_bytes").get<double>() / 1e6, s.at("refit_seconds").get<double>(),
-                floor_text(s.at("payload_bytes").get<double>(), uplink).c_str(), s.at("full_seconds").get<double>(),
-                floor_text(full_floor_bytes, uplink).c_str(), s.at("speedup").get<double>(),
+                floor_text(s.at("payload_bytes").get<double>(), uplink, m).c_str(), s.at("full_seconds").get<double>(),
+                floor_text(full_floor_bytes, uplink, m).c_str(), s.at("speedup").get<double>(),
                 s.at("verified_receivers").get<unsigned>(), s.at("receivers").get<unsigned>());
   }
   print_failures(report, victims);
@@ -436,8 +449,8 @@ void run_tree_demo(const DemoOptions& o) {
     std::printf("deltas carried %.2f%% of the checkpoint's bytes (%.0fx fewer than a full send)", 100 * share,
                 1 / share);
     if (uplink > 0)
-      std::printf("; floor s = payload / the %s uplink, the least time any transport needs\n",
-                  rate_text(uplink).c_str());
+      std::printf("; floor s = payload / %s%s uplink, the least time any transport needs\n",
+                  m == 1 ? "the " : (std::to_string(m) + " x the ").c_str(), rate_text(uplink).c_str());
     else
       std::printf(
           "; uplink not capped: on loopback the wire is free, so refit time here is the CPU of %u "
@@ -446,6 +459,7 @@ void run_tree_demo(const DemoOptions& o) {
   }
   if (!o.json_path.empty()) {
     report["uplink_bytes_per_second"] = uplink;
+    report["producer_ranks"] = m;
     report["bit_exact_receivers"] = bit_exact;
     report["surviving_receivers"] = survivors;
     nlohmann::json injected = nlohmann::json::array();

@@ -10,6 +10,9 @@ namespace deltacast::tools {
 struct DemoOptions {
   bool offline = false;         // in-process: simulator -> encoder -> applier, no transport
   unsigned receivers = 8;       // receivers in the relay tree (distributed mode)
+  // Producer ranks (a producer group, docs/producer-group.md): each sends its part of every version
+  // through its own uplink (`uplink` each). 1: one producer.
+  unsigned producers = 1;
   unsigned steps = 5;           // optimizer steps to refit
   std::string params = "100M";  // simulated model size (sim::parse_param_count)
   // The producer's egress cap (config egress.producer, a rate: "100Mbit/s"; "0" or "unlimited":

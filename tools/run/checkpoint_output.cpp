@@ -19,6 +19,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "codec/digest.h"
+#include "util/bytes.h"
 #include "util/error.h"
 #include "util/json.h"
 #include "util/log.h"
@@ -40,12 +41,6 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 bool is_side_file_name(const std::string& name) {
   return !name.empty() && name[0] != '.' && !ends_with(name, ".safetensors") && name != checkpoint::kIndexFileName &&
          name != kHeldFileName;
-}
-
-std::string hex16(uint64_t v) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
-  return text;
 }
 
 // `checkpoint`'s tensors as spans in `manifest`'s order (matched by name). Throws
@@ -188,8 +183,8 @@ std::optional<HeldCheckpoint> load_latest(const fs::path& dir, unsigned threads)
   }
   const uint64_t digest = codec::StateDigest::full_scan(owned, threads).combined();
   if (digest != out.digest)
-    throw Error(Errc::verify_failed, target.string() + " holds bits with digest " + hex16(digest) + ", not version " +
-                                         std::to_string(out.version) + "'s " + hex16(out.digest));
+    throw Error(Errc::verify_failed, target.string() + " holds bits with digest " + hex64(digest) + ", not version " +
+                                         std::to_string(out.version) + "'s " + hex64(out.digest));
   return out;
 }
 
@@ -373,7 +368,7 @@ void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest, const
     Json names = Json::array();
     for (const auto& t : weights_.manifest->tensors()) names.push_back(t.name);
     const std::string record =
-        Json{{"format", "deltacast.held_version"}, {"version", version}, {"digest", hex16(digest)}, {"manifest", names}}
+        Json{{"format", "deltacast.held_version"}, {"version", version}, {"digest", hex64(digest)}, {"manifest", names}}
             .dump(2) +
         "\n";
     checkpoint::write_file_atomically(partial / kHeldFileName, std::as_bytes(std::span(record)));
@@ -385,7 +380,7 @@ void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest, const
           codec::StateDigest::full_scan(weights_in_order(back, *weights_.manifest), options_.threads).combined();
       if (found != digest)
         throw Error(Errc::verify_failed, "the files written for version " + std::to_string(version) + " have digest " +
-                                             hex16(found) + ", not " + hex16(digest));
+                                             hex64(found) + ", not " + hex64(digest));
     }
     if (options_.slow_disk_bytes_per_second > 0) {
       const double seconds =

@@ -65,7 +65,8 @@ nlohmann::json step_json(int step, const tree::RefitReport& r, double full_secon
 class ProducerRun {
  public:
   ProducerRun(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o)
-      : c_(c), env_(env), o_(o), members_(config::member_list(c)), state_file_(state_path(c)) {
+      : c_(c), env_(env), o_(o), members_(config::member_list(c)), state_file_(state_path(c, env.rank)),
+        rank_(static_cast<uint32_t>(env.rank)), who_(c.producers > 1 ? "producer rank " + std::to_string(env.rank) : "producer") {
     if (o.resume) {
       resumed_ = read_state(state_file_);
       check_state_against_config(*resumed_, c, state_file_);
@@ -79,8 +80,9 @@ class ProducerRun {
     const tree::ProducerOptions options = producer_options();
     producer_ = std::make_unique<tree::Producer>(*transport_, source_->manifest(), options);
     const tree::StartReport started = producer_->start();
-    std::printf("producer: %zu receivers joined at %s (%s tree, %s, chunks of %.1f MiB)\n", members_.size(),
-                producer_->url().c_str(), c_.topology.c_str(), c_.transport.c_str(), mib(c_.chunk_bytes));
+    std::printf("%s: %zu receivers joined at %s (%s tree, %s, chunks of %.1f MiB%s)\n", who_.c_str(), members_.size(),
+                producer_->url().c_str(), c_.topology.c_str(), c_.transport.c_str(), mib(c_.chunk_bytes),
+                c_.producers > 1 ? (", " + std::to_string(c_.producers) + " producer ranks").c_str() : "");
     std::fflush(stdout);
     state_.topology = std::string(tree::topology_kind_name(options.topology));
     full_ = bootstrap_or_resume(started);
@@ -112,6 +114,13 @@ class ProducerRun {
   tree::ProducerOptions producer_options() {
     tree::ProducerOptions options = tree::producer_options_from(c_);
     options.listen_url = env_.require_rendezvous();
+    if (c_.producers > 1) {
+      // Rank g listens at the rendezvous address's port + g (config::producer_rank_urls).
+      config::Config at = c_;
+      at.producer = env_.require_rendezvous();
+      options.listen_url = config::producer_rank_urls(at).at(rank_);
+      options.group = {rank_, c_.producers, env_.require_rendezvous(), {}};
+    }
     options.receivers = static_cast<uint32_t>(members_.size());
     options.encode.threads = std::max(1u, std::thread::hardware_concurrency());
     options.layout = source_->layout();
@@ -119,8 +128,9 @@ class ProducerRun {
     if (resumed_)
       options.resume =
           tree::ProducerResume{resumed_->version, source_->weights(), resumed_->attempt, resumed_->history};
-    // The state file is written when a version is decided, before its COMMIT goes out.
-    options.before_commit = [this](uint64_t version, uint64_t digest) { decided(version, digest); };
+    // The state file is written when a version is decided, before its COMMIT goes out (a group's
+    // part rank: once the coordinator said it committed, part_committed()).
+    if (rank_ == 0) options.before_commit = [this](uint64_t version, uint64_t digest) { decided(version, digest); };
     return options;
   }
 
@@ -151,6 +161,15 @@ class ProducerRun {
     }
   }
 
+  // A part rank's state, once its refit returns committed (the coordinator's is written before
+  // its COMMIT goes out: decided()).
+  void part_committed(const tree::RefitReport& r) {
+    if (rank_ == 0 || !r.committed) return;
+    const auto history = producer_->history();
+    const auto known = history.find(r.version);
+    decided(r.version, known != history.end() ? known->second : 0);
+  }
+
   // Version 1, the full checkpoint; or, resumed, nothing sent: the members kept the committed
   // version, and the bootstrap time of the run that created the chain stays the reference of the
   // speedup column.
@@ -165,6 +184,18 @@ class ProducerRun {
                   static_cast<unsigned long long>(resumed_->version),
                   static_cast<unsigned long long>(resumed_->trainer_step), state_file_.c_str(),
                   start_summary(started).c_str());
+    } else if (c_.producers > 1) {
+      // No rank holds the whole checkpoint to send raw: version 1 is every part as a delta from
+      // the all-zero version 0.
+      sending_->store(1);
+      std::printf("%s: version 1 is %s, its part as a delta from zeros\n", who_.c_str(),
+                  source_->describe_bootstrap().c_str());
+      full = producer_->refit(source_->weights());
+      part_committed(full);
+      state_.full_seconds = full.refit_seconds;
+      std::printf("%s: full checkpoint (version 1): %.1f MiB through the tree in %.3f s, %s\n", who_.c_str(),
+                  mib(full.frames_bytes), full.refit_seconds,
+                  full.committed ? "committed" : ("ABORTED: " + full.abort_reason).c_str());
     } else {
       sending_->store(1);
       std::printf("producer: version 1 is %s\n", source_->describe_bootstrap().c_str());
@@ -193,6 +224,16 @@ class ProducerRun {
     tree::RefitReport r =
         reader ? producer_->refit(*reader, refit_options) : producer_->refit(source_->weights(), refit_options);
     const auto committed_at = std::chrono::steady_clock::now();
+    part_committed(r);
+    if (rank_ > 0) {
+      // A part rank: its own line (rank 0's "step" lines are the run's).
+      std::printf("%s: step %d: version %llu %s, its part %.2f MiB in %.3f s\n", who_.c_str(), step,
+                  static_cast<unsigned long long>(r.version), r.committed ? "committed" : "ABORTED",
+                  mib(r.frames_bytes), r.refit_seconds);
+      std::fflush(stdout);
+      steps_.push_back(step_json(step, r, full_.refit_seconds));
+      return r.committed;
+    }
 
     max_rss_anon_ = std::max(max_rss_anon_, rss_anon_bytes());
     nlohmann::json entry = step_json(step, r, full_.refit_seconds);
@@ -247,7 +288,15 @@ class ProducerRun {
     }
     report["version"] = producer_->version();
     report["sha256"] = weights_sha256(source_->weights());
-    const std::string path = !o_.report_path.empty() ? o_.report_path : c_.output.metrics_file;
+    if (c_.producers > 1) report["producer_rank"] = rank_;
+    std::string path = !o_.report_path.empty() ? o_.report_path : c_.output.metrics_file;
+    if (!path.empty() && rank_ > 0) {
+      // A part rank's report beside rank 0's: metrics.json -> metrics-rank<g>.json.
+      const size_t dot = path.rfind('.');
+      const size_t slash = path.rfind('/');
+      const size_t at = dot != std::string::npos && (slash == std::string::npos || dot > slash) ? dot : path.size();
+      path.insert(at, "-rank" + std::to_string(rank_));
+    }
     if (!path.empty()) write_json(path, report);
   }
 
@@ -256,6 +305,8 @@ class ProducerRun {
   const RunOptions& o_;
   const std::vector<config::MemberConfig> members_;
   const std::string state_file_;
+  const uint32_t rank_;      // a producer group's rank (0: the coordinator, or the one producer)
+  const std::string who_;    // "producer" / "producer rank g", for its lines
   std::optional<ProducerState> resumed_;
   std::optional<Fault> fault_;
   std::unique_ptr<VersionSource> source_;

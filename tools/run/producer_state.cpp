@@ -22,14 +22,10 @@ constexpr int kStateFormatVersion = 1;
 
 }  // namespace
 
-std::string state_path(const config::Config& c) {
-  return (std::filesystem::path(c.output.dir) / "producer-state.json").string();
-}
-
-std::string hex64(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
+std::string state_path(const config::Config& c, int producer_rank) {
+  const std::string name =
+      producer_rank == 0 ? "producer-state.json" : "producer-state-rank" + std::to_string(producer_rank) + ".json";
+  return (std::filesystem::path(c.output.dir) / name).string();
 }
 
 namespace {

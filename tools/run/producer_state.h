@@ -6,6 +6,7 @@
 #include <string>
 
 #include "config/config.h"
+#include "util/bytes.h"  // hex64
 
 namespace deltacast::tools {
 
@@ -25,8 +26,8 @@ struct ProducerState {
   double full_seconds = 0;               // the bootstrap's time: the reference of the speedup column
 };
 
-std::string state_path(const config::Config& c);
-std::string hex64(uint64_t value);
+// <output.dir>/producer-state.json; a producer group's rank g >= 1: producer-state-rank<g>.json.
+std::string state_path(const config::Config& c, int producer_rank = 0);
 // Writes the state atomically (temporary file, fsync, rename). Throws Error(io).
 void write_state(const std::string& path, const ProducerState& s);
 // Reads and checks the state file. Throws Error(not_found) when it is missing and

@@ -63,7 +63,7 @@ tree::ReceiverOptions receiver_options(const config::Config& c, const tree::Laun
   const auto members = config::member_list(c);
   const auto& me = members.at(static_cast<size_t>(env.member_rank()));
   tree::ReceiverOptions options = tree::receiver_options_from(c);
-  options.rank = static_cast<uint32_t>(env.rank);
+  options.rank = static_cast<uint32_t>(env.receiver_rank());
   options.producer_url = env.require_rendezvous();
   options.listen_url = me.url;
   options.cluster = me.cluster;
@@ -71,7 +71,7 @@ tree::ReceiverOptions receiver_options(const config::Config& c, const tree::Laun
   if (!o.fault.empty()) {
     const Fault f = parse_fault(o.fault);
     if (f.at_commit) throw Error(Errc::invalid_argument, "--fault " + o.fault + ": ':commit' is a producer fault");
-    install_fault(options, f, env.rank);
+    install_fault(options, f, env.receiver_rank());
   }
   return options;
 }
@@ -121,7 +121,7 @@ void write_summary(const std::string& path, int rank, const tree::RunSummary& su
 void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o) {
   auto log = logger("run");
   auto transport = transport::make_transport(c.transport, tree::member_transport_options(c, env.member_rank()));
-  const std::string checkpoint_dir = config::checkpoint_dir_for_rank(c.output.checkpoint_dir, env.rank);
+  const std::string checkpoint_dir = config::checkpoint_dir_for_rank(c.output.checkpoint_dir, env.receiver_rank());
   // Writing checkpoints: refits queue behind the apply gate, the writer thread applies them
   // between writes (tools/run/checkpoint_output.h), so the tree never waits for the disk.
   tree::ReceiverOptions options = receiver_options(c, env, o, /*gated=*/!checkpoint_dir.empty());
@@ -133,7 +133,7 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
   options.on_active = [announce, &receiver](uint64_t version) {
     if (auto* w = announce->load()) w->committed(version, receiver->layout());
   };
-  Held held = held_at_start(checkpoint_dir, env.rank);
+  Held held = held_at_start(checkpoint_dir, env.receiver_rank());
   const codec::Manifest* manifest = &join_with(receiver, *transport, options, held, checkpoint_dir);
   std::vector<std::vector<std::byte>> buffers = buffers_for(*manifest, held);
   codec::MutableWeights weights{manifest, {}};
@@ -152,13 +152,13 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
   const uint64_t written = writer ? writer->finish() : 0;
   receiver->apply_pending();
   log->info("rank {}: active version {} (digest {:016x}), {} frames received, {} forwarded, {} committed, {} aborted{}",
-            env.rank, summary.version, summary.digest, summary.stats.frames_received, summary.stats.frames_forwarded,
+            env.receiver_rank(), summary.version, summary.digest, summary.stats.frames_received, summary.stats.frames_forwarded,
             summary.stats.versions_committed, summary.stats.versions_aborted,
             writer ? ", " + checkpoint_dir + "/latest = version " + std::to_string(written) : "");
   if (!o.summary_path.empty())
-    write_summary(o.summary_path, env.rank, summary, weights.as_const(), held.version, writer.get());
+    write_summary(o.summary_path, env.receiver_rank(), summary, weights.as_const(), held.version, writer.get());
   if (summary.stats.versions_aborted > 0 || (summary.stats.versions_committed == 0 && held.version == 0))
-    throw Error(Errc::verify_failed, "rank " + std::to_string(env.rank) + ": " +
+    throw Error(Errc::verify_failed, "rank " + std::to_string(env.receiver_rank()) + ": " +
                                          std::to_string(summary.stats.versions_aborted) + " versions aborted");
 }
 

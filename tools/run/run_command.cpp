@@ -1,5 +1,6 @@
 // `deltacast run --config FILE [--rank R --size N]`: one process of a relay-tree job. The rank
-// comes from the launcher (mpirun, srun) or the flags (tree/launch_env.h). Rank 0 is the producer:
+// comes from the launcher (mpirun, srun) or the flags (tree/launch_env.h). Rank 0 is the producer
+// (with `producers: M`, ranks 0..M-1 are a producer group, docs/producer-group.md):
 // it takes versions from the synthetic trainer or from a real trainer's checkpoint directory
 // (trainer.kind synth | watch, tools/run/version_source.h), sends the first as the full checkpoint
 // (bootstrap) and then one delta per version through the tree, and writes a JSON report. Ranks 1..N are receivers
@@ -43,10 +44,15 @@ void run(const RunOptions& o) {
   if (c.transport == "loop" || c.transport == "loopback")
     throw Error(Errc::config, "transport '" + c.transport + "' only works inside one process");
   tree::LaunchEnv env = tree::detect_launch_env(process_env(), {o.rank, o.size, o.producer}, c.producer);
+  env.producers = static_cast<int>(c.producers);
   const size_t members = config::member_list(c).size();
-  if (static_cast<size_t>(env.size) != members + 1)
+  if (static_cast<size_t>(env.size) != members + c.producers)
     throw Error(Errc::config, "the job has " + std::to_string(env.size) + " processes but " + o.config_path +
-                                  " lists " + std::to_string(members) + " receivers (+1 producer)");
+                                  " lists " + std::to_string(members) + " receivers (+" + std::to_string(c.producers) +
+                                  (c.producers == 1 ? " producer)" : " producer ranks)"));
+  if (c.producers > 1 && c.clusters == "auto")
+    throw Error(Errc::config, "clusters: auto (the probe) does not take a producer group yet: name the clusters "
+                              "(members' cluster, producer_cluster) with producers: " + std::to_string(c.producers));
   if (c.clusters == "auto" && c.probe_file.empty()) {
     // No probe file: every rank measures a quick probe (O(N) flows) before the tree starts, and
     // takes the clusters rank 0 found.
@@ -60,7 +66,8 @@ void run(const RunOptions& o) {
   if (!o.fault.empty()) parse_fault(o.fault);  // a bad spec fails before the job starts
   if (o.resume && !env.is_producer())
     throw Error(Errc::invalid_argument,
-                "--resume applies to the producer (rank 0), not to rank " + std::to_string(env.rank) +
+                "--resume applies to a producer (rank 0, or a producer group's ranks), not to rank " +
+                    std::to_string(env.rank) +
                     ": a receiver keeps its committed version and rejoins a restarted producer by itself "
                     "(within timeouts.producer_loss)");
   auto log_file = open_log_file(c, env.rank);

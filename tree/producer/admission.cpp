@@ -90,7 +90,8 @@ StartReport Producer::Impl::place_members_at_start() {
   }
   std::vector<std::string> labels;
   for (uint32_t r = 1; r <= n; ++r) labels.push_back(members[r].cluster);
-  membership.emplace(options.topology, std::move(labels), options.cluster);
+  membership.emplace(options.topology, std::move(labels), options.cluster,
+                     group ? static_cast<int>(group->size) : 1);
   std::vector<uint32_t> out;
   for (const auto& m : report.members) {
     members[m.rank].live = m.role == MemberAtStart::Role::live;
@@ -115,6 +116,9 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
     }
     event.connection->close();
   };
+  if (part_rank())
+    return refuse(Errc::invalid_argument, "this is producer rank " + std::to_string(group->rank) +
+                                              " of a group: members say HELLO to rank 0, the coordinator");
   if (h.rank < 1 || h.rank >= control.size())
     return refuse(Errc::invalid_argument,
                   "rank " + std::to_string(h.rank) + " is not in 1.." + std::to_string(control.size() - 1));
@@ -170,9 +174,15 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
 
   log->info("producer: rank {} rejoins holding version {}; the committed version is {}", h.rank, h.held_version,
             version);
+  Welcome w = make_welcome();
+  w.instance = h.instance;
+  link.told_layout = layout;
+  if (!send_to(h.rank, w) || !send_catchup(h.rank, h.held_version)) close_control(h.rank);
+}
+
+Welcome Producer::Impl::make_welcome() const {
   Welcome w;
   w.session = static_cast<uint64_t>(session_start.time_since_epoch().count());
-  w.instance = h.instance;
   w.topology = std::string(topology_kind_name(membership->kind()));
   w.max_message_bytes = max_message_bytes;
   w.members = members;
@@ -181,17 +191,21 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
   w.forest = membership->forest();
   w.tensors = manifest.tensors();
   w.committed_version = version;
-  w.committed_digest = history.count(version) ? history.at(version) : 0;
+  w.committed_digest = committed_digest();
   w.layout = *layout;
-  link.told_layout = layout;
-  if (!send_to(h.rank, w) || !send_catchup(h.rank, h.held_version)) close_control(h.rank);
+  if (group) {
+    w.producer_urls.push_back(members[0].url);
+    for (uint32_t r = 1; r < group->size; ++r) w.producer_urls.push_back(group->links[r].data_url);
+  }
+  return w;
 }
 
 void Producer::Impl::handle_root_join(ProducerEvent& event) {
   const int tree = static_cast<int>(event.join.tree);
   const uint32_t rank = event.join.rank;
   const bool valid =
-      membership && tree >= 0 && tree < membership->trees() && membership->live(rank) && membership->root(tree) == rank;
+      membership && tree >= 0 && tree < membership->trees() && feeds(tree) && membership->live(rank) &&
+      membership->root(tree) == rank;
   if (!valid) {
     log->warn("producer: refused a JOIN from rank {} for tree {}: not its root at epoch {}", rank, tree, epoch());
     try {

@@ -45,12 +45,8 @@ BaselineStore::BaselineStore(const codec::Manifest& manifest, std::vector<codec:
                                               "' overlap at unit " + std::to_string(r.begin));
   }
   ranges_ = std::move(part);
-  std::vector<uint64_t> sums(manifest.size(), 0);
-  for (const auto& r : ranges_) {
-    bits_.emplace_back(r.units() * unit_bytes(manifest, r.tensor));
-    sums[r.tensor] += codec::slice_digest(r.tensor, manifest.at(r.tensor).dtype, r.begin, bits_.back());
-  }
-  digest_ = codec::StateDigest(std::move(sums));
+  for (const auto& r : ranges_) bits_.emplace_back(r.units() * unit_bytes(manifest, r.tensor));
+  digest_ = held_digest();
 }
 
 uint64_t BaselineStore::bytes() const noexcept {
@@ -100,7 +96,7 @@ void BaselineStore::adopt(const codec::ConstWeights& next, uint64_t v, std::opti
   version_ = v;
 }
 
-void BaselineStore::adopt(const codec::WeightsReader& next, uint64_t v, codec::StateDigest digest) {
+void BaselineStore::adopt(const codec::WeightsReader& next, uint64_t v, std::optional<codec::StateDigest> digest) {
   std::unique_lock lock(mutex_);
   std::vector<SnapshotPatches::Patch> changed;
   try {
@@ -113,8 +109,18 @@ void BaselineStore::adopt(const codec::WeightsReader& next, uint64_t v, codec::S
     throw Error(Errc::io, lost_);
   }
   record(changed);
-  digest_ = std::move(digest);
+  digest_ = digest ? std::move(*digest) : held_digest();
   version_ = v;
+}
+
+codec::StateDigest BaselineStore::held_digest() const {
+  if (whole_) return codec::StateDigest::full_scan(weights(), digest_threads_);
+  std::vector<uint64_t> sums(manifest_.size(), 0);
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    const auto& r = ranges_[i];
+    sums[r.tensor] += codec::slice_digest(r.tensor, manifest_.at(r.tensor).dtype, r.begin, bits_[i]);
+  }
+  return codec::StateDigest(std::move(sums));
 }
 
 std::unique_ptr<BaselineStore::Snapshot> BaselineStore::open_snapshot() {

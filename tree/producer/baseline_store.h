@@ -58,7 +58,8 @@ class BaselineStore {
   // version's. A read that fails leaves the store neither
   // version: lost() says why from then on (open snapshots still read the old bits of what was
   // overwritten), and it throws Error(io).
-  void adopt(const codec::WeightsReader& next, uint64_t v, codec::StateDigest digest);
+  // Absent `digest`: the part's, taken from the bits held once they are read (a resumed rank).
+  void adopt(const codec::WeightsReader& next, uint64_t v, std::optional<codec::StateDigest> digest);
 
   // ---- serving threads ----
   // A consistent read of the version the store held when it was opened, while adopts go on.
@@ -101,6 +102,9 @@ class BaselineStore {
    private:
     const BaselineStore& store_;
   };
+
+  // The digest of the bits held (a whole store: a full scan; a part: per tensor, its ranges' sums).
+  codec::StateDigest held_digest() const;
 
   const codec::Manifest& manifest_;
   unsigned digest_threads_;

@@ -1,6 +1,8 @@
 // The producer's control plane: the acceptor and idle threads, each member's control link (send,
 // broadcast, close), and the event pump that hands what members say to admission.cpp, repair.cpp
 // and the in-flight VersionRound.
+#include <map>
+
 #include "tree/producer/impl.h"
 
 namespace deltacast::tree {
@@ -30,6 +32,7 @@ void Producer::Impl::idle_loop() {
     std::lock_guard lock(drive);
     if (stopping) return;
     if (queued) pump(0ms);
+    if (part_rank()) continue;  // the coordinator watches the members
     review_stalls();
     review_edge_reports();
     admit_caught_up();
@@ -42,6 +45,7 @@ void Producer::Impl::stop_threads() {
   if (acceptor.joinable()) acceptor.join();
   greeters.join_all();
   if (readers) readers->stop();
+  if (group && group->readers) group->readers->stop();
 }
 
 // Reads a new connection's first message: HELLO (a member's control link), JOIN + RESUME (a
@@ -57,6 +61,9 @@ void Producer::Impl::greet(const std::shared_ptr<transport::Connection>& connect
     if (auto* hello = std::get_if<Hello>(&message)) {
       event.kind = ProducerEvent::Kind::hello;
       event.hello = *hello;
+    } else if (auto* group_hello = std::get_if<GroupHello>(&message)) {
+      event.kind = ProducerEvent::Kind::group_hello;
+      event.group_hello = std::move(*group_hello);
     } else if (auto* fetch = std::get_if<Fetch>(&message)) {
       serve_fetch(connection, *fetch);  // on this greeter thread: no event for the driver
       return;
@@ -68,7 +75,7 @@ void Producer::Impl::greet(const std::shared_ptr<transport::Connection>& connect
       event.join = *join;
       event.resume = std::move(*resume);
     } else {
-      throw Error(Errc::corrupt_frame, "a connection's first message is neither HELLO nor JOIN");
+      throw Error(Errc::corrupt_frame, "a connection's first message is neither HELLO, GROUP_HELLO nor JOIN");
     }
     event.at = Clock::now();
     events.push(std::move(event));
@@ -84,6 +91,7 @@ void Producer::Impl::pump(std::chrono::milliseconds wait) {
     handle(*first);
     first = events.pop(0ms);
   }
+  if (part_rank()) return;
   review_stalls();
   review_edge_reports();
 }
@@ -122,6 +130,15 @@ void Producer::Impl::handle(ProducerEvent& event) {
     case ProducerEvent::Kind::root_join:
       handle_root_join(event);
       break;
+    case ProducerEvent::Kind::group:
+      if (part_rank())
+        handle_coordinator(event.control);
+      else if (coordinator())
+        handle_group_event(event.control);
+      break;
+    case ProducerEvent::Kind::group_hello:
+      handle_group_hello(event);
+      break;
   }
 }
 
@@ -159,9 +176,22 @@ void Producer::Impl::handle_control(const ControlEvent& e) {
   } else if (auto* report = std::get_if<Report>(&m)) {
     handle_report(e.rank, *report, e.at);
   } else if (auto* gap = std::get_if<Gap>(&m)) {
-    if (f && gap->attempt == f->attempt && membership->live(gap->child))
-      for (uint32_t key : gap->chunks)
-        if (key < f->keys) f->resends.emplace_back(key, gap->child);
+    if (f && gap->attempt == f->attempt && membership->live(gap->child)) {
+      // In a group, each rank re-sends its own chunks (the coordinator's: its own and the seal).
+      std::map<uint32_t, Gap> others;
+      for (uint32_t key : gap->chunks) {
+        if (key >= f->keys) continue;
+        const uint32_t owner = coordinator() && key + 1 < f->keys ? group->owner_of(key) : 0;
+        if (owner == 0) {
+          f->resends.emplace_back(key, gap->child);
+          continue;
+        }
+        auto [it, fresh] = others.try_emplace(owner, *gap);
+        if (fresh) it->second.chunks.clear();
+        it->second.chunks.push_back(key);
+      }
+      for (const auto& [owner, forward] : others) tell_rank(owner, forward);
+    }
   } else {
     log->warn("producer: ignoring an unexpected message from rank {}", e.rank);
   }
@@ -180,6 +210,8 @@ bool Producer::Impl::send_to(uint32_t rank, const Message& message) {
 }
 
 void Producer::Impl::broadcast(const Message& message, bool include_catching_up) {
+  // A group's ranks follow the forest: their trees' roots change with it.
+  if (coordinator() && std::holds_alternative<EpochUpdate>(message)) tell_ranks(message);
   const auto bytes = encode_message(message, epoch());
   std::vector<std::shared_ptr<transport::Request>> sends;
   for (uint32_t r = 1; r < control.size(); ++r) {

@@ -46,8 +46,12 @@ void Producer::Impl::deliver(int tree, const Outgoing& out) {
     auto& root = roots[tree];
     if (!root) {
       // The new root connects as soon as it reads the EPOCH; one that does not within a few
-      // peer timeouts is failed too (the next repair names another).
-      if (Clock::now() - root_lost[tree] > 3 * options.peer_timeout) {
+      // peer timeouts is failed too (the next repair names another). A group's part rank leaves
+      // that to the coordinator, which watches the members: it waits for the next EPOCH.
+      if (part_rank()) {
+        if (!group->coordinator_lost.empty())
+          throw Error(Errc::connection, "the coordinator was lost: " + group->coordinator_lost);
+      } else if (Clock::now() - root_lost[tree] > 3 * options.peer_timeout) {
         if (auto r = membership->root(tree)) {
           fail(*r, FailureCause::unreachable, "did not join as the root of tree " + std::to_string(tree), Clock::now());
           root_lost[tree] = Clock::now();
@@ -57,12 +61,20 @@ void Producer::Impl::deliver(int tree, const Outgoing& out) {
       continue;
     }
     if (root->dead()) {
+      if (part_rank()) {
+        // The root reports its lost parent link to the coordinator, which repairs the tree; the
+        // root (or its replacement) JOINs again and RESUMEs.
+        root->cancel_all();
+        root.reset();
+        root_lost[tree] = Clock::now();
+        continue;
+      }
       // The data link failed while its control link may still look fine: the edge is lost.
       fail(root->peer_rank(), FailureCause::link_closed, "its data link from the producer failed", Clock::now());
       continue;
     }
     if (!root->wait_below(options.max_inflight_bytes_per_root, 20ms)) {
-      if (root->stalled_for() > options.peer_timeout && !stall_accusations.count(root->peer_rank()))
+      if (!part_rank() && root->stalled_for() > options.peer_timeout && !stall_accusations.count(root->peer_rank()))
         stall_accusations.emplace(root->peer_rank(), Clock::now());
       continue;
     }

@@ -1,20 +1,9 @@
 #include "tree/producer/group_admission.h"
 
-#include <cstdio>
-
 #include "codec/digest.h"
+#include "util/bytes.h"
 
 namespace deltacast::tree {
-namespace {
-
-std::string hex(uint64_t v) {
-  char text[24];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(v));
-  return text;
-}
-
-}  // namespace
-
 GroupAdmission::GroupAdmission(Params params)
     : params_(std::move(params)), in_(params_.size, false), records_(params_.size) {
   if (params_.size == 0) throw Error(Errc::invalid_argument, "a producer group needs at least one rank");
@@ -37,12 +26,12 @@ GroupAdmission::Decision GroupAdmission::hello(const GroupHello& h) {
                   "counts a group of " + std::to_string(h.size) + " ranks; the coordinator's has " + std::to_string(m));
   if (h.manifest_digest != params_.manifest_digest)
     return refuse(Errc::version_mismatch, h,
-                  "its manifest (digest " + hex(h.manifest_digest) + ") differs from the coordinator's (" +
-                      hex(params_.manifest_digest) + ")");
+                  "its manifest (digest " + hex64(h.manifest_digest) + ") differs from the coordinator's (" +
+                      hex64(params_.manifest_digest) + ")");
   if (h.partition != params_.partition)
     return refuse(Errc::version_mismatch, h,
-                  "its partition (fingerprint " + hex(h.partition) + ") differs from the coordinator's (" +
-                      hex(params_.partition) + "): every rank must cut the same manifest into the same parts");
+                  "its partition (fingerprint " + hex64(h.partition) + ") differs from the coordinator's (" +
+                      hex64(params_.partition) + "): every rank must cut the same manifest into the same parts");
   if (h.held_digest.size() != params_.own_digest.size())
     return refuse(Errc::corrupt_frame, h,
                   "its part's digest has " + std::to_string(h.held_digest.size()) + " tensors, the manifest " +
@@ -96,15 +85,20 @@ std::string GroupAdmission::describe_missing() const {
          " not said GROUP_HELLO";
 }
 
-std::string GroupAdmission::check_sum() const {
-  if (!complete()) return describe_missing();
+codec::StateDigest GroupAdmission::sum() const {
+  if (!complete()) throw Error(Errc::state, "group: " + describe_missing());
   std::vector<uint64_t> sum(params_.own_digest.size(), 0);
   for (const auto& record : records_)
     for (size_t t = 0; t < sum.size(); ++t) sum[t] += (*record)[t];
-  const uint64_t combined = codec::StateDigest(std::move(sum)).combined();
+  return codec::StateDigest(std::move(sum));
+}
+
+std::string GroupAdmission::check_sum() const {
+  if (!complete()) return describe_missing();
+  const uint64_t combined = sum().combined();
   if (combined == params_.committed_digest) return "";
-  return "the " + std::to_string(params_.size) + " ranks' parts add up to digest " + hex(combined) + ", not version " +
-         std::to_string(params_.committed_version) + "'s " + hex(params_.committed_digest) +
+  return "the " + std::to_string(params_.size) + " ranks' parts add up to digest " + hex64(combined) + ", not version " +
+         std::to_string(params_.committed_version) + "'s " + hex64(params_.committed_digest) +
          ": some rank holds other bits";
 }
 

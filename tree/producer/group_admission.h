@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/digest.h"
 #include "tree/protocol.h"
 #include "util/error.h"
 
@@ -60,6 +61,9 @@ class GroupAdmission {
   // Once complete(): empty when the ranks' part digests add up to the committed version's digest,
   // else why not (nothing may be sent: some rank holds other bits).
   std::string check_sum() const;
+  // Once complete(): the sum of the ranks' part digests, per tensor (at version 0, the all-zero
+  // version's digest: no rank holds the whole model to take it).
+  codec::StateDigest sum() const;
   uint64_t committed_version() const noexcept { return params_.committed_version; }
 
  private:

@@ -7,6 +7,7 @@
 // JOIN connections, and by one reader thread per control link), and between calls the idle thread,
 // which handles events as they come (a failure is repaired, a rejoin answered, while the trainer
 // computes the next step). Nothing else touches the state below.
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <functional>
@@ -20,7 +21,9 @@
 #include "codec/encoder.h"
 #include "tree/membership.h"
 #include "tree/producer.h"
+#include "codec/partition.h"
 #include "tree/producer/baseline_store.h"
+#include "tree/producer/group_admission.h"
 #include "tree/producer/version_round.h"
 #include "tree/protocol.h"
 #include "tree/relay_link.h"
@@ -43,14 +46,53 @@ struct Outgoing {
 
 // Something the producer's host thread must look at.
 struct ProducerEvent {
-  enum class Kind { control, hello, root_join } kind = Kind::control;
-  ControlEvent control;                               // control
+  // group: a message (or the failure) of a producer group's link (control.rank: the other rank);
+  // group_hello: a rank's GROUP_HELLO at the coordinator.
+  enum class Kind { control, hello, root_join, group, group_hello } kind = Kind::control;
+  ControlEvent control;                               // control, group
   std::shared_ptr<transport::Connection> connection;  // hello, root_join
   Hello hello;                                        // hello
+  GroupHello group_hello;                             // group_hello
   Join join;                                          // root_join
   Resume resume;                                      // root_join
   uint64_t epoch = 0;                                 // root_join: the JOIN's epoch
   Clock::time_point at = Clock::now();
+};
+
+// A producer group's state (group.cpp, group_rank.cpp): both roles. docs/producer-group.md.
+struct ProducerGroup {
+  uint32_t rank = 0;
+  uint32_t size = 1;
+  codec::Partition partition;
+  codec::GroupChunks chunks;  // the version's chunk numbering: rank r's are [first[r], first[r+1])
+  ProducerGroup(uint32_t r, codec::Partition p, codec::GroupChunks c)
+      : rank(r), size(p.ranks()), partition(std::move(p)), chunks(std::move(c)) {}
+  uint32_t first_tree(int trees_per_rank) const { return rank * static_cast<uint32_t>(trees_per_rank); }
+  // The rank whose part holds chunk `key` of a version (key < chunks.total()).
+  uint32_t owner_of(uint32_t key) const {
+    return static_cast<uint32_t>(std::upper_bound(chunks.first.begin(), chunks.first.end(), key) - chunks.first.begin()) - 1;
+  }
+
+  // ---- the coordinator (rank 0) ----
+  std::optional<GroupAdmission> admission;
+  struct RankLink {
+    std::shared_ptr<transport::Connection> connection;
+    uint64_t generation = 0;
+    uint64_t instance = 0;
+    std::string data_url;
+    std::optional<GroupReady> ready;  // its trainer asked for this version
+    std::optional<GroupSent> sent;    // its part of the attempt in flight is out
+  };
+  std::vector<RankLink> links;  // [rank] (0 unused)
+  std::unique_ptr<ControlReaders> readers;
+  std::vector<std::vector<uint64_t>> committed_parts;  // [rank]: its part's digest at the committed version
+
+  // ---- a part rank (rank >= 1) ----
+  std::shared_ptr<transport::Connection> coordinator;
+  std::optional<GroupBegin> begin;      // the coordinator's word for the version asked
+  std::optional<GroupDecided> decided;  // how it ended
+  std::string coordinator_lost;         // why the link to the coordinator failed (empty: up)
+  bool bye = false;                     // the coordinator ended the session
 };
 
 struct Producer::Impl {
@@ -120,8 +162,16 @@ struct Producer::Impl {
   };
   std::vector<StartHello> start_hellos;
 
+  // ---- a producer group (group.cpp, group_rank.cpp); absent for one producer ----
+  std::optional<ProducerGroup> group;
+  bool coordinator() const noexcept { return group && group->rank == 0; }
+  bool part_rank() const noexcept { return group && group->rank > 0; }
+  // Whether tree `tree` is this producer's to feed (one producer: every tree).
+  bool feeds(int tree) const;
+
   // ---- versions (delivery.cpp, refit.cpp) ----
-  BaselineStore baseline;  // the committed version's bits (before start(): version 0's zeros)
+  // The committed version's bits (before start(): version 0's zeros); a group rank's part only.
+  std::unique_ptr<BaselineStore> baseline;
   std::unique_ptr<WorkerThreads> encoders;
   uint64_t version = 0;
   uint64_t attempt = 0;  // last attempt id used
@@ -146,8 +196,7 @@ struct Producer::Impl {
   };
   std::optional<InFlight> in_flight;
 
-  Impl(transport::Transport& t, const codec::Manifest& m, ProducerOptions o)
-      : transport(t), manifest(m), options(std::move(o)), baseline(m, options.encode.threads) {}
+  Impl(transport::Transport& t, const codec::Manifest& m, ProducerOptions o);
   ~Impl();
 
   uint64_t epoch() const { return membership ? membership->epoch() : 0; }
@@ -248,6 +297,48 @@ struct Producer::Impl {
   RefitReport refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
                          const RefitOptions& refit_options,
                          const std::function<void(uint64_t, codec::StateDigest)>& adopt);
+
+  // ---- group.cpp: the coordinator's side of a producer group ----
+  // The group's admission and rank links, made at the first GROUP_HELLO or at start().
+  void ensure_admission();
+  // Sends `message` on rank `rank`'s group link (a failed send loses the rank).
+  void tell_rank(uint32_t rank, const Message& message);
+  // start(): waits (pumping) until every rank said GROUP_HELLO and was admitted and their parts
+  // add up to the committed version. Throws Error(timeout) naming the missing ranks, Error(state)
+  // when the parts do not add up.
+  void wait_for_ranks(Clock::time_point deadline);
+  void handle_group_hello(ProducerEvent& event);
+  void handle_group_event(const ControlEvent& event);
+  // A rank's link failed or said something that is not its part of the protocol: its part is
+  // missing (an attempt in flight is stopped: ABORT everywhere) until it says GROUP_HELLO again.
+  void lose_rank(uint32_t rank, const std::string& why);
+  // Sends `message` to every rank's group link (a failed send loses the rank).
+  void tell_ranks(const Message& message);
+  // The coordinator's refit of a group: every rank ready, GROUP_BEGIN, its own part, every rank's
+  // GROUP_SENT, the seal from the parts' digests, the joint commit, GROUP_DECIDED.
+  RefitReport group_refit(const codec::WeightsReader& next, std::shared_ptr<const CheckpointLayout> new_layout,
+                          const RefitOptions& refit_options);
+  // What the coordinator (rank 0) says to a rank or a member: the session's shape.
+  Welcome make_welcome() const;
+  // The missing ranks, or an empty string when every rank is in.
+  std::string missing_ranks() const;
+
+  // ---- group_rank.cpp: a part rank (rank >= 1) ----
+  StartReport rank_start(Clock::time_point deadline);
+  void handle_coordinator(const ControlEvent& event);
+  RefitReport rank_refit(const codec::WeightsReader& next, const RefitOptions& refit_options);
+  void rank_finish();
+
+  // ---- refit.cpp: a version's chunks on the wire (one producer, and each rank of a group) ----
+  struct SentChunks {
+    uint32_t chunks = 0;
+    uint64_t frame_bytes = 0;  // the frames' bytes (without message headers)
+    codec::DeltaStats stats;
+    double encode_seconds = 0;  // summed over the encoding threads
+  };
+  // Encodes every chunk of `encoder` on the encoding threads (in index order) and delivers chunk i
+  // as key first_key + i to tree f.tree_of(key) as soon as it and every earlier one are ready.
+  SentChunks send_chunks(InFlight& f, codec::DeltaEncoder& encoder, uint32_t first_key);
 
   // ---- snapshot.cpp ----
   // A rejoining member's FETCH on the producer's listener, when no peer could serve it: a

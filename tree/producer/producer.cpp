@@ -11,6 +11,41 @@ namespace deltacast::tree {
 
 using namespace std::chrono_literals;
 
+namespace {
+
+// A producer group's rank, its partition and chunk numbering (nullopt: one producer).
+std::optional<ProducerGroup> make_group(const codec::Manifest& manifest, const ProducerOptions& options) {
+  const ProducerGroupOptions& g = options.group;
+  if (g.size == 0) throw Error(Errc::invalid_argument, "a producer group needs at least one rank");
+  if (g.rank >= g.size)
+    throw Error(Errc::invalid_argument,
+                "producer rank " + std::to_string(g.rank) + " is outside a group of " + std::to_string(g.size));
+  if (g.size == 1 && g.parts.empty()) return std::nullopt;
+  if (g.rank > 0 && g.coordinator_url.empty())
+    throw Error(Errc::invalid_argument,
+                "producer rank " + std::to_string(g.rank) + " needs the coordinator's URL (group.coordinator_url)");
+  if (options.encode.chunk_bytes == 0) throw Error(Errc::invalid_argument, "chunk_bytes must be positive");
+  auto partition =
+      g.parts.empty() ? codec::Partition::balanced(manifest, g.size) : codec::Partition::from_parts(manifest, g.parts);
+  if (partition.ranks() != g.size)
+    throw Error(Errc::invalid_argument, "the trainer's layout has parts for " + std::to_string(partition.ranks()) +
+                                            " ranks; the group has " + std::to_string(g.size));
+  auto chunks = codec::group_chunks(manifest, partition, options.encode.chunk_bytes);
+  return ProducerGroup(g.rank, std::move(partition), std::move(chunks));
+}
+
+}  // namespace
+
+Producer::Impl::Impl(transport::Transport& t, const codec::Manifest& m, ProducerOptions o)
+    : transport(t), manifest(m), options(std::move(o)), group(make_group(m, options)) {
+  baseline = group ? std::make_unique<BaselineStore>(m, group->partition.part(group->rank), options.encode.threads)
+                   : std::make_unique<BaselineStore>(m, options.encode.threads);
+}
+
+bool Producer::Impl::feeds(int tree) const {
+  return !group || !membership || membership->producer_of(tree) == group->rank;
+}
+
 Producer::Producer(transport::Transport& transport, const codec::Manifest& manifest, ProducerOptions options)
     : impl_(std::make_unique<Impl>(transport, manifest, std::move(options))) {
   auto& d = *impl_;
@@ -26,8 +61,10 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
   // A frame covers at most chunk_bytes of checkpoint; coded values are never much larger than
   // the raw bits, and seal frames hold 8 bytes per tensor.
   d.max_message_bytes = 2 * d.options.encode.chunk_bytes + 16 * manifest.size() + (size_t{1} << 20);
-  d.zero_digest = d.baseline.digest().combined();
-  d.remember_version(0, d.zero_digest);
+  // A group's all-zero version 0 is the sum of its ranks' parts (the coordinator learns it once
+  // every rank said GROUP_HELLO: no process holds the whole model).
+  d.zero_digest = d.group ? 0 : d.baseline->digest().combined();
+  if (!d.group) d.remember_version(0, d.zero_digest);
   d.layout = std::make_shared<const CheckpointLayout>(d.options.layout);
   if (d.options.resume) {
     // A restarted producer: the baseline is the committed version's bits, checked against the
@@ -35,6 +72,16 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
     const ProducerResume& r = *d.options.resume;
     const std::string v = std::to_string(r.version);
     if (r.version == 0) throw Error(Errc::invalid_argument, "resume: version 0 is a fresh start, not a resume");
+    if (d.part_rank()) {
+      // A part rank: its part's bits. The coordinator checks them against its record of the part
+      // (GROUP_HELLO) and the sum of every part against the committed version's digest.
+      codec::ConstWeights held = r.baseline;
+      held.manifest = &manifest;
+      d.baseline->adopt(codec::SpanReader(held), r.version, std::nullopt);
+      d.version = r.version;
+      d.options.resume.reset();
+      return;
+    }
     const auto known = r.history.find(r.version);
     if (known == r.history.end())
       throw Error(Errc::invalid_argument, "resume: the history lacks the digest of version " + v);
@@ -42,12 +89,16 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
       throw Error(Errc::invalid_argument, "resume: the history holds versions newer than version " + v);
     codec::ConstWeights checked = r.baseline;
     checked.manifest = &manifest;
-    codec::check_weights(checked);
-    d.baseline.adopt(checked, r.version, std::nullopt);
-    if (d.baseline.digest().combined() != known->second) {
+    if (d.group) {
+      d.baseline->adopt(codec::SpanReader(checked), r.version, std::nullopt);  // checked by the sum at start
+    } else {
+      codec::check_weights(checked);
+      d.baseline->adopt(checked, r.version, std::nullopt);
+    }
+    if (!d.group && d.baseline->digest().combined() != known->second) {
       char text[128];
       std::snprintf(text, sizeof text, "resume: the baseline's digest %016llx is not version %llu's %016llx",
-                    static_cast<unsigned long long>(d.baseline.digest().combined()),
+                    static_cast<unsigned long long>(d.baseline->digest().combined()),
                     static_cast<unsigned long long>(r.version), static_cast<unsigned long long>(known->second));
       throw Error(Errc::verify_failed, text);
     }
@@ -69,7 +120,7 @@ const CheckpointLayout& Producer::layout() const { return *impl_->layout; }
 
 uint64_t Producer::version() const noexcept { return impl_->version; }
 
-const codec::StateDigest& Producer::digest() const { return impl_->baseline.digest(); }
+const codec::StateDigest& Producer::digest() const { return impl_->baseline->digest(); }
 
 // The producer's state file reads these (tools/run/run_command.cpp); they change only in the version
 // calls, on the host thread.
@@ -80,6 +131,8 @@ std::map<uint64_t, uint64_t> Producer::history() const { return impl_->history; 
 StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
+  if (d.membership) throw Error(Errc::state, "Producer::start called twice");
+  if (d.part_rank()) return d.rank_start(Clock::now() + timeout.value_or(d.options.join_timeout));
   const uint32_t n = d.options.receivers;
   d.control.resize(n + 1);
   d.replaced.resize(n + 1);
@@ -108,20 +161,14 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
                                      std::to_string(n) + ")");
     d.pump(200ms);
   }
+  if (d.coordinator()) d.wait_for_ranks(deadline);
   StartReport report = d.place_members_at_start();
   d.roots.assign(d.membership->trees(), nullptr);
   d.root_lost.assign(d.membership->trees(), Clock::now());
 
-  Welcome welcome;
-  welcome.session = static_cast<uint64_t>(d.session_start.time_since_epoch().count());
-  welcome.topology = std::string(topology_kind_name(d.options.topology));
-  welcome.max_message_bytes = d.max_message_bytes;
-  welcome.members = d.members;
-  welcome.forest = d.membership->forest();
-  welcome.tensors = d.manifest.tensors();
-  welcome.committed_version = d.version;
-  welcome.committed_digest = d.committed_digest();
-  welcome.layout = *d.layout;
+  Welcome welcome = d.make_welcome();
+  // The ranks first: the roots of their trees JOIN them as soon as the members read theirs.
+  if (d.coordinator()) d.tell_ranks(welcome);
   // The start's "repair": every live member says READY once its parent links are up. It is
   // registered first, so that a member failed while WELCOMEs go out is not waited for.
   Impl::Repair start{Clock::now(), d.epoch(), {}};
@@ -152,17 +199,20 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
   }
   auto up = [&] {
     if (!d.repairs.empty() && !d.repairs.front().waiting.empty()) return false;
-    for (auto& root : d.roots)
-      if (!root) return false;
+    for (int t = 0; t < static_cast<int>(d.roots.size()); ++t)
+      if (!d.roots[t] && d.feeds(t)) return false;
     return true;
   };
   while (!up()) {
     if (Clock::now() > deadline) throw Error(Errc::timeout, "the tree did not come up in time");
     if (d.live_ranks().empty()) throw Error(Errc::connection, "every receiver failed during start");
+    if (d.coordinator() && !d.missing_ranks().empty())
+      throw Error(Errc::connection, "during start, " + d.missing_ranks());
     d.pump(50ms);
   }
   d.repair_seconds = 0;  // the start is not a repair
-  d.log->info("tree of {} receivers is up ({}) at version {}: {} live, {} catching up, {} refused", n, welcome.topology,
+  d.log->info("tree of {} receivers is up ({}{}) at version {}: {} live, {} catching up, {} refused", n, welcome.topology,
+              d.group ? ", " + std::to_string(d.group->size) + " producer ranks" : std::string(),
               d.version, report.count(MemberAtStart::Role::live), report.count(MemberAtStart::Role::catching_up),
               report.count(MemberAtStart::Role::refused));
   d.idle = std::thread([&d] { d.idle_loop(); });
@@ -174,6 +224,13 @@ void Producer::finish() {
   std::unique_lock drive(d.drive);
   if (d.finished || !d.membership) return;
   d.finished = true;
+  if (d.part_rank()) {
+    d.rank_finish();
+    drive.unlock();
+    d.stop_threads();
+    d.listener->close();
+    return;
+  }
   d.pump(0ms);
   // A member on its way back (restarted, fenced, or admitted while a version was in flight) is
   // given the time a join gets to reach the committed version: BYE would leave it behind.
@@ -181,6 +238,7 @@ void Producer::finish() {
   for (auto& root : d.roots)
     if (root) root->flush(kRootSettleTimeout);
   d.broadcast(Bye{}, true);
+  if (d.coordinator()) d.tell_ranks(Bye{});
   drive.unlock();
   d.stop_threads();
   // Nobody answers any more: a member trying to (re)join must fail fast, not wait for WELCOME.

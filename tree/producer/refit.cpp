@@ -29,22 +29,36 @@ codec::EncodeOptions Producer::Impl::refit_encode_options(const RefitOptions& re
 
 void Producer::Impl::check_can_refit() const {
   if (!membership) throw Error(Errc::state, "Producer::refit before start()");
-  if (!baseline.lost().empty())
-    throw Error(Errc::state, "the producer cannot send another version: " + baseline.lost());
+  if (!baseline->lost().empty())
+    throw Error(Errc::state, "the producer cannot send another version: " + baseline->lost());
 }
 
 RefitReport Producer::refit(const codec::ConstWeights& next, const RefitOptions& refit_options) {
   auto& d = *impl_;
-  std::lock_guard drive(d.drive);
-  d.check_can_refit();
   codec::ConstWeights checked = next;
   checked.manifest = &d.manifest;
+  if (d.group) {
+    // A rank's trainer holds its part: the spans of the tensors it sends must be whole.
+    if (checked.tensors.size() != d.manifest.size())
+      throw Error(Errc::invalid_argument, "weights: " + std::to_string(checked.tensors.size()) +
+                                              " buffers for a manifest of " + std::to_string(d.manifest.size()) +
+                                              " tensors");
+    for (const auto& r : d.group->partition.part(d.group->rank))
+      if (checked.tensors[r.tensor].size() != d.manifest.at(r.tensor).nbytes())
+        throw Error(Errc::invalid_argument, "weights: tensor '" + d.manifest.at(r.tensor).name + "' (part of rank " +
+                                                std::to_string(d.group->rank) + ") buffer holds " +
+                                                std::to_string(checked.tensors[r.tensor].size()) + " bytes, expected " +
+                                                std::to_string(d.manifest.at(r.tensor).nbytes()));
+    return refit(codec::SpanReader(checked), refit_options);
+  }
+  std::lock_guard drive(d.drive);
+  d.check_can_refit();
   codec::check_weights(checked);
   auto layout = d.changed_layout(refit_options.layout);
   const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
-  codec::DeltaEncoder encoder(d.baseline.weights(), checked, d.baseline.digest(), {d.version, d.version + 1}, encode);
+  codec::DeltaEncoder encoder(d.baseline->weights(), checked, d.baseline->digest(), {d.version, d.version + 1}, encode);
   return d.refit_with(encoder, std::move(layout), refit_options,
-                      [&](uint64_t v, codec::StateDigest digest) { d.baseline.adopt(checked, v, std::move(digest)); });
+                      [&](uint64_t v, codec::StateDigest digest) { d.baseline->adopt(checked, v, std::move(digest)); });
 }
 
 RefitReport Producer::refit(const codec::WeightsReader& next, const RefitOptions& refit_options) {
@@ -54,11 +68,80 @@ RefitReport Producer::refit(const codec::WeightsReader& next, const RefitOptions
   if (next.manifest().digest() != d.manifest.digest())
     throw Error(Errc::invalid_argument,
                 "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
+  if (d.part_rank()) return d.rank_refit(next, refit_options);
   auto layout = d.changed_layout(refit_options.layout);
+  if (d.coordinator()) return d.group_refit(next, std::move(layout), refit_options);
   const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
-  codec::DeltaEncoder encoder(d.baseline.weights(), next, d.baseline.digest(), {d.version, d.version + 1}, encode);
+  codec::DeltaEncoder encoder(d.baseline->weights(), next, d.baseline->digest(), {d.version, d.version + 1}, encode);
   return d.refit_with(encoder, std::move(layout), refit_options,
-                      [&](uint64_t v, codec::StateDigest digest) { d.baseline.adopt(next, v, std::move(digest)); });
+                      [&](uint64_t v, codec::StateDigest digest) { d.baseline->adopt(next, v, std::move(digest)); });
+}
+
+Producer::Impl::SentChunks Producer::Impl::send_chunks(InFlight& f, codec::DeltaEncoder& encoder, uint32_t first_key) {
+  const uint32_t count = encoder.chunk_count();
+  SentChunks out;
+  out.chunks = count;
+  // Workers encode chunks in index order (an atomic cursor); this thread sends each one as soon as
+  // it and every earlier chunk are ready, so encoding overlaps sending.
+  std::vector<SharedBytes> slots(count);
+  std::mutex mutex;
+  std::condition_variable ready;
+  std::atomic<uint32_t> cursor{0};
+  std::atomic<bool> cancel{false};
+  Status worker_status;
+  const Envelope envelope = f.envelope(0);
+  const uint64_t message_epoch = epoch();
+  auto work = [&] {
+    codec::DeltaStats stats;
+    double seconds = 0;
+    try {
+      for (uint32_t i; !cancel && (i = cursor.fetch_add(1)) < count;) {
+        auto t0 = Clock::now();
+        auto message = std::make_shared<const std::vector<std::byte>>(
+            encode_frame_message(encoder.encode_chunk(i, &stats), envelope, message_epoch));
+        seconds += seconds_since(t0);
+        std::lock_guard lock(mutex);
+        slots[i] = std::move(message);
+        ready.notify_all();
+      }
+    } catch (const Error& e) {
+      std::lock_guard lock(mutex);
+      if (worker_status.ok()) worker_status = e.status();
+      cancel = true;
+      ready.notify_all();
+    }
+    std::lock_guard lock(mutex);
+    out.stats.add(stats);
+    out.encode_seconds += seconds;
+  };
+  if (!encoders) encoders = std::make_unique<WorkerThreads>(std::max(1u, options.encode.threads));
+  encoders->start(work);
+  try {
+    for (uint32_t i = 0; i < count; ++i) {
+      SharedBytes message;
+      {
+        std::unique_lock lock(mutex);
+        ready.wait(lock, [&] { return slots[i] != nullptr || !worker_status.ok(); });
+        if (!worker_status.ok()) throw Error(worker_status);
+        message = std::move(slots[i]);
+      }
+      if (message->size() > max_message_bytes)
+        throw Error(Errc::internal, "chunk frame of " + std::to_string(message->size()) +
+                                        " bytes exceeds the announced message limit");
+      const uint32_t key = first_key + i;
+      deliver(f.tree_of(key), Outgoing{message, {}});
+      f.sent[key] = true;
+      if (i == 0) log->debug("version {}: first chunk posted at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
+      out.frame_bytes += message->size() - kMessageHeaderSize - kEnvelopeSize;
+      if (options.on_progress) options.on_progress(i + 1, count);
+    }
+  } catch (...) {
+    cancel = true;
+    encoders->wait();
+    throw;
+  }
+  encoders->wait();
+  return out;
 }
 
 RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
@@ -85,81 +168,21 @@ RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared
                     {}};
   };
 
-  codec::DeltaStats total;
-  double encode_seconds = 0;
   auto send_all = [&](Impl::InFlight& f) {
     RefitReport& report = *f.report;
+    const SentChunks sent = d.send_chunks(f, encoder, 0);
     report.chunks = count;
-    // Workers encode chunks in index order (an atomic cursor); this thread sends each one as
-    // soon as it and every earlier chunk are ready, so encoding overlaps sending.
-    std::vector<SharedBytes> slots(count);
-    std::mutex mutex;
-    std::condition_variable ready;
-    std::atomic<uint32_t> cursor{0};
-    std::atomic<bool> cancel{false};
-    Status worker_status;
-    const Envelope envelope = f.envelope(0);
-    const uint64_t epoch = d.epoch();
-    auto work = [&] {
-      codec::DeltaStats stats;
-      double seconds = 0;
-      try {
-        for (uint32_t i; !cancel && (i = cursor.fetch_add(1)) < count;) {
-          auto t0 = Clock::now();
-          auto message = std::make_shared<const std::vector<std::byte>>(
-              encode_frame_message(encoder.encode_chunk(i, &stats), envelope, epoch));
-          seconds += seconds_since(t0);
-          std::lock_guard lock(mutex);
-          slots[i] = std::move(message);
-          ready.notify_all();
-        }
-      } catch (const Error& e) {
-        std::lock_guard lock(mutex);
-        if (worker_status.ok()) worker_status = e.status();
-        cancel = true;
-        ready.notify_all();
-      }
-      std::lock_guard lock(mutex);
-      total.add(stats);
-      encode_seconds += seconds;
-    };
-    if (!d.encoders) d.encoders = std::make_unique<WorkerThreads>(std::max(1u, d.options.encode.threads));
-    d.encoders->start(work);
-    try {
-      for (uint32_t i = 0; i < count; ++i) {
-        SharedBytes message;
-        {
-          std::unique_lock lock(mutex);
-          ready.wait(lock, [&] { return slots[i] != nullptr || !worker_status.ok(); });
-          if (!worker_status.ok()) throw Error(worker_status);
-          message = std::move(slots[i]);
-        }
-        if (message->size() > d.max_message_bytes)
-          throw Error(Errc::internal, "chunk frame of " + std::to_string(message->size()) +
-                                          " bytes exceeds the announced message limit");
-        d.deliver(f.tree_of(i), Outgoing{message, {}});
-        f.sent[i] = true;
-        if (i == 0)
-          d.log->debug("version {}: first chunk posted at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
-        report.frames_bytes += message->size() - kMessageHeaderSize - kEnvelopeSize;
-        if (d.options.on_progress) d.options.on_progress(i + 1, count);
-      }
-    } catch (...) {
-      cancel = true;
-      d.encoders->wait();
-      throw;
-    }
-    d.encoders->wait();
+    report.frames_bytes = sent.frame_bytes;
     seal_frame = std::make_shared<const std::vector<std::byte>>(encoder.seal());
     const Outgoing seal = f.make(count, 0);
     d.deliver(0, seal);
     f.sent[count] = true;
     d.log->debug("version {}: seal posted at {:.1f} ms", f.version, 1e3 * seconds_since(f.start));
     report.frames_bytes += seal_frame->size();
-    report.changes = total.changes;
-    report.elements = total.elements;
-    report.checkpoint_bytes = total.checkpoint_bytes;
-    report.encode_seconds = encode_seconds;
+    report.changes = sent.stats.changes;
+    report.elements = sent.stats.elements;
+    report.checkpoint_bytes = sent.stats.checkpoint_bytes;
+    report.encode_seconds = sent.encode_seconds;
   };
   codec::StateDigest new_digest;
   RefitReport report = d.run_version(
@@ -185,6 +208,9 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
   if (!d.membership) throw Error(Errc::state, "Producer::bootstrap before start()");
+  if (d.group)
+    throw Error(Errc::state, "a producer group sends version 1 as a delta from the all-zero version 0 (refit): "
+                             "no rank holds the whole checkpoint");
   if (d.version != 0) throw Error(Errc::state, "bootstrap needs receivers at version 0");
   codec::ConstWeights checked = full;
   checked.manifest = &d.manifest;
@@ -246,10 +272,10 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   RefitReport report = d.run_version(
       std::move(flight), send_all, [&] { return expected; }, false,
       [&] {
-        d.baseline.adopt(checked, 1, std::nullopt);
+        d.baseline->adopt(checked, 1, std::nullopt);
         d.version = 1;
         // Rejoining members compare with the StateDigest of version 1, not the pieces' hash sum.
-        d.remember_version(1, d.baseline.digest().combined());
+        d.remember_version(1, d.baseline->digest().combined());
       });
   d.log->info("full checkpoint (version 1) {} in {:.3f} s ({} raw chunks, {} bytes)",
               report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes);
@@ -261,6 +287,7 @@ RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames,
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
   if (!d.membership) throw Error(Errc::state, "Producer::publish before start()");
+  if (d.group) throw Error(Errc::state, "a producer group encodes its versions itself (refit), rank by rank");
   auto new_layout = d.changed_layout(refit_options.layout);
   // Keys are codec chunk keys (the seal is chunk_count); duplicates in `frames` are sent as given.
   std::map<uint32_t, size_t> first_of_key;

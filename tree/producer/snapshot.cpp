@@ -9,12 +9,15 @@ void Producer::Impl::serve_fetch(std::shared_ptr<transport::Connection> connecti
                        stopping);
   FetchEnd end{fetch.version, 0, 0, ""};
   std::unique_ptr<BaselineStore::Snapshot> snapshot;
-  if (fetch.mode != CatchupMode::snapshot) {
+  if (group) {
+    end.errc = static_cast<uint32_t>(Errc::state);
+    end.message = "a producer group's rank holds its part only (take a snapshot from a peer)";
+  } else if (fetch.mode != CatchupMode::snapshot) {
     end.errc = static_cast<uint32_t>(Errc::not_found);
     end.message = "the producer keeps no frames of committed versions (replay them from a peer)";
   } else {
     try {
-      snapshot = baseline.open_snapshot();
+      snapshot = baseline->open_snapshot();
       end.version = snapshot->version();
       end.digest = snapshot->digest();
     } catch (const Error& e) {

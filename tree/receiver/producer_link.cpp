@@ -1,21 +1,11 @@
 #include "tree/receiver/producer_link.h"
 
 #include <algorithm>
-#include <random>
 
 #include "tree/connect_retry.h"
 #include "tree/relay_link.h"
 
 namespace deltacast::tree {
-namespace {
-
-uint64_t random_instance() {
-  std::random_device seed;
-  return (static_cast<uint64_t>(seed()) << 32) ^ seed() ^
-         static_cast<uint64_t>(Clock::now().time_since_epoch().count());
-}
-
-}  // namespace
 
 ProducerLink::ProducerLink(transport::Transport& transport, const ReceiverOptions& options)
     : transport_(transport), options_(options), instance_(random_instance()) {}

@@ -5,13 +5,17 @@
 #   demo_test.sh DELTACAST uplink RATE        3 receivers, the producer's egress capped at RATE:
 #                                             the bootstrap takes at least its payload over RATE,
 #                                             the table shows each time's wire floor
+#   demo_test.sh DELTACAST producers M        a producer group of M ranks (4 receivers, each rank's
+#                                             egress capped at 20 Mbit/s): every receiver bit-exact,
+#                                             every version committed, no version faster than its
+#                                             payload over M x the cap
 #   demo_test.sh DELTACAST kill RANK@STEP     --kill (4 receivers, binary tree: rank 2 relays for
 #   demo_test.sh DELTACAST freeze RANK@STEP   rank 4): exit 0, the victim reported failed at its
 #                                             step, every survivor bit-exact, every step committed
 # In every mode no process of the demo may be left behind.
 set -euo pipefail
 DC=${1:?usage: demo_test.sh PATH/TO/deltacast MODE ARG}
-MODE=${2:?mode: transport | uplink | kill | freeze}
+MODE=${2:?mode: transport | uplink | producers | kill | freeze}
 ARG=${3:?argument: a transport, or RANK@STEP}
 WORK=$(mktemp -d /tmp/dc-demo-test.XXXXXX)
 DEMO_DIR=""
@@ -36,6 +40,7 @@ fail() {
 case "$MODE" in
   transport) ARGS=(--transport "$ARG" --receivers 3 --steps 2); SURVIVORS=3 ;;
   uplink) ARGS=(--uplink "$ARG" --receivers 3 --steps 2); SURVIVORS=3 ;;
+  producers) ARGS=(--producers "$ARG" --uplink 20Mbit/s --receivers 4 --steps 2); SURVIVORS=4 ;;
   kill) ARGS=(--receivers 4 --steps 3 --kill "$ARG"); SURVIVORS=3 ;;
   freeze) ARGS=(--receivers 4 --steps 3 --freeze "$ARG"); SURVIVORS=3 ;;
   *) echo "unknown mode $MODE" >&2; exit 2 ;;
@@ -71,8 +76,9 @@ for e in entries:
         assert key in e, (key, e)
 for s in report["steps"]:
     assert s["committed"] is True, s
-if mode in ("transport", "uplink"):
+if mode in ("transport", "uplink", "producers"):
     assert all(not e["failed_members"] for e in entries), entries
+    assert report["full"]["committed"] is True, report["full"]
 if mode == "transport":
     assert report["transport"] == arg, report["transport"]
 elif mode == "uplink":
@@ -85,6 +91,14 @@ elif mode == "uplink":
     assert full["seconds"] >= 0.98 * floor, (full["seconds"], floor)
     for s in report["steps"]:
         assert s["refit_seconds"] >= 0.98 * s["payload_bytes"] / rate - 0.07, s
+elif mode == "producers":
+    m = int(arg)
+    assert report["producer_ranks"] == m, report["producer_ranks"]
+    rate = report["uplink_bytes_per_second"]
+    # Each rank's cap holds: no version went faster than its payload over m capped links.
+    for e in [report["full"]] + report["steps"]:
+        seconds = e.get("seconds", e.get("refit_seconds"))
+        assert seconds >= 0.98 * e["payload_bytes"] / (m * rate) - 0.07, (e, m, rate)
 else:
     rank, step = (int(x) for x in arg.split(":")[0].split("@"))
     version = step + 1
@@ -103,6 +117,10 @@ else:
     assert [i["rank"] for i in report["injected_failures"]] == [rank], report["injected_failures"]
 PY
 
+if [ "$MODE" = producers ]; then
+  grep -q "$ARG producer ranks + 4 receivers" out.txt || fail "the demo does not say it runs $ARG producer ranks"
+  grep -q "floor s = payload / $ARG x the" out.txt || fail "the floor is not the aggregate of $ARG uplinks"
+fi
 if [ "$MODE" = uplink ]; then
   grep -q "floor s" out.txt || fail "the table has no wire-floor column"
   grep -q "uplink is capped at" out.txt || fail "the demo does not say its uplink is capped"

@@ -90,6 +90,33 @@ TEST(Config, DefaultsWhenKeysAreAbsent) {
   EXPECT_EQ(member_list(c)[1].url, "tcp://127.0.0.1:29502");
 }
 
+// producers: M: rank g >= 1 listens on the producer's port + g; a member on one of those ports, a
+// producer URL without a port and a count out of range are refused.
+TEST(Config, ProducerGroup) {
+  const std::string base =
+      "producer: tcp://127.0.0.1:29500\nmembers:\n  count: 3\n  host: 127.0.0.1\n  base_port: 29510\n";
+  Config one = parse_config(base, "test.yaml");
+  EXPECT_EQ(one.producers, 1u);
+  EXPECT_EQ(producer_rank_urls(one), std::vector<std::string>{"tcp://127.0.0.1:29500"});
+  Config three = parse_config(base + "producers: 3\n", "test.yaml");
+  validate(three);
+  EXPECT_EQ(producer_rank_urls(three),
+            (std::vector<std::string>{"tcp://127.0.0.1:29500", "tcp://127.0.0.1:29501", "tcp://127.0.0.1:29502"}));
+  EXPECT_TRUE(contains(parse_error(base + "producers: 0\n"), "producers"));
+  EXPECT_TRUE(contains(parse_error(base + "producers: 2000\n"), "producers"));
+  Config clash = parse_config(
+      "producer: tcp://127.0.0.1:29500\nproducers: 4\nmembers:\n  count: 3\n  host: 127.0.0.1\n  base_port: 29503\n",
+      "test.yaml");
+  try {
+    validate(clash);
+    ADD_FAILURE() << "a member on producer rank 3's port was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "producer rank 3")) << e.what();
+  }
+  Config no_port = parse_config("producer: tcp://somehost\nproducers: 2\nmembers:\n  count: 1\n", "test.yaml");
+  EXPECT_THROW(producer_rank_urls(no_port), Error);
+}
+
 TEST(Config, RepairKeysDefaults) {
   const Config c = parse_config("producer: tcp://127.0.0.1:1\nmembers: {count: 2}\n", "d.yaml");
   EXPECT_EQ(c.retain_versions, 4u);

@@ -240,6 +240,7 @@ void expect_same(const GroupDecided& a, const GroupDecided& b) {
   EXPECT_FIELD(attempt);
   EXPECT_FIELD(committed);
   EXPECT_FIELD(reason);
+  EXPECT_FIELD(digest);
 }
 void expect_same(const RawChunkHeader& a, const RawChunkHeader& b) {
   EXPECT_FIELD(envelope.attempt);
@@ -325,7 +326,7 @@ std::vector<Message> sample_messages() {
       GroupReady{3, 10},
       GroupBegin{10, 78, 0xfeedfacecafebeefull, true},
       GroupSent{3, 10, 78, 17, {5, 6, 7}, {8, 9, 10}, 123456, 789, 0, ""},
-      GroupDecided{10, 78, false, "rank 2's group link failed"},
+      GroupDecided{10, 78, false, "rank 2's group link failed", 0x0123456789abcdefULL},
   };
 }
 
@@ -464,7 +465,7 @@ Bytes expected_body(const Message& message) {
           b.u32(m.rank).u64(m.version).u64(m.attempt).u32(m.chunks).u64s(m.base_digest).u64s(m.new_digest);
           b.u64(m.frame_bytes).u64(m.changes).u32(m.errc).str(m.message);
         } else if constexpr (std::is_same_v<M, GroupDecided>) {
-          b.u64(m.version).u64(m.attempt).u8(m.committed ? 1 : 0).str(m.reason);
+          b.u64(m.version).u64(m.attempt).u8(m.committed ? 1 : 0).str(m.reason).u64(m.digest);
         } else {
           static_assert(sizeof(M) == 0, "a message type without an expected body");
         }

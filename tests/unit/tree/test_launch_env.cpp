@@ -40,6 +40,24 @@ TEST(LaunchEnv, OpenMpi) {
   EXPECT_EQ(e.member_rank(), 2);
 }
 
+// A producer group (config producers: 3): ranks 0..2 produce, rank 3 is receiver 1 (member 0).
+TEST(LaunchEnv, ProducerGroupRanks) {
+  auto at = [](int rank) {
+    auto e = detect_launch_env(env_of({{"OMPI_COMM_WORLD_RANK", std::to_string(rank)}, {"OMPI_COMM_WORLD_SIZE", "7"}}));
+    e.producers = 3;
+    return e;
+  };
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(at(r).is_producer()) << r;
+    EXPECT_THROW(at(r).member_rank(), Error) << r;
+  }
+  EXPECT_FALSE(at(3).is_producer());
+  EXPECT_EQ(at(3).member_rank(), 0);
+  EXPECT_EQ(at(3).receiver_rank(), 1);
+  EXPECT_EQ(at(6).member_rank(), 3);
+  EXPECT_EQ(at(6).receiver_rank(), 4);
+}
+
 TEST(LaunchEnv, SlurmWithNodelist) {
   const auto e = detect_launch_env(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "9"}, {"SLURM_LOCALID", "0"},
                                            {"SLURM_STEP_NODELIST", "localhost"}}));

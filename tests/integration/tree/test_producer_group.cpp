@@ -1,0 +1,362 @@
+// A producer group end to end inside one process (docs/producer-group.md): a coordinator (rank 0),
+// part ranks 1..M-1 and N receivers, each with its own loopback transport (so one can be killed
+// alone). Every rank holds and is given only its part: the spans of every other tensor are empty,
+// so a rank that read outside its part would fail. Every check of weights is a memcmp.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "codec/partition.h"
+#include "tests/common/time_scale.h"
+#include "tests/integration/tree/loop_cluster.h"
+#include "tests/integration/tree/tree_test_model.h"
+#include "transport/loopback/loopback.h"
+#include "transport/transport.h"
+#include "tree/producer.h"
+#include "tree/protocol.h"
+#include "tree/receiver.h"
+#include "util/error.h"
+
+namespace deltacast::tree {
+namespace {
+
+using namespace std::chrono_literals;
+namespace loop = transport::loopback;
+
+constexpr std::chrono::milliseconds kPeerTimeout{2000};
+
+// Rank g's view of a version: the tensors of its part whole, every other span empty.
+codec::ConstWeights part_view(const Model& model, const codec::Partition& partition, uint32_t g) {
+  codec::ConstWeights w{&model.manifest, std::vector<std::span<const std::byte>>(model.manifest.size())};
+  for (const auto& r : partition.part(g)) w.tensors[r.tensor] = std::span<const std::byte>(model.tensors[r.tensor]);
+  return w;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// M producer ranks and N receivers. start() runs the ranks' starts on threads of their own and
+// the coordinator's on the caller's; refit() does the same with each rank's refit.
+class Group {
+ public:
+  Group(uint32_t m, uint32_t n, TopologyKind kind, const Model& model)
+      : name_(test_name()), m_(m), n_(n), kind_(kind), manifest_(model.manifest),
+        partition_(codec::Partition::balanced(model.manifest, m)), transports_(m), producers_(m),
+        member_transports_(n + 1), receivers_(n + 1), threads_(n + 1), failures_(n + 1), buffers_(n + 1) {
+    for (uint32_t g = 0; g < m; ++g) make_rank(g, {});
+    for (uint32_t r = 1; r <= n; ++r) {
+      transport::TransportOptions to;
+      to.peer_timeout = kPeerTimeout;
+      member_transports_[r] = transport::make_transport("loop", to);
+      ReceiverOptions ro;
+      ro.rank = r;
+      ro.producer_url = url(0);
+      ro.listen_url = "loop://" + name_ + "-r" + std::to_string(r);
+      ro.peer_timeout = kPeerTimeout;
+      ro.connect_timeout = test_time::scaled(std::chrono::seconds(2));
+      ro.join_timeout = test_time::scaled(std::chrono::seconds(20));
+      ro.producer_loss_timeout = std::chrono::seconds(1);
+      receivers_[r] = std::make_unique<Receiver>(*member_transports_[r], ro);
+    }
+  }
+  ~Group() {
+    if (started_) error_of([&] { producers_[0]->finish(); });
+    for (uint32_t g = 1; g < m_; ++g)
+      if (producers_[g]) error_of([&] { producers_[g]->finish(); });
+    for (uint32_t r = 1; r <= n_; ++r) loop::kill(*member_transports_[r]);
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    producers_.clear();
+  }
+
+  // A (new) process for rank g, holding its part of `resume` when given.
+  void make_rank(uint32_t g, std::optional<std::pair<uint64_t, const Model*>> resume,
+                 const std::function<void(ProducerOptions&)>& adjust = {}) {
+    producers_[g].reset();  // before its transport
+    transport::TransportOptions to;
+    to.peer_timeout = kPeerTimeout;
+    transports_[g] = transport::make_transport("loop", to);
+    ProducerOptions po;
+    po.listen_url = url(g);
+    po.receivers = n_;
+    po.topology = kind_;
+    po.encode.chunk_bytes = 32 << 10;  // many chunks per part
+    po.max_inflight_bytes_per_root = 256 << 10;
+    po.peer_timeout = kPeerTimeout;
+    po.version_timeout = 30s;
+    po.join_timeout = test_time::scaled(20s);
+    po.group.rank = g;
+    po.group.size = m_;
+    po.group.coordinator_url = g > 0 ? url(0) : "";
+    if (resume) po.resume = ProducerResume{resume->first, part_view(*resume->second, partition_, g), 0, {}};
+    if (adjust) adjust(po);
+    producers_[g] = std::make_unique<Producer>(*transports_[g], manifest_, po);
+  }
+  std::string url(uint32_t g) const { return "loop://" + name_ + "-p" + std::to_string(g); }
+
+  // Receivers join; the ranks' starts run beside the coordinator's. Returns each rank's error.
+  std::vector<std::string> start(uint32_t first_rank = 1) {
+    for (uint32_t r = 1; r <= n_; ++r)
+      threads_[r] = std::thread([this, r] {
+        try {
+          join_and_serve(*receivers_[r], buffers_[r]);
+        } catch (const std::exception& e) {
+          failures_[r] = e.what();
+        }
+      });
+    std::vector<std::string> errors(m_);
+    std::vector<std::thread> ranks;
+    for (uint32_t g = first_rank; g < m_; ++g)
+      ranks.emplace_back([&, g] { errors[g] = error_of([&] { producers_[g]->start(); }); });
+    errors[0] = error_of([&] { producers_[0]->start(); });
+    started_ = errors[0].empty();
+    for (auto& t : ranks) t.join();
+    return errors;
+  }
+
+  // Every rank refits to `model` (its part) at once; reports[g] is rank g's.
+  std::vector<RefitReport> refit(const Model& model, std::vector<std::string>* errors = nullptr,
+                                 uint32_t first_rank = 0) {
+    std::vector<RefitReport> reports(m_);
+    std::vector<std::string> failed(m_);
+    std::vector<std::thread> ranks;
+    for (uint32_t g = first_rank; g < m_; ++g)
+      ranks.emplace_back([&, g] {
+        failed[g] = error_of([&] { reports[g] = producers_[g]->refit(part_view(model, partition_, g)); });
+      });
+    for (auto& t : ranks) t.join();
+    if (errors) *errors = failed;
+    for (uint32_t g = first_rank; g < m_ && !errors; ++g) EXPECT_EQ(failed[g], "") << "rank " << g;
+    return reports;
+  }
+
+  // Every receiver holds `model`'s bits within `patience` (an ABORT is not acknowledged: members
+  // roll back as they read it).
+  void eventually_everyone_holds(const Model& model, const std::string& when, std::chrono::milliseconds patience) const {
+    const auto deadline = std::chrono::steady_clock::now() + patience;
+    for (uint32_t r = 1; r <= n_; ++r)
+      while (!same_bits(buffers_[r], model.weights()) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+    expect_everyone_holds(model, when);
+  }
+
+  // Every receiver holds `model`'s bits exactly (memcmp).
+  void expect_everyone_holds(const Model& model, const std::string& when) const {
+    for (uint32_t r = 1; r <= n_; ++r) {
+      EXPECT_EQ(failures_[r], "") << "receiver " << r << " " << when;
+      EXPECT_TRUE(same_bits(buffers_[r], model.weights())) << "receiver " << r << " " << when;
+    }
+  }
+
+  Producer& rank(uint32_t g) { return *producers_[g]; }
+  transport::Transport& rank_transport(uint32_t g) { return *transports_[g]; }
+  void drop_rank(uint32_t g) {
+    error_of([&] { producers_[g]->finish(); });
+    producers_[g].reset();
+  }
+  const codec::Partition& partition() const { return partition_; }
+  const std::vector<Bytes>& buffers(uint32_t r) const { return buffers_[r]; }
+
+ private:
+  std::string name_;
+  uint32_t m_, n_;
+  TopologyKind kind_;
+  const codec::Manifest& manifest_;
+  codec::Partition partition_;
+  std::vector<std::unique_ptr<transport::Transport>> transports_;
+  std::vector<std::unique_ptr<Producer>> producers_;
+  std::vector<std::unique_ptr<transport::Transport>> member_transports_;
+  std::vector<std::unique_ptr<Receiver>> receivers_;
+  std::vector<std::thread> threads_;
+  std::vector<std::string> failures_;
+  std::vector<std::vector<Bytes>> buffers_;
+  bool started_ = false;
+};
+
+struct Shape {
+  uint32_t m;
+  uint32_t n;
+  TopologyKind kind;
+};
+
+class GroupVersions : public ::testing::TestWithParam<Shape> {};
+
+// Versions 1..3 (1 from the all-zero version 0), each rank sending only its part down its own
+// trees: every receiver ends each version with the whole model's exact bits.
+TEST_P(GroupVersions, EveryReceiverHoldsEveryVersionExactly) {
+  const Shape shape = GetParam();
+  Model model = Model::make(321);
+  Group group(shape.m, shape.n, shape.kind, model);
+  const auto started = group.start();
+  for (uint32_t g = 0; g < shape.m; ++g) ASSERT_EQ(started[g], "") << "rank " << g;
+  uint64_t total_bytes = 0;
+  for (uint32_t g = 0; g < shape.m; ++g) total_bytes += group.partition().part_bytes(g);
+  ASSERT_EQ(total_bytes, model.manifest.total_bytes());
+  for (uint64_t v = 1; v <= 3; ++v) {
+    if (v > 1) model.step(1000 + v);
+    const auto reports = group.refit(model);
+    uint32_t part_chunks = 0;
+    for (uint32_t g = 0; g < shape.m; ++g) {
+      EXPECT_TRUE(reports[g].committed) << "rank " << g << " version " << v << ": " << reports[g].abort_reason;
+      EXPECT_EQ(reports[g].version, v);
+      EXPECT_EQ(group.rank(g).version(), v);
+      if (g > 0) part_chunks += reports[g].chunks;
+    }
+    EXPECT_GT(part_chunks, 0u);
+    EXPECT_GT(reports[0].chunks, part_chunks) << "the coordinator's report counts every rank's chunks";
+    EXPECT_EQ(reports[0].verified_receivers, shape.n);
+    group.expect_everyone_holds(model, "at version " + std::to_string(v));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GroupVersions,
+                         ::testing::Values(Shape{2, 5, TopologyKind::binary}, Shape{3, 6, TopologyKind::binary},
+                                           Shape{2, 6, TopologyKind::double_binary},
+                                           Shape{3, 4, TopologyKind::chain}),
+                         [](const auto& param_info) {
+                           const Shape& p = param_info.param;
+                           return "M" + std::to_string(p.m) + "_N" + std::to_string(p.n) + "_" +
+                                  std::string(topology_kind_name(p.kind));
+                         });
+
+// Rank 1 dies while its part of version 2 is going out: the version aborts on every member, each
+// rolls back to version 1 exactly; refits fail naming the missing rank until it comes back with
+// its part of version 1; then versions 2 and 3 commit exactly, with no full resend.
+TEST(ProducerGroup, RankKilledMidVersionAbortsThenResumes) {
+  Model model = Model::make(77);
+  Group group(2, 5, TopologyKind::binary, model);
+  const auto started = group.start();
+  ASSERT_EQ(started[0], "");
+  ASSERT_EQ(started[1], "");
+  group.refit(model);
+  group.expect_everyone_holds(model, "at version 1");
+  const Model v1 = model;
+
+  // Dies at its 3rd data message of version 2 (before sending it).
+  auto frames = std::make_shared<std::atomic<int>>(0);
+  loop::set_member_fault_hook(group.rank_transport(1),
+                              std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
+                                if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame &&
+                                    ++*frames == 3)
+                                  return loop::Fault{loop::Fault::Kind::die};
+                                return loop::Fault{};
+                              }));
+  model.step(2);
+  std::vector<std::string> errors;
+  const auto aborted = group.refit(model, &errors);
+  EXPECT_EQ(errors[0], "");
+  EXPECT_FALSE(aborted[0].committed);
+  EXPECT_NE(aborted[0].abort_reason.find("producer rank 1"), std::string::npos) << aborted[0].abort_reason;
+  EXPECT_NE(errors[1], "") << "the killed rank's refit fails";
+  EXPECT_EQ(group.rank(0).version(), 1u);
+  group.eventually_everyone_holds(v1, "after the aborted version 2", test_time::scaled(10s));
+
+  // Without rank 1 nothing is sent.
+  const std::string missing =
+      error_of([&] { group.rank(0).refit(part_view(model, group.partition(), 0)); });
+  EXPECT_NE(missing.find("producer rank 1 has not said GROUP_HELLO"), std::string::npos) << missing;
+  group.expect_everyone_holds(v1, "after a refit without rank 1");
+
+  // Rank 1 restarts holding its part of version 1 (`run --resume`).
+  group.drop_rank(1);
+  group.make_rank(1, std::make_pair(uint64_t{1}, &v1));
+  ASSERT_EQ(error_of([&] { group.rank(1).start(); }), "");
+  for (uint64_t v = 2; v <= 3; ++v) {
+    if (v > 2) model.step(3);
+    const auto reports = group.refit(model);
+    EXPECT_TRUE(reports[0].committed) << reports[0].abort_reason;
+    EXPECT_TRUE(reports[1].committed) << reports[1].abort_reason;
+    group.expect_everyone_holds(model, "at version " + std::to_string(v) + " after rank 1 came back");
+  }
+}
+
+// A rank that comes back with other bits than its part of the committed version is refused,
+// naming it; the group goes on once the right one is back.
+TEST(ProducerGroup, RankBackWithOtherBitsIsRefused) {
+  Model model = Model::make(5);
+  Group group(2, 3, TopologyKind::binary, model);
+  ASSERT_EQ(group.start()[1], "");
+  group.refit(model);
+  const Model v1 = model;
+  group.drop_rank(1);
+  Model other = model;
+  other.step(99);
+  group.make_rank(1, std::make_pair(uint64_t{1}, &other));
+  const std::string refused = error_of([&] { group.rank(1).start(); });
+  EXPECT_NE(refused.find("producer rank 1"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("differs from the group's record"), std::string::npos) << refused;
+  group.drop_rank(1);
+  group.make_rank(1, std::make_pair(uint64_t{1}, &v1));
+  ASSERT_EQ(error_of([&] { group.rank(1).start(); }), "");
+  model.step(4);
+  const auto reports = group.refit(model);
+  EXPECT_TRUE(reports[0].committed);
+  group.expect_everyone_holds(model, "at version 2");
+}
+
+// Bad input at start: a rank with another manifest is refused naming the rank and the manifest,
+// and the coordinator's start fails naming the rank it waited for. No receiver got a WELCOME: none
+// holds any weights.
+TEST(ProducerGroup, RankWithAnotherManifestIsRefusedAndNothingIsWritten) {
+  const Model model = Model::make(9);
+  Group group(2, 3, TopologyKind::binary, model);
+  std::vector<codec::TensorInfo> infos = model.manifest.tensors();
+  infos.back().name = "head.bias.renamed";
+  const codec::Manifest other(infos);
+  transport::TransportOptions to;
+  auto transport = transport::make_transport("loop", to);
+  ProducerOptions po;
+  po.listen_url = "loop://" + test_name() + "-stranger";
+  po.group = {1, 2, group.url(0), {}};
+  po.join_timeout = 5s;
+  Producer stranger(*transport, other, po);
+  std::string stranger_error;
+  std::thread t([&] { stranger_error = error_of([&] { stranger.start(); }); });
+  group.drop_rank(1);  // the real rank 1 never comes
+  group.make_rank(0, std::nullopt, [](ProducerOptions& o) { o.join_timeout = 3s; });
+  const auto errors = group.start(/*first_rank=*/2);
+  t.join();
+  EXPECT_NE(stranger_error.find("producer rank 1"), std::string::npos) << stranger_error;
+  EXPECT_NE(stranger_error.find("manifest"), std::string::npos) << stranger_error;
+  EXPECT_NE(errors[0].find("producer rank 1 has not said GROUP_HELLO"), std::string::npos) << errors[0];
+  for (uint32_t r = 1; r <= 3; ++r) EXPECT_TRUE(group.buffers(r).empty()) << "receiver " << r << " was written";
+}
+
+// Two processes claim rank 1: exactly one is refused, naming the problem; the other runs.
+TEST(ProducerGroup, TwoProcessesForOnePartOneIsRefused) {
+  Model model = Model::make(13);
+  Group group(2, 3, TopologyKind::binary, model);
+  transport::TransportOptions to;
+  auto transport = transport::make_transport("loop", to);
+  ProducerOptions po;
+  po.listen_url = "loop://" + test_name() + "-twin";
+  po.group = {1, 2, group.url(0), {}};
+  po.encode.chunk_bytes = 32 << 10;
+  po.join_timeout = 20s;
+  Producer twin(*transport, model.manifest, po);
+  std::string twin_error;
+  std::thread t([&] { twin_error = error_of([&] { twin.start(); }); });
+  const auto errors = group.start();
+  t.join();
+  ASSERT_EQ(errors[0], "");
+  const bool twin_refused = !twin_error.empty();
+  EXPECT_NE(twin_refused, !errors[1].empty()) << "twin: " << twin_error << "; rank 1: " << errors[1];
+  const std::string& refused = twin_refused ? twin_error : errors[1];
+  EXPECT_NE(refused.find("two processes claim its part"), std::string::npos) << refused;
+  if (twin_refused) {
+    group.refit(model);
+    group.expect_everyone_holds(model, "at version 1");
+  }
+}
+
+}  // namespace
+}  // namespace deltacast::tree

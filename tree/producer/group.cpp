@@ -1,0 +1,291 @@
+// The coordinator's side of a producer group (docs/producer-group.md): its ranks' GROUP_HELLOs
+// (admitted or refused by GroupAdmission), their links, and one version's flow around the
+// unchanged VersionRound: every rank ready, GROUP_BEGIN, each rank's part sent down its own trees,
+// the seal built from the parts' digests, the joint commit, GROUP_DECIDED. A rank lost before its
+// part is out aborts the version on every member.
+#include "tree/producer/impl.h"
+#include "util/bytes.h"
+
+namespace deltacast::tree {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The largest message a group link carries: a GROUP_SENT's two per-tensor digest lists.
+size_t group_link_bytes(const codec::Manifest& manifest) { return kControlBufferBytes + 16 * manifest.size(); }
+
+void add_into(std::vector<uint64_t>& sum, const std::vector<uint64_t>& part) {
+  if (sum.size() < part.size()) sum.resize(part.size(), 0);
+  for (size_t t = 0; t < part.size(); ++t) sum[t] += part[t];
+}
+
+}  // namespace
+
+void Producer::Impl::ensure_admission() {
+  auto& g = *group;
+  if (g.admission) return;
+  g.links.resize(g.size);
+  g.committed_parts.assign(g.size, {});
+  g.committed_parts[0] = baseline->digest().per_tensor();
+  GroupAdmission::Params params;
+  params.size = g.size;
+  params.manifest_digest = manifest.digest();
+  params.partition = g.partition.fingerprint();
+  params.committed_version = version;
+  params.committed_digest = version == 0 ? 0 : committed_digest();
+  params.own_digest = baseline->digest().per_tensor();
+  g.admission.emplace(std::move(params));
+  g.readers = std::make_unique<ControlReaders>(group_link_bytes(manifest), [this](ControlEvent e) {
+    ProducerEvent event;
+    event.kind = ProducerEvent::Kind::group;
+    event.at = e.at;
+    event.control = std::move(e);
+    events.push(std::move(event));
+  });
+}
+
+std::string Producer::Impl::missing_ranks() const {
+  if (!coordinator() || !group->admission) return "";
+  return group->admission->describe_missing();
+}
+
+void Producer::Impl::wait_for_ranks(Clock::time_point deadline) {
+  auto& g = *group;
+  ensure_admission();
+  while (!g.admission->complete()) {
+    if (Clock::now() > deadline) throw Error(Errc::timeout, missing_ranks() + " in time");
+    pump(100ms);
+  }
+  if (version == 0) {
+    // The all-zero version's digest is the sum of the ranks' parts of it (each from its zeros).
+    zero_digest = g.admission->sum().combined();
+    remember_version(0, zero_digest);
+  } else if (const std::string why = g.admission->check_sum(); !why.empty()) {
+    for (uint32_t r = 1; r < g.size; ++r) {
+      if (!g.links[r].connection) continue;
+      try {
+        send_control(*g.links[r].connection, Refused{static_cast<uint32_t>(Errc::verify_failed), why},
+                     kMemberSendTimeout, 0);
+      } catch (const Error&) {
+      }
+      g.links[r].connection->close();
+    }
+    throw Error(Errc::verify_failed, "the producer group cannot start: " + why);
+  }
+  log->info("producer group: {} ranks in at version {} ({})", g.size, version, g.partition.describe(manifest));
+}
+
+void Producer::Impl::handle_group_hello(ProducerEvent& event) {
+  const GroupHello& h = event.group_hello;
+  auto refuse = [&](Errc code, const std::string& why) {
+    log->warn("producer group: refused a GROUP_HELLO: {}", why);
+    try {
+      send_control(*event.connection, Refused{static_cast<uint32_t>(code), why}, kMemberSendTimeout, epoch());
+    } catch (const Error&) {
+    }
+    event.connection->close();
+  };
+  if (!coordinator())
+    return refuse(Errc::invalid_argument, "this is not a producer group's coordinator (rank 0)");
+  auto& g = *group;
+  ensure_admission();
+  const auto decision = g.admission->hello(h);
+  if (!decision.admitted()) return refuse(decision.errc, decision.reason);
+  auto& link = g.links[h.rank];
+  link = ProducerGroup::RankLink{event.connection, next_generation++, h.instance, h.data_url, std::nullopt, std::nullopt};
+  g.committed_parts[h.rank] = h.held_digest;
+  g.readers->add(h.rank, link.generation, event.connection, group_link_bytes(manifest));
+  log->info("producer group: rank {} is in at version {} (its trees' roots JOIN {})", h.rank, h.held_version,
+            h.data_url);
+  if (!membership) return;  // start() sends every rank its WELCOME
+  // A rank coming back: the session as it stands (the members' URLs for its trees' roots).
+  Welcome w = make_welcome();
+  w.instance = h.instance;
+  tell_rank(h.rank, w);
+}
+
+void Producer::Impl::handle_group_event(const ControlEvent& e) {
+  auto& g = *group;
+  if (e.rank == 0 || e.rank >= g.links.size() || g.links[e.rank].generation != e.generation) return;  // an old link
+  auto& link = g.links[e.rank];
+  if (!e.message) return lose_rank(e.rank, "its group link failed: " + e.status.message);
+  if (const auto* ready = std::get_if<GroupReady>(&*e.message)) {
+    link.ready = *ready;
+  } else if (const auto* sent = std::get_if<GroupSent>(&*e.message)) {
+    if (in_flight && sent->attempt == in_flight->attempt) link.sent = *sent;
+  } else {
+    log->warn("producer group: ignoring an unexpected message from rank {}", e.rank);
+  }
+}
+
+void Producer::Impl::lose_rank(uint32_t rank, const std::string& why) {
+  auto& g = *group;
+  auto& link = g.links[rank];
+  if (link.connection) link.connection->close();
+  link = ProducerGroup::RankLink{};
+  g.admission->lost(rank);
+  log->warn("producer group: rank {} lost: {}; its part is missing until it says GROUP_HELLO again", rank, why);
+}
+
+void Producer::Impl::tell_rank(uint32_t rank, const Message& message) {
+  auto& link = group->links[rank];
+  if (!link.connection) return;
+  try {
+    send_control(*link.connection, message, kMemberSendTimeout, epoch());
+  } catch (const Error& e) {
+    lose_rank(rank, std::string("a send failed: ") + e.what());
+  }
+}
+
+void Producer::Impl::tell_ranks(const Message& message) {
+  if (!coordinator()) return;
+  for (uint32_t r = 1; r < group->links.size(); ++r) tell_rank(r, message);
+}
+
+RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
+                                        std::shared_ptr<const CheckpointLayout> new_layout,
+                                        const RefitOptions& refit_options) {
+  auto& g = *group;
+  const uint64_t v = version + 1;
+  // 1. Every rank's trainer asked for v (nothing is sent before: a rank that is missing or late
+  // fails the refit here, naming it).
+  const auto ready_deadline = Clock::now() + options.version_timeout;
+  for (;;) {
+    if (const std::string missing = missing_ranks(); !missing.empty())
+      throw Error(Errc::state, "cannot send version " + std::to_string(v) + ": " + missing +
+                                   " (the group waits for it: a rank comes back with its part of version " +
+                                   std::to_string(version) + ", e.g. `run --resume`)");
+    uint32_t waiting = 0;
+    for (uint32_t r = 1; r < g.size; ++r)
+      if (!g.links[r].ready || g.links[r].ready->version != v) waiting = waiting ? waiting : r;
+    if (waiting == 0) break;
+    if (Clock::now() > ready_deadline)
+      throw Error(Errc::timeout, "producer rank " + std::to_string(waiting) + " did not ask for version " +
+                                     std::to_string(v) + " within the version timeout; nothing was sent");
+    pump(20ms);
+  }
+  for (uint32_t r = 1; r < g.size; ++r) g.links[r].sent.reset();
+
+  // 2. GROUP_BEGIN, this rank's own part, then every other rank's GROUP_SENT.
+  const uint64_t base_combined = committed_digest();
+  codec::EncodePart part = g.chunks.part(g.partition, 0, base_combined);
+  part.base_digest = baseline->digest().per_tensor();
+  codec::DeltaEncoder encoder(baseline->reader(), next, part, {version, v}, refit_encode_options(refit_options));
+  const uint32_t total = g.chunks.total();
+  const uint32_t own_first = g.chunks.first[0];
+  const TopologyKind kind = membership->kind();
+  SharedBytes seal;
+  Impl::InFlight flight;
+  flight.version = v;
+  flight.layout = std::move(new_layout);
+  flight.keys = total + 1;  // the seal is key `total`
+  flight.tree_of = [total, kind](uint32_t key) { return key == total ? 0 : tree_for_chunk(kind, key); };
+  flight.make = [this, &encoder, &seal, total, own_first, end = g.chunks.first[1]](uint32_t key, uint32_t route) {
+    const Envelope envelope = in_flight->envelope(route);
+    if (key == total) return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(*seal, envelope, epoch())), {}};
+    if (key < own_first || key >= end) throw Error(Errc::internal, "chunk " + std::to_string(key) + " is another rank's");
+    return Outgoing{std::make_shared<const std::vector<std::byte>>(
+                        encode_frame_message(encoder.encode_chunk(key - own_first), envelope, epoch())),
+                    {}};
+  };
+  codec::StateDigest new_sum;
+  std::vector<std::vector<uint64_t>> new_parts(g.size);
+  std::string rank_failure;  // why a rank's part did not go out: the version aborts, the refit reports it
+  auto send_all = [&](Impl::InFlight& f) {
+    RefitReport& report = *f.report;
+    tell_ranks(GroupBegin{v, f.attempt, base_combined, f.layout != nullptr});
+    const SentChunks own = send_chunks(f, encoder, own_first);
+    const auto digests = encoder.part_digests();
+    const auto deadline = f.start + options.version_timeout;
+    for (;;) {
+      uint32_t waiting = 0;
+      for (uint32_t r = 1; r < g.size && rank_failure.empty(); ++r) {
+        const auto& link = g.links[r];
+        if (!link.connection) {
+          rank_failure = "producer rank " + std::to_string(r) + " was lost before its part of version " +
+                         std::to_string(v) + " was out";
+        } else if (link.sent && link.sent->errc != 0) {
+          rank_failure = "producer rank " + std::to_string(r) + " could not send its part: " + link.sent->message;
+        } else if (!link.sent && waiting == 0) {
+          waiting = r;
+        }
+      }
+      if (!rank_failure.empty()) throw Error(Errc::connection, rank_failure);
+      if (waiting == 0) break;
+      if (Clock::now() > deadline) {
+        rank_failure = "producer rank " + std::to_string(waiting) + " did not send its part of version " +
+                       std::to_string(v) + " within the version timeout";
+        throw Error(Errc::timeout, rank_failure);
+      }
+      pump(20ms);
+      flush_resends();
+    }
+    // 3. The parts' digests: the bases add up to the committed version (else a rank holds other
+    // bits: named, and nothing commits); the new parts add up to what every member must ack.
+    std::vector<uint64_t> base_sum = digests.base.per_tensor(), next_sum = digests.next.per_tensor();
+    new_parts[0] = digests.next.per_tensor();
+    report.chunks = own.chunks;
+    report.frames_bytes = own.frame_bytes;
+    report.changes = own.stats.changes;
+    report.encode_seconds = own.encode_seconds;
+    for (uint32_t r = 1; r < g.size; ++r) {
+      const GroupSent& sent = *g.links[r].sent;
+      if (sent.base_digest.size() != manifest.size() || sent.new_digest.size() != manifest.size()) {
+        rank_failure = "producer rank " + std::to_string(r) + "'s GROUP_SENT has digests of another manifest";
+        throw Error(Errc::corrupt_frame, rank_failure);
+      }
+      if (sent.base_digest != g.committed_parts[r]) {
+        rank_failure = "producer rank " + std::to_string(r) + " encoded its part on other bits than version " +
+                       std::to_string(version) + "'s (its base digest differs from the group's record)";
+        throw Error(Errc::verify_failed, rank_failure);
+      }
+      add_into(base_sum, sent.base_digest);
+      add_into(next_sum, sent.new_digest);
+      new_parts[r] = sent.new_digest;
+      report.chunks += sent.chunks;
+      report.frames_bytes += sent.frame_bytes;
+      report.changes += sent.changes;
+    }
+    if (const uint64_t base = codec::StateDigest(base_sum).combined(); base != base_combined) {
+      rank_failure = "the parts' bases add up to digest " + hex64(base) + ", not version " + std::to_string(version) +
+                     "'s " + hex64(base_combined);
+      throw Error(Errc::verify_failed, rank_failure);
+    }
+    new_sum = codec::StateDigest(std::move(next_sum));
+    seal = std::make_shared<const std::vector<std::byte>>(
+        codec::seal_frame(manifest, {version, v}, base_combined, total, new_sum));
+    deliver(0, f.make(total, 0));
+    f.sent[total] = true;
+    report.frames_bytes += seal->size();
+    report.elements = manifest.total_elements();
+    report.checkpoint_bytes = manifest.total_bytes();
+  };
+  RefitReport report;
+  try {
+    report = run_version(
+        std::move(flight), send_all, [&] { return new_sum.combined(); }, refit_options.dry_run,
+        [&] {
+          version = v;
+          baseline->adopt(next, v, codec::StateDigest(new_parts[0]));
+          g.committed_parts = new_parts;
+          g.admission->committed(v, new_sum.combined(), new_parts);
+        });
+  } catch (const Error& e) {
+    tell_ranks(GroupDecided{v, attempt, false, e.what()});
+    if (rank_failure.empty()) throw;
+    log->warn("version {} aborted on every member: {}", v, rank_failure);
+    report = RefitReport{};
+    report.version = v;
+    report.abort_reason = rank_failure;
+    report.epoch = epoch();
+    return report;
+  }
+  tell_ranks(GroupDecided{v, attempt, report.committed, report.abort_reason,
+                          report.committed ? new_sum.combined() : 0});
+  log->info("version {} {} in {:.3f} s ({} producer ranks, {} chunks, {} payload bytes, {} changes)", v,
+            report.committed ? "committed" : "aborted", report.refit_seconds, g.size, report.chunks,
+            report.frames_bytes, report.changes);
+  return report;
+}
+
+}  // namespace deltacast::tree

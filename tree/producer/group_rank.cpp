@@ -1,0 +1,244 @@
+// A producer group's part rank (rank >= 1; docs/producer-group.md): its group link to the
+// coordinator (GROUP_HELLO, then WELCOME or REFUSED; forwarded EPOCHs, GAPs and BYE), the roots of
+// its own trees (their JOINs and RESUMEs on its listener, as at the coordinator), and its refit:
+// GROUP_READY, GROUP_BEGIN, its part encoded and sent down its trees, GROUP_SENT, GROUP_DECIDED,
+// then (committed) its part's baseline adopts the new bits.
+#include "tree/connect_retry.h"
+#include "tree/producer/impl.h"
+
+namespace deltacast::tree {
+namespace {
+
+using namespace std::chrono_literals;
+
+// As large as a WELCOME (receivers allow the same).
+constexpr size_t kGroupWelcomeBytes = size_t{64} << 20;
+
+std::chrono::milliseconds left_until(Clock::time_point deadline) {
+  return std::max(1ms, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+}
+
+}  // namespace
+
+StartReport Producer::Impl::rank_start(Clock::time_point deadline) {
+  auto& g = *group;
+  const std::string who = "producer rank " + std::to_string(g.rank);
+  session_start = Clock::now();
+  readers = std::make_unique<ControlReaders>(kControlBufferBytes, [this](ControlEvent e) {
+    ProducerEvent event;
+    event.kind = ProducerEvent::Kind::group;
+    event.at = e.at;
+    event.control = std::move(e);
+    events.push(std::move(event));
+  });
+  start_acceptor();  // the roots of its trees JOIN here once the members read their WELCOME
+  ConnectRetry retry;
+  retry.give_up_after = left_until(deadline);
+  retry.attempt_timeout = std::min(retry.attempt_timeout, retry.give_up_after);
+  retry.who = who;
+  retry.what = "the producer group's coordinator";
+  g.coordinator = connect_with_retry(transport, transport::Url::parse(options.group.coordinator_url), retry);
+  GroupHello hello;
+  hello.rank = g.rank;
+  hello.size = g.size;
+  hello.manifest_digest = manifest.digest();
+  hello.partition = g.partition.fingerprint();
+  hello.held_version = version;
+  hello.held_digest = baseline->digest().per_tensor();
+  hello.data_url = listener->local_url().str();
+  hello.instance = random_instance();
+  send_control(*g.coordinator, hello, kMemberSendTimeout);
+  // The coordinator answers once every receiver and every rank is in (its start).
+  const auto bytes = recv_message(*g.coordinator, kGroupWelcomeBytes, left_until(deadline));
+  const uint64_t welcome_epoch = message_header(bytes).epoch;
+  auto message = decode_message(bytes);
+  if (const auto* refused = std::get_if<Refused>(&message))
+    throw Error(static_cast<Errc>(refused->errc), "the producer group's coordinator refused " + who + ": " + refused->message);
+  auto* w = std::get_if<Welcome>(&message);
+  if (!w) throw Error(Errc::corrupt_frame, who + ": the coordinator's first answer is neither WELCOME nor REFUSED");
+  if (codec::Manifest(w->tensors).digest() != manifest.digest())
+    throw Error(Errc::version_mismatch, who + ": the coordinator's manifest differs from this rank's");
+  if (w->producer_urls.size() != g.size)
+    throw Error(Errc::corrupt_frame, who + ": the WELCOME lists " + std::to_string(w->producer_urls.size()) +
+                                         " producer ranks; the group has " + std::to_string(g.size));
+  if (w->committed_version != version)
+    throw Error(Errc::version_mismatch, who + " holds version " + std::to_string(version) +
+                                            "; the group's committed version is " +
+                                            std::to_string(w->committed_version));
+  remember_version(version, w->committed_digest);
+  membership = Membership::from_welcome(parse_topology_kind(w->topology), welcome_epoch, w->members, w->forest,
+                                        static_cast<int>(g.size));
+  members = w->members;
+  max_message_bytes = w->max_message_bytes;
+  layout = std::make_shared<const CheckpointLayout>(w->layout);
+  roots.assign(membership->trees(), nullptr);
+  root_lost.assign(membership->trees(), Clock::now());
+  readers->add(0, next_generation++, g.coordinator, kControlBufferBytes);
+  log->info("{} is in: {} receivers, its trees {}..{}, version {}", who, membership->size(),
+            g.first_tree(tree_count(membership->kind())),
+            g.first_tree(tree_count(membership->kind())) + tree_count(membership->kind()) - 1, version);
+  idle = std::thread([this] { idle_loop(); });
+  StartReport report;
+  report.version = version;
+  return report;
+}
+
+void Producer::Impl::handle_coordinator(const ControlEvent& e) {
+  auto& g = *group;
+  if (!e.message) {
+    if (g.coordinator_lost.empty()) g.coordinator_lost = e.status.message;
+    log->warn("producer rank {}: the link to the coordinator failed: {}", g.rank, e.status.message);
+    return;
+  }
+  const Message& m = *e.message;
+  if (const auto* update = std::get_if<EpochUpdate>(&m)) {
+    if (e.epoch <= epoch()) return;
+    membership->apply(e.epoch, update->dead, update->joined, update->moves);
+    // A root that left, or is no longer its tree's root: the new one JOINs (and RESUMEs).
+    for (int t = 0; t < static_cast<int>(roots.size()); ++t) {
+      auto& root = roots[t];
+      if (!root) continue;
+      if (!membership->live(root->peer_rank()) || membership->root(t) != root->peer_rank()) {
+        root->cancel_all();
+        root.reset();
+        root_lost[t] = Clock::now();
+      }
+    }
+  } else if (const auto* begin = std::get_if<GroupBegin>(&m)) {
+    g.begin = *begin;
+  } else if (const auto* decided = std::get_if<GroupDecided>(&m)) {
+    g.decided = *decided;
+  } else if (const auto* gap = std::get_if<Gap>(&m)) {
+    if (in_flight && gap->attempt == in_flight->attempt && membership->live(gap->child))
+      for (const uint32_t key : gap->chunks)
+        if (key < in_flight->keys && in_flight->sent[key]) in_flight->resends.emplace_back(key, gap->child);
+  } else if (std::holds_alternative<Bye>(m)) {
+    g.bye = true;
+  } else if (const auto* refused = std::get_if<Refused>(&m)) {
+    g.coordinator_lost = "the coordinator refused this rank: " + refused->message;
+  } else {
+    log->warn("producer rank {}: ignoring an unexpected message from the coordinator", g.rank);
+  }
+}
+
+RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const RefitOptions& refit_options) {
+  auto& g = *group;
+  const uint64_t v = version + 1;
+  const std::string who = "producer rank " + std::to_string(g.rank);
+  auto check_link = [&] {
+    if (!g.coordinator_lost.empty())
+      throw Error(Errc::connection, who + " lost the coordinator: " + g.coordinator_lost +
+                                        " (members keep the committed version; a restarted coordinator resumes)");
+    if (g.bye) throw Error(Errc::state, who + ": the coordinator ended the session");
+  };
+  check_link();
+  if (next.manifest().digest() != manifest.digest())
+    throw Error(Errc::invalid_argument,
+                "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
+  g.begin.reset();
+  g.decided.reset();
+  send_control(*g.coordinator, GroupReady{g.rank, v}, kMemberSendTimeout, epoch());
+  RefitReport report;
+  report.version = v;
+  const auto start = Clock::now();
+  // GROUP_BEGIN once every rank asked (or GROUP_DECIDED: the coordinator gave the version up).
+  while (!(g.begin && g.begin->version == v)) {
+    check_link();
+    if (g.decided && g.decided->version == v) {
+      report.abort_reason = g.decided->reason;
+      return report;
+    }
+    if (Clock::now() - start > options.version_timeout)
+      throw Error(Errc::timeout, who + ": the coordinator did not begin version " + std::to_string(v) + " in time");
+    pump(20ms);
+  }
+  const GroupBegin begin = *g.begin;
+  codec::EncodePart part = g.chunks.part(g.partition, g.rank, begin.base_digest);
+  part.base_digest = baseline->digest().per_tensor();
+  codec::EncodeOptions encode = options.encode;
+  if (version == 0) encode.xor_safe_mode = codec::ValueMode::xor_bits;  // as the coordinator's (refit_encode_options)
+  if (refit_options.value_mode) encode.xor_safe_mode = *refit_options.value_mode;
+  codec::DeltaEncoder encoder(baseline->reader(), next, part, {version, v}, encode);
+
+  const uint32_t own_first = g.chunks.first[g.rank];
+  const uint32_t own_end = g.chunks.first[g.rank + 1];
+  const TopologyKind kind = membership->kind();
+  const int first_tree = static_cast<int>(g.first_tree(tree_count(kind)));
+  InFlight flight;
+  flight.version = v;
+  flight.attempt = begin.attempt;
+  flight.start = start;
+  // The envelopes say whether the version changes the layout (the coordinator sent the LAYOUT).
+  if (begin.new_layout) flight.layout = layout;
+  flight.keys = g.chunks.total();
+  flight.sent.assign(flight.keys, false);
+  flight.tree_of = [first_tree, kind](uint32_t key) { return first_tree + tree_for_chunk(kind, key); };
+  flight.make = [this, &encoder, own_first, own_end](uint32_t key, uint32_t route) {
+    if (key < own_first || key >= own_end) throw Error(Errc::internal, "chunk " + std::to_string(key) + " is another rank's");
+    return Outgoing{std::make_shared<const std::vector<std::byte>>(
+                        encode_frame_message(encoder.encode_chunk(key - own_first), in_flight->envelope(route), epoch())),
+                    {}};
+  };
+  flight.report = &report;
+  in_flight = std::move(flight);
+  struct EndFlight {
+    Impl& d;
+    ~EndFlight() {
+      d.settle_roots();
+      d.in_flight.reset();
+    }
+  } end_flight{*this};
+
+  GroupSent sent{g.rank, v, begin.attempt, 0, {}, {}, 0, 0, 0, {}};
+  codec::StateDigest new_part;
+  try {
+    const SentChunks chunks = send_chunks(*in_flight, encoder, own_first);
+    const auto digests = encoder.part_digests();
+    sent.chunks = chunks.chunks;
+    sent.base_digest = digests.base.per_tensor();
+    sent.new_digest = digests.next.per_tensor();
+    sent.frame_bytes = chunks.frame_bytes;
+    sent.changes = chunks.stats.changes;
+    new_part = digests.next;
+    report.chunks = chunks.chunks;
+    report.frames_bytes = chunks.frame_bytes;
+    report.changes = chunks.stats.changes;
+    report.elements = chunks.stats.elements;
+    report.checkpoint_bytes = chunks.stats.checkpoint_bytes;
+    report.encode_seconds = chunks.encode_seconds;
+  } catch (const Error& e) {
+    // Its part cannot go out (a read failed, every receiver failed): the coordinator aborts the
+    // version everywhere.
+    sent.errc = static_cast<uint32_t>(e.code());
+    sent.message = e.what();
+    check_link();
+    send_control(*g.coordinator, sent, kMemberSendTimeout, epoch());
+    throw;
+  }
+  send_control(*g.coordinator, sent, kMemberSendTimeout, epoch());
+  // Until the coordinator's word: new roots JOIN and get what they lack, GAPs are answered.
+  while (!(g.decided && g.decided->attempt == begin.attempt)) {
+    check_link();
+    pump(20ms);
+    flush_resends();
+  }
+  report.committed = g.decided->committed;
+  report.abort_reason = g.decided->reason;
+  report.epoch = epoch();
+  report.refit_seconds = seconds_since(start);
+  if (report.committed) {
+    version = v;
+    remember_version(v, g.decided->digest);
+    baseline->adopt(next, v, std::move(new_part));
+  }
+  log->info("{}: version {} {} in {:.3f} s ({} chunks of its part, {} payload bytes)", who, v,
+            report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes);
+  return report;
+}
+
+void Producer::Impl::rank_finish() {
+  settle_roots();
+  if (group->coordinator) group->coordinator->close();
+}
+
+}  // namespace deltacast::tree
