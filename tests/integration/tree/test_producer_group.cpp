@@ -157,6 +157,15 @@ class Group {
     }
   }
 
+  // Every receiver but `dead` holds `model`'s bits exactly.
+  void expect_survivors_hold(const Model& model, uint32_t dead, const std::string& when) const {
+    for (uint32_t r = 1; r <= n_; ++r) {
+      if (r == dead) continue;
+      EXPECT_EQ(failures_[r], "") << "receiver " << r << " " << when;
+      EXPECT_TRUE(same_bits(buffers_[r], model.weights())) << "receiver " << r << " " << when;
+    }
+  }
+  transport::Transport& receiver_transport(uint32_t r) { return *member_transports_[r]; }
   Producer& rank(uint32_t g) { return *producers_[g]; }
   transport::Transport& rank_transport(uint32_t g) { return *transports_[g]; }
   void drop_rank(uint32_t g) {
@@ -276,6 +285,40 @@ TEST(ProducerGroup, RankKilledMidVersionAbortsThenResumes) {
     EXPECT_TRUE(reports[0].committed) << reports[0].abort_reason;
     EXPECT_TRUE(reports[1].committed) << reports[1].abort_reason;
     group.expect_everyone_holds(model, "at version " + std::to_string(v) + " after rank 1 came back");
+  }
+}
+
+// A receiver that relays in rank 0's tree (binary over 1..6: rank 2 feeds 4 and 5) dies at its 3rd
+// forwarded data message of version 2: every tree it was in is repaired (rank 1's trees too: the
+// EPOCH reaches the rank), version 2 commits, and every survivor ends each version exactly.
+TEST(ProducerGroup, ReceiverKilledMidVersionBothTreesRepair) {
+  Model model = Model::make(31);
+  Group group(2, 6, TopologyKind::binary, model);
+  const auto started = group.start();
+  ASSERT_EQ(started[0], "");
+  ASSERT_EQ(started[1], "");
+  group.refit(model);
+  group.expect_everyone_holds(model, "at version 1");
+  auto frames = std::make_shared<std::atomic<int>>(0);
+  loop::set_member_fault_hook(group.receiver_transport(2),
+                              std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
+                                if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame &&
+                                    ++*frames == 3)
+                                  return loop::Fault{loop::Fault::Kind::die};
+                                return loop::Fault{};
+                              }));
+  for (uint64_t v = 2; v <= 3; ++v) {
+    model.step(40 + v);
+    const auto reports = group.refit(model);
+    EXPECT_TRUE(reports[0].committed) << "version " << v << ": " << reports[0].abort_reason;
+    EXPECT_TRUE(reports[1].committed) << "version " << v << ": " << reports[1].abort_reason;
+    if (v == 2) {
+      bool reported = false;
+      for (const auto& f : reports[0].failed_members) reported = reported || f.rank == 2;
+      EXPECT_TRUE(reported) << "receiver 2 died in version 2 and is not reported";
+      EXPECT_EQ(reports[0].verified_receivers, 5u);
+    }
+    group.expect_survivors_hold(model, 2, "at version " + std::to_string(v));
   }
 }
 
