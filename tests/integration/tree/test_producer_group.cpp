@@ -322,6 +322,45 @@ TEST(ProducerGroup, ReceiverKilledMidVersionBothTreesRepair) {
   }
 }
 
+// Rank 1 freezes (SIGSTOP-like: it neither sends nor answers) at its 3rd data message of version 2:
+// its group link goes silent, the coordinator aborts the version on every member within about the
+// peer timeout, every receiver rolls back exactly; rank 1 replaced (killed, resumed) commits the next.
+TEST(ProducerGroup, RankFrozenMidVersionAbortsThenItsReplacementCommits) {
+  Model model = Model::make(91);
+  Group group(2, 4, TopologyKind::binary, model);
+  const auto started = group.start();
+  ASSERT_EQ(started[1], "");
+  group.refit(model);
+  const Model v1 = model;
+  auto frames = std::make_shared<std::atomic<int>>(0);
+  loop::set_member_fault_hook(group.rank_transport(1),
+                              std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
+                                if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame &&
+                                    ++*frames == 3)
+                                  return loop::Fault{loop::Fault::Kind::freeze};
+                                return loop::Fault{};
+                              }));
+  model.step(6);
+  std::thread frozen_rank([&] { error_of([&] { group.rank(1).refit(part_view(model, group.partition(), 1)); }); });
+  const auto t0 = std::chrono::steady_clock::now();
+  RefitReport aborted;
+  const std::string error = error_of([&] { aborted = group.rank(0).refit(part_view(model, group.partition(), 0)); });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(error, "");
+  EXPECT_FALSE(aborted.committed);
+  EXPECT_NE(aborted.abort_reason.find("producer rank 1"), std::string::npos) << aborted.abort_reason;
+  EXPECT_LT(seconds, 20.0) << "a frozen rank must not hold the version for its whole timeout";
+  group.eventually_everyone_holds(v1, "after the aborted version 2", test_time::scaled(10s));
+  loop::kill(group.rank_transport(1));  // the frozen process is replaced
+  frozen_rank.join();
+  group.drop_rank(1);
+  group.make_rank(1, std::make_pair(uint64_t{1}, &v1));
+  ASSERT_EQ(error_of([&] { group.rank(1).start(); }), "");
+  const auto reports = group.refit(model);
+  EXPECT_TRUE(reports[0].committed) << reports[0].abort_reason;
+  group.expect_everyone_holds(model, "at version 2 after rank 1 was replaced");
+}
+
 // A rank that comes back with other bits than its part of the committed version is refused,
 // naming it; the group goes on once the right one is back.
 TEST(ProducerGroup, RankBackWithOtherBitsIsRefused) {
