@@ -17,7 +17,7 @@ using namespace deltacast;
 
 struct dc_producer {
   enum class Phase { created, listening, started, finished };
-  capi::Options options{"dc_producer_set", {"listen", "receivers", "threads"}};
+  capi::Options options{"dc_producer_set", {"listen", "receivers", "threads", "group_rank", "group_size", "coordinator"}};
   std::vector<codec::TensorInfo> tensors;
   std::vector<std::span<const std::byte>> data;  // [tensor]: the host's bytes (borrowed)
   std::optional<codec::Manifest> manifest;
@@ -53,12 +53,23 @@ void listen(dc_producer& p) {
   if (p.phase != dc_producer::Phase::created) return;
   if (p.tensors.empty()) throw Error(Errc::state, "dc_producer_listen: add the tensors first (dc_producer_add_tensor)");
   config::Config c = p.options.config();  // a copy: clusters: auto resolves into it
+  // A producer group's rank (docs/producer-group.md): rank 0 coordinates (receivers say HELLO to
+  // it); a rank >= 1 needs the coordinator's URL, and takes the receivers' count from it.
+  tree::ProducerGroupOptions group;
+  if (const auto size = p.options.process("group_size"))
+    group.size = static_cast<uint32_t>(capi::parse_count("group_size", *size, 1, 1024));
+  if (const auto rank = p.options.process("group_rank"))
+    group.rank = static_cast<uint32_t>(capi::parse_count("group_rank", *rank, 0, 1023));
+  group.coordinator_url = p.options.process("coordinator").value_or("");
   const auto receivers = p.options.process("receivers");
-  if (!receivers) throw Error(Errc::config, "set \"receivers\" (how many members start waits for) first");
-  const auto count = static_cast<uint32_t>(capi::parse_count("receivers", *receivers, 1, 1u << 20));
+  if (!receivers && group.rank == 0)
+    throw Error(Errc::config, "set \"receivers\" (how many members start waits for) first");
+  const auto count =
+      receivers ? static_cast<uint32_t>(capi::parse_count("receivers", *receivers, 1, 1u << 20)) : uint32_t{1};
   capi::resolve_producer_clusters(c, count);
   tree::ProducerOptions options = tree::producer_options_from(c);
   options.receivers = count;
+  options.group = group;
   options.listen_url = p.options.process("listen").value_or(c.transport + "://127.0.0.1:0");
   options.encode.threads = p.options.process("threads")
                                ? static_cast<unsigned>(capi::parse_count("threads", *p.options.process("threads"), 1, 1024))
@@ -143,7 +154,10 @@ int dc_producer_add_tensor(dc_producer* p, const char* name, int dtype, int ndim
       if (shape[i] < 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': negative dimension");
       t.shape.push_back(static_cast<uint64_t>(shape[i]));
     }
-    if (nbytes != t.nbytes())
+    // A producer group's rank may hold no bytes of a tensor outside its part (data NULL, 0 bytes):
+    // its refits read only its part, and refuse a part whose buffer is missing.
+    const bool absent = !data && nbytes == 0;
+    if (nbytes != t.nbytes() && !absent)
       throw Error(Errc::invalid_argument, "tensor '" + t.name + "' needs " + std::to_string(t.nbytes()) +
                                               " bytes for its shape and dtype; the buffer has " + std::to_string(nbytes));
     if (!data && nbytes > 0) throw Error(Errc::invalid_argument, "tensor '" + t.name + "': data is NULL");
@@ -187,7 +201,9 @@ int dc_producer_start(dc_producer* p, int64_t timeout_ms) {
     p->producer->start(timeout);
     p->phase = dc_producer::Phase::started;
     p->pull_cuda();
-    return finish_version(*p, p->producer->bootstrap(p->weights()), false);
+    // A group sends version 1 as every rank's part, a delta from the all-zero version 0.
+    const bool grouped = p->options.process("group_size").value_or("1") != "1";
+    return finish_version(*p, grouped ? p->producer->refit(p->weights()) : p->producer->bootstrap(p->weights()), false);
   });
 }
 
@@ -197,7 +213,7 @@ int dc_producer_set_data(dc_producer* p, const char* name, const void* data, siz
     capi::require(name, "name");
     for (size_t i = 0; i < p->tensors.size(); ++i) {
       if (p->tensors[i].name != name) continue;
-      if (nbytes != p->tensors[i].nbytes())
+      if (nbytes != p->tensors[i].nbytes() && !(!data && nbytes == 0 && !p->cuda_data[i]))
         throw Error(Errc::invalid_argument, "tensor '" + p->tensors[i].name + "' needs " +
                                                 std::to_string(p->tensors[i].nbytes()) + " bytes; the buffer has " +
                                                 std::to_string(nbytes));

@@ -234,7 +234,12 @@ DC_API void dc_producer_free(dc_producer* producer);
  * clusters = "auto" with probe_file: rank 0's probe cluster, the report must have receivers + 1
  * ranks, else DC_ERR_CONFIG at listen), plus "listen" (the
  * rendezvous URL, port 0 picks one), "receivers" (exactly how many members start waits for),
- * "threads" (encoder threads), and "config" as for the receiver; the environment likewise. */
+ * "threads" (encoder threads), and "config" as for the receiver; the environment likewise.
+ * A producer group (docs/producer-group.md): "group_size" (M), "group_rank" (0: the coordinator,
+ * which takes "receivers"; 1..M-1: a part rank, which needs "coordinator", rank 0's URL). Each rank
+ * adds every tensor of the manifest; one outside its part may have data NULL and nbytes 0. Each
+ * rank's start and refit run at the same time as the others' (each blocks until the version is
+ * decided); version 1 is every part as a delta from zeros. */
 DC_API int dc_producer_set(dc_producer* producer, const char* key, const char* value);
 
 /* Adds the next tensor of the manifest (before start), with its data for version 1. The data is

@@ -12,6 +12,9 @@ TestRelayTree    torch: a trainer (this process) and 3 server processes (embed_s
                  127.0.0.1, a binary tree: versions with ~1% changes, special values, new tensor
                  objects, a dry run that rolls back, a version with no change; every server checked
                  bit-exact (SHA-256 of the bytes) with unchanged data pointers, and its events.
+TestProducerGroup torch: a producer group of two Producer handles (group_rank 0 and 1, each refit
+                 on its own thread, each sending its part down its own trees) and 3 servers:
+                 versions bit-exact on every server, a rank without its coordinator refused.
 Tests that need torch skip (saying "torch is not installed") only when it cannot be imported.
 """
 
@@ -618,5 +621,59 @@ class TestRelayTree(unittest.TestCase):
                 self.assertEqual(events, expected, f"server {rank}: events from {source}")
 
 
+@unittest.skipIf(torch is None, NO_TORCH)
+class TestProducerGroup(unittest.TestCase):
+    RECEIVERS = 3
+    setUp = TestRelayTree.setUp
+    tearDown = TestRelayTree.tearDown
+    ask_all = TestRelayTree.ask_all
+    check_servers = TestRelayTree.check_servers
+
+    def test_two_producer_handles_bit_exact(self):
+        g = torch.Generator().manual_seed(11)
+        tensors = embed_model.trainer_tensors()
+        common = dict(listen=LOOPBACK, topology="binary", chunk_bytes="256KiB", log_level="warn")
+        coordinator = deltacast.Producer(tensors, receivers=self.RECEIVERS, group_rank=0, group_size=2, **common)
+        with coordinator as p0:
+            with deltacast.Producer(tensors, group_rank=1, group_size=2, coordinator=p0.url, **common) as p1:
+                self.servers = [_Server(p0.url, rank) for rank in range(1, self.RECEIVERS + 1)]
+                starters = [_Starter(p1), _Starter(p0)]
+                reports = [s.result() for s in starters]
+                for report in reports:
+                    self.assertTrue(report["committed"], report)
+                    self.assertEqual(report["version"], 1, report)
+                for server in self.servers:
+                    server.reply()  # its manifest
+                self.check_servers("check 1", 1, embed_model.hashes(tensors))
+                for version in (2, 3):
+                    embed_model.perturb(tensors, 0.01, g)
+                    if version == 3:
+                        embed_model.write_special(tensors)
+                    results = {}
+
+                    def refit(name, producer):
+                        results[name] = producer.refit(tensors)
+
+                    threads = [threading.Thread(target=refit, args=(n, q)) for n, q in (("p1", p1), ("p0", p0))]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join(120)
+                    self.assertEqual(set(results), {"p0", "p1"}, "a rank's refit did not return")
+                    for name, report in results.items():
+                        self.assertTrue(report["committed"], (name, report))
+                        self.assertEqual(report["version"], version, (name, report))
+                    self.assertEqual(results["p0"]["verified_receivers"], self.RECEIVERS)
+                    self.assertEqual((p0.version, p1.version), (version, version))
+                    self.check_servers(f"check {version}", version, embed_model.hashes(tensors))
+
+    def test_a_rank_needs_its_coordinator(self):
+        tensors = embed_model.trainer_tensors()
+        with self.assertRaises(deltacast.Error) as caught:
+            deltacast.Producer(tensors, group_rank=1, group_size=2, listen=LOOPBACK)
+        self.assertIn("coordinator", str(caught.exception))
+
+
 if __name__ == "__main__":
     unittest.main()
+
