@@ -178,6 +178,9 @@ struct RefitReport {
   // Who decided the commit: the delegate's rank, or 0 when the producer did (not delegated, or the
   // delegate failed and the producer took over).
   uint32_t commit_delegate = 0;
+  // A producer group's coordinator: the version aborted because a producer rank was lost before
+  // its part was out (the group waits for it: the same version can be sent again once it is back).
+  bool producer_rank_lost = false;
 };
 
 class Producer {

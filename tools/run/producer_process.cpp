@@ -161,6 +161,42 @@ class ProducerRun {
     }
   }
 
+  // A producer group's version. When a producer rank was lost before its part was out, the version
+  // aborted on every member; the coordinator waits up to timeouts.producer_loss for the rank to
+  // come back (`run --resume` on it) and sends the version again, and a part rank sends it again
+  // with it (the coordinator ends the session, BYE, when it gives up: the rank's refit throws).
+  tree::RefitReport group_refit(const std::function<tree::RefitReport()>& send) {
+    tree::RefitReport r = send();
+    if (rank_ > 0) {
+      while (!r.committed) {
+        std::printf("%s: version %llu aborted (%s); sending it again with the group\n", who_.c_str(),
+                    static_cast<unsigned long long>(r.version), r.abort_reason.c_str());
+        std::fflush(stdout);
+        r = send();
+      }
+      return r;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + c_.timeouts.producer_loss;
+    while (!r.committed && r.producer_rank_lost) {
+      std::printf("producer: version %llu aborted on every member: %s; waiting up to %.0f s for the rank "
+                  "(run --resume on it)\n",
+                  static_cast<unsigned long long>(r.version), r.abort_reason.c_str(),
+                  std::chrono::duration<double>(c_.timeouts.producer_loss).count());
+      std::fflush(stdout);
+      for (;;) {
+        try {
+          r = send();
+          break;
+        } catch (const Error& e) {
+          // Error(state): a rank has not said GROUP_HELLO yet.
+          if (e.code() != Errc::state || std::chrono::steady_clock::now() > deadline) throw;
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+      }
+    }
+    return r;
+  }
+
   // A part rank's state, once its refit returns committed (the coordinator's is written before
   // its COMMIT goes out: decided()).
   void part_committed(const tree::RefitReport& r) {
@@ -221,8 +257,10 @@ class ProducerRun {
     tree::RefitOptions refit_options;
     refit_options.layout = source_->layout();
     const codec::WeightsReader* reader = source_->reader();
-    tree::RefitReport r =
-        reader ? producer_->refit(*reader, refit_options) : producer_->refit(source_->weights(), refit_options);
+    auto send = [&] {
+      return reader ? producer_->refit(*reader, refit_options) : producer_->refit(source_->weights(), refit_options);
+    };
+    tree::RefitReport r = c_.producers > 1 ? group_refit(send) : send();
     const auto committed_at = std::chrono::steady_clock::now();
     part_committed(r);
     if (rank_ > 0) {

@@ -277,6 +277,7 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
     report = RefitReport{};
     report.version = v;
     report.abort_reason = rank_failure;
+    report.producer_rank_lost = true;
     report.epoch = epoch();
     return report;
   }

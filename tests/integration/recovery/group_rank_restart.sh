@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# A producer group's rank killed mid-version and resumed (`deltacast run --resume` on that rank;
+# docs/producer-group.md, "Failure"), with real processes on 127.0.0.1: 2 producer ranks + 3
+# receivers, 5M parameters, 5 steps.
+#   1. Rank 1 kills itself (--fault kill@4:1) at its first data message of version 4 (step 3). The
+#      coordinator aborts version 4 on every member (each rolls back to version 3), says so, and
+#      waits for the rank (timeouts.producer_loss).
+#   2. `deltacast run --resume --rank 1`: it resumes at version 3 from its own state file
+#      (producer-state-rank1.json), the coordinator sends version 4 again, steps 3..5 commit, both
+#      ranks exit 0 and every receiver ends at version 6 with the coordinator's SHA-256.
+set -euo pipefail
+DC=${1:?usage: group_rank_restart.sh PATH/TO/deltacast}
+WORK=$(mktemp -d /tmp/dc-group-restart.XXXXXX)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "${PASSED:-0}" = 1 ]; then rm -rf "$WORK"; else echo "(files kept in $WORK)" >&2; fi
+}
+trap cleanup EXIT
+cd "$WORK"
+
+fail() {
+  echo "FAIL: $*" >&2
+  for f in p0.out p0.log p1.out p1.log p1b.out p1b.log rank-*.log; do
+    [ -f "$f" ] || continue
+    echo "--- $f (last lines):" >&2
+    tail -n 12 "$f" >&2 || true
+  done
+  exit 1
+}
+wait_for() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.1
+  done
+}
+wait_exit() {
+  local pid=$1
+  wait_for "$2" bash -c "! kill -0 $pid 2>/dev/null || [ \"\$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null)\" = Z ]" || return 124
+  local status=0
+  wait "$pid" || status=$?
+  return "$status"
+}
+
+# 5 free loopback ports: the producer ranks' (BASE, BASE+1) and the receivers'.
+BASE=$(python3 - <<'PY'
+import random, socket
+for _ in range(500):
+    base = random.randrange(20000, 50000)
+    try:
+        socks = []
+        for p in range(base, base + 5):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()
+PY
+)
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >secret
+chmod 600 secret
+cat >cluster.yaml <<YAML
+producer: tcp://127.0.0.1:$BASE
+producers: 2
+transport: tcp
+topology: binary
+chunk_bytes: 256KiB
+members: {count: 3, host: 127.0.0.1, base_port: $((BASE + 2)), cluster: local}
+timeouts: {connect: 5s, heartbeat: 500ms, peer: 5s, refit: 60s, join: 60s, producer_loss: 60s}
+secret_file: $WORK/secret
+trainer: {kind: synth, params: 5M, steps: 5, lr: 1e-5, seed: 7}
+output: {dir: $WORK/out, log_file: ""}
+log_level: info
+YAML
+
+for j in 2 3 4; do
+  r=$((j - 1))
+  "$DC" run --config cluster.yaml --rank "$j" --size 5 --summary "rank-$r.json" >"rank-$r.out" 2>"rank-$r.log" &
+  PIDS+=("$!")
+done
+"$DC" run --config cluster.yaml --rank 1 --size 5 --fault kill@4:1 >p1.out 2>p1.log &
+P1=$!
+PIDS+=("$P1")
+"$DC" run --config cluster.yaml --rank 0 --size 5 --report report.json >p0.out 2>p0.log &
+P0=$!
+PIDS+=("$P0")
+
+# --- 1. rank 1 dies in version 4; the coordinator aborts it everywhere and waits ------------------
+status=0
+wait_exit "$P1" 60 || status=$?
+[ "$status" = 137 ] || fail "rank 1 did not kill itself (exit $status)"
+grep -q "fault kill@4:1: killing" p1.out || fail "rank 1's fault did not say so"
+wait_for 30 grep -q "version 4 aborted on every member: producer rank 1" p0.out ||
+  fail "the coordinator did not abort version 4 naming rank 1"
+[ -f out/producer-state-rank1.json ] || fail "rank 1 wrote no state file"
+python3 - out/producer-state-rank1.json <<'PY' || fail "rank 1's state is not at version 3"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["version"] == 3 and s["trainer_step"] == 2, s
+PY
+echo "ok: rank 1 died in version 4, aborted everywhere (at ${SECONDS} s)"
+
+# --- 2. rank 1 resumed -----------------------------------------------------------------------------
+"$DC" run --resume --config cluster.yaml --rank 1 --size 5 >p1b.out 2>p1b.log &
+P1B=$!
+PIDS+=("$P1B")
+for pid in "$P0" "$P1B"; do
+  status=0
+  wait_exit "$pid" 90 || status=$?
+  [ "$status" = 0 ] || fail "producer rank (pid $pid) exited with $status"
+done
+grep -q "resumed at version 3 (step 2)" p1b.out || fail "rank 1 did not say it resumed at version 3"
+for s in 3 4 5; do
+  grep -q "^step $s: version $((s + 1)) .* verified 3/3" p0.out || fail "no committed 'step $s:' line"
+done
+for j in 2 3 4; do wait_exit "${PIDS[$((j - 2))]}" 30 || true; done
+python3 - report.json rank-1.json rank-2.json rank-3.json <<'PY' || fail "the results are not as expected"
+import json, sys
+report = json.load(open(sys.argv[1]))
+assert report["ok"] is True, report
+assert report["version"] == 6, report["version"]
+assert report["producer_rank"] == 0, report
+for path in sys.argv[2:]:
+    summary = json.load(open(path))
+    assert summary["version"] == 6, (path, summary)
+    assert summary["sha256"] == report["sha256"], (path, summary["sha256"], report["sha256"])
+    # Version 4's first attempt was aborted (ABORT) and rolled back; nothing else.
+    assert summary["versions_aborted"] <= 1, (path, summary)
+PY
+PASSED=1
+echo "ok: rank 1 resumed, steps 3..5 committed, every receiver bit-exact (at ${SECONDS} s)"
