@@ -17,7 +17,8 @@ using namespace deltacast;
 
 struct dc_producer {
   enum class Phase { created, listening, started, finished };
-  capi::Options options{"dc_producer_set", {"listen", "receivers", "threads", "group_rank", "group_size", "coordinator"}};
+  capi::Options options{"dc_producer_set",
+                        {"listen", "receivers", "threads", "group_rank", "group_size", "coordinator"}};
   std::vector<codec::TensorInfo> tensors;
   std::vector<std::span<const std::byte>> data;  // [tensor]: the host's bytes (borrowed)
   std::optional<codec::Manifest> manifest;

@@ -84,8 +84,8 @@ SpanReader::SpanReader(ConstWeights weights) : weights_(std::move(weights)) {
   if (weights_.manifest == nullptr) throw Error(Errc::invalid_argument, "weights: no manifest");
   if (weights_.tensors.size() != weights_.manifest->size())
     throw Error(Errc::invalid_argument, "weights: " + std::to_string(weights_.tensors.size()) +
-                                            " buffers for a manifest of " +
-                                            std::to_string(weights_.manifest->size()) + " tensors");
+                                            " buffers for a manifest of " + std::to_string(weights_.manifest->size()) +
+                                            " tensors");
 }
 
 void SpanReader::read(uint32_t tensor, uint64_t offset, std::span<std::byte> out) const {

@@ -550,9 +550,9 @@ void validate(const Config& config) {
     for (size_t g = 1; g < ranks.size(); ++g)
       if (m.url == ranks[g])
         throw Error(Errc::config, "config: member " + std::to_string(m.rank) + " listens at " + m.url +
-                                      ", producer rank " + std::to_string(g) + "'s address (producers: " +
-                                      std::to_string(config.producers) + " take the producer's port + 1.." +
-                                      std::to_string(config.producers - 1) + ")");
+                                      ", producer rank " + std::to_string(g) +
+                                      "'s address (producers: " + std::to_string(config.producers) +
+                                      " take the producer's port + 1.." + std::to_string(config.producers - 1) + ")");
   if (config.local_members && config.local_members->base_port + config.local_members->count - 1 > 65535) {
     throw Error(Errc::config, "config: members.base_port + members.count exceeds port 65535");
   }

@@ -53,8 +53,7 @@ std::string_view launcher_name(Launcher launcher) noexcept {
 }
 
 int LaunchEnv::member_rank() const {
-  if (is_producer())
-    throw Error(Errc::state, "rank " + std::to_string(rank) + " is a producer, not a receiver member");
+  if (is_producer()) throw Error(Errc::state, "rank " + std::to_string(rank) + " is a producer, not a receiver member");
   return rank - producers;
 }
 

@@ -21,10 +21,10 @@
 
 #include "codec/digest.h"
 #include "codec/encoder.h"
-#include "tree/protocol.h"
 #include "codec/manifest.h"
 #include "codec/partition.h"
 #include "transport/transport.h"
+#include "tree/protocol.h"
 #include "tree/topology.h"
 
 namespace deltacast::tree {
@@ -38,7 +38,7 @@ struct ProducerResume {
   // the spans of tensors outside its part may be empty; the group checks that its ranks' parts
   // add up to the committed version (GroupAdmission::check_sum) before anything is sent.
   codec::ConstWeights baseline;
-  uint64_t attempt = 0;                  // the last attempt id the previous producer used (group: rank 0's)
+  uint64_t attempt = 0;  // the last attempt id the previous producer used (group: rank 0's)
   // Committed version -> combined StateDigest; holds `version` (a group rank >= 1: may be empty).
   std::map<uint64_t, uint64_t> history;
 };

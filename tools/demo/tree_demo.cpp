@@ -163,7 +163,8 @@ std::string write_config(const DemoOptions& o, const fs::path& dir, int base_por
        << "transport: " << o.transport << "\n"
        << "topology: " << o.topology << "\n"
        << "chunk_bytes: 4MiB\n"
-       << "members:\n  count: " << o.receivers << "\n  host: 127.0.0.1\n  base_port: " << base_port + static_cast<int>(o.producers)
+       << "members:\n  count: " << o.receivers
+       << "\n  host: 127.0.0.1\n  base_port: " << base_port + static_cast<int>(o.producers)
        << "\n  cluster: local\n"
        // join: receivers start first and wait for the producer to build its model (large with
        // the default 500M parameters on a small machine).
@@ -381,10 +382,10 @@ void run_tree_demo(const DemoOptions& o) {
       *producer_exit == 0 ? deadline : std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(5));
   for (unsigned j = 1; j < o.receivers + m; ++j) {
     const bool producer = j < m;
-    const unsigned r = j + 1 - m;  // a receiver's rank
+    const unsigned r = j + 1 - m;                 // a receiver's rank
     if (!producer && victims.count(r)) continue;  // expected to fail; reaped (or killed, if frozen) below
-    const std::string name =
-        producer ? "producer rank " + std::to_string(j) : "rank " + std::to_string(j) + " (receiver " + std::to_string(r) + ")";
+    const std::string name = producer ? "producer rank " + std::to_string(j)
+                                      : "rank " + std::to_string(j) + " (receiver " + std::to_string(r) + ")";
     const auto code = fleet.wait(j, receivers_deadline);
     if (!code) {
       fleet.kill(j);

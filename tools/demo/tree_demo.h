@@ -8,8 +8,8 @@
 namespace deltacast::tools {
 
 struct DemoOptions {
-  bool offline = false;         // in-process: simulator -> encoder -> applier, no transport
-  unsigned receivers = 8;       // receivers in the relay tree (distributed mode)
+  bool offline = false;    // in-process: simulator -> encoder -> applier, no transport
+  unsigned receivers = 8;  // receivers in the relay tree (distributed mode)
   // Producer ranks (a producer group, docs/producer-group.md): each sends its part of every version
   // through its own uplink (`uplink` each). 1: one producer.
   unsigned producers = 1;

@@ -65,8 +65,13 @@ nlohmann::json step_json(int step, const tree::RefitReport& r, double full_secon
 class ProducerRun {
  public:
   ProducerRun(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o)
-      : c_(c), env_(env), o_(o), members_(config::member_list(c)), state_file_(state_path(c, env.rank)),
-        rank_(static_cast<uint32_t>(env.rank)), who_(c.producers > 1 ? "producer rank " + std::to_string(env.rank) : "producer") {
+      : c_(c),
+        env_(env),
+        o_(o),
+        members_(config::member_list(c)),
+        state_file_(state_path(c, env.rank)),
+        rank_(static_cast<uint32_t>(env.rank)),
+        who_(c.producers > 1 ? "producer rank " + std::to_string(env.rank) : "producer") {
     if (o.resume) {
       resumed_ = read_state(state_file_);
       check_state_against_config(*resumed_, c, state_file_);
@@ -178,10 +183,11 @@ class ProducerRun {
     }
     const auto deadline = std::chrono::steady_clock::now() + c_.timeouts.producer_loss;
     while (!r.committed && r.producer_rank_lost) {
-      std::printf("producer: version %llu aborted on every member: %s; waiting up to %.0f s for the rank "
-                  "(run --resume on it)\n",
-                  static_cast<unsigned long long>(r.version), r.abort_reason.c_str(),
-                  std::chrono::duration<double>(c_.timeouts.producer_loss).count());
+      std::printf(
+          "producer: version %llu aborted on every member: %s; waiting up to %.0f s for the rank "
+          "(run --resume on it)\n",
+          static_cast<unsigned long long>(r.version), r.abort_reason.c_str(),
+          std::chrono::duration<double>(c_.timeouts.producer_loss).count());
       std::fflush(stdout);
       for (;;) {
         try {
@@ -343,8 +349,8 @@ class ProducerRun {
   const RunOptions& o_;
   const std::vector<config::MemberConfig> members_;
   const std::string state_file_;
-  const uint32_t rank_;      // a producer group's rank (0: the coordinator, or the one producer)
-  const std::string who_;    // "producer" / "producer rank g", for its lines
+  const uint32_t rank_;    // a producer group's rank (0: the coordinator, or the one producer)
+  const std::string who_;  // "producer" / "producer rank g", for its lines
   std::optional<ProducerState> resumed_;
   std::optional<Fault> fault_;
   std::unique_ptr<VersionSource> source_;

@@ -152,8 +152,8 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
   const uint64_t written = writer ? writer->finish() : 0;
   receiver->apply_pending();
   log->info("rank {}: active version {} (digest {:016x}), {} frames received, {} forwarded, {} committed, {} aborted{}",
-            env.receiver_rank(), summary.version, summary.digest, summary.stats.frames_received, summary.stats.frames_forwarded,
-            summary.stats.versions_committed, summary.stats.versions_aborted,
+            env.receiver_rank(), summary.version, summary.digest, summary.stats.frames_received,
+            summary.stats.frames_forwarded, summary.stats.versions_committed, summary.stats.versions_aborted,
             writer ? ", " + checkpoint_dir + "/latest = version " + std::to_string(written) : "");
   if (!o.summary_path.empty())
     write_summary(o.summary_path, env.receiver_rank(), summary, weights.as_const(), held.version, writer.get());

@@ -51,8 +51,10 @@ void run(const RunOptions& o) {
                                   " lists " + std::to_string(members) + " receivers (+" + std::to_string(c.producers) +
                                   (c.producers == 1 ? " producer)" : " producer ranks)"));
   if (c.producers > 1 && c.clusters == "auto")
-    throw Error(Errc::config, "clusters: auto (the probe) does not take a producer group yet: name the clusters "
-                              "(members' cluster, producer_cluster) with producers: " + std::to_string(c.producers));
+    throw Error(Errc::config,
+                "clusters: auto (the probe) does not take a producer group yet: name the clusters "
+                "(members' cluster, producer_cluster) with producers: " +
+                    std::to_string(c.producers));
   if (c.clusters == "auto" && c.probe_file.empty()) {
     // No probe file: every rank measures a quick probe (O(N) flows) before the tree starts, and
     // takes the clusters rank 0 found.

@@ -90,8 +90,7 @@ StartReport Producer::Impl::place_members_at_start() {
   }
   std::vector<std::string> labels;
   for (uint32_t r = 1; r <= n; ++r) labels.push_back(members[r].cluster);
-  membership.emplace(options.topology, std::move(labels), options.cluster,
-                     group ? static_cast<int>(group->size) : 1);
+  membership.emplace(options.topology, std::move(labels), options.cluster, group ? static_cast<int>(group->size) : 1);
   std::vector<uint32_t> out;
   for (const auto& m : report.members) {
     members[m.rank].live = m.role == MemberAtStart::Role::live;
@@ -203,9 +202,8 @@ Welcome Producer::Impl::make_welcome() const {
 void Producer::Impl::handle_root_join(ProducerEvent& event) {
   const int tree = static_cast<int>(event.join.tree);
   const uint32_t rank = event.join.rank;
-  const bool valid =
-      membership && tree >= 0 && tree < membership->trees() && feeds(tree) && membership->live(rank) &&
-      membership->root(tree) == rank;
+  const bool valid = membership && tree >= 0 && tree < membership->trees() && feeds(tree) && membership->live(rank) &&
+                     membership->root(tree) == rank;
   if (!valid) {
     log->warn("producer: refused a JOIN from rank {} for tree {}: not its root at epoch {}", rank, tree, epoch());
     try {

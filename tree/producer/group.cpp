@@ -85,14 +85,14 @@ void Producer::Impl::handle_group_hello(ProducerEvent& event) {
     }
     event.connection->close();
   };
-  if (!coordinator())
-    return refuse(Errc::invalid_argument, "this is not a producer group's coordinator (rank 0)");
+  if (!coordinator()) return refuse(Errc::invalid_argument, "this is not a producer group's coordinator (rank 0)");
   auto& g = *group;
   ensure_admission();
   const auto decision = g.admission->hello(h);
   if (!decision.admitted()) return refuse(decision.errc, decision.reason);
   auto& link = g.links[h.rank];
-  link = ProducerGroup::RankLink{event.connection, next_generation++, h.instance, h.data_url, std::nullopt, std::nullopt};
+  link =
+      ProducerGroup::RankLink{event.connection, next_generation++, h.instance, h.data_url, std::nullopt, std::nullopt};
   g.committed_parts[h.rank] = h.held_digest;
   g.readers->add(h.rank, link.generation, event.connection, group_link_bytes(manifest));
   log->info("producer group: rank {} is in at version {} (its trees' roots JOIN {})", h.rank, h.held_version,
@@ -182,8 +182,11 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
   flight.tree_of = [total, kind](uint32_t key) { return key == total ? 0 : tree_for_chunk(kind, key); };
   flight.make = [this, &encoder, &seal, total, own_first, end = g.chunks.first[1]](uint32_t key, uint32_t route) {
     const Envelope envelope = in_flight->envelope(route);
-    if (key == total) return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(*seal, envelope, epoch())), {}};
-    if (key < own_first || key >= end) throw Error(Errc::internal, "chunk " + std::to_string(key) + " is another rank's");
+    if (key == total)
+      return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(*seal, envelope, epoch())),
+                      {}};
+    if (key < own_first || key >= end)
+      throw Error(Errc::internal, "chunk " + std::to_string(key) + " is another rank's");
     return Outgoing{std::make_shared<const std::vector<std::byte>>(
                         encode_frame_message(encoder.encode_chunk(key - own_first), envelope, epoch())),
                     {}};
@@ -281,8 +284,8 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
     report.epoch = epoch();
     return report;
   }
-  tell_ranks(GroupDecided{v, attempt, report.committed, report.abort_reason,
-                          report.committed ? new_sum.combined() : 0});
+  tell_ranks(
+      GroupDecided{v, attempt, report.committed, report.abort_reason, report.committed ? new_sum.combined() : 0});
   log->info("version {} {} in {:.3f} s ({} producer ranks, {} chunks, {} payload bytes, {} changes)", v,
             report.committed ? "committed" : "aborted", report.refit_seconds, g.size, report.chunks,
             report.frames_bytes, report.changes);

@@ -97,8 +97,8 @@ std::string GroupAdmission::check_sum() const {
   if (!complete()) return describe_missing();
   const uint64_t combined = sum().combined();
   if (combined == params_.committed_digest) return "";
-  return "the " + std::to_string(params_.size) + " ranks' parts add up to digest " + hex64(combined) + ", not version " +
-         std::to_string(params_.committed_version) + "'s " + hex64(params_.committed_digest) +
+  return "the " + std::to_string(params_.size) + " ranks' parts add up to digest " + hex64(combined) +
+         ", not version " + std::to_string(params_.committed_version) + "'s " + hex64(params_.committed_digest) +
          ": some rank holds other bits";
 }
 

@@ -53,7 +53,8 @@ StartReport Producer::Impl::rank_start(Clock::time_point deadline) {
   const uint64_t welcome_epoch = message_header(bytes).epoch;
   auto message = decode_message(bytes);
   if (const auto* refused = std::get_if<Refused>(&message))
-    throw Error(static_cast<Errc>(refused->errc), "the producer group's coordinator refused " + who + ": " + refused->message);
+    throw Error(static_cast<Errc>(refused->errc),
+                "the producer group's coordinator refused " + who + ": " + refused->message);
   auto* w = std::get_if<Welcome>(&message);
   if (!w) throw Error(Errc::corrupt_frame, who + ": the coordinator's first answer is neither WELCOME nor REFUSED");
   if (codec::Manifest(w->tensors).digest() != manifest.digest())
@@ -174,9 +175,10 @@ RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const R
   flight.sent.assign(flight.keys, false);
   flight.tree_of = [first_tree, kind](uint32_t key) { return first_tree + tree_for_chunk(kind, key); };
   flight.make = [this, &encoder, own_first, own_end](uint32_t key, uint32_t route) {
-    if (key < own_first || key >= own_end) throw Error(Errc::internal, "chunk " + std::to_string(key) + " is another rank's");
-    return Outgoing{std::make_shared<const std::vector<std::byte>>(
-                        encode_frame_message(encoder.encode_chunk(key - own_first), in_flight->envelope(route), epoch())),
+    if (key < own_first || key >= own_end)
+      throw Error(Errc::internal, "chunk " + std::to_string(key) + " is another rank's");
+    return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(
+                        encoder.encode_chunk(key - own_first), in_flight->envelope(route), epoch())),
                     {}};
   };
   flight.report = &report;

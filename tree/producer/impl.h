@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "codec/encoder.h"
+#include "codec/partition.h"
 #include "tree/membership.h"
 #include "tree/producer.h"
-#include "codec/partition.h"
 #include "tree/producer/baseline_store.h"
 #include "tree/producer/group_admission.h"
 #include "tree/producer/version_round.h"
@@ -70,7 +70,9 @@ struct ProducerGroup {
   uint32_t first_tree(int trees_per_rank) const { return rank * static_cast<uint32_t>(trees_per_rank); }
   // The rank whose part holds chunk `key` of a version (key < chunks.total()).
   uint32_t owner_of(uint32_t key) const {
-    return static_cast<uint32_t>(std::upper_bound(chunks.first.begin(), chunks.first.end(), key) - chunks.first.begin()) - 1;
+    return static_cast<uint32_t>(std::upper_bound(chunks.first.begin(), chunks.first.end(), key) -
+                                 chunks.first.begin()) -
+           1;
   }
 
   // ---- the coordinator (rank 0) ----

@@ -211,8 +211,8 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
     d.pump(50ms);
   }
   d.repair_seconds = 0;  // the start is not a repair
-  d.log->info("tree of {} receivers is up ({}{}) at version {}: {} live, {} catching up, {} refused", n, welcome.topology,
-              d.group ? ", " + std::to_string(d.group->size) + " producer ranks" : std::string(),
+  d.log->info("tree of {} receivers is up ({}{}) at version {}: {} live, {} catching up, {} refused", n,
+              welcome.topology, d.group ? ", " + std::to_string(d.group->size) + " producer ranks" : std::string(),
               d.version, report.count(MemberAtStart::Role::live), report.count(MemberAtStart::Role::catching_up),
               report.count(MemberAtStart::Role::refused));
   d.idle = std::thread([&d] { d.idle_loop(); });

@@ -126,8 +126,8 @@ Producer::Impl::SentChunks Producer::Impl::send_chunks(InFlight& f, codec::Delta
         message = std::move(slots[i]);
       }
       if (message->size() > max_message_bytes)
-        throw Error(Errc::internal, "chunk frame of " + std::to_string(message->size()) +
-                                        " bytes exceeds the announced message limit");
+        throw Error(Errc::internal,
+                    "chunk frame of " + std::to_string(message->size()) + " bytes exceeds the announced message limit");
       const uint32_t key = first_key + i;
       deliver(f.tree_of(key), Outgoing{message, {}});
       f.sent[key] = true;
@@ -209,8 +209,9 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   std::lock_guard drive(d.drive);
   if (!d.membership) throw Error(Errc::state, "Producer::bootstrap before start()");
   if (d.group)
-    throw Error(Errc::state, "a producer group sends version 1 as a delta from the all-zero version 0 (refit): "
-                             "no rank holds the whole checkpoint");
+    throw Error(Errc::state,
+                "a producer group sends version 1 as a delta from the all-zero version 0 (refit): "
+                "no rank holds the whole checkpoint");
   if (d.version != 0) throw Error(Errc::state, "bootstrap needs receivers at version 0");
   codec::ConstWeights checked = full;
   checked.manifest = &d.manifest;

@@ -50,9 +50,19 @@ std::string error_of(const std::function<void()>& f) {
 class Group {
  public:
   Group(uint32_t m, uint32_t n, TopologyKind kind, const Model& model)
-      : name_(test_name()), m_(m), n_(n), kind_(kind), manifest_(model.manifest),
-        partition_(codec::Partition::balanced(model.manifest, m)), transports_(m), producers_(m),
-        member_transports_(n + 1), receivers_(n + 1), threads_(n + 1), failures_(n + 1), buffers_(n + 1) {
+      : name_(test_name()),
+        m_(m),
+        n_(n),
+        kind_(kind),
+        manifest_(model.manifest),
+        partition_(codec::Partition::balanced(model.manifest, m)),
+        transports_(m),
+        producers_(m),
+        member_transports_(n + 1),
+        receivers_(n + 1),
+        threads_(n + 1),
+        failures_(n + 1),
+        buffers_(n + 1) {
     for (uint32_t g = 0; g < m; ++g) make_rank(g, {});
     for (uint32_t r = 1; r <= n; ++r) {
       transport::TransportOptions to;
@@ -142,10 +152,12 @@ class Group {
 
   // Every receiver holds `model`'s bits within `patience` (an ABORT is not acknowledged: members
   // roll back as they read it).
-  void eventually_everyone_holds(const Model& model, const std::string& when, std::chrono::milliseconds patience) const {
+  void eventually_everyone_holds(const Model& model, const std::string& when,
+                                 std::chrono::milliseconds patience) const {
     const auto deadline = std::chrono::steady_clock::now() + patience;
     for (uint32_t r = 1; r <= n_; ++r)
-      while (!same_bits(buffers_[r], model.weights()) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(20ms);
+      while (!same_bits(buffers_[r], model.weights()) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(20ms);
     expect_everyone_holds(model, when);
   }
 
@@ -229,8 +241,7 @@ TEST_P(GroupVersions, EveryReceiverHoldsEveryVersionExactly) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GroupVersions,
                          ::testing::Values(Shape{2, 5, TopologyKind::binary}, Shape{3, 6, TopologyKind::binary},
-                                           Shape{2, 6, TopologyKind::double_binary},
-                                           Shape{3, 4, TopologyKind::chain}),
+                                           Shape{2, 6, TopologyKind::double_binary}, Shape{3, 4, TopologyKind::chain}),
                          [](const auto& param_info) {
                            const Shape& p = param_info.param;
                            return "M" + std::to_string(p.m) + "_N" + std::to_string(p.n) + "_" +
@@ -252,13 +263,12 @@ TEST(ProducerGroup, RankKilledMidVersionAbortsThenResumes) {
 
   // Dies at its 3rd data message of version 2 (before sending it).
   auto frames = std::make_shared<std::atomic<int>>(0);
-  loop::set_member_fault_hook(group.rank_transport(1),
-                              std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
-                                if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame &&
-                                    ++*frames == 3)
-                                  return loop::Fault{loop::Fault::Kind::die};
-                                return loop::Fault{};
-                              }));
+  loop::set_member_fault_hook(
+      group.rank_transport(1), std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
+        if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame && ++*frames == 3)
+          return loop::Fault{loop::Fault::Kind::die};
+        return loop::Fault{};
+      }));
   model.step(2);
   std::vector<std::string> errors;
   const auto aborted = group.refit(model, &errors);
@@ -270,8 +280,7 @@ TEST(ProducerGroup, RankKilledMidVersionAbortsThenResumes) {
   group.eventually_everyone_holds(v1, "after the aborted version 2", test_time::scaled(10s));
 
   // Without rank 1 nothing is sent.
-  const std::string missing =
-      error_of([&] { group.rank(0).refit(part_view(model, group.partition(), 0)); });
+  const std::string missing = error_of([&] { group.rank(0).refit(part_view(model, group.partition(), 0)); });
   EXPECT_NE(missing.find("producer rank 1 has not said GROUP_HELLO"), std::string::npos) << missing;
   group.expect_everyone_holds(v1, "after a refit without rank 1");
 
@@ -300,13 +309,13 @@ TEST(ProducerGroup, ReceiverKilledMidVersionBothTreesRepair) {
   group.refit(model);
   group.expect_everyone_holds(model, "at version 1");
   auto frames = std::make_shared<std::atomic<int>>(0);
-  loop::set_member_fault_hook(group.receiver_transport(2),
-                              std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
-                                if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame &&
-                                    ++*frames == 3)
-                                  return loop::Fault{loop::Fault::Kind::die};
-                                return loop::Fault{};
-                              }));
+  loop::set_member_fault_hook(
+      group.receiver_transport(2),
+      std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
+        if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame && ++*frames == 3)
+          return loop::Fault{loop::Fault::Kind::die};
+        return loop::Fault{};
+      }));
   for (uint64_t v = 2; v <= 3; ++v) {
     model.step(40 + v);
     const auto reports = group.refit(model);
@@ -333,13 +342,12 @@ TEST(ProducerGroup, RankFrozenMidVersionAbortsThenItsReplacementCommits) {
   group.refit(model);
   const Model v1 = model;
   auto frames = std::make_shared<std::atomic<int>>(0);
-  loop::set_member_fault_hook(group.rank_transport(1),
-                              std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
-                                if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame &&
-                                    ++*frames == 3)
-                                  return loop::Fault{loop::Fault::Kind::freeze};
-                                return loop::Fault{};
-                              }));
+  loop::set_member_fault_hook(
+      group.rank_transport(1), std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
+        if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame && ++*frames == 3)
+          return loop::Fault{loop::Fault::Kind::freeze};
+        return loop::Fault{};
+      }));
   model.step(6);
   std::thread frozen_rank([&] { error_of([&] { group.rank(1).refit(part_view(model, group.partition(), 1)); }); });
   const auto t0 = std::chrono::steady_clock::now();
