@@ -360,7 +360,9 @@ void run_tree_demo(const DemoOptions& o) {
   }
   for (unsigned g = m; g-- > 0;) {
     const std::string rank = std::to_string(g);
-    fleet.started(g, spawn_process({self, "run", "--config", config, "--rank", rank, "--size", size}, {},
+    // Rank 0's lines are the demo's; a part rank's go to its own file.
+    const fs::path out = g == 0 ? fs::path{} : dir / ("rank-" + rank + ".out");
+    fleet.started(g, spawn_process({self, "run", "--config", config, "--rank", rank, "--size", size}, out,
                                    dir / ("rank-" + rank + ".log")));
   }
 

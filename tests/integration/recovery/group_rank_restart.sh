@@ -9,6 +9,8 @@
 #      (producer-state-rank1.json), the coordinator sends version 4 again, steps 3..5 commit, both
 #      ranks exit 0 and every receiver ends at version 6 with the coordinator's SHA-256.
 set -euo pipefail
+# shellcheck source=processes.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/processes.sh"
 DC=${1:?usage: group_rank_restart.sh PATH/TO/deltacast}
 WORK=$(mktemp -d /tmp/dc-group-restart.XXXXXX)
 PIDS=()
@@ -29,37 +31,9 @@ fail() {
   done
   exit 1
 }
-wait_for() {
-  local deadline=$((SECONDS + $1)); shift
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.1
-  done
-}
-wait_exit() {
-  local pid=$1
-  wait_for "$2" bash -c "! kill -0 $pid 2>/dev/null || [ \"\$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null)\" = Z ]" || return 124
-  local status=0
-  wait "$pid" || status=$?
-  return "$status"
-}
 
 # 5 free loopback ports: the producer ranks' (BASE, BASE+1) and the receivers'.
-BASE=$(python3 - <<'PY'
-import random, socket
-for _ in range(500):
-    base = random.randrange(20000, 50000)
-    try:
-        socks = []
-        for p in range(base, base + 5):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()
-PY
-)
+BASE=$(free_ports 5)
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >secret
 chmod 600 secret
 cat >cluster.yaml <<YAML

@@ -14,6 +14,8 @@
 # The freeze makes the moment of the kill exact: a kill from outside at "step 2:" could land after
 # version 4 committed (resuming there) or after the run ended.
 set -euo pipefail
+# shellcheck source=processes.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/processes.sh"
 DC=${1:?usage: producer_restart.sh PATH/TO/deltacast}
 WORK=$(mktemp -d /tmp/dc-producer-restart.XXXXXX)
 PIDS=()
@@ -36,40 +38,8 @@ fail() {
   exit 1
 }
 
-# wait_for SECONDS CMD...: polls CMD every 0.1 s until it succeeds; false after SECONDS.
-wait_for() {
-  local deadline=$((SECONDS + $1)); shift
-  until "$@"; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
-    sleep 0.1
-  done
-}
-# wait_exit PID SECONDS: the process's exit status, or 124 when it still runs after SECONDS.
-wait_exit() {
-  local pid=$1
-  wait_for "$2" bash -c "! kill -0 $pid 2>/dev/null || [ \"\$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null)\" = Z ]" || return 124
-  local status=0
-  wait "$pid" || status=$?
-  return "$status"
-}
-stopped() { [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" = T ]; }
-
 # A run of 4 free loopback ports: the producer's address must stay the same across its restart.
-BASE=$(python3 - <<'PY'
-import random, socket
-for _ in range(500):
-    base = random.randrange(20000, 50000)
-    try:
-        socks = []
-        for p in range(base, base + 4):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()
-PY
-)
+BASE=$(free_ports 4)
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >secret
 chmod 600 secret
 cat >cluster.yaml <<YAML

@@ -36,6 +36,18 @@ codec::ConstWeights part_view(const Model& model, const codec::Partition& partit
   return w;
 }
 
+// The process behind `transport` dies (or freezes) at its n-th data message from now on, before
+// sending it.
+void at_data_message(transport::Transport& transport, int n, loop::Fault::Kind kind) {
+  auto frames = std::make_shared<std::atomic<int>>(0);
+  loop::set_member_fault_hook(
+      transport, std::make_shared<loop::FaultFunction>([frames, n, kind](uint64_t, std::span<const std::byte> m) {
+        if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame && ++*frames == n)
+          return loop::Fault{kind};
+        return loop::Fault{};
+      }));
+}
+
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
@@ -262,13 +274,7 @@ TEST(ProducerGroup, RankKilledMidVersionAbortsThenResumes) {
   const Model v1 = model;
 
   // Dies at its 3rd data message of version 2 (before sending it).
-  auto frames = std::make_shared<std::atomic<int>>(0);
-  loop::set_member_fault_hook(
-      group.rank_transport(1), std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
-        if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame && ++*frames == 3)
-          return loop::Fault{loop::Fault::Kind::die};
-        return loop::Fault{};
-      }));
+  at_data_message(group.rank_transport(1), 3, loop::Fault::Kind::die);
   model.step(2);
   std::vector<std::string> errors;
   const auto aborted = group.refit(model, &errors);
@@ -308,14 +314,7 @@ TEST(ProducerGroup, ReceiverKilledMidVersionBothTreesRepair) {
   ASSERT_EQ(started[1], "");
   group.refit(model);
   group.expect_everyone_holds(model, "at version 1");
-  auto frames = std::make_shared<std::atomic<int>>(0);
-  loop::set_member_fault_hook(
-      group.receiver_transport(2),
-      std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
-        if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame && ++*frames == 3)
-          return loop::Fault{loop::Fault::Kind::die};
-        return loop::Fault{};
-      }));
+  at_data_message(group.receiver_transport(2), 3, loop::Fault::Kind::die);
   for (uint64_t v = 2; v <= 3; ++v) {
     model.step(40 + v);
     const auto reports = group.refit(model);
@@ -341,13 +340,7 @@ TEST(ProducerGroup, RankFrozenMidVersionAbortsThenItsReplacementCommits) {
   ASSERT_EQ(started[1], "");
   group.refit(model);
   const Model v1 = model;
-  auto frames = std::make_shared<std::atomic<int>>(0);
-  loop::set_member_fault_hook(
-      group.rank_transport(1), std::make_shared<loop::FaultFunction>([frames](uint64_t, std::span<const std::byte> m) {
-        if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame && ++*frames == 3)
-          return loop::Fault{loop::Fault::Kind::freeze};
-        return loop::Fault{};
-      }));
+  at_data_message(group.rank_transport(1), 3, loop::Fault::Kind::freeze);
   model.step(6);
   std::thread frozen_rank([&] { error_of([&] { group.rank(1).refit(part_view(model, group.partition(), 1)); }); });
   const auto t0 = std::chrono::steady_clock::now();

@@ -1,0 +1,37 @@
+# Helpers of the recovery scripts that run `deltacast run` processes (sourced):
+#   wait_for SECONDS CMD...   polls CMD every 0.1 s until it succeeds; false after SECONDS
+#   wait_exit PID SECONDS     the process's exit status, or 124 when it still runs after SECONDS
+#   stopped PID               true when the process is stopped (SIGSTOP)
+#   free_ports N              the first of N consecutive free ports on 127.0.0.1
+wait_for() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 0.1
+  done
+}
+wait_exit() {
+  local pid=$1
+  wait_for "$2" bash -c "! kill -0 $pid 2>/dev/null || [ \"\$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null)\" = Z ]" || return 124
+  local status=0
+  wait "$pid" || status=$?
+  return "$status"
+}
+stopped() { [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" = T ]; }
+free_ports() {
+  python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+for _ in range(500):
+    base = random.randrange(20000, 50000)
+    socks = []
+    try:
+        for p in range(base, base + n):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()
+PY
+}
