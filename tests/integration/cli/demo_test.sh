@@ -9,13 +9,14 @@
 #                                             egress capped at 20 Mbit/s): every receiver bit-exact,
 #                                             every version committed, no version faster than its
 #                                             payload over M x the cap
+#   demo_test.sh DELTACAST group-kill R@S     --kill with a producer group of 2 ranks: as kill
 #   demo_test.sh DELTACAST kill RANK@STEP     --kill (4 receivers, binary tree: rank 2 relays for
 #   demo_test.sh DELTACAST freeze RANK@STEP   rank 4): exit 0, the victim reported failed at its
 #                                             step, every survivor bit-exact, every step committed
 # In every mode no process of the demo may be left behind.
 set -euo pipefail
 DC=${1:?usage: demo_test.sh PATH/TO/deltacast MODE ARG}
-MODE=${2:?mode: transport | uplink | producers | kill | freeze}
+MODE=${2:?mode: transport | uplink | producers | kill | group-kill | freeze}
 ARG=${3:?argument: a transport, or RANK@STEP}
 WORK=$(mktemp -d /tmp/dc-demo-test.XXXXXX)
 DEMO_DIR=""
@@ -42,6 +43,7 @@ case "$MODE" in
   uplink) ARGS=(--uplink "$ARG" --receivers 3 --steps 2); SURVIVORS=3 ;;
   producers) ARGS=(--producers "$ARG" --uplink 20Mbit/s --receivers 4 --steps 2); SURVIVORS=4 ;;
   kill) ARGS=(--receivers 4 --steps 3 --kill "$ARG"); SURVIVORS=3 ;;
+  group-kill) ARGS=(--producers 2 --receivers 4 --steps 3 --kill "$ARG"); SURVIVORS=3 ;;
   freeze) ARGS=(--receivers 4 --steps 3 --freeze "$ARG"); SURVIVORS=3 ;;
   *) echo "unknown mode $MODE" >&2; exit 2 ;;
 esac
@@ -110,7 +112,7 @@ else:
     assert got in (version, version + 1), (got, version)
     for m in first["failed_members"]:
         assert {"rank", "cause", "detected_at_s", "detection_seconds"} <= set(m), m
-    if mode == "kill":
+    if mode in ("kill", "group-kill"):
         assert any(m["rank"] == rank and m["cause"] == "link_closed" for m in first["failed_members"]), first
     else:  # found by its own silence, or reported by its parent as draining nothing
         assert any(m["rank"] == rank and m["cause"] in ("silent", "stalled") for m in first["failed_members"]), first
@@ -125,9 +127,9 @@ if [ "$MODE" = uplink ]; then
   grep -q "floor s" out.txt || fail "the table has no wire-floor column"
   grep -q "uplink is capped at" out.txt || fail "the demo does not say its uplink is capped"
 fi
-if [ "$MODE" = kill ] || [ "$MODE" = freeze ]; then
+if [ "$MODE" = kill ] || [ "$MODE" = group-kill ] || [ "$MODE" = freeze ]; then
   rank=${ARG%%@*}
-  verb=$([ "$MODE" = kill ] && echo killed || echo frozen)
+  verb=$([ "$MODE" = freeze ] && echo frozen || echo killed)
   grep -q "rank $rank $verb (" out.txt || fail "the demo does not name rank $rank as $verb"
 fi
 PASSED=1
