@@ -203,6 +203,11 @@ class Producer {
   // Error(state) naming what each member holds when no member holds the committed version (a
   // resumed producer cannot continue the chain without one).
   // `timeout` replaces options.join_timeout for this wait.
+  // A producer group: the coordinator also waits for every rank's GROUP_HELLO (Error(timeout)
+  // naming the missing ranks; Error(verify_failed) when their parts do not add up to the committed
+  // version); a part rank says GROUP_HELLO and returns once the coordinator's WELCOME came
+  // (Error(<its code>) with the coordinator's reason when refused; its StartReport lists no members).
+  // refit() then runs on every rank at once: each returns when the coordinator decided the version.
   StartReport start(std::optional<std::chrono::milliseconds> timeout = std::nullopt);
   // Encodes `next` against the baseline as version()+1, sends it, and commits or aborts.
   // Throws Error(invalid_argument) when next does not match the manifest or options.layout does
@@ -241,7 +246,9 @@ class Producer {
   // RefitOptions::layout). Host thread, between calls.
   const CheckpointLayout& layout() const;
   uint64_t version() const noexcept;            // last committed version
-  const codec::StateDigest& digest() const;     // its digest
+  // Its digest; a group rank's: its part's (per tensor, the sums over its ranges). history() holds
+  // the whole version's combined digests on every rank (a part rank learns them from GROUP_DECIDED).
+  const codec::StateDigest& digest() const;
   // For the producer's state file (ProducerResume): the last attempt id used, and the combined
   // digests of the committed versions it remembers (the last retain_versions, and `version()`).
   // Host thread, between calls (not from on_progress).
