@@ -32,6 +32,7 @@ struct dc_producer {
   int cuda_device = -1;
   std::unique_ptr<codec::cuda::DeviceDiffMirror> mirror;
   Phase phase = Phase::created;
+  uint32_t group_size = 1;  // a producer group's M (group_size), set at listen
   std::string url;
   std::string report = "{}";
 
@@ -71,6 +72,7 @@ void listen(dc_producer& p) {
   tree::ProducerOptions options = tree::producer_options_from(c);
   options.receivers = count;
   options.group = group;
+  p.group_size = group.size;
   options.listen_url = p.options.process("listen").value_or(c.transport + "://127.0.0.1:0");
   options.encode.threads = p.options.process("threads")
                                ? static_cast<unsigned>(capi::parse_count("threads", *p.options.process("threads"), 1, 1024))
@@ -203,8 +205,8 @@ int dc_producer_start(dc_producer* p, int64_t timeout_ms) {
     p->phase = dc_producer::Phase::started;
     p->pull_cuda();
     // A group sends version 1 as every rank's part, a delta from the all-zero version 0.
-    const bool grouped = p->options.process("group_size").value_or("1") != "1";
-    return finish_version(*p, grouped ? p->producer->refit(p->weights()) : p->producer->bootstrap(p->weights()), false);
+    return finish_version(
+        *p, p->group_size > 1 ? p->producer->refit(p->weights()) : p->producer->bootstrap(p->weights()), false);
   });
 }
 

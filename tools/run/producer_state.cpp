@@ -11,6 +11,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "tree/topology.h"
+#include "util/bytes.h"
 #include "util/error.h"
 #include "util/json.h"
 

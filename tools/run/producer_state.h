@@ -6,7 +6,6 @@
 #include <string>
 
 #include "config/config.h"
-#include "util/bytes.h"  // hex64
 
 namespace deltacast::tools {
 

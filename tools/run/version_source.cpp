@@ -9,6 +9,7 @@
 #include "tools/checkpoint/manifest_compare.h"
 #include "tools/run/checkpoint_output.h"
 #include "tools/run/checkpoint_watch.h"
+#include "util/bytes.h"
 #include "util/error.h"
 #include "util/log.h"
 

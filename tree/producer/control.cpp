@@ -119,6 +119,16 @@ void Producer::Impl::wait_for_catch_ups() {
     log->warn("producer: rank {} is still catching up at finish: it ends short of version {}", r, version);
 }
 
+std::function<void(ControlEvent)> Producer::Impl::event_sink(ProducerEvent::Kind kind) {
+  return [this, kind](ControlEvent e) {
+    ProducerEvent event;
+    event.kind = kind;
+    event.at = e.at;
+    event.control = std::move(e);
+    events.push(std::move(event));
+  };
+}
+
 void Producer::Impl::handle(ProducerEvent& event) {
   switch (event.kind) {
     case ProducerEvent::Kind::control:

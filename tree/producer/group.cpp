@@ -25,8 +25,6 @@ void Producer::Impl::ensure_admission() {
   auto& g = *group;
   if (g.admission) return;
   g.links.resize(g.size);
-  g.committed_parts.assign(g.size, {});
-  g.committed_parts[0] = baseline->digest().per_tensor();
   GroupAdmission::Params params;
   params.size = g.size;
   params.manifest_digest = manifest.digest();
@@ -35,13 +33,7 @@ void Producer::Impl::ensure_admission() {
   params.committed_digest = version == 0 ? 0 : committed_digest();
   params.own_digest = baseline->digest().per_tensor();
   g.admission.emplace(std::move(params));
-  g.readers = std::make_unique<ControlReaders>(group_link_bytes(manifest), [this](ControlEvent e) {
-    ProducerEvent event;
-    event.kind = ProducerEvent::Kind::group;
-    event.at = e.at;
-    event.control = std::move(e);
-    events.push(std::move(event));
-  });
+  g.readers = std::make_unique<ControlReaders>(group_link_bytes(manifest), event_sink(ProducerEvent::Kind::group));
 }
 
 std::string Producer::Impl::missing_ranks() const {
@@ -93,7 +85,6 @@ void Producer::Impl::handle_group_hello(ProducerEvent& event) {
   auto& link = g.links[h.rank];
   link =
       ProducerGroup::RankLink{event.connection, next_generation++, h.instance, h.data_url, std::nullopt, std::nullopt};
-  g.committed_parts[h.rank] = h.held_digest;
   g.readers->add(h.rank, link.generation, event.connection, group_link_bytes(manifest));
   log->info("producer group: rank {} is in at version {} (its trees' roots JOIN {})", h.rank, h.held_version,
             h.data_url);
@@ -180,15 +171,10 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
   flight.layout = std::move(new_layout);
   flight.keys = total + 1;  // the seal is key `total`
   flight.tree_of = [total, kind](uint32_t key) { return key == total ? 0 : tree_for_chunk(kind, key); };
-  flight.make = [this, &encoder, &seal, total, own_first, end = g.chunks.first[1]](uint32_t key, uint32_t route) {
-    const Envelope envelope = in_flight->envelope(route);
-    if (key == total)
-      return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(*seal, envelope, epoch())),
-                      {}};
-    if (key < own_first || key >= end)
-      throw Error(Errc::internal, "chunk " + std::to_string(key) + " is another rank's");
+  flight.make = [this, &encoder, &seal, total](uint32_t key, uint32_t route) {
+    if (key != total) return part_chunk(encoder, key, route);
     return Outgoing{std::make_shared<const std::vector<std::byte>>(
-                        encode_frame_message(encoder.encode_chunk(key - own_first), envelope, epoch())),
+                        encode_frame_message(*seal, in_flight->envelope(route), epoch())),
                     {}};
   };
   codec::StateDigest new_sum;
@@ -237,7 +223,7 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
         rank_failure = "producer rank " + std::to_string(r) + "'s GROUP_SENT has digests of another manifest";
         throw Error(Errc::corrupt_frame, rank_failure);
       }
-      if (sent.base_digest != g.committed_parts[r]) {
+      if (const auto* record = g.admission->record(r); !record || sent.base_digest != *record) {
         rank_failure = "producer rank " + std::to_string(r) + " encoded its part on other bits than version " +
                        std::to_string(version) + "'s (its base digest differs from the group's record)";
         throw Error(Errc::verify_failed, rank_failure);
@@ -270,7 +256,6 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
         [&] {
           version = v;
           baseline->adopt(next, v, codec::StateDigest(new_parts[0]));
-          g.committed_parts = new_parts;
           g.admission->committed(v, new_sum.combined(), new_parts);
         });
   } catch (const Error& e) {

@@ -64,6 +64,10 @@ void GroupAdmission::committed(uint64_t version, uint64_t digest, std::vector<st
   for (uint32_t r = 0; r < params_.size; ++r) records_[r] = std::move(parts[r]);
 }
 
+const std::vector<uint64_t>* GroupAdmission::record(uint32_t rank) const {
+  return rank < params_.size && records_[rank] ? &*records_[rank] : nullptr;
+}
+
 bool GroupAdmission::in(uint32_t rank) const { return rank < params_.size && in_[rank]; }
 
 bool GroupAdmission::complete() const { return missing().empty(); }

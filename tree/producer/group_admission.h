@@ -54,6 +54,9 @@ class GroupAdmission {
   void committed(uint64_t version, uint64_t digest, std::vector<std::vector<uint64_t>> parts);
 
   bool in(uint32_t rank) const;
+  // The group's record of rank `rank`'s part at the committed version (per tensor; null when it has
+  // none: a rank not yet seen at this version).
+  const std::vector<uint64_t>* record(uint32_t rank) const;
   bool complete() const;                  // every rank is in
   std::vector<uint32_t> missing() const;  // ranks not in, ascending
   // "ranks 2 and 5 have not said GROUP_HELLO": for the coordinator's error at its join timeout.

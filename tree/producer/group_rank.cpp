@@ -24,13 +24,7 @@ StartReport Producer::Impl::rank_start(Clock::time_point deadline) {
   auto& g = *group;
   const std::string who = "producer rank " + std::to_string(g.rank);
   session_start = Clock::now();
-  readers = std::make_unique<ControlReaders>(kControlBufferBytes, [this](ControlEvent e) {
-    ProducerEvent event;
-    event.kind = ProducerEvent::Kind::group;
-    event.at = e.at;
-    event.control = std::move(e);
-    events.push(std::move(event));
-  });
+  readers = std::make_unique<ControlReaders>(kControlBufferBytes, event_sink(ProducerEvent::Kind::group));
   start_acceptor();  // the roots of its trees JOIN here once the members read their WELCOME
   ConnectRetry retry;
   retry.give_up_after = left_until(deadline);
@@ -156,13 +150,9 @@ RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const R
   const GroupBegin begin = *g.begin;
   codec::EncodePart part = g.chunks.part(g.partition, g.rank, begin.base_digest);
   part.base_digest = baseline->digest().per_tensor();
-  codec::EncodeOptions encode = options.encode;
-  if (version == 0) encode.xor_safe_mode = codec::ValueMode::xor_bits;  // as the coordinator's (refit_encode_options)
-  if (refit_options.value_mode) encode.xor_safe_mode = *refit_options.value_mode;
-  codec::DeltaEncoder encoder(baseline->reader(), next, part, {version, v}, encode);
+  codec::DeltaEncoder encoder(baseline->reader(), next, part, {version, v}, refit_encode_options(refit_options));
 
   const uint32_t own_first = g.chunks.first[g.rank];
-  const uint32_t own_end = g.chunks.first[g.rank + 1];
   const TopologyKind kind = membership->kind();
   const int first_tree = static_cast<int>(g.first_tree(tree_count(kind)));
   InFlight flight;
@@ -174,13 +164,7 @@ RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const R
   flight.keys = g.chunks.total();
   flight.sent.assign(flight.keys, false);
   flight.tree_of = [first_tree, kind](uint32_t key) { return first_tree + tree_for_chunk(kind, key); };
-  flight.make = [this, &encoder, own_first, own_end](uint32_t key, uint32_t route) {
-    if (key < own_first || key >= own_end)
-      throw Error(Errc::internal, "chunk " + std::to_string(key) + " is another rank's");
-    return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_frame_message(
-                        encoder.encode_chunk(key - own_first), in_flight->envelope(route), epoch())),
-                    {}};
-  };
+  flight.make = [this, &encoder](uint32_t key, uint32_t route) { return part_chunk(encoder, key, route); };
   flight.report = &report;
   in_flight = std::move(flight);
   struct EndFlight {

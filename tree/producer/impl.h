@@ -87,7 +87,6 @@ struct ProducerGroup {
   };
   std::vector<RankLink> links;  // [rank] (0 unused)
   std::unique_ptr<ControlReaders> readers;
-  std::vector<std::vector<uint64_t>> committed_parts;  // [rank]: its part's digest at the committed version
 
   // ---- a part rank (rank >= 1) ----
   std::shared_ptr<transport::Connection> coordinator;
@@ -225,6 +224,8 @@ struct Producer::Impl {
   // said READY at it), for up to options.join_timeout; warns about each that did not.
   void wait_for_catch_ups();
   void handle(ProducerEvent& event);
+  // What control readers hand over: each message (or failure) queued as an event of `kind`.
+  std::function<void(ControlEvent)> event_sink(ProducerEvent::Kind kind);
   void handle_control(const ControlEvent& event);
   void broadcast(const Message& message, bool include_catching_up = false);
   bool send_to(uint32_t rank, const Message& message);
@@ -341,6 +342,9 @@ struct Producer::Impl {
   // Encodes every chunk of `encoder` on the encoding threads (in index order) and delivers chunk i
   // as key first_key + i to tree f.tree_of(key) as soon as it and every earlier one are ready.
   SentChunks send_chunks(InFlight& f, codec::DeltaEncoder& encoder, uint32_t first_key);
+  // A group rank's chunk `key` (the version's numbering) encoded again for in_flight (a re-send):
+  // Error(internal) for a key outside this rank's part.
+  Outgoing part_chunk(codec::DeltaEncoder& encoder, uint32_t key, uint32_t route);
 
   // ---- snapshot.cpp ----
   // A rejoining member's FETCH on the producer's listener, when no peer could serve it: a

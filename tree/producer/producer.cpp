@@ -140,13 +140,7 @@ StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
   d.members.assign(n + 1, Member{});
   for (uint32_t r = 0; r <= n; ++r) d.members[r].rank = r;
   d.members[0] = Member{0, url(), "", true};
-  d.readers = std::make_unique<ControlReaders>(kControlBufferBytes, [&d](ControlEvent e) {
-    ProducerEvent event;
-    event.kind = ProducerEvent::Kind::control;
-    event.at = e.at;
-    event.control = std::move(e);
-    d.events.push(std::move(event));
-  });
+  d.readers = std::make_unique<ControlReaders>(kControlBufferBytes, d.event_sink(ProducerEvent::Kind::control));
   d.session_start = Clock::now();
   d.start_acceptor();
   const auto deadline = Clock::now() + timeout.value_or(d.options.join_timeout);

@@ -144,6 +144,15 @@ Producer::Impl::SentChunks Producer::Impl::send_chunks(InFlight& f, codec::Delta
   return out;
 }
 
+Outgoing Producer::Impl::part_chunk(codec::DeltaEncoder& encoder, uint32_t key, uint32_t route) {
+  const uint32_t first = group->chunks.first[group->rank];
+  if (key < first || key >= group->chunks.first[group->rank + 1])
+    throw Error(Errc::internal, "chunk " + std::to_string(key) + " is another rank's");
+  return Outgoing{std::make_shared<const std::vector<std::byte>>(
+                      encode_frame_message(encoder.encode_chunk(key - first), in_flight->envelope(route), epoch())),
+                  {}};
+}
+
 RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
                                        const RefitOptions& refit_options,
                                        const std::function<void(uint64_t, codec::StateDigest)>& adopt) {

@@ -14,21 +14,12 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/processes.sh"
 DC=${1:?usage: group_rank_restart.sh PATH/TO/deltacast}
 WORK=$(mktemp -d /tmp/dc-group-restart.XXXXXX)
 PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ "${PASSED:-0}" = 1 ]; then rm -rf "$WORK"; else echo "(files kept in $WORK)" >&2; fi
-}
 trap cleanup EXIT
 cd "$WORK"
 
 fail() {
   echo "FAIL: $*" >&2
-  for f in p0.out p0.log p1.out p1.log p1b.out p1b.log rank-*.log; do
-    [ -f "$f" ] || continue
-    echo "--- $f (last lines):" >&2
-    tail -n 12 "$f" >&2 || true
-  done
+  tail_logs p0.out p0.log p1.out p1.log p1b.out p1b.log rank-*.log
   exit 1
 }
 

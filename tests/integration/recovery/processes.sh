@@ -3,6 +3,9 @@
 #   wait_exit PID SECONDS     the process's exit status, or 124 when it still runs after SECONDS
 #   stopped PID               true when the process is stopped (SIGSTOP)
 #   free_ports N              the first of N consecutive free ports on 127.0.0.1
+#   cleanup                   the EXIT trap: kills and reaps every pid in PIDS (the processes the
+#                             script started), removes WORK when PASSED=1, else says where it is
+#   tail_logs FILE...         the last 12 lines of each FILE that exists (for a failure)
 wait_for() {
   local deadline=$((SECONDS + $1)); shift
   until "$@"; do
@@ -34,4 +37,16 @@ for _ in range(500):
     finally:
         for s in socks: s.close()
 PY
+}
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  if [ "${PASSED:-0}" = 1 ]; then rm -rf "$WORK"; else echo "(files kept in $WORK)" >&2; fi
+}
+tail_logs() {
+  for f in "$@"; do
+    [ -f "$f" ] || continue
+    echo "--- $f (last lines):" >&2
+    tail -n 12 "$f" >&2 || true
+  done
 }

@@ -19,22 +19,12 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/processes.sh"
 DC=${1:?usage: producer_restart.sh PATH/TO/deltacast}
 WORK=$(mktemp -d /tmp/dc-producer-restart.XXXXXX)
 PIDS=()
-cleanup() {
-  # Only the processes this script started.
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  if [ "${PASSED:-0}" = 1 ]; then rm -rf "$WORK"; else echo "(files kept in $WORK)" >&2; fi
-}
 trap cleanup EXIT
 cd "$WORK"
 
 fail() {
   echo "FAIL: $*" >&2
-  for f in producer-1.out producer-1.log producer-2.out producer-2.log rank-*.log; do
-    [ -f "$f" ] || continue
-    echo "--- $f (last lines):" >&2
-    tail -n 12 "$f" >&2 || true
-  done
+  tail_logs producer-1.out producer-1.log producer-2.out producer-2.log rank-*.log
   exit 1
 }
 

@@ -146,6 +146,17 @@ class Group {
     return errors;
   }
 
+  // Every rank starts and version 1 (`model`) commits on every receiver exactly. False (with the
+  // failures added) when a rank did not start.
+  bool start_at_version_1(const Model& model) {
+    const auto errors = start();
+    for (uint32_t g = 0; g < m_; ++g) EXPECT_EQ(errors[g], "") << "rank " << g;
+    if (errors != std::vector<std::string>(m_)) return false;
+    refit(model);
+    expect_everyone_holds(model, "at version 1");
+    return true;
+  }
+
   // Every rank refits to `model` (its part) at once; reports[g] is rank g's.
   std::vector<RefitReport> refit(const Model& model, std::vector<std::string>* errors = nullptr,
                                  uint32_t first_rank = 0) {
@@ -266,11 +277,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GroupVersions,
 TEST(ProducerGroup, RankKilledMidVersionAbortsThenResumes) {
   Model model = Model::make(77);
   Group group(2, 5, TopologyKind::binary, model);
-  const auto started = group.start();
-  ASSERT_EQ(started[0], "");
-  ASSERT_EQ(started[1], "");
-  group.refit(model);
-  group.expect_everyone_holds(model, "at version 1");
+  ASSERT_TRUE(group.start_at_version_1(model));
   const Model v1 = model;
 
   // Dies at its 3rd data message of version 2 (before sending it).
@@ -309,11 +316,7 @@ TEST(ProducerGroup, RankKilledMidVersionAbortsThenResumes) {
 TEST(ProducerGroup, ReceiverKilledMidVersionBothTreesRepair) {
   Model model = Model::make(31);
   Group group(2, 6, TopologyKind::binary, model);
-  const auto started = group.start();
-  ASSERT_EQ(started[0], "");
-  ASSERT_EQ(started[1], "");
-  group.refit(model);
-  group.expect_everyone_holds(model, "at version 1");
+  ASSERT_TRUE(group.start_at_version_1(model));
   at_data_message(group.receiver_transport(2), 3, loop::Fault::Kind::die);
   for (uint64_t v = 2; v <= 3; ++v) {
     model.step(40 + v);
@@ -336,9 +339,7 @@ TEST(ProducerGroup, ReceiverKilledMidVersionBothTreesRepair) {
 TEST(ProducerGroup, RankFrozenMidVersionAbortsThenItsReplacementCommits) {
   Model model = Model::make(91);
   Group group(2, 4, TopologyKind::binary, model);
-  const auto started = group.start();
-  ASSERT_EQ(started[1], "");
-  group.refit(model);
+  ASSERT_TRUE(group.start_at_version_1(model));
   const Model v1 = model;
   at_data_message(group.rank_transport(1), 3, loop::Fault::Kind::freeze);
   model.step(6);
@@ -367,8 +368,7 @@ TEST(ProducerGroup, RankFrozenMidVersionAbortsThenItsReplacementCommits) {
 TEST(ProducerGroup, RankBackWithOtherBitsIsRefused) {
   Model model = Model::make(5);
   Group group(2, 3, TopologyKind::binary, model);
-  ASSERT_EQ(group.start()[1], "");
-  group.refit(model);
+  ASSERT_TRUE(group.start_at_version_1(model));
   const Model v1 = model;
   group.drop_rank(1);
   Model other = model;
@@ -392,6 +392,10 @@ TEST(ProducerGroup, RankBackWithOtherBitsIsRefused) {
 TEST(ProducerGroup, RankWithAnotherManifestIsRefusedAndNothingIsWritten) {
   const Model model = Model::make(9);
   Group group(2, 3, TopologyKind::binary, model);
+  // The coordinator gives up after 3 s; the real rank 1 never comes. (Both before the stranger
+  // connects: it must reach this coordinator, not the one replaced.)
+  group.make_rank(0, std::nullopt, [](ProducerOptions& o) { o.join_timeout = 3s; });
+  group.drop_rank(1);
   std::vector<codec::TensorInfo> infos = model.manifest.tensors();
   infos.back().name = "head.bias.renamed";
   const codec::Manifest other(infos);
@@ -404,8 +408,6 @@ TEST(ProducerGroup, RankWithAnotherManifestIsRefusedAndNothingIsWritten) {
   Producer stranger(*transport, other, po);
   std::string stranger_error;
   std::thread t([&] { stranger_error = error_of([&] { stranger.start(); }); });
-  group.drop_rank(1);  // the real rank 1 never comes
-  group.make_rank(0, std::nullopt, [](ProducerOptions& o) { o.join_timeout = 3s; });
   const auto errors = group.start(/*first_rank=*/2);
   t.join();
   EXPECT_NE(stranger_error.find("producer rank 1"), std::string::npos) << stranger_error;
