@@ -60,4 +60,8 @@ if [ ! -f Testing/Temporary/CTestCostData.txt ]; then
   mkdir -p Testing/Temporary
   cp "$root/tests/ctest-cost-seed.txt" Testing/Temporary/CTestCostData.txt
 fi
-ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@"
+status=0
+ctest --output-on-failure -j "$(nproc)" --timeout 900 "$@" || status=$?
+# The reasons of the failures last, where a CI that keeps only its log's tail shows them.
+[ "$status" = 0 ] || python3 "$root/scripts/failed-tests-recap.py" "$build" 40
+exit "$status"

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "transport/auth.h"
+#include "transport/tcp/tcp_connection.h"
 #include "transport/transport.h"
 
 namespace deltacast::transport {
@@ -82,6 +83,28 @@ TEST(TcpWire, ClientGivesUpOnAServerThatNeverAnswers) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::timeout) << e.what();
   }
+}
+
+// A socket whose connect reached its own port (what the kernel can do to a connect to a loopback
+// port nobody listens on) is told apart from a real connection; the transport refuses it.
+TEST(TcpWire, AConnectThatReachedItselfIsSeen) {
+  asio::io_context io;
+  // Made on purpose: bound to a free port, then connected to that same port (simultaneous open).
+  asio::ip::tcp::socket self(io);
+  self.open(asio::ip::tcp::v4());
+  self.set_option(asio::socket_base::reuse_address(true));
+  self.bind({asio::ip::make_address("127.0.0.1"), 0});
+  auto port = self.local_endpoint().port();
+  self.connect({asio::ip::make_address("127.0.0.1"), port});
+  EXPECT_TRUE(tcp::connected_to_itself(self));
+
+  asio::ip::tcp::acceptor listener(io, {asio::ip::make_address("127.0.0.1"), 0});
+  auto client = raw_connect(io, Url{"tcp", "", "127.0.0.1", listener.local_endpoint().port()});
+  auto server = listener.accept();
+  EXPECT_FALSE(tcp::connected_to_itself(client));
+  EXPECT_FALSE(tcp::connected_to_itself(server));
+  asio::ip::tcp::socket unconnected(io);
+  EXPECT_FALSE(tcp::connected_to_itself(unconnected));
 }
 
 }  // namespace

@@ -40,6 +40,14 @@ void tune_socket(asio::ip::tcp::socket& socket, const TransportOptions& options)
   ::setsockopt(socket.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
 }
 
+bool connected_to_itself(const asio::ip::tcp::socket& socket) {
+  boost::system::error_code local_ec;
+  boost::system::error_code remote_ec;
+  auto local = socket.local_endpoint(local_ec);
+  auto remote = socket.remote_endpoint(remote_ec);
+  return !local_ec && !remote_ec && local == remote;
+}
+
 TcpConnection::TcpConnection(asio::io_context& context, asio::ip::tcp::socket socket, const TransportOptions& options)
     : context_(context),
       socket_(std::move(socket)),

@@ -35,6 +35,12 @@ enum class FrameKind : uint32_t { data = 1, heartbeat = 2 };
 // the kernel even when we are not reading). Throws Errc::io.
 void tune_socket(asio::ip::tcp::socket& socket, const TransportOptions& options);
 
+// True when a connected socket's two ends are one endpoint: a connect to a loopback port nobody
+// listens on can be given that same port as its source (TCP simultaneous open), and then holds
+// the port its peer wants to listen on (a restarted producer would fail to bind). Callers close
+// such a socket and report the peer unreachable.
+bool connected_to_itself(const asio::ip::tcp::socket& socket);
+
 class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
  public:
   TcpConnection(asio::io_context& context, asio::ip::tcp::socket socket, const TransportOptions& options);

@@ -289,6 +289,11 @@ class TcpTransport final : public Transport {
       co_await asio::async_connect(socket, endpoints, asio::redirect_error(use_awaitable, ec));
       if (deadline.expired()) throw Error(Errc::timeout, "tcp: connect to " + url.str() + " timed out");
       if (ec) throw Error(Errc::connection, "tcp: cannot connect to " + url.str() + ": " + ec.message());
+      if (connected_to_itself(socket)) {
+        socket.close(ec);
+        throw Error(Errc::connection, "tcp: cannot connect to " + url.str() + ": nothing listens there (the " +
+                                          "connect reached itself)");
+      }
       tune_socket(socket, options_);
       try {
         co_await client_handshake(socket, options_.secret);
