@@ -97,7 +97,25 @@ def blind3_matrix():
                     ("150M", 0.03, 12, "250Mbit/s", "chain", "control")), role="blind")
 
 
-MATRICES = dict(default=default_matrix, blind2=blind2_matrix, wide=wide_matrix, blind3=blind3_matrix)
+def group_matrix():
+    """Issue 32 part 3 (docs/performance.md, "Producer group"): M = 1, 2, 4 producer ranks, each
+    capped at the same uplink, 8 receivers, 100M params, ~1% and ~3%, binary trees. Two uplinks:
+    100 Mbit/s per rank (the issue's setting: on this 2-core machine the CPU of 8 receivers and M
+    ranks is as long as the wire there) and 20 Mbit/s per rank (the wire dominates: what a
+    deployment with its own cores per host sees). Every configuration is held out from the form-A
+    fit (role "group"): the check of the model with M as a term."""
+    out = []
+    for uplink in ("100Mbit/s", "20Mbit/s"):
+        for rate in (0.01, 0.03):
+            for m in (1, 2, 4):
+                c = configs((("100M", rate, 8, uplink, "binary"),), role="group")[0]
+                c["producers"] = m
+                out.append(c)
+    return out
+
+
+MATRICES = dict(default=default_matrix, blind2=blind2_matrix, wide=wide_matrix, blind3=blind3_matrix,
+                group=group_matrix)
 
 
 def loadavg():
@@ -124,6 +142,8 @@ def run_demo(deltacast, cfg, steps, timeout_s, workdir):
     cmd = [deltacast, "demo", "--params", cfg["params"], "--receivers", str(cfg["receivers"]),
            "--steps", str(steps), "--uplink", cfg["uplink"], "--lr", repr(cfg["lr"]),
            "--topology", cfg["topology"], "--json", out, "--timeout", f"{timeout_s}s"]
+    if cfg.get("producers", 1) > 1:
+        cmd += ["--producers", str(cfg["producers"])]
     rec = dict(config=dict(cfg), steps_asked=steps, load_before=loadavg(),
                start=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), command=" ".join(cmd[1:]))
     t0 = time.monotonic()
@@ -145,12 +165,28 @@ def run_demo(deltacast, cfg, steps, timeout_s, workdir):
     rec["load_after"] = loadavg()
     rec["rc"] = proc.returncode
     m = re.search(r"logs in (/tmp/deltacast-demo-\w+)", proc.stdout)
+    if m:
+        rec["rank_rss"] = rank_rss(m.group(1))
     if m and proc.returncode == 0:
         shutil.rmtree(m.group(1), ignore_errors=True)  # the demo's own temp dir (ours to remove)
     rec["report"] = json.load(open(out)) if proc.returncode == 0 and os.path.exists(out) else None
     if rec["report"] is None:
         rec["output_tail"] = proc.stdout[-2000:]
     return rec
+
+
+def rank_rss(demo_dir):
+    """{producer rank: peak anonymous RSS in bytes} from a demo's reports (report.json is rank 0,
+    report-rank<g>.json rank g of a producer group); {} when there are none."""
+    out = {}
+    for name in sorted(os.listdir(demo_dir)) if os.path.isdir(demo_dir) else []:
+        mm = re.fullmatch(r"report(?:-rank(\d+))?\.json", name)
+        if mm:
+            try:
+                out[int(mm.group(1) or 0)] = json.load(open(os.path.join(demo_dir, name)))["max_rss_anon_bytes"]
+            except (OSError, ValueError, KeyError):
+                pass
+    return out
 
 
 def ingest_wan(root):
@@ -200,7 +236,7 @@ def measure(deltacast, out_path, rounds, steps, root, matrix=None, timeout_s=240
             rec["batch"] = batch
             doc["runs"].append(rec)
             refits = [s["refit_seconds"] for s in (rec["report"] or {}).get("steps", [])]
-            log(f"round {rnd} {matrix[i]['params']} {matrix[i]['rate']:.0%} R{matrix[i]['receivers']} "
+            log(f"round {rnd} M{matrix[i].get('producers', 1)} {matrix[i]['params']} {matrix[i]['rate']:.0%} R{matrix[i]['receivers']} "
                 f"{matrix[i]['uplink']} {matrix[i]['topology']}: rc {rec['rc']} wall {rec['wall_seconds']:.1f} s "
                 f"load {rec['load_before']}->{rec['load_after']} refits {[round(r, 3) for r in refits]}")
             doc.setdefault("measure_seconds_by_batch", {})[str(batch)] = round(time.monotonic() - t_all, 1)

@@ -135,6 +135,40 @@ TEST(PacedTransport, TwoConnectionsShareOneCapAndDeliverEveryByteInOrder) {
   EXPECT_GE(seconds, floor * 0.98) << "the egress cap was exceeded";
 }
 
+// Connections take turns: a small message on one connection leaves after at most one message of
+// another connection that has a long queue, not after all of it (a part rank's GROUP_SENT to its
+// coordinator behind the megabytes of its part). Judged by order, not by time.
+TEST(PacedTransport, ASmallMessageIsNotHeldBehindAnotherConnectionsQueue) {
+  constexpr size_t kMessage = size_t{256} * 1024;
+  constexpr int kCount = 8;  // 2 MiB at 1 MiB/s: about 250 ms a message
+  Link link(uint64_t{1024} * 1024, kMessage, 2);
+  std::vector<std::vector<std::byte>> messages;
+  for (int k = 0; k < kCount; ++k) messages.push_back(message_bytes(kMessage, k * 7));
+  std::vector<std::shared_ptr<Request>> sends;
+  sends.reserve(kCount);
+  for (int k = 0; k < kCount; ++k) sends.push_back(link.out[0]->post_send(messages[k]));
+  auto small_bytes = message_bytes(64, 1);
+  auto small = link.out[1]->post_send(small_bytes);
+  std::thread receiver([&] {
+    std::vector<std::byte> buffer(kMessage);
+    for (int k = 0; k < kCount; ++k) {
+      auto recv = link.in[0]->post_recv(buffer);
+      ASSERT_TRUE(recv->wait(60s).ok());
+      ASSERT_EQ(buffer, messages[k]) << "message " << k;  // connection 0's order is kept
+    }
+  });
+  std::vector<std::byte> small_buffer(64);
+  auto recv = link.in[1]->post_recv(small_buffer);
+  ASSERT_TRUE(small->wait(60s).ok());
+  // Posted by the pacer after at most one queued message of connection 0 (the first left at once
+  // with the full bucket): message 6 is three or more turns and 0.75 s of tokens behind it.
+  EXPECT_FALSE(sends[6]->test()) << "the small message waited for connection 0's whole queue";
+  ASSERT_TRUE(recv->wait(60s).ok());
+  EXPECT_EQ(small_buffer, small_bytes);
+  for (auto& s : sends) EXPECT_TRUE(s->wait(60s).ok());
+  receiver.join();
+}
+
 TEST(PacedTransport, UnpacedTransportsAreUntouched) {
   auto transport = make_transport("tcp", unpaced_options());
   auto paced = make_transport("tcp", paced_options(1'000'000));

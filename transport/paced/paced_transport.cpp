@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <unordered_map>
 
 #include "transport/paced/token_bucket.h"
 
@@ -89,7 +90,11 @@ class PacedRequest : public Request {
   std::optional<Status> early_;
 };
 
-// The shared bucket, the FIFO of sends that may not start yet, and the thread that posts them.
+// The shared bucket, the sends that may not start yet, and the thread that posts them. Each
+// connection's sends wait in its own FIFO (their order, and that of writes before later sends, is
+// kept); the connections with sends waiting take turns, one message each, as flows sharing one
+// link do: a small control message is not held behind another connection's megabytes of chunks
+// (a part rank's GROUP_SENT behind its part, a producer's EPOCH behind a chunk window).
 class Pacer {
  public:
   Pacer(double rate, double burst) : bucket_(rate, burst, Clock::now()) {
@@ -99,8 +104,10 @@ class Pacer {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
-      for (auto& item : queue_) item.request->finish_unposted(Status{Errc::connection, "transport destroyed"});
-      queue_.clear();
+      for (auto& [owner, queue] : queues_)
+        for (auto& item : queue) item.request->finish_unposted(Status{Errc::connection, "transport destroyed"});
+      queues_.clear();
+      turns_.clear();
     }
     cv_.notify_all();
     thread_.join();
@@ -110,12 +117,14 @@ class Pacer {
   std::shared_ptr<Request> submit(const void* owner, size_t bytes, std::function<std::shared_ptr<Request>()> post) {
     std::unique_lock lock(mutex_);
     const auto now = Clock::now();
-    if (queue_.empty() && bucket_.ready_at(bytes, now) <= now) {
+    if (turns_.empty() && bucket_.ready_at(bytes, now) <= now) {
       bucket_.take(bytes, now);
       return post();  // under the lock: keeps the order of posts (backends' posts do not block)
     }
     auto request = std::make_shared<PacedRequest>();
-    queue_.push_back(Item{owner, bytes, std::move(post), request});
+    auto& queue = queues_[owner];
+    if (queue.empty()) turns_.push_back(owner);
+    queue.push_back(Item{bytes, std::move(post), request});
     cv_.notify_all();
     return request;
   }
@@ -123,37 +132,54 @@ class Pacer {
   // Finishes every queued send of `owner` with `status` (its connection closed).
   void drop(const void* owner, const Status& status) {
     std::lock_guard lock(mutex_);
-    std::erase_if(queue_, [&](Item& item) {
-      if (item.owner != owner) return false;
-      item.request->finish_unposted(status);
-      return true;
-    });
+    auto it = queues_.find(owner);
+    if (it == queues_.end()) return;
+    for (auto& item : it->second) item.request->finish_unposted(status);
+    queues_.erase(it);
+    std::erase(turns_, owner);
   }
 
  private:
   struct Item {
-    const void* owner;
     size_t bytes;
     std::function<std::shared_ptr<Request>()> post;
     std::shared_ptr<PacedRequest> request;
   };
 
+  // The queue whose turn it is, with withdrawn sends removed from the fronts; nullptr when none.
+  std::deque<Item>* next_queue() {
+    while (!turns_.empty()) {
+      auto it = queues_.find(turns_.front());
+      auto& queue = it->second;
+      while (!queue.empty() && queue.front().request->withdrawn()) queue.pop_front();
+      if (!queue.empty()) return &queue;
+      queues_.erase(it);
+      turns_.pop_front();
+    }
+    return nullptr;
+  }
+
   void run() {
     std::unique_lock lock(mutex_);
     while (!stop_) {
-      while (!queue_.empty() && queue_.front().request->withdrawn()) queue_.pop_front();
-      if (queue_.empty()) {
+      auto* queue = next_queue();
+      if (queue == nullptr) {
         cv_.wait(lock);
         continue;
       }
       const auto now = Clock::now();
-      const auto at = bucket_.ready_at(queue_.front().bytes, now);
+      const auto at = bucket_.ready_at(queue->front().bytes, now);
       if (at > now) {
         cv_.wait_until(lock, at);
         continue;
       }
-      Item item = std::move(queue_.front());
-      queue_.pop_front();
+      Item item = std::move(queue->front());
+      queue->pop_front();
+      // Its turn is over: to the back of the line while it has more, out of it when it has none.
+      const void* owner = turns_.front();
+      turns_.pop_front();
+      if (queue->empty()) queues_.erase(owner);
+      else turns_.push_back(owner);
       bucket_.take(item.bytes, now);
       std::shared_ptr<Request> inner;
       try {
@@ -169,7 +195,8 @@ class Pacer {
   std::mutex mutex_;
   std::condition_variable cv_;
   TokenBucket bucket_;
-  std::deque<Item> queue_;
+  std::unordered_map<const void*, std::deque<Item>> queues_;  // a connection's waiting sends, in order
+  std::deque<const void*> turns_;  // the connections with sends waiting, whose turn is next first
   bool stop_ = false;
   std::thread thread_;
 };
