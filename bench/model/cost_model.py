@@ -12,6 +12,9 @@
     python3 bench/model/cost_model.py project [--fit tools/probe/cost_model_fit.json] [--svg docs/performance-projection.svg]
                                               [--paths K] [--bytes-per-change B] [--producer-ranks P] ...
     python3 bench/model/cost_model.py all [--deltacast PATH] [--rounds 3]
+    python3 bench/model/cost_model.py measure --out bench/model/runs-group.json --matrix group --train-batches 0 --steps 4
+    python3 bench/model/cost_model.py group --runs bench/model/runs-group.json --fit bench/model/fit-wide.json [--markdown]
+                                          (issue 32 part 3: M producer ranks; the 1T projection over M links)
 
 The model, its terms and the meaning of every constant: docs/performance.md. Pure Python 3 (no
 numpy); `measure` needs a built `deltacast` (demo subcommand), `fit` and `project` only the JSON.
@@ -299,6 +302,48 @@ def cmd_project(args):
     return 0 if len(rows) == 9 else 1
 
 
+def cmd_group(args):
+    """Issue 32 part 3: the group runs against their floor and M = 1, the model with M checked on
+    them (held out: constants from --fit), and the 1T projection over M boundary links. --check:
+    exit 1 when a configuration's prediction is off by more than --tolerance."""
+    import group_lib
+    doc = json.load(open(args.runs))
+    f = json.load(open(args.fit))
+    t_rank = group_lib.fit_rank_overhead(doc, f["constants"])
+    t = group_lib.table(doc, f["constants"], t_rank)
+    if not t:
+        raise SystemExit(f"{args.runs} has no group runs (measure --matrix group)")
+    print(f"group runs: {args.runs} ({len(doc['runs'])} runs, {sum(1 for r in doc['runs'] if r.get('report'))} ok); "
+          f"model: {args.fit} (form {f['constants'].get('form', '?')}, fitted on single-producer runs only); "
+          f"wire = payload / (eta x M x uplink); + t_rank: t_rank x (M - 1) more CPU, t_rank = {t_rank * 1e3:.0f} ms "
+          f"fitted on the {group_lib.TRAIN_UPLINK} group runs, the others held out")
+    group_lib.print_table(t, args.markdown)
+    bad = [v for v in t if v["held_out"] and abs(v["error_m"]) > args.tolerance]
+    a = assumptions(args)
+    p = group_lib.projection(f, a)
+    print(f"\n1T over M producer ranks, each with its own {project_lib.LINK_BYTES_PER_S * 8 / 1e9:.2f} Gbit/s boundary link; "
+          f"{a['receivers']} receivers, {a['receiver_threads']} apply threads each, inner links "
+          f"{a['inner_bytes_per_s'] * 8 / 1e9:g} Gbit/s, RTT {a['rtt_s'] * 1e3:g} ms, delegated commit:")
+    head = ("change", "M", "payload GB", "diff s", "wire s", "fan-out s", "apply s", "total s", "bound", "wire / bound")
+    print(("| " + " | ".join(head) + " |\n|" + " --- |" * len(head)) if args.markdown else "  ".join(head))
+    for r in p:
+        cells = (f"{r['rate']:.0%}", str(r["producers"]), f"{r['payload_bytes'] / 1e9:.2f}", f"{r['diff']:.2f}",
+                 f"{r['wire']:.2f}", f"{r['fanout']:.2f}", f"{r['apply']:.2f}", f"{r['total_d']:.1f}", r["bound"],
+                 f"{r['wire'] / r[r['bound']]:.2f}")
+        print(("| " + " | ".join(cells) + " |") if args.markdown else "  ".join(cells))
+    if args.out:
+        with open(args.out, "w") as fo:
+            json.dump(dict(t_rank_s=t_rank, train_uplink=group_lib.TRAIN_UPLINK, table=t, projection=p,
+                           assumptions=a), fo, indent=1)
+    if args.check and bad:
+        print(f"FAIL: {len(bad)} group configuration(s) outside +-{args.tolerance:.0%}", file=sys.stderr)
+        return 1
+    held = sum(1 for v in t if v["held_out"])
+    print(f"group: {held - len(bad)}/{held} held-out configurations within +-{args.tolerance:.0%} of the model with M "
+          f"(+ t_rank); wire / M alone: {sum(1 for v in t if abs(v['error']) <= args.tolerance)}/{len(t)} of all")
+    return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -334,7 +379,11 @@ def main():
     fi.add_argument("--freeze", help="also write the fit here with the time, once (refuses to overwrite)")
     pr = sub.add_parser("project")
     al = sub.add_parser("all")
-    for q in (pr, al):
+    gr = sub.add_parser("group", help="issue 32 part 3: the producer group's runs, the model with M, 1T over M links")
+    gr.add_argument("--runs", default=os.path.join(HERE, "runs-group.json"))
+    gr.add_argument("--check", action="store_true", help="exit 1 when a held-out configuration is outside --tolerance")
+    gr.add_argument("--tolerance", type=float, default=0.15)
+    for q in (pr, al, gr):
         q.add_argument("--fit", default=os.path.join(ROOT, "tools", "probe", "cost_model_fit.json"))
         q.add_argument("--svg", default=None)
         q.add_argument("--out")
@@ -362,6 +411,8 @@ def main():
         return cmd_ingest_wan(args)
     if args.cmd == "project":
         return cmd_project(args)
+    if args.cmd == "group":
+        return cmd_group(args)
     # all
     args.out_runs, args.quick = args.runs, False
     cmd_measure(argparse.Namespace(out=args.runs, rounds=args.rounds, steps=args.steps, deltacast=args.deltacast,

@@ -15,7 +15,7 @@ Model of one refit step (seconds), as measured on this machine:
                                                    receivers' CPU (apply, relay, verify), in
                                                    thread-seconds, stretched by s = the share of the
                                                    cores they get:
-    s      = (n + L) / (cores * n), n = R + 1        n processes of ours and L other runnable threads
+    s      = (n + L) / (cores * n), n = R + M        n processes of ours and L other runnable threads
                                                    share `cores` cores fairly (Linux CFS); model C
                                                    (the default): L = load_ref, the median load
                                                    average of the training runs (measured, one
@@ -116,7 +116,8 @@ def steps_of_runs(doc, first_steps=False):
                 uplink=uplink, depth=depth_of(cfg["topology"], s["receivers"]),
                 E=s["checkpoint_bytes"], C=s["changes"], payload=s["payload_bytes"], chunks=s["chunks"],
                 encode=s["encode_seconds"], refit=s["refit_seconds"], full=rep["full"]["seconds"],
-                load=0.5 * (run["load_before"] + run["load_after"]), step=s["step"], rtt=0.0))
+                load=0.5 * (run["load_before"] + run["load_after"]), step=s["step"], rtt=0.0,
+                producers=cfg.get("producers", 1)))
     return rows
 
 
@@ -280,11 +281,11 @@ def fit_commit_round_trips(doc, source="bench/wan/results/rtt.jsonl", commit="pr
 
 def stretch(c, row):
     """s: how much longer CPU work takes than on a core of its own, for row's receivers on this
-    machine: (n + L) / (cores * n) with n = R + 1 and L = the background load: load_ref (form C) or
+    machine: (n + L) / (cores * n) with n = R + M (M producer ranks, 1 without a group) and L = the background load: load_ref (form C) or
     the run's own load average (form B); 1 when the fit has no contention term (form A)."""
     if not c.get("contention", True):
         return 1.0
-    n = row["receivers"] + 1
+    n = row["receivers"] + row.get("producers", 1)
     load = c["load_ref"] if c.get("form", "B") == "C" else row["load"]
     return (n + load) / (c.get("cores", CORES) * n)
 
@@ -308,7 +309,9 @@ def encode_thread_seconds(c, row):
 def predict_row(c, row, rtt=None):
     """Predicted refit seconds of a row (dict of terms and 'total') from the fitted constants c."""
     diff = encode_thread_seconds(c, row) / DEMO_THREADS
-    wire = row["payload"] / (c["eta"] * row["uplink"]) if row["uplink"] else 0.0
+    # M producer ranks (a producer group): each sends its part on its own capped uplink at once,
+    # so the payload crosses M links (the parts are balanced by bytes: docs/producer-group.md).
+    wire = row["payload"] / (c["eta"] * row.get("producers", 1) * row["uplink"]) if row["uplink"] else 0.0
     fill = row["depth"] * c["t_hop_s"]
     f = apply_features(row, stretch(c, row))
     apply = f[0] * c["t_apply_c_s"] + f[1] * c["t_apply_rc_s"] + f[2] * c["t_scan_rc_s_per_byte"]

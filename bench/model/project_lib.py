@@ -65,13 +65,18 @@ def project_one(fit, params, rate, a):
     commit_d = c["c0_s"] + k_d * a["rtt_s"]
     commit_p = c["c0_s"] + c["k_rtt"] * a["rtt_s"]
     commit_1 = c["c0_s"] + 1.0 * a["rtt_s"]
+    # Fan-out inside the rollout cluster: every receiver takes in the whole payload, and an interior
+    # member of a binary tree sends each chunk it receives to two children (with M trees whose
+    # interiors rotate, a member's average egress is about one payload; 2 is the worst member).
+    # (deltacast probe measures this share instead: its members' relaying in the transfer term.)
+    fanout = 2.0 * payload / a["inner_bytes_per_s"]
     # Pipelined (the measured form): the producer diffs, the wire carries and the receivers apply
     # chunk by chunk; in a deployment the three stages run on different hosts, so the slowest one
     # sets the pace. `serial` adds them instead: the bound if nothing overlapped.
-    base = max(diff, wire, apply) + fill
+    base = max(diff, wire, apply, fanout) + fill
     serial = diff + wire + apply + fill
     return dict(params=params, rate=rate, bytes_per_change=bpc, payload_bytes=payload, diff=diff, wire=wire,
-                fill=fill, apply=apply, k_delegated=k_d, commit_d=commit_d, commit_p=commit_p, commit_1=commit_1,
+                fanout=fanout, fill=fill, apply=apply, k_delegated=k_d, commit_d=commit_d, commit_p=commit_p, commit_1=commit_1,
                 total_d=base + commit_d, total_p=base + commit_p, total_1=base + commit_1,
                 serial_d=serial + commit_d, full=E / LINK_BYTES_PER_S, depth=depth)
 

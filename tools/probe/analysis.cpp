@@ -288,9 +288,12 @@ Candidate evaluate_topology(const ProbeFigures& f, tree::TopologyKind kind, cons
   c.inputs.change_rate = o.change_rates.empty() ? 0.01 : o.change_rates.front();
   c.inputs.bytes_per_change = o.bytes_per_change;
   c.inputs.diff_threads = o.diff_threads;
+  c.inputs.producer_ranks = o.producer_ranks;
   c.inputs.apply_threads = o.apply_threads;
   c.inputs.delegated_commit = o.delegated_commit;
   c.inputs.bottleneck_seconds_per_byte = worst;
+  c.inputs.producer_seconds_per_byte = seconds_per_byte[0];
+  c.inputs.member_seconds_per_byte = *std::max_element(seconds_per_byte.begin() + 1, seconds_per_byte.end());
   c.inputs.tree_depth = depth;
   c.inputs.chunk_bytes = static_cast<double>(c.chunk_bytes);
   c.inputs.inner_bytes_per_second = bandwidth.inner();
@@ -326,6 +329,7 @@ nlohmann::json predictions_json(const Recommendation& r, const PredictOptions& o
                    {"topology", std::string(tree::topology_kind_name(r.chosen.kind))},
                    {"chunk_bytes", r.chosen.chunk_bytes},
                    {"commit", o.delegated_commit ? "delegated" : "producer"},
+                   {"producer_ranks", std::max(1, o.producer_ranks)},
                    {"terms", p.terms_json()}});
   }
   return out;

@@ -4,12 +4,15 @@
 // on measured refits and the network figures `deltacast probe` finds.
 //
 //   seconds = max(diff, transfer, apply) + fill + commit        (the three stages are pipelined)
-//     diff     = (E x t_scan + C x t_change) / diff_threads     producer: scan, encode the changes
-//     transfer = payload_bytes x bottleneck seconds per byte    payload = C x bytes_per_change
+//     diff     = (E x t_scan + C x t_change) / (M x diff_threads)   producer: scan, encode the changes
+//     transfer = payload_bytes x max(producer uplink s/B / M, worst member s/B)   payload = C x bytes_per_change
 //     apply    = (C x (t_apply_c + t_apply_rc) + E x t_scan_rc) / apply_threads   one receiver
 //     fill     = depth x (t_hop + chunk payload / inner bytes per second)       pipeline fill
 //     commit   = c0 + k x rtt      k: round trips per version, fitted per commit mode
-// with E = params x 2 (checkpoint bytes) and C = params x change_rate (changed elements).
+// with E = params x 2 (checkpoint bytes), C = params x change_rate (changed elements) and M producer
+// ranks (a producer group, docs/producer-group.md: each rank diffs its part on its own host and
+// sends it on its own uplink, so the producer's share of the transfer and its diff divide by M;
+// what a member relays does not: every receiver still takes in, and relays, the whole payload).
 // `serial_seconds` adds the three stages instead of taking the max: the bound if nothing overlapped.
 //
 // The constants are data installed with the CLI (share/deltacast/cost_model_fit.json, from
@@ -57,9 +60,12 @@ struct CostInputs {
   double params = 1e9;                     // elements of the model
   double change_rate = 0.01;               // fraction of elements changed by one step
   double bytes_per_change = 0;             // encoded payload bytes per change; 0: the measured one
-  int diff_threads = 8;                    // producer encode threads (all producer ranks together)
+  int diff_threads = 8;                    // encode threads of one producer rank
+  int producer_ranks = 1;                  // M: producer ranks, each with an uplink like the producer's
   int apply_threads = 8;                   // threads applying one receiver's changes
-  double bottleneck_seconds_per_byte = 0;  // transfer time per payload byte through the tree
+  double bottleneck_seconds_per_byte = 0;  // transfer time per payload byte through the tree (all links)
+  double producer_seconds_per_byte = 0;    // the producer's own share of it (0: not known apart)
+  double member_seconds_per_byte = 0;      // the slowest member's (relaying) share
   int tree_depth = 1;                      // member hops on the longest path, producer hop included
   double chunk_bytes = 4 << 20;            // checkpoint bytes per chunk (the pipelining unit)
   double inner_bytes_per_second = 0;       // typical link inside a cluster (<= 0: no transfer part in fill)

@@ -45,6 +45,7 @@ struct ProbeOptions {
   std::vector<double> change_rates{0.01, 0.03, 0.05};
   double bytes_per_change = 0;  // 0: the measured one at each rate (the installed cost model fit)
   int diff_threads = 8;
+  int producer_ranks = 0;  // 0: the config's `producers`
   int apply_threads = 8;
   uint64_t seed = 1;
 };
@@ -128,9 +129,10 @@ void print_table(const Measurements& m, const ClusterResult& clusters, const std
   for (const auto& p : predicted) {
     const auto& t = p["terms"];
     std::printf(
-        "predicted refit, %.3g params at %.3g%% changed: %.3f s = max(diff %.3f, transfer %.3f, apply %.3f) + fill "
+        "predicted refit, %.3g params at %.3g%% changed, %d producer rank%s: %.3f s = max(diff %.3f, transfer %.3f, apply %.3f) + fill "
         "%.3f + commit %.4f (%.2f round trips, %s commit; %.3f s if nothing overlapped)\n",
-        p["params"].get<double>(), 100 * p["change_rate"].get<double>(), p["seconds"].get<double>(),
+        p["params"].get<double>(), 100 * p["change_rate"].get<double>(), p["producer_ranks"].get<int>(),
+        p["producer_ranks"].get<int>() == 1 ? "" : "s", p["seconds"].get<double>(),
         t["diff"].get<double>(), t["transfer"].get<double>(), t["apply"].get<double>(), t["fill"].get<double>(),
         t["commit"].get<double>(), t["commit_round_trips"].get<double>(), p["commit"].get<std::string>().c_str(),
         t["serial_seconds"].get<double>());
@@ -155,6 +157,7 @@ void report(const Measurements& m, const ProbeOptions& o, const config::Config& 
   predict_options.change_rates = o.change_rates;
   predict_options.bytes_per_change = o.bytes_per_change;
   predict_options.diff_threads = o.diff_threads;
+  predict_options.producer_ranks = o.producer_ranks > 0 ? o.producer_ranks : static_cast<int>(c.producers);
   predict_options.model = CostModel::installed();
   predict_options.apply_threads = o.apply_threads;
   predict_options.delegated_commit = run_commits_delegated(c, clusters.clusters);
@@ -209,6 +212,7 @@ void probe(const ProbeOptions& o) {
   settings.seed = o.seed;
   if (settings.flow_time.count() <= 0) throw Error(Errc::invalid_argument, "--flow-time must be positive");
   if (o.diff_threads < 1) throw Error(Errc::invalid_argument, "--diff-threads must be at least 1");
+  if (o.producer_ranks < 0) throw Error(Errc::invalid_argument, "--producers must be at least 1");
   if (o.apply_threads < 1) throw Error(Errc::invalid_argument, "--apply-threads must be at least 1");
   if (o.bytes_per_change < 0) throw Error(Errc::invalid_argument, "--bytes-per-change must not be negative");
   for (double rate : o.change_rates)
@@ -242,8 +246,11 @@ void setup(CLI::App& parent) {
   cmd->add_option("--bytes-per-change", o->bytes_per_change,
                   "Encoded bytes per changed element (0: the measured one at each rate)")
       ->capture_default_str();
-  cmd->add_option("--diff-threads", o->diff_threads, "Producer encode threads in the prediction")
+  cmd->add_option("--diff-threads", o->diff_threads, "Encode threads of each producer rank in the prediction")
       ->capture_default_str();
+  cmd->add_option("--producers", o->producer_ranks,
+                  "Producer ranks in the prediction, each with an uplink like the measured producer's (default: the "
+                  "config's producers)");
   cmd->add_option("--apply-threads", o->apply_threads, "Threads applying one receiver's changes in the prediction")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the pair sample (jobs of more than 64 members)")->capture_default_str();

@@ -240,6 +240,35 @@ TEST(ProbeCostModel, TermsByHand) {
   EXPECT_NEAR(predict(model, in).payload_bytes, 5e6, 1e-6);
 }
 
+// M producer ranks: the producer's diff and its uplink's share of the transfer divide by M; what
+// the members relay does not, so past the point where a member's link is the slower, M buys nothing.
+TEST(ProbeCostModel, ProducerRanksDivideTheProducersShareOnly) {
+  const CostModel model = round_model();
+  CostInputs in;
+  in.params = 1e9;
+  in.change_rate = 0.03;
+  in.diff_threads = 8;
+  in.producer_seconds_per_byte = 1 / 12.5e6;  // the producer's uplink: 100 Mbit/s
+  in.member_seconds_per_byte = 1 / 125e6;     // the slowest member relays at 1 Gbit/s
+  in.bottleneck_seconds_per_byte = in.producer_seconds_per_byte;
+  const auto one = predict(model, in);
+  EXPECT_NEAR(one.transfer, one.payload_bytes / 12.5e6, 1e-9);
+  in.producer_ranks = 4;
+  const auto four = predict(model, in);
+  EXPECT_NEAR(four.transfer, one.transfer / 4, 1e-9);
+  EXPECT_NEAR(four.diff, one.diff / 4, 1e-12);
+  EXPECT_DOUBLE_EQ(four.payload_bytes, one.payload_bytes);  // splitting costs no payload
+  in.producer_ranks = 32;  // 100 Mbit/s / 32 is slower than the member's 1 Gbit/s no more
+  EXPECT_NEAR(predict(model, in).transfer, one.payload_bytes / 125e6, 1e-9);
+  // Without the producer's share known apart, the whole bottleneck divides (the older inputs).
+  in.producer_seconds_per_byte = 0;
+  in.producer_ranks = 2;
+  EXPECT_NEAR(predict(model, in).transfer, one.transfer / 2, 1e-9);
+  // Zero or negative ranks count as one.
+  in.producer_ranks = 0;
+  EXPECT_NEAR(predict(model, in).transfer, one.transfer, 1e-9);
+}
+
 TEST(ProbeCostModel, MeasuredBytesPerChangeAtNearestRate) {
   const CostModel model = round_model();
   EXPECT_DOUBLE_EQ(model.bytes_per_change_at(0.001), 1.0);
