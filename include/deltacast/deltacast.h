@@ -237,7 +237,10 @@ DC_API void dc_producer_free(dc_producer* producer);
  * "threads" (encoder threads), and "config" as for the receiver; the environment likewise.
  * A producer group (docs/producer-group.md): "group_size" (M), "group_rank" (0: the coordinator,
  * which takes "receivers"; 1..M-1: a part rank, which needs "coordinator", rank 0's URL). Each rank
- * adds every tensor of the manifest; one outside its part may have data NULL and nbytes 0. Each
+ * adds every tensor of the manifest; one outside its part may have data NULL and nbytes 0.
+ * "group_parts" (optional, the same on every rank) is the trainer's own layout instead of the
+ * balanced one: JSON, one array per rank of tensor names (whole tensors) or [name, first, end]
+ * (elements [first, end) of a tensor); every element must be in exactly one rank's part. Each
  * rank's start and refit run at the same time as the others' (each blocks until the version is
  * decided); version 1 is every part as a delta from zeros. */
 DC_API int dc_producer_set(dc_producer* producer, const char* key, const char* value);

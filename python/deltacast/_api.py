@@ -84,6 +84,9 @@ def _option_text(key: str, value: Any) -> str:
         return str(value)
     if isinstance(value, os.PathLike):
         return os.fspath(value)
+    if key == "group_parts" and isinstance(value, (list, tuple)):
+        # One list per rank of tensor names or (name, first, end) element ranges (deltacast.h).
+        return json.dumps([[list(item) if isinstance(item, tuple) else item for item in part] for part in value])
     raise Error("DC_ERR_INVALID_ARGUMENT", f"option '{key}': a {type(value).__name__} value cannot be passed "
                                            f"(str, int, float, bool, timedelta or a path)")
 
@@ -491,6 +494,16 @@ class Receiver(_HandleOwner):
 
 # ---- producer ---------------------------------------------------------------------------------
 
+def _placeholder(name: str, spec: "TensorSpec") -> _buffers.Buffer:
+    """A manifest entry without data: a producer group's rank that holds none of this tensor (it
+    lies outside its part). The library refuses it at start if it is in the rank's part."""
+    if spec.name != name:
+        raise Error("DC_ERR_INVALID_ARGUMENT", f"tensor '{name}': its TensorSpec is named '{spec.name}'")
+    if spec.dtype not in DTYPE_CODES:
+        raise Error("DC_ERR_INVALID_ARGUMENT", f"tensor '{name}': unknown dtype '{spec.dtype}'")
+    return _buffers.Buffer(name, spec.dtype, tuple(int(d) for d in spec.shape), 0, 0, _buffers.DEVICE_HOST, 0, None)
+
+
 class Producer(_HandleOwner):
     """A trainer's end: serves `tensors` (dict name -> torch.Tensor/numpy.ndarray, in checkpoint
     order: the manifest) to `receivers` receivers through a relay tree.
@@ -508,6 +521,12 @@ class Producer(_HandleOwner):
     keywords or through options= (nested dicts give dotted keys). dtypes={name: "BF16"} names what
     a numpy array's bits hold (uint16 -> BF16); it also applies to that tensor's refits.
     Calls on one Producer run one at a time (from any thread).
+
+    A producer group's rank (docs/producer-group.md): group_rank=, group_size=, coordinator= (rank
+    0's url, for ranks 1..M-1), and optionally group_parts= (the trainer's own layout: one list per
+    rank of tensor names or (name, first, end) element ranges, the same on every rank). A rank may
+    give a deltacast.TensorSpec(name, dtype, shape) instead of a tensor it does not hold: the
+    manifest needs every entry, the rank reads only its part's.
     """
 
     def __init__(self, tensors, *, receivers: Optional[int] = None, listen: Optional[str] = None,
@@ -519,7 +538,8 @@ class Producer(_HandleOwner):
         self._dtypes = dict(dtypes or {})
         self._report: Optional[dict] = None
         self._url: Optional[str] = None
-        buffers = [_buffers.as_buffer(name, obj, self._dtypes.get(name)) for name, obj in _buffers.items(tensors)]
+        buffers = [_placeholder(name, obj) if isinstance(obj, TensorSpec) else
+                   _buffers.as_buffer(name, obj, self._dtypes.get(name)) for name, obj in _buffers.items(tensors)]
         unknown = set(self._dtypes) - {b.name for b in buffers}
         if unknown:
             raise Error("DC_ERR_NOT_FOUND", f"dtypes names tensors that are not given: {sorted(unknown)}")

@@ -667,6 +667,65 @@ class TestProducerGroup(unittest.TestCase):
                     self.assertEqual((p0.version, p1.version), (version, version))
                     self.check_servers(f"check {version}", version, embed_model.hashes(tensors))
 
+    def test_ranks_hold_only_their_parts(self):
+        """The trainer's own layout (group_parts): rank 0 holds the first half of model.0.weight and
+        every other tensor from the first, rank 1 the rest; each gives a TensorSpec for what it does
+        not hold, and refits with its own tensors only. Every server ends bit-exact."""
+        g = torch.Generator().manual_seed(12)
+        tensors = embed_model.trainer_tensors()
+        names = [n for n in tensors if n != "model.0.weight"]
+        cut = tensors["model.0.weight"].numel() // 2
+        parts = [[("model.0.weight", 0, cut)] + names[0::2],
+                 [("model.0.weight", cut, tensors["model.0.weight"].numel())] + names[1::2]]
+        held = [set(names[0::2]) | {"model.0.weight"}, set(names[1::2]) | {"model.0.weight"}]
+
+        def view(rank):  # what rank holds: its tensors, and a TensorSpec for the others
+            return {n: (t if n in held[rank] else
+                        deltacast.TensorSpec(n, deltacast._buffers.as_buffer(n, t).dtype, tuple(t.shape)))
+                    for n, t in tensors.items()}
+
+        common = dict(listen=LOOPBACK, topology="binary", chunk_bytes="256KiB", log_level="warn", group_size=2,
+                      group_parts=parts)
+        with deltacast.Producer(view(0), receivers=self.RECEIVERS, group_rank=0, **common) as p0:
+            with deltacast.Producer(view(1), group_rank=1, coordinator=p0.url, **common) as p1:
+                self.servers = [_Server(p0.url, rank) for rank in range(1, self.RECEIVERS + 1)]
+                starters = [_Starter(p1), _Starter(p0)]
+                for report in [s.result() for s in starters]:
+                    self.assertTrue(report["committed"], report)
+                for server in self.servers:
+                    server.reply()
+                self.check_servers("check 1", 1, embed_model.hashes(tensors))
+                for version in (2, 3):
+                    embed_model.perturb(tensors, 0.02, g)
+                    results = {}
+                    threads = [threading.Thread(target=lambda n=n, q=q, r=r: results.__setitem__(
+                                   n, q.refit({k: tensors[k] for k in held[r]})))
+                               for n, q, r in (("p1", p1, 1), ("p0", p0, 0))]
+                    for t in threads:
+                        t.start()
+                    for t in threads:
+                        t.join(120)
+                    self.assertEqual(set(results), {"p0", "p1"}, "a rank's refit did not return")
+                    for name, report in results.items():
+                        self.assertTrue(report["committed"], (name, report))
+                    self.check_servers(f"check {version}", version, embed_model.hashes(tensors))
+
+    def test_overlapping_parts_are_refused_naming_the_ranks(self):
+        tensors = embed_model.trainer_tensors()
+        names = list(tensors)
+        parts = [names, [names[0]]]  # names[0] claimed by both
+        with self.assertRaises(deltacast.Error) as caught:
+            deltacast.Producer(tensors, receivers=1, group_rank=0, group_size=2, group_parts=parts, listen=LOOPBACK)
+        self.assertIn("ranks 0 and 1", str(caught.exception))
+        with self.assertRaises(deltacast.Error) as caught:
+            deltacast.Producer(tensors, receivers=1, group_rank=0, group_size=2, group_parts=[names, ["nope"]],
+                               listen=LOOPBACK)
+        self.assertIn("'nope'", str(caught.exception))
+        for text, words in (("[not json", "not JSON"), ('[["a"]]', "one entry per rank (2)")):
+            with self.assertRaises(deltacast.Error) as caught:
+                deltacast.Producer(tensors, receivers=1, group_rank=0, group_size=2, group_parts=text, listen=LOOPBACK)
+            self.assertIn(words, str(caught.exception))
+
     def test_a_rank_needs_its_coordinator(self):
         tensors = embed_model.trainer_tensors()
         with self.assertRaises(deltacast.Error) as caught:
