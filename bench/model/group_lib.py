@@ -97,8 +97,8 @@ def table(doc, constants, t_rank=0.0):
         base = run_medians(groups.get((key[0], key[1], 1), []))
         base_by_round = {rnd: med for rnd, med in base.values()}
         speedups = sorted(base_by_round[rnd] / med for rnd, med in mine.values() if rnd in base_by_round)
-        rss = [max(doc["runs"][i].get("rank_rss", {"0": 0}).values()) for i in mine]
-        part_rss = [v for i in mine for k, v in doc["runs"][i].get("rank_rss", {}).items()]
+        every_rss = [v for i in mine for v in doc["runs"][i].get("rank_rss", {}).values()]  # every rank of every run
+        rss = [max(doc["runs"][i]["rank_rss"].values()) for i in mine if doc["runs"][i].get("rank_rss")]
         out.append(dict(uplink=key[0], rate=key[1], producers=key[2], rounds=len(mine), steps=len(g),
                         measured_min=min(refits), measured_median=statistics.median(refits), measured_max=max(refits),
                         floor=statistics.median(r["floor"] for r in g), over_floor=ratios,
@@ -106,7 +106,7 @@ def table(doc, constants, t_rank=0.0):
                         error=pred / statistics.median(refits) - 1, terms=terms, predicted_m=pred_m,
                         error_m=pred_m / statistics.median(refits) - 1, held_out=not is_group_train(g[0]),
                         bound_m=predict(constants, g[len(g) // 2], t_rank)[1], speedup_by_round=speedups,
-                        rank_rss_max=max(rss) if rss else 0, rank_rss_min=min(part_rss) if part_rss else 0,
+                        rank_rss_max=max(rss) if rss else 0, rank_rss_min=min(every_rss) if every_rss else 0,
                         # what a rank holds beyond the simulated trainer (sim/trainer_simulator.h: 14 bytes
                         # a parameter, the whole model in every rank), against its part of the checkpoint
                         ours_max=(max(rss) - SIM_BYTES_PER_PARAM * g[0]["params"]) if rss else 0,

@@ -629,6 +629,25 @@ class TestProducerGroup(unittest.TestCase):
     ask_all = TestRelayTree.ask_all
     check_servers = TestRelayTree.check_servers
 
+    def refit_ranks(self, version, ranks):
+        """Refits every rank ({name: (producer, tensors)}) at once, each on its own thread, as the
+        trainer's ranks would; checks each returned `version` committed. Returns {name: report}."""
+        results = {}
+
+        def refit(name, producer, given):
+            results[name] = producer.refit(given)
+
+        threads = [threading.Thread(target=refit, args=(n, q, t)) for n, (q, t) in ranks.items()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        self.assertEqual(set(results), set(ranks), "a rank's refit did not return")
+        for name, report in results.items():
+            self.assertTrue(report["committed"], (name, report))
+            self.assertEqual(report["version"], version, (name, report))
+        return results
+
     def test_two_producer_handles_bit_exact(self):
         g = torch.Generator().manual_seed(11)
         tensors = embed_model.trainer_tensors()
@@ -649,20 +668,7 @@ class TestProducerGroup(unittest.TestCase):
                     embed_model.perturb(tensors, 0.01, g)
                     if version == 3:
                         embed_model.write_special(tensors)
-                    results = {}
-
-                    def refit(name, producer):
-                        results[name] = producer.refit(tensors)
-
-                    threads = [threading.Thread(target=refit, args=(n, q)) for n, q in (("p1", p1), ("p0", p0))]
-                    for t in threads:
-                        t.start()
-                    for t in threads:
-                        t.join(120)
-                    self.assertEqual(set(results), {"p0", "p1"}, "a rank's refit did not return")
-                    for name, report in results.items():
-                        self.assertTrue(report["committed"], (name, report))
-                        self.assertEqual(report["version"], version, (name, report))
+                    results = self.refit_ranks(version, {"p1": (p1, tensors), "p0": (p0, tensors)})
                     self.assertEqual(results["p0"]["verified_receivers"], self.RECEIVERS)
                     self.assertEqual((p0.version, p1.version), (version, version))
                     self.check_servers(f"check {version}", version, embed_model.hashes(tensors))
@@ -697,17 +703,8 @@ class TestProducerGroup(unittest.TestCase):
                 self.check_servers("check 1", 1, embed_model.hashes(tensors))
                 for version in (2, 3):
                     embed_model.perturb(tensors, 0.02, g)
-                    results = {}
-                    threads = [threading.Thread(target=lambda n=n, q=q, r=r: results.__setitem__(
-                                   n, q.refit({k: tensors[k] for k in held[r]})))
-                               for n, q, r in (("p1", p1, 1), ("p0", p0, 0))]
-                    for t in threads:
-                        t.start()
-                    for t in threads:
-                        t.join(120)
-                    self.assertEqual(set(results), {"p0", "p1"}, "a rank's refit did not return")
-                    for name, report in results.items():
-                        self.assertTrue(report["committed"], (name, report))
+                    self.refit_ranks(version, {"p1": (p1, {k: tensors[k] for k in held[1]}),
+                                               "p0": (p0, {k: tensors[k] for k in held[0]})})
                     self.check_servers(f"check {version}", version, embed_model.hashes(tensors))
 
     def test_overlapping_parts_are_refused_naming_the_ranks(self):

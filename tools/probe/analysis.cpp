@@ -293,7 +293,8 @@ Candidate evaluate_topology(const ProbeFigures& f, tree::TopologyKind kind, cons
   c.inputs.delegated_commit = o.delegated_commit;
   c.inputs.bottleneck_seconds_per_byte = worst;
   c.inputs.producer_seconds_per_byte = seconds_per_byte[0];
-  c.inputs.member_seconds_per_byte = *std::max_element(seconds_per_byte.begin() + 1, seconds_per_byte.end());
+  c.inputs.member_seconds_per_byte =
+      members.empty() ? 0 : *std::max_element(seconds_per_byte.begin() + 1, seconds_per_byte.end());
   c.inputs.tree_depth = depth;
   c.inputs.chunk_bytes = static_cast<double>(c.chunk_bytes);
   c.inputs.inner_bytes_per_second = bandwidth.inner();
