@@ -26,7 +26,7 @@ def main() -> int:
         print(f"failed-tests-recap: no ctest log ({e})")
         return 0
     # One block a test: "N/M Testing: NAME" ... "Output:" --- lines --- "<end of output>" ... "Test Failed."
-    block = re.compile(r"^\d+/\d+ Testing: (?P<name>\S+)\n.*?^Output:\n-+\n(?P<out>.*?)^<end of output>\n"
+    block = re.compile(r"^\d+/\d+ Testing: (?P<name>\S+)[^\n]*\n.*?^Output:\n-+\n(?P<out>.*?)^<end of output>\n"
                        r"(?P<tail>.*?)^Test (?P<verdict>Passed|Failed)", re.S | re.M)
     failed = [m for m in block.finditer(text) if m.group("verdict") != "Passed"]
     for m in failed:

@@ -275,6 +275,10 @@ void Producer::Impl::handle_ready(uint32_t rank, const Ready& ready, uint64_t ep
       link.caught_up = true;
       link.caught_up_version = ready.version;
       log->info("producer: rank {} caught up to version {}; it joins at the next version", rank, version);
+    } else if (ready.version > version) {
+      log->info("producer: rank {} says READY at version {}, which the producer has not decided yet (it is at "
+                "{}): answered once it has", rank, ready.version, version);
+      link.ahead = ready;
     } else {
       // It got where its plan said, but a newer version committed meanwhile.
       if (ready.version == link.plan_target && known != history.end() && known->second == ready.digest)
@@ -306,6 +310,10 @@ void Producer::Impl::handle_ready(uint32_t rank, const Ready& ready, uint64_t ep
 void Producer::Impl::admit_caught_up() {
   for (uint32_t r = 1; r < control.size(); ++r) {
     auto& link = control[r];
+    if (link.catching_up && link.ahead) {  // the version it is at is decided now (or it is still ahead)
+      const Ready ready = *std::exchange(link.ahead, std::nullopt);
+      handle_ready(r, ready, 0);
+    }
     if (!link.catching_up || !link.caught_up) continue;
     if (link.caught_up_version != version) {  // a version committed meanwhile
       link.caught_up = false;

@@ -124,6 +124,11 @@ struct Producer::Impl {
     // may wait for it (hold_for_chasers), at most kMaxAdmissionHolds times per catch-up.
     bool chasing = false;
     int holds = 0;
+    // It says READY at a version newer than the producer's: one the receivers' delegate committed
+    // (and a peer served) before the producer heard the decision. Answered once the producer is
+    // at that version (admit_caught_up), not with a CATCHUP "back" to the producer's version,
+    // which the member would answer at once with the same READY (a spin).
+    std::optional<Ready> ahead = std::nullopt;
   };
   std::vector<ControlLink> control;          // [rank]
   std::vector<std::set<uint64_t>> replaced;  // [rank]: fenced-as-replaced instances
