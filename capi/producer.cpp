@@ -72,10 +72,11 @@ std::vector<std::vector<codec::PartRange>> parse_group_parts(const std::string& 
   for (uint32_t r = 0; r < ranks; ++r) {
     if (!doc[r].is_array()) throw bad("rank " + std::to_string(r) + "'s entry is not an array");
     for (const auto& item : doc[r]) {
-      const bool range = item.is_array() && item.size() == 3 && item[0].is_string() &&
-                         item[1].is_number_unsigned() && item[2].is_number_unsigned();
+      const bool range = item.is_array() && item.size() == 3 && item[0].is_string() && item[1].is_number_unsigned() &&
+                         item[2].is_number_unsigned();
       if (!item.is_string() && !range)
-        throw bad("rank " + std::to_string(r) + ": " + item.dump() + " is neither a tensor name nor [name, first, end]");
+        throw bad("rank " + std::to_string(r) + ": " + item.dump() +
+                  " is neither a tensor name nor [name, first, end]");
       const std::string name = range ? item[0].get<std::string>() : item.get<std::string>();
       const auto index = manifest.find(name);
       if (!index) throw bad("rank " + std::to_string(r) + " names tensor '" + name + "', which is not in the manifest");

@@ -29,6 +29,7 @@ def main() -> int:
     block = re.compile(r"^\d+/\d+ Testing: (?P<name>\S+)[^\n]*\n.*?^Output:\n-+\n(?P<out>.*?)^<end of output>\n"
                        r"(?P<tail>.*?)^Test (?P<verdict>Passed|Failed)", re.S | re.M)
     failed = [m for m in block.finditer(text) if m.group("verdict") != "Passed"]
+    summary = []
     for m in failed:
         lines = m.group("out").rstrip("\n").splitlines()
         print(f"--- {m.group('name')} failed")
@@ -38,6 +39,12 @@ def main() -> int:
             print("\n".join(verdicts[:12]))
         print(f"--- the last {min(keep, len(lines))} of its {len(lines)} output lines:")
         print("\n".join(lines[-keep:]))
+        # One or two lines a test for the very end: its first verdicts, else its last line.
+        why = [line for line in lines if VERDICT.search(line)][:2] or lines[-1:] or ["(no output)"]
+        summary.append(f"{m.group('name')}: " + " | ".join(w.strip()[:200] for w in why))
+    if summary:
+        print(f"--- {len(summary)} failed, each in a line (the details are above):")
+        print("\n".join(summary))
     return 0
 
 

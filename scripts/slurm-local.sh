@@ -7,6 +7,8 @@
 #   scripts/slurm-local.sh status   # exit 0 when the node answers and is usable
 #   scripts/slurm-local.sh stop     # stops what start started, by PID file
 #   scripts/slurm-local.sh env      # prints "export SLURM_CONF=..." for eval
+#   scripts/slurm-local.sh diagnose # the node, the queue and slurmctld's last log lines (a test
+#                                   # prints them when its srun failed or queued too long)
 #
 # The node declares CPUs=$DELTACAST_SLURM_CPUS (default 16) with SlurmdParameters=config_overrides,
 # so `srun -n 9` runs on a 2-core machine instead of queueing forever. Needs root (SlurmdUser=root,
@@ -89,7 +91,11 @@ cmd_start() {
   start_munge
   [ -f "$CONF" ] || write_conf
   if ! pid_alive "$STATE_DIR/slurmctld.pid"; then
-    slurmctld -f "$CONF"
+    # -c: start with no jobs. This is a throwaway cluster, and a slurmctld stopped before it saved
+    # its state (KILLed after the 5 s TERM wait, under load) leaves a finished job recorded as
+    # running; recovered, it held 9 of the 16 CPUs forever and the next `srun -n 9` queued until
+    # its test timed out.
+    slurmctld -c -f "$CONF"
   fi
   if ! pid_alive "$STATE_DIR/slurmd.pid"; then
     slurmd -f "$CONF" -N localhost
@@ -126,10 +132,18 @@ cmd_stop() {
   log "stopped"
 }
 
+cmd_diagnose() {
+  export SLURM_CONF=$CONF
+  sinfo -N -o '%N %T %C %E' 2>&1 || true
+  squeue -a -o '%i %T %C %M %R' 2>&1 || true
+  tail -n 8 "$STATE_DIR/log/slurmctld.log" 2>&1 || true
+}
+
 case "${1:-}" in
   start) cmd_start ;;
+  diagnose) cmd_diagnose ;;
   stop) cmd_stop ;;
   status) cmd_status ;;
   env) echo "export SLURM_CONF=$CONF" ;;
-  *) echo "usage: $0 start|stop|status|env" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|env|diagnose" >&2; exit 2 ;;
 esac

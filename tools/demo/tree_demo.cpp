@@ -54,14 +54,27 @@ bool port_free(int port) {
 }
 
 // A run of `count` consecutive free loopback ports (producer + receivers), chosen at random so
-// concurrent demos and tests rarely meet.
+// concurrent demos and tests rarely meet, and outside the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range): there any outgoing connection may take a port between
+// the check and a receiver's bind, or while a killed process is down before it binds again.
 int pick_base_port(unsigned count) {
+  int low = 32768, high = 60999;
+  if (std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range"); range) {
+    int l = 0, h = 0;
+    if (range >> l >> h && l > 0 && h >= l) low = l, high = h;
+  }
+  const int n = static_cast<int>(count);
+  std::vector<std::pair<int, int>> spans;  // [first, last] base ports
+  if (low - n > 20000) spans.emplace_back(20000, low - n);
+  if (65535 - n > high) spans.emplace_back(high + 1, 65535 - n);
+  if (spans.empty()) throw Error(Errc::io, "the ephemeral port range leaves no room for the demo's ports");
   std::random_device seed;
   std::mt19937 rng(seed());
   for (int attempt = 0; attempt < 200; ++attempt) {
-    int base = 20000 + static_cast<int>(rng() % 30000);
+    const auto& [first, last] = spans[rng() % spans.size()];
+    int base = first + static_cast<int>(rng() % static_cast<unsigned>(last - first + 1));
     bool all = true;
-    for (unsigned i = 0; i < count && all; ++i) all = port_free(base + static_cast<int>(i));
+    for (int i = 0; i < n && all; ++i) all = port_free(base + i);
     if (all) return base;
   }
   throw Error(Errc::io, "found no run of free loopback ports for the demo");

@@ -100,8 +100,8 @@ struct PredictOptions {
   double params = 1e9;
   std::vector<double> change_rates{0.01, 0.03, 0.05};
   double bytes_per_change = 0;  // 0: the measured bytes per change at each rate
-  int diff_threads = 8;    // per producer rank
-  int producer_ranks = 1;  // M: a producer group's ranks, each with the measured producer's uplink
+  int diff_threads = 8;         // per producer rank
+  int producer_ranks = 1;       // M: a producer group's ranks, each with the measured producer's uplink
   int apply_threads = 8;
   bool delegated_commit = false;  // the run's commit mode (config::commit_is_delegated)
   CostModel model;                // the caller sets it: CostModel::installed() for a probe

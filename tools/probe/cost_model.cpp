@@ -114,10 +114,9 @@ CostPrediction predict(const CostModel& model, const CostInputs& in) noexcept {
   p.diff = (checkpoint_bytes * model.t_scan_s_per_byte + changes * model.t_change_s) /
            (static_cast<double>(std::max(1, in.diff_threads)) * ranks);
   // M ranks push the payload through M uplinks at once; members relay the whole of it whatever M.
-  const double seconds_per_byte =
-      in.producer_seconds_per_byte > 0
-          ? std::max(in.producer_seconds_per_byte / ranks, in.member_seconds_per_byte)
-          : in.bottleneck_seconds_per_byte / ranks;
+  const double seconds_per_byte = in.producer_seconds_per_byte > 0
+                                      ? std::max(in.producer_seconds_per_byte / ranks, in.member_seconds_per_byte)
+                                      : in.bottleneck_seconds_per_byte / ranks;
   p.transfer = p.payload_bytes * seconds_per_byte;
   p.apply = (changes * (model.t_apply_c_s + model.t_apply_rc_s) + checkpoint_bytes * model.t_scan_rc_s_per_byte) /
             std::max(1, in.apply_threads);

@@ -129,12 +129,13 @@ void print_table(const Measurements& m, const ClusterResult& clusters, const std
   for (const auto& p : predicted) {
     const auto& t = p["terms"];
     std::printf(
-        "predicted refit, %.3g params at %.3g%% changed, %d producer rank%s: %.3f s = max(diff %.3f, transfer %.3f, apply %.3f) + fill "
+        "predicted refit, %.3g params at %.3g%% changed, %d producer rank%s: %.3f s = max(diff %.3f, transfer %.3f, "
+        "apply %.3f) + fill "
         "%.3f + commit %.4f (%.2f round trips, %s commit; %.3f s if nothing overlapped)\n",
         p["params"].get<double>(), 100 * p["change_rate"].get<double>(), p["producer_ranks"].get<int>(),
-        p["producer_ranks"].get<int>() == 1 ? "" : "s", p["seconds"].get<double>(),
-        t["diff"].get<double>(), t["transfer"].get<double>(), t["apply"].get<double>(), t["fill"].get<double>(),
-        t["commit"].get<double>(), t["commit_round_trips"].get<double>(), p["commit"].get<std::string>().c_str(),
+        p["producer_ranks"].get<int>() == 1 ? "" : "s", p["seconds"].get<double>(), t["diff"].get<double>(),
+        t["transfer"].get<double>(), t["apply"].get<double>(), t["fill"].get<double>(), t["commit"].get<double>(),
+        t["commit_round_trips"].get<double>(), p["commit"].get<std::string>().c_str(),
         t["serial_seconds"].get<double>());
   }
   for (const auto& f : m.failed) std::printf("failed: %d -> %d: %s\n", f.from, f.to, f.error.c_str());

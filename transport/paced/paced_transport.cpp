@@ -178,8 +178,10 @@ class Pacer {
       // Its turn is over: to the back of the line while it has more, out of it when it has none.
       const void* owner = turns_.front();
       turns_.pop_front();
-      if (queue->empty()) queues_.erase(owner);
-      else turns_.push_back(owner);
+      if (queue->empty())
+        queues_.erase(owner);
+      else
+        turns_.push_back(owner);
       bucket_.take(item.bytes, now);
       std::shared_ptr<Request> inner;
       try {

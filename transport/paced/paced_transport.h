@@ -9,10 +9,10 @@
 // connection, and of writes before later sends, is kept) and a pacer thread posts it to the
 // backend when the bucket allows. The connections with sends waiting take turns, one message each
 // (round robin), as flows sharing one link do: a connection's small message waits for at most one
-// message of each other busy connection, not for all they have queued. The returned Request follows the transport rules: cancel() withdraws a send that
-// is still queued (Errc::cancelled); closing or destroying the connection finishes its queued
-// sends with Errc::connection. Messages are never split: a message larger than the burst leaves
-// at the backend's speed and the bucket goes into debt for it (token_bucket.h).
+// message of each other busy connection, not for all they have queued. The returned Request follows the transport
+// rules: cancel() withdraws a send that is still queued (Errc::cancelled); closing or destroying the connection
+// finishes its queued sends with Errc::connection. Messages are never split: a message larger than the burst leaves at
+// the backend's speed and the bucket goes into debt for it (token_bucket.h).
 #include <memory>
 
 #include "transport/transport.h"

@@ -276,8 +276,10 @@ void Producer::Impl::handle_ready(uint32_t rank, const Ready& ready, uint64_t ep
       link.caught_up_version = ready.version;
       log->info("producer: rank {} caught up to version {}; it joins at the next version", rank, version);
     } else if (ready.version > version) {
-      log->info("producer: rank {} says READY at version {}, which the producer has not decided yet (it is at "
-                "{}): answered once it has", rank, ready.version, version);
+      log->info(
+          "producer: rank {} says READY at version {}, which the producer has not decided yet (it is at "
+          "{}): answered once it has",
+          rank, ready.version, version);
       link.ahead = ready;
     } else {
       // It got where its plan said, but a newer version committed meanwhile.

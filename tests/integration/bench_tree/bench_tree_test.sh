@@ -25,7 +25,9 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-base=$((20000 + (RANDOM % 20000)))  # ports base..base+3 on 127.0.0.1
+# shellcheck source=../ports.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/ports.sh"
+base=$(free_ports 4)  # ports base..base+3 on 127.0.0.1
 join=${JOIN:-20s}
 write_config() {
   cat >"$dir/cluster.yaml" <<YAML

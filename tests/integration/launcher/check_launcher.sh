@@ -19,8 +19,9 @@ case "$mode" in
     eval "$("$root/scripts/slurm-local.sh" env)"
     rc=0
     timeout 60 srun -n $n "$prog" >"$out" || rc=$?
+    [ "$rc" -eq 0 ] || { echo "FAIL: srun failed ($rc)"; cat "$out"; "$root/scripts/slurm-local.sh" diagnose; }
     [ "$started" -eq 1 ] && "$root/scripts/slurm-local.sh" stop
-    [ "$rc" -eq 0 ] || { echo "srun failed ($rc)"; cat "$out"; exit 1; }
+    [ "$rc" -eq 0 ] || exit 1
     want=slurm ;;
   mpi)
     command -v mpirun >/dev/null || { echo "no mpirun installed"; exit 77; }

@@ -19,7 +19,9 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
-base=$((20000 + (RANDOM % 20000)))  # ports base..base+4 on 127.0.0.1
+# shellcheck source=../ports.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/ports.sh"
+base=$(free_ports 5)  # ports base..base+4 on 127.0.0.1
 cat >"$dir/cluster.yaml" <<YAML
 producer: tcp://127.0.0.1:$base
 transport: tcp

@@ -90,10 +90,17 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 
 def pick_base_port(count: int, rng: Optional[random.Random] = None) -> int:
-    """A run of `count` consecutive free loopback ports, chosen at random (as the demo does)."""
+    """A run of `count` consecutive free loopback ports, chosen at random outside the kernel's
+    ephemeral range (tests/integration/ports.sh says why)."""
     rng = rng or random.Random()
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low, high = map(int, f.read().split()[:2])
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    starts = list(range(20000, low - count)) + list(range(high + 1, 65536 - count))
     for _ in range(500):
-        base = 20000 + rng.randrange(30000)
+        base = rng.choice(starts)
         if all(_port_free(base + i) for i in range(count)):
             return base
     raise RuntimeError("no run of free loopback ports")

@@ -21,23 +21,8 @@ wait_exit() {
   return "$status"
 }
 stopped() { [ "$(cut -d' ' -f3 "/proc/$1/stat" 2>/dev/null)" = T ]; }
-free_ports() {
-  python3 - "$1" <<'PY'
-import random, socket, sys
-n = int(sys.argv[1])
-for _ in range(500):
-    base = random.randrange(20000, 50000)
-    socks = []
-    try:
-        for p in range(base, base + n):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); socks.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()
-PY
-}
+# shellcheck source=../ports.sh
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/ports.sh"
 cleanup() {
   for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done

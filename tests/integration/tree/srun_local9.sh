@@ -14,4 +14,11 @@ fi
 cleanup() { if [ "$started" = 1 ]; then "$slurm" stop >/dev/null 2>&1 || true; fi; }
 trap cleanup EXIT
 eval "$("$slurm" env)"
-srun -n 9 --kill-on-bad-exit=1 "$binary" run --config "$repo/examples/local-9.yaml"
+# A bound well inside ctest's TIMEOUT, so a job that never gets its CPUs says why.
+rc=0
+timeout 240 srun -n 9 --kill-on-bad-exit=1 "$binary" run --config "$repo/examples/local-9.yaml" || rc=$?
+if [ "$rc" != 0 ]; then
+  echo "FAIL: srun exited $rc"
+  "$slurm" diagnose
+  exit 1
+fi
