@@ -12,6 +12,7 @@
 #include "codec/cuda/device_mirror.h"
 #include "transport/transport.h"
 #include "tree/config_options.h"
+#include "tree/group_parts.h"
 #include "tree/producer.h"
 #include "tree/report_json.h"
 
@@ -53,47 +54,6 @@ struct dc_producer {
 
 namespace {
 
-// "group_parts": the trainer's own layout, a JSON array with one entry per rank, each an array of
-// tensor names (the whole tensor) or [name, first, end] (its elements [first, end)). Throws
-// Error(config) naming what is wrong; the partition itself (every element exactly once) is
-// checked by codec::Partition::from_parts.
-std::vector<std::vector<codec::PartRange>> parse_group_parts(const std::string& text, const codec::Manifest& manifest,
-                                                             uint32_t ranks) {
-  const auto bad = [](const std::string& why) { return Error(Errc::config, "group_parts: " + why); };
-  nlohmann::json doc;
-  try {
-    doc = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw bad(std::string("not JSON (") + e.what() + ")");
-  }
-  if (!doc.is_array() || doc.size() != ranks)
-    throw bad("an array with one entry per rank (" + std::to_string(ranks) + ") is needed");
-  std::vector<std::vector<codec::PartRange>> parts(ranks);
-  for (uint32_t r = 0; r < ranks; ++r) {
-    if (!doc[r].is_array()) throw bad("rank " + std::to_string(r) + "'s entry is not an array");
-    for (const auto& item : doc[r]) {
-      const bool range = item.is_array() && item.size() == 3 && item[0].is_string() && item[1].is_number_unsigned() &&
-                         item[2].is_number_unsigned();
-      if (!item.is_string() && !range)
-        throw bad("rank " + std::to_string(r) + ": " + item.dump() +
-                  " is neither a tensor name nor [name, first, end]");
-      const std::string name = range ? item[0].get<std::string>() : item.get<std::string>();
-      const auto index = manifest.find(name);
-      if (!index) throw bad("rank " + std::to_string(r) + " names tensor '" + name + "', which is not in the manifest");
-      const auto& t = manifest.at(*index);
-      // Elements to codec units (an 8-byte element is two units).
-      const uint64_t per = codec::dtype_size(t.dtype) / codec::dtype_unit_size(t.dtype);
-      const uint64_t first = range ? item[1].get<uint64_t>() : 0;
-      const uint64_t end = range ? item[2].get<uint64_t>() : t.numel();
-      if (first > end || end > t.numel())
-        throw bad("rank " + std::to_string(r) + ": elements [" + std::to_string(first) + ", " + std::to_string(end) +
-                  ") of tensor '" + name + "', which has " + std::to_string(t.numel()));
-      parts[r].push_back({*index, first * per, end * per});
-    }
-  }
-  return parts;
-}
-
 void listen(dc_producer& p) {
   if (p.phase != dc_producer::Phase::created) return;
   if (p.tensors.empty()) throw Error(Errc::state, "dc_producer_listen: add the tensors first (dc_producer_add_tensor)");
@@ -123,7 +83,7 @@ void listen(dc_producer& p) {
   p.manifest.emplace(p.tensors);
   if (const auto parts = p.options.process("group_parts")) {
     if (group.size < 2) throw Error(Errc::config, "group_parts needs group_size of 2 or more");
-    options.group.parts = parse_group_parts(*parts, *p.manifest, group.size);
+    options.group.parts = tree::parse_group_parts(*parts, *p.manifest, group.size);
   }
   std::vector<codec::cuda::DeviceTensor> device;
   p.mirror_slot.assign(p.tensors.size(), SIZE_MAX);

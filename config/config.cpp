@@ -131,6 +131,13 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
        }},
       {"retain_versions", [](Config& c, std::string_view v) { c.retain_versions = parse_int<uint32_t>(v, 0, 1024); }},
       {"producers", [](Config& c, std::string_view v) { c.producers = parse_int<uint32_t>(v, 1, 1024); }},
+      {"group_parts",
+       [](Config& c, std::string_view v) {
+         if (v != "balanced" && v != "shards" && (v.empty() || v.front() != '['))
+           throw BadValue{"must be balanced, shards or a JSON array with one entry per producer rank, got " +
+                          in_quotes(v)};
+         c.group_parts = std::string(v);
+       }},
       {"members.count",
        [](Config& c, std::string_view v) { local_members_of(c).count = parse_int<int>(v, 1, 1 << 20); }},
       {"members.host", [](Config& c, std::string_view v) { local_members_of(c).host = non_empty(v); }},
@@ -282,9 +289,9 @@ void parse_document(Config& config, const std::string& source, const YAML::Node&
   if (root.IsNull()) return;  // an empty file: defaults only (validate() reports what is missing)
   require_map(source, root, "(top level)");
   const std::set<std::string> top = {
-      "producer",    "producer_cluster", "clusters",       "probe_file", "transport",   "topology",
-      "chunk_bytes", "retain_versions",  "members",        "timeouts",   "secret_file", "trainer",
-      "output",      "log_level",        "allow_insecure", "egress",     "commit",      "producers"};
+      "producer",        "producer_cluster", "clusters", "probe_file",  "transport",  "topology", "chunk_bytes",
+      "retain_versions", "members",          "timeouts", "secret_file", "trainer",    "output",   "log_level",
+      "allow_insecure",  "egress",           "commit",   "producers",   "group_parts"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
       {"trainer", {"kind", "dir", "read", "params", "steps", "lr", "seed"}},
@@ -536,6 +543,11 @@ void validate(const Config& config) {
   if (config.producer.empty()) {
     throw Error(Errc::config, "config: 'producer' is not set (YAML key producer or env DELTACAST_PRODUCER)");
   }
+  if (config.group_parts != "balanced" && config.producers < 2)
+    throw Error(Errc::config,
+                "config: group_parts (" +
+                    (config.group_parts.size() > 40 ? config.group_parts.substr(0, 40) + "..." : config.group_parts) +
+                    ") names the parts of a producer group: it needs producers: 2 or more");
   const auto members = member_list(config);
   if (members.empty()) throw Error(Errc::config, "config: no members ('members' list or members.count)");
   for (size_t i = 0; i < members.size(); ++i) {

@@ -110,6 +110,10 @@ struct Config {
   // ranks, each sending its part of every version; rank 0 (at `producer`) coordinates, rank g >= 1
   // listens at the producer's host on its port + g. 1..1024; 1: one producer.
   uint32_t producers = 1;
+  // Which part of the model each producer rank sends (docs/config.md): "balanced" (by bytes, the
+  // default), "shards" (a sharded checkpoint's files in consecutive blocks, one block a rank) or a
+  // JSON array with one entry per rank (tensor names, or [name, first, end] element ranges).
+  std::string group_parts = "balanced";
   // Committed versions whose frames every member keeps to serve a rejoining member's replay
   // (a delta is ~1% of the checkpoint). 0..1024.
   uint32_t retain_versions = 4;

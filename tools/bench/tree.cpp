@@ -132,7 +132,7 @@ void run_member(Job& job) {
                    job.c.timeouts.connect);
   MemberSessionOptions options;
   options.receiver = tree::receiver_options_from(job.c);
-  options.receiver.rank = static_cast<uint32_t>(job.env.rank);
+  options.receiver.rank = static_cast<uint32_t>(job.env.receiver_rank());
   options.receiver.producer_url = job.env.require_rendezvous();
   options.receiver.listen_url = me.url;
   options.receiver.cluster = me.cluster;
@@ -145,22 +145,37 @@ void run_member(Job& job) {
 
 // One session: a Producer for `manifest` on the rendezvous URL, started (every receiver joined
 // within timeouts.join), `body` run, then BYE. `what` names the measurement in errors.
-template <class Body>
-void run_session(Job& job, const codec::Manifest& manifest, tree::TopologyKind kind, const std::string& what,
-                 Body&& body) {
-  ++job.sessions;
+// The options of a session's producer; with a producer group, rank `rank`'s (rank 0: the
+// coordinator, on the rendezvous URL): its listen URL and group options as `run` gives them
+// (config::producer_rank_urls).
+tree::ProducerOptions session_options(const Job& job, uint32_t rank) {
   tree::ProducerOptions options = tree::producer_options_from(job.c);
   options.listen_url = job.env.require_rendezvous();
+  options.encode.threads = std::max(1u, std::thread::hardware_concurrency());
+  if (job.c.producers > 1) {
+    config::Config at = job.c;
+    at.producer = job.env.require_rendezvous();
+    options.listen_url = config::producer_rank_urls(at).at(rank);
+    options.group = {rank, static_cast<uint32_t>(job.c.producers), job.env.require_rendezvous(), {}};
+  }
+  return options;
+}
+
+template <class Body>
+void run_session(Job& job, const codec::Manifest& manifest, tree::TopologyKind kind, const std::string& what,
+                 Body&& body, bool group = true) {
+  ++job.sessions;
+  tree::ProducerOptions options = session_options(job, 0);  // rank 0 listens on the rendezvous URL
+  if (!group) options.group = {};
   options.receivers = static_cast<uint32_t>(job.members.size());
   options.topology = kind;
-  options.encode.threads = std::max(1u, std::thread::hardware_concurrency());
   tree::Producer producer(*job.transport, manifest, options);
   try {
     producer.start(job.c.timeouts.join);
   } catch (const Error& e) {
     throw Error(e.code(), what + " (session " + std::to_string(job.sessions) +
-                              "): the receivers did not all join within timeouts.join: " + e.what() +
-                              (job.sessions > 1 ? " (a receiver stopped between sessions?)" : ""));
+                              "): the receivers (and producer ranks) did not all join within timeouts.join: " +
+                              e.what() + (job.sessions > 1 ? " (a receiver stopped between sessions?)" : ""));
   }
   body(producer);
   producer.finish();
@@ -169,7 +184,9 @@ void run_session(Job& job, const codec::Manifest& manifest, tree::TopologyKind k
 // The end of the sweep: a session whose one tensor tells the receivers to exit.
 void end_session(Job& job) {
   const codec::Manifest manifest({{kEndTensor, codec::DType::bf16, {1}}});
-  run_session(job, manifest, tree::TopologyKind::binary, "the end of the sweep", [](tree::Producer&) {});
+  // One producer: a group's part ranks end after their last refit session.
+  run_session(
+      job, manifest, tree::TopologyKind::binary, "the end of the sweep", [](tree::Producer&) {}, false);
 }
 
 std::string failed_text(const std::vector<tree::FailedMember>& failed) {
@@ -487,6 +504,44 @@ uint64_t mutate(std::vector<uint16_t>& bits, double rate, uint64_t seed) {
   return changed;
 }
 
+// One refit session's versions on `p` (the coordinator's, or a group's part rank's: every rank
+// runs the same sequence from the same flags): version 1, the full checkpoint (raw bytes; a
+// group's, every part as a delta from zeros: no rank holds the whole checkpoint to send raw), then
+// one refit per --change-rates entry, each a mutation of the last (seeded by the iteration `it`).
+// `seen(rate index or nothing for version 1, report)` after each.
+template <class Seen>
+void session_versions(const Job& job, Model& model, tree::Producer& p, int it, Seen&& seen) {
+  seen(std::nullopt, job.c.producers > 1 ? p.refit(model.view(model.base)) : p.bootstrap(model.view(model.base)));
+  model.working = model.base;
+  for (size_t k = 0; k < job.o.change_rates.size(); ++k) {
+    mutate(model.working, job.o.change_rates[k], job.o.seed * 1000003 + static_cast<uint64_t>(it) * 1009 + k);
+    seen(k, p.refit(model.view(model.working)));
+  }
+}
+
+// A producer group's part rank (1..M-1): the coordinator's refit sweep, session by session, its
+// part of every version. Every version must commit (the coordinator's checks name the members;
+// a part rank only says which version did not).
+void run_part_rank(Job& job) {
+  roll_call_member(*job.transport, job.env.require_rendezvous(), job.env.rank, job.c.timeouts.join,
+                   job.c.timeouts.connect);
+  const auto model = make_model(sim::parse_param_count(job.o.params), job.o.seed);
+  const tree::ProducerOptions options = session_options(job, static_cast<uint32_t>(job.env.rank));
+  uint64_t session = 0;
+  for (const auto& name : job.o.topologies) {
+    for (int it = 0; it < job.o.warmup + job.o.iters; ++it) {
+      auto p = start_part_session(*job.transport, model->manifest, options, job.c.timeouts.join, ++session);
+      session_versions(job, *model, *p, it, [&](std::optional<size_t>, const tree::RefitReport& r) {
+        if (!r.committed)
+          throw Error(Errc::verify_failed, "producer rank " + std::to_string(job.env.rank) + ": " + name + " session " +
+                                               std::to_string(session) + ": version " + std::to_string(r.version) +
+                                               " aborted: " + r.abort_reason);
+      });
+      p->finish();
+    }
+  }
+}
+
 void refit_sweep(Job& job, Report& report, const std::map<std::string, std::optional<double>>& bottleneck) {
   const size_t members = job.members.size();
   const auto model = make_model(sim::parse_param_count(job.o.params), job.o.seed);
@@ -510,22 +565,21 @@ void refit_sweep(Job& job, Report& report, const std::map<std::string, std::opti
           name + " refit, " +
           (timed ? "iteration " + std::to_string(it - job.o.warmup + 1) : "warm-up " + std::to_string(it + 1));
       run_session(job, model->manifest, kind, what, [&](tree::Producer& p) {
-        const tree::RefitReport full = p.bootstrap(model->view(model->base));
-        if (!full.failed_members.empty()) stop_for_failure(full, members, what + ", full checkpoint");
-        check_verified(full, members, what + ", full checkpoint");
-        if (timed) full_times.push_back(full.refit_seconds);
-        model->working = model->base;
-        for (size_t k = 0; k < rates; ++k) {
-          mutate(model->working, job.o.change_rates[k], job.o.seed * 1000003 + static_cast<uint64_t>(it) * 1009 + k);
-          const tree::RefitReport r = p.refit(model->view(model->working));
-          const std::string step = what + ", change rate " + fixed(job.o.change_rates[k], 4);
+        session_versions(job, *model, p, it, [&](std::optional<size_t> rate, const tree::RefitReport& r) {
+          const std::string step =
+              what + (rate ? ", change rate " + fixed(job.o.change_rates[*rate], 4) : std::string(", full checkpoint"));
           if (!r.failed_members.empty()) stop_for_failure(r, members, step);
           check_verified(r, members, step);
-          if (!timed) continue;
-          refit_times[k].push_back(r.refit_seconds);
-          payloads[k].push_back(static_cast<double>(r.frames_bytes));
-          changed[k].push_back(static_cast<double>(r.changes) / static_cast<double>(std::max<uint64_t>(1, r.elements)));
-        }
+          if (!timed) return;
+          if (!rate) {
+            full_times.push_back(r.refit_seconds);
+            return;
+          }
+          refit_times[*rate].push_back(r.refit_seconds);
+          payloads[*rate].push_back(static_cast<double>(r.frames_bytes));
+          changed[*rate].push_back(static_cast<double>(r.changes) /
+                                   static_cast<double>(std::max<uint64_t>(1, r.elements)));
+        });
       });
     }
     const Spread full = spread_of(full_times);
@@ -629,6 +683,7 @@ void run_coordinator(Job& job) {
                            {"mode", job.o.mode},
                            {"transport", job.c.transport},
                            {"ranks", job.env.size},
+                           {"producers", job.c.producers},
                            {"receivers", job.members.size()},
                            {"launcher", std::string(tree::launcher_name(job.env.launcher))},
                            {"chunk_bytes", job.c.chunk_bytes},
@@ -643,11 +698,12 @@ void run_coordinator(Job& job) {
   if (refit) header["change_rates"] = job.o.change_rates;
   Report report(job, header);
   std::printf(
-      "# deltacast bench tree --mode %s over %s: %d ranks (producer + %zu receivers, launcher %s), chunk %s, "
+      "# deltacast bench tree --mode %s over %s: %d ranks (%s + %zu receivers, launcher %s), chunk %s, "
       "%d iterations after %d warm-up, median [min, max]\n",
-      job.o.mode.c_str(), job.c.transport.c_str(), job.env.size, job.members.size(),
-      std::string(tree::launcher_name(job.env.launcher)).c_str(), size_text(job.c.chunk_bytes).c_str(), job.o.iters,
-      job.o.warmup);
+      job.o.mode.c_str(), job.c.transport.c_str(), job.env.size,
+      job.c.producers == 1 ? "producer" : (std::to_string(job.c.producers) + " producer ranks").c_str(),
+      job.members.size(), std::string(tree::launcher_name(job.env.launcher)).c_str(),
+      size_text(job.c.chunk_bytes).c_str(), job.o.iters, job.o.warmup);
   std::printf("# memory cap %s per %s: %s\n", size_text(memory.cap).c_str(), refit ? "checkpoint" : "size",
               cap_rule.c_str());
   for (const auto& note : notes) std::printf("%s\n", note.c_str());
@@ -657,8 +713,8 @@ void run_coordinator(Job& job) {
   std::fflush(stdout);
 
   try {
-    roll_call_coordinator(*job.transport, job.env.require_rendezvous(), static_cast<int>(job.members.size()),
-                          job.c.timeouts.join, job.c.timeouts.connect);
+    roll_call_coordinator(*job.transport, job.env.require_rendezvous(), job.env.size - 1, job.c.timeouts.join,
+                          job.c.timeouts.connect);
     if (!plan_error) {
       if (refit)
         refit_sweep(job, report, bottleneck);
@@ -713,21 +769,32 @@ void bench_tree(const TreeBenchOptions& o) {
   // Canonical spellings (double-binary -> double_binary): the JSON and the plot key on them.
   for (auto& t : job.o.topologies) t = std::string(tree::topology_kind_name(tree::parse_topology_kind(t)));
   job.env = tree::detect_launch_env(process_env(), {o.rank, o.size, o.producer}, job.c.producer);
+  job.env.producers = static_cast<int>(job.c.producers);
   job.members = config::member_list(job.c);
-  if (static_cast<size_t>(job.env.size) != job.members.size() + 1)
+  if (static_cast<size_t>(job.env.size) != job.members.size() + job.c.producers)
     throw Error(Errc::config, "the job has " + std::to_string(job.env.size) + " processes but " + o.config_path +
-                                  " lists " + std::to_string(job.members.size()) + " receivers (+1 producer)");
+                                  " lists " + std::to_string(job.members.size()) + " receivers (+" +
+                                  std::to_string(job.c.producers) +
+                                  (job.c.producers == 1 ? " producer)" : " producer ranks)"));
+  if (job.c.producers > 1 && o.mode != "refit")
+    throw Error(Errc::invalid_argument, "--mode " + o.mode +
+                                            " sends raw bytes from one producer; a producer group (producers: " +
+                                            std::to_string(job.c.producers) + ") runs --mode refit");
   job.transport = transport::make_transport(
       job.c.transport, job.env.is_producer() ? tree::producer_transport_options(job.c)
                                              : tree::member_transport_options(job.c, job.env.member_rank()));
   // As `run`: a process whose addresses other machines reach must authenticate its peers (the
   // roll call opens sockets before any Producer or Receiver does).
   std::vector<std::string> own{job.env.require_rendezvous()};
+  if (job.env.is_producer() && job.env.rank > 0)
+    own.push_back(session_options(job, static_cast<uint32_t>(job.env.rank)).listen_url);
   if (!job.env.is_producer()) own.push_back(job.members.at(static_cast<size_t>(job.env.member_rank())).url);
   tree::require_authenticated(*job.transport, own, job.c.allow_insecure,
                               job.env.is_producer() ? "the producer" : "rank " + std::to_string(job.env.rank));
-  if (job.env.is_producer())
+  if (job.env.rank == 0)
     run_coordinator(job);
+  else if (job.env.is_producer())
+    run_part_rank(job);
   else
     run_member(job);
 }

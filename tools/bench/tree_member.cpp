@@ -93,7 +93,7 @@ void roll_call_coordinator(transport::Transport& transport, const std::string& u
                                    " did not report within timeouts.join (" + std::to_string(whole_seconds(patience)) +
                                    " s): " + (missing.size() == 1 ? "it never started" : "they never started") +
                                    ", or cannot reach rank 0 at " + url + " (" + std::to_string(count) + " of " +
-                                   std::to_string(members) + " receivers reported)");
+                                   std::to_string(members) + " ranks reported)");
   }
   // The listener closes before anyone hears GO: a member's first HELLO then finds the port closed
   // (and retries) instead of a listener about to vanish.
@@ -169,23 +169,28 @@ JoinedSession join_session(transport::Transport& transport, const tree::Receiver
   }
 }
 
-// join_session with the tree's "cannot reach the producer yet" warnings held back: between
-// sessions the next producer is not listening yet for a moment, every time. Only at the default
-// levels (warn, info); a user who asked for debug sees everything.
-JoinedSession quiet_join(transport::Transport& transport, const tree::ReceiverOptions& options,
-                         std::chrono::milliseconds patience, uint64_t session) {
+// `fn()` with the tree's "cannot reach the producer yet" warnings held back: between sessions the
+// next producer is not listening yet for a moment, every time. Only at the default levels (warn,
+// info); a user who asked for debug sees everything.
+template <class Fn>
+auto quietly(Fn&& fn) {
   auto tree_log = logger("tree");
   const auto level = tree_log->level();
   const bool quiet = level == spdlog::level::warn || level == spdlog::level::info;
   if (quiet) tree_log->set_level(spdlog::level::err);
   try {
-    JoinedSession s = join_session(transport, options, patience, session);
+    auto result = fn();
     if (quiet) tree_log->set_level(level);
-    return s;
+    return result;
   } catch (...) {
     if (quiet) tree_log->set_level(level);
     throw;
   }
+}
+
+JoinedSession quiet_join(transport::Transport& transport, const tree::ReceiverOptions& options,
+                         std::chrono::milliseconds patience, uint64_t session) {
+  return quietly([&] { return join_session(transport, options, patience, session); });
 }
 
 }  // namespace
@@ -234,6 +239,33 @@ void serve_sessions(transport::Transport& transport, const MemberSessionOptions&
     log->debug("rank {}: session {} ended at version {}", o.receiver.rank, session, summary.version);
     if (manifest.find(kEndTensor)) return;
   }
+}
+
+std::unique_ptr<tree::Producer> start_part_session(transport::Transport& transport, const codec::Manifest& manifest,
+                                                   const tree::ProducerOptions& options,
+                                                   std::chrono::milliseconds patience, uint64_t session) {
+  const auto deadline = Clock::now() + patience;
+  const std::string who = "producer rank " + std::to_string(options.group.rank);
+  return quietly([&] {
+    for (;;) {
+      try {
+        auto producer = std::make_unique<tree::Producer>(transport, manifest, options);
+        producer->start(std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::max<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(1))));
+        return producer;
+      } catch (const Error& e) {
+        // As join_session: rank 0's previous producer closing as this rank reached it, or this
+        // rank's own port not yet free.
+        const bool again = e.code() == Errc::connection || e.code() == Errc::io || e.code() == Errc::auth;
+        if (!again || Clock::now() >= deadline)
+          throw Error(e.code(), who + ": no session " + std::to_string(session) +
+                                    " from rank 0 within timeouts.join (" + std::to_string(whole_seconds(patience)) +
+                                    " s)" + (session > 1 ? ": rank 0 stopped the sweep (see its error)" : "") + ": " +
+                                    e.what());
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  });
 }
 
 }  // namespace deltacast::tools

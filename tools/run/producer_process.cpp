@@ -16,6 +16,7 @@
 #include "tools/run/version_source.h"
 #include "transport/transport.h"
 #include "tree/config_options.h"
+#include "tree/group_parts.h"
 #include "tree/producer.h"
 #include "tree/report_json.h"
 #include "util/error.h"
@@ -125,6 +126,12 @@ class ProducerRun {
       at.producer = env_.require_rendezvous();
       options.listen_url = config::producer_rank_urls(at).at(rank_);
       options.group = {rank_, c_.producers, env_.require_rendezvous(), {}};
+      // The trainer's layout (config group_parts): every rank computes it from the same checkpoint
+      // (shards) or text, and the group compares the partitions' fingerprints at GROUP_HELLO.
+      if (c_.group_parts == "shards")
+        options.group.parts = tree::shard_parts(source_->layout(), source_->manifest(), c_.producers);
+      else if (c_.group_parts != "balanced")
+        options.group.parts = tree::parse_group_parts(c_.group_parts, source_->manifest(), c_.producers);
     }
     options.receivers = static_cast<uint32_t>(members_.size());
     options.encode.threads = std::max(1u, std::thread::hardware_concurrency());

@@ -6,6 +6,9 @@
 #   refit:   --mode refit --params 4M --change-rates 0.01,0.05 under mpirun, the producer's uplink
 #            capped at 200 Mbit/s: speedup > 1 for every topology and rate, payload grows with the
 #            rate, changed fractions near the rates, the full checkpoint near its wire time.
+#   group:   the same with `producers: 2` (5 ranks: 2 producer ranks + 3 receivers, each rank's
+#            uplink capped at 100 Mbit/s), 2 topologies: every version committed by all 3
+#            receivers, the changes counted over both parts, payload grows with the rate.
 #   srun:    a small broadcast sweep (1..4 MiB) under srun on the single-node Slurm
 #            (scripts/slurm-local.sh; started here if it is not running, stopped again if so).
 #   missing: --rank/--size launches where rank 3 never starts: rank 0 exits non-zero within
@@ -27,14 +30,14 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 # shellcheck source=../ports.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/ports.sh"
-base=$(free_ports 4)  # ports base..base+3 on 127.0.0.1
+base=$(free_ports 5)  # ports base..base+4 on 127.0.0.1
 join=${JOIN:-20s}
 write_config() {
   cat >"$dir/cluster.yaml" <<YAML
 producer: tcp://127.0.0.1:$base
 transport: tcp
 chunk_bytes: 1MiB
-members: {count: 3, host: 127.0.0.1, base_port: $((base + 1)), cluster: local}
+members: {count: 3, host: 127.0.0.1, base_port: ${member_base:-$((base + 1))}, cluster: local}
 timeouts: {connect: 5s, heartbeat: 500ms, peer: 5s, refit: 60s, join: $join, producer_loss: 5s}
 ${extra_config:-}
 YAML
@@ -116,6 +119,38 @@ ET.parse(sys.argv[2])
 print("OK:", ", ".join(f'{r["topology"]} {r["change_rate"]}: {r["payload_bytes"]} B, {r["speedup"]:.1f}x' for r in rows))
 PY
     ;;
+  group)
+    command -v mpirun >/dev/null || { echo "no mpirun installed"; exit 77; }
+    # A producer group of 2 ranks (rank 1 listens at the rendezvous port + 1, so the members start
+    # at + 2), each rank's uplink capped at 100 Mbit/s; 3 receivers.
+    member_base=$((base + 2)) extra_config="producers: 2
+egress: {producer: 100Mbit/s}" write_config
+    mpirun_local -np 5 "$bin" bench tree --config "$dir/cluster.yaml" --mode refit --params 4M \
+      --change-rates 0.01,0.05 --iters 2 --topologies binary,double_binary --json "$dir/group.json" \
+      >"$dir/out.txt" 2>&1 ||
+      { cat "$dir/out.txt"; fail "mpirun bench tree --mode refit with producers: 2 exited non-zero"; }
+    cat "$dir/out.txt"
+    grep -q "5 ranks (2 producer ranks + 3 receivers" "$dir/out.txt" || fail "the header does not name the group"
+    python3 - "$dir/group.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["complete"] is True and d["mode"] == "refit", d.get("error")
+assert d["producers"] == 2 and d["ranks"] == 5 and d["receivers"] == 3, d
+rows = d["rows"]
+assert sorted((r["topology"], r["change_rate"]) for r in rows) == [
+    ("binary", 0.01), ("binary", 0.05), ("double_binary", 0.01), ("double_binary", 0.05)], rows
+for r in rows:
+    # Every version committed and acked by all 3 receivers (the joint commit's digests), 2 timed
+    # iterations each; the changes counted over both ranks' parts.
+    assert r["verified_receivers"] == 3 and r["failed_members"] == [] and r["iters"] == 2, r
+    assert r["full_s"] > 0 and r["refit_s"] > 0, r
+    assert abs(r["changed_fraction"] - r["change_rate"]) < 0.2 * r["change_rate"], r
+for t in ["binary", "double_binary"]:
+    low, high = sorted((r for r in rows if r["topology"] == t), key=lambda r: r["change_rate"])
+    assert high["payload_bytes"] > low["payload_bytes"], (low, high)
+print("OK: producer group of 2:", ", ".join(f'{r["topology"]} {r["change_rate"]}: {r["payload_bytes"]} B in {r["refit_s"]:.3f} s' for r in rows))
+PY
+    ;;
   srun)
     command -v srun >/dev/null && command -v slurmctld >/dev/null || { echo "no Slurm installed"; exit 77; }
     [ "$(id -u)" -eq 0 ] || { echo "single-node Slurm needs root"; exit 77; }
@@ -182,5 +217,5 @@ PY
     pids=()
     echo "rank 0 stopped after $elapsed s"
     ;;
-  *) echo "usage: $0 mpirun|refit|srun|missing|killed DELTACAST ROOT" >&2; exit 2 ;;
+  *) echo "usage: $0 mpirun|refit|group|srun|missing|killed DELTACAST ROOT" >&2; exit 2 ;;
 esac
