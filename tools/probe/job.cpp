@@ -12,11 +12,14 @@ namespace deltacast::tools {
 
 JobProbe run_job_probe(const config::Config& c, const tree::LaunchEnv& env, const ProbeSettings& settings) {
   const auto members = config::member_list(c);
-  if (static_cast<size_t>(env.size) != members.size() + 1)
+  if (static_cast<size_t>(env.size) != members.size() + c.producers)
     throw Error(Errc::config, "the job has " + std::to_string(env.size) + " processes but the config lists " +
-                                  std::to_string(members.size()) + " receivers (+1 producer)");
+                                  std::to_string(members.size()) + " receivers (+" + std::to_string(c.producers) +
+                                  (c.producers == 1 ? " producer)" : " producer ranks)"));
+  if (env.is_producer() && env.rank > 0) return {};  // a group's part rank: rank 0 probes the producer side
   LinkOptions link;
-  link.rank = env.rank;
+  // The probe's ranks: 0 the producer (a group's coordinator), i >= 1 receiver i - 1.
+  link.rank = env.is_producer() ? 0 : env.member_rank() + 1;
   link.urls.push_back(env.require_rendezvous());
   for (const auto& m : members) link.urls.push_back(m.url);
   link.connect_timeout = c.timeouts.connect;
@@ -26,7 +29,7 @@ JobProbe run_job_probe(const config::Config& c, const tree::LaunchEnv& env, cons
                                                                : tree::member_transport_options(c, env.member_rank()));
   const std::string who = env.is_producer() ? "the producer" : "rank " + std::to_string(env.rank);
   // As `run`: a process whose addresses other machines reach must authenticate its peers.
-  std::vector<std::string> own{link.urls[static_cast<size_t>(env.rank)]};
+  std::vector<std::string> own{link.urls[static_cast<size_t>(link.rank)]};
   if (!env.is_producer()) own.push_back(link.urls[0]);
   tree::require_authenticated(*transport, own, c.allow_insecure, who);
   JobProbe out;
@@ -40,6 +43,9 @@ JobProbe run_job_probe(const config::Config& c, const tree::LaunchEnv& env, cons
 }
 
 void quick_probe_clusters(config::Config& c, const tree::LaunchEnv& env) {
+  // A group's part rank takes no part: the coordinator's WELCOME tells it the forest, clusters
+  // included.
+  if (env.is_producer() && env.rank > 0) return;
   ProbeSettings settings;
   settings.quick = true;
   settings.flow_time = std::chrono::milliseconds(150);

@@ -18,14 +18,18 @@ struct JobProbe {
   std::vector<std::vector<int>> clusters;    // every rank: the clusters rank 0 found
 };
 
-// Runs this process's part. Throws Error(config) when the job's size is not the config's members
-// + 1, what secure start refuses (no secret on exposed addresses), and what coordinate_probe /
-// serve_probe_member throw. The transport is closed when it returns (its listeners are free).
+// Runs this process's part: the probe's ranks are the producer (a group's coordinator, rank 0)
+// and the receivers (`env` with its `producers` set, as `run` sets it); a producer group's part
+// rank takes no part and gets nothing back. Throws Error(config) when the job's size is not the
+// config's members + producers, what secure start refuses (no secret on exposed addresses), and
+// what coordinate_probe / serve_probe_member throw. The transport is closed when it returns (its
+// listeners are free).
 JobProbe run_job_probe(const config::Config& c, const tree::LaunchEnv& env, const ProbeSettings& settings);
 
 // `run` with `clusters: auto` and no probe_file: a quick probe (O(N) flows of 150 ms, no
 // concurrent flows), whose clusters are then applied to `c` (config::apply_probe_clusters) by every
-// rank alike. Rank 0 prints one line with what it found.
+// rank alike (a group's part ranks: nothing; the coordinator's WELCOME carries the forest). Rank 0
+// prints one line with what it found.
 void quick_probe_clusters(config::Config& c, const tree::LaunchEnv& env);
 
 }  // namespace deltacast::tools

@@ -220,9 +220,16 @@ void probe(const ProbeOptions& o) {
     if (!(rate > 0 && rate <= 1)) throw Error(Errc::invalid_argument, "--change-rates: each rate must be in (0, 1]");
   config::parse_size(o.predict_params);  // a bad value fails before the job starts
 
-  const tree::LaunchEnv env = tree::detect_launch_env(process_env(), {o.rank, o.size, o.producer}, c.producer);
+  tree::LaunchEnv env = tree::detect_launch_env(process_env(), {o.rank, o.size, o.producer}, c.producer);
+  env.producers = static_cast<int>(c.producers);
   JobProbe probe = run_job_probe(c, env, settings);
-  if (env.is_producer()) report(std::move(*probe.measurements), o, c);
+  if (env.is_producer() && env.rank > 0)
+    std::printf(
+        "producer rank %d: a group's part rank takes no part in the probe (rank 0 measures the producer "
+        "side)\n",
+        env.rank);
+  else if (env.is_producer())
+    report(std::move(*probe.measurements), o, c);
 }
 
 void setup(CLI::App& parent) {

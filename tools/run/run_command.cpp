@@ -50,16 +50,11 @@ void run(const RunOptions& o) {
     throw Error(Errc::config, "the job has " + std::to_string(env.size) + " processes but " + o.config_path +
                                   " lists " + std::to_string(members) + " receivers (+" + std::to_string(c.producers) +
                                   (c.producers == 1 ? " producer)" : " producer ranks)"));
-  if (c.producers > 1 && c.clusters == "auto")
-    throw Error(Errc::config,
-                "clusters: auto (the probe) does not take a producer group yet: name the clusters "
-                "(members' cluster, producer_cluster) with producers: " +
-                    std::to_string(c.producers));
   if (c.clusters == "auto" && c.probe_file.empty()) {
     // No probe file: every rank measures a quick probe (O(N) flows) before the tree starts, and
     // takes the clusters rank 0 found.
     tools::quick_probe_clusters(c, env);
-  } else if (c.clusters == "auto" && env.is_producer()) {
+  } else if (c.clusters == "auto" && env.rank == 0) {
     std::string text;
     for (const auto& m : config::member_list(c)) text += " " + std::to_string(m.rank + 1) + ":" + m.cluster;
     std::printf("producer: clusters from %s: producer in %s; members%s\n", c.probe_file.c_str(),

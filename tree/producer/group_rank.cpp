@@ -3,6 +3,8 @@
 // its own trees (their JOINs and RESUMEs on its listener, as at the coordinator), and its refit:
 // GROUP_READY, GROUP_BEGIN, its part encoded and sent down its trees, GROUP_SENT, GROUP_DECIDED,
 // then (committed) its part's baseline adopts the new bits.
+#include <thread>
+
 #include "tree/connect_retry.h"
 #include "tree/producer/impl.h"
 
@@ -26,12 +28,6 @@ StartReport Producer::Impl::rank_start(Clock::time_point deadline) {
   session_start = Clock::now();
   readers = std::make_unique<ControlReaders>(kControlBufferBytes, event_sink(ProducerEvent::Kind::group));
   start_acceptor();  // the roots of its trees JOIN here once the members read their WELCOME
-  ConnectRetry retry;
-  retry.give_up_after = left_until(deadline);
-  retry.attempt_timeout = std::min(retry.attempt_timeout, retry.give_up_after);
-  retry.who = who;
-  retry.what = "the producer group's coordinator";
-  g.coordinator = connect_with_retry(transport, transport::Url::parse(options.group.coordinator_url), retry);
   GroupHello hello;
   hello.rank = g.rank;
   hello.size = g.size;
@@ -40,10 +36,31 @@ StartReport Producer::Impl::rank_start(Clock::time_point deadline) {
   hello.held_version = version;
   hello.held_digest = baseline->digest().per_tensor();
   hello.data_url = listener->local_url().str();
-  hello.instance = random_instance();
-  send_control(*g.coordinator, hello, kMemberSendTimeout);
-  // The coordinator answers once every receiver and every rank is in (its start).
-  const auto bytes = recv_message(*g.coordinator, kGroupWelcomeBytes, left_until(deadline));
+  std::vector<std::byte> bytes;
+  for (;;) {
+    ConnectRetry retry;
+    retry.give_up_after = left_until(deadline);
+    retry.attempt_timeout = std::min(retry.attempt_timeout, retry.give_up_after);
+    retry.who = who;
+    retry.what = "the producer group's coordinator";
+    g.coordinator = connect_with_retry(transport, transport::Url::parse(options.group.coordinator_url), retry);
+    hello.instance = random_instance();
+    try {
+      send_control(*g.coordinator, hello, kMemberSendTimeout);
+      // The coordinator answers once every receiver and every rank is in (its start).
+      bytes = recv_message(*g.coordinator, kGroupWelcomeBytes, left_until(deadline));
+      break;
+    } catch (const Error& e) {
+      // Something else answered on the coordinator's address and hung up: rank 0's quick probe
+      // (`clusters: auto`) listens there before its producer does, and a previous session's
+      // producer may be closing. Tried again until the deadline.
+      if (e.code() != Errc::connection || Clock::now() >= deadline) throw;
+      log->info("{}: the coordinator's address closed the connection before answering ({}); trying again", who,
+                e.what());
+      g.coordinator->close();
+      std::this_thread::sleep_for(200ms);
+    }
+  }
   const uint64_t welcome_epoch = message_header(bytes).epoch;
   auto message = decode_message(bytes);
   if (const auto* refused = std::get_if<Refused>(&message))

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# probe_test.sh mpirun|unreachable DELTACAST REPO_ROOT
+# probe_test.sh mpirun|group|unreachable DELTACAST REPO_ROOT
 #   mpirun:      `deltacast probe` as 5 ranks under mpirun on loopback (tcp): the 5x5 bandwidth and
 #                latency matrices are filled off the diagonal with positive figures, the SVG parses
 #                as XML, clusters, recommendation and predictions are present; then `run` with
 #                clusters: auto, first from that probe file, then with no file (a quick probe at
 #                start), each committing every step on every member.
+#   group:       the same config with producers: 2 (6 ranks; the receivers from base + 2): probe
+#                under mpirun (rank 1 takes no part; the matrices of rank 0 and the receivers), then
+#                `run` with clusters: auto and no file (a quick probe at start), every step
+#                committed on every receiver.
 #   unreachable: a config of 4 members, ranks 0..3 started with --rank/--size 5 (rank 4 never
 #                starts), --join-timeout 3s: rank 0 exits 0 within a bound, lists rank 4 as
 #                unreachable, fills the other cells; the members exit 0.
@@ -21,7 +25,7 @@ trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 # shellcheck source=../ports.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/ports.sh"
-base=$(free_ports 5)  # ports base..base+4 on 127.0.0.1
+base=$(free_ports 6)  # ports base..base+5 on 127.0.0.1
 cat >"$dir/cluster.yaml" <<YAML
 producer: tcp://127.0.0.1:$base
 transport: tcp
@@ -106,6 +110,30 @@ PY
       "$dir/report-quick.json" || fail "the run after a quick probe is not as expected"
     echo "OK: run with clusters: auto and a quick probe"
     ;;
+  group)
+    # clusters: auto with a producer group of 2 (6 ranks: 2 producer ranks, 4 receivers from
+    # base + 2): `probe` measures rank 0 and the receivers (rank 1, a part rank, says it takes no
+    # part), then `run` probes quickly at start and commits every step on every receiver.
+    command -v mpirun >/dev/null || { echo "no mpirun installed"; exit 77; }
+    sed -i -e "s/^transport: tcp$/transport: tcp\nproducers: 2/" -e "s/base_port: $((base + 1))/base_port: $((base + 2))/" \
+      "$dir/cluster.yaml"
+    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
+      --mca oob_tcp_if_include lo -np 6 "$bin" probe --config "$dir/cluster.yaml" --out "$dir/probe.json" \
+      >"$dir/out.txt" 2>&1 || { cat "$dir/out.txt"; fail "mpirun probe with producers: 2 exited non-zero"; }
+    grep -q "producer rank 1: a group's part rank takes no part in the probe" "$dir/out.txt" ||
+      { cat "$dir/out.txt"; fail "rank 1 did not say it takes no part"; }
+    check "$dir/probe.json" "$dir/probe.svg" ""
+    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
+      --mca oob_tcp_if_include lo -np 6 "$bin" run --config "$dir/cluster.yaml" --set clusters=auto \
+      --set trainer.params=2M --set trainer.steps=2 \
+      --set output.dir="$dir/run-group" --set output.metrics_file="$dir/report-group.json" \
+      >"$dir/run-group.txt" 2>&1 || { cat "$dir/run-group.txt"; fail "mpirun run of a group with a quick probe exited non-zero"; }
+    grep "clusters from a quick probe (.* 5 of 5 ranks reached): {" "$dir/run-group.txt" \
+      || { cat "$dir/run-group.txt"; fail "the group's run did not probe at start"; }
+    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["ok"] is True and all(s["verified_receivers"] == 4 for s in r["steps"]), r' \
+      "$dir/report-group.json" || fail "the group's run after a quick probe is not as expected"
+    echo "OK: a producer group of 2 with clusters: auto (probe and a quick probe at start)"
+    ;;
   unreachable)
     for r in 1 2 3; do
       timeout 120 "$bin" probe --config "$dir/cluster.yaml" --rank $r --size 5 --join-timeout 20s \
@@ -128,5 +156,5 @@ PY
     check "$dir/probe.json" "$dir/heat.svg" "4"
     echo "rank 0 finished in $elapsed s"
     ;;
-  *) echo "usage: $0 mpirun|unreachable DELTACAST ROOT" >&2; exit 2 ;;
+  *) echo "usage: $0 mpirun|group|unreachable DELTACAST ROOT" >&2; exit 2 ;;
 esac
