@@ -229,7 +229,7 @@ void probe(const ProbeOptions& o) {
         "side)\n",
         env.rank);
   else if (env.is_producer())
-    report(std::move(*probe.measurements), o, c);
+    report(*probe.measurements, o, c);
 }
 
 void setup(CLI::App& parent) {
