@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdlib>
 
+#include "config/config.h"
 #include "util/error.h"
 
 namespace deltacast::tree {
@@ -106,6 +107,18 @@ LaunchEnv detect_launch_env(const EnvLookup& env, const LaunchFlags& flags, cons
   } else {
     out.rendezvous = config_producer;
   }
+  return out;
+}
+
+LaunchEnv detect_job_env(const EnvLookup& env, const LaunchFlags& flags, const config::Config& config,
+                         const std::string& source) {
+  LaunchEnv out = detect_launch_env(env, flags, config.producer);
+  out.producers = static_cast<int>(config.producers);
+  const size_t members = config::member_list(config).size();
+  if (static_cast<size_t>(out.size) != members + config.producers)
+    throw Error(Errc::config, "the job has " + std::to_string(out.size) + " processes but " + source + " lists " +
+                                  std::to_string(members) + " receivers (+" + std::to_string(config.producers) +
+                                  (config.producers == 1 ? " producer)" : " producer ranks)"));
   return out;
 }
 

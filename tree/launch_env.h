@@ -11,6 +11,10 @@
 
 #include "util/env.h"
 
+namespace deltacast::config {
+struct Config;
+}
+
 namespace deltacast::tree {
 
 enum class Launcher { flags, mpi, pmix, slurm };
@@ -22,12 +26,14 @@ struct LaunchEnv {
   Launcher launcher = Launcher::flags;
   int rank = 0;        // 0 = producer (with a producer group: 0..producers-1)
   int size = 0;        // producers + receivers
-  int producers = 1;   // the job's first ranks that are producers (config `producers`, set by the caller)
+  int producers = 1;   // the job's first ranks that are producers (config `producers`; detect_job_env)
   int local_rank = 0;  // index among this job's processes on this host (port offsets)
   std::string nodelist;    // SLURM_STEP_NODELIST, when Slurm started us
   std::string rendezvous;  // producer address; empty when no source supplied one
 
   bool is_producer() const noexcept { return rank < producers; }
+  // A producer group's part rank (1..producers-1): not the coordinator, not a receiver.
+  bool is_part_rank() const noexcept { return rank > 0 && rank < producers; }
   // This receiver's member index (rank - producers). Throws Error(state) on a producer.
   int member_rank() const;
   // This receiver's rank in the tree protocol (1..N: member_rank() + 1).
@@ -52,5 +58,12 @@ struct LaunchFlags {
 // rank/size are inconsistent (size < 2, rank outside 0..size-1). Thread-safe if `env` is.
 LaunchEnv detect_launch_env(const EnvLookup& env, const LaunchFlags& flags = {},
                             const std::string& config_producer = "");
+
+// detect_launch_env for a job of `config` (run, probe, bench tree): its `producer` as the
+// rendezvous default and its `producers` set, and the job's size checked against the config's
+// producers + members: Error(config) "the job has N processes but SOURCE lists R receivers (+M
+// producer ranks)" otherwise (`source`: the config's name, e.g. its path).
+LaunchEnv detect_job_env(const EnvLookup& env, const LaunchFlags& flags, const config::Config& config,
+                         const std::string& source);
 
 }  // namespace deltacast::tree

@@ -143,8 +143,6 @@ void run_member(Job& job) {
 
 // ---- rank 0: sessions -------------------------------------------------------------------------
 
-// One session: a Producer for `manifest` on the rendezvous URL, started (every receiver joined
-// within timeouts.join), `body` run, then BYE. `what` names the measurement in errors.
 // The options of a session's producer; with a producer group, rank `rank`'s (rank 0: the
 // coordinator, on the rendezvous URL): its listen URL and group options as `run` gives them
 // (config::producer_rank_urls).
@@ -161,6 +159,9 @@ tree::ProducerOptions session_options(const Job& job, uint32_t rank) {
   return options;
 }
 
+// One session: a Producer for `manifest` on the rendezvous URL, started (every receiver, and a
+// group's part ranks, joined within timeouts.join), `body` run, then BYE. `what` names the
+// measurement in errors; `group` false: rank 0 alone, whatever `producers` says.
 template <class Body>
 void run_session(Job& job, const codec::Manifest& manifest, tree::TopologyKind kind, const std::string& what,
                  Body&& body, bool group = true) {
@@ -768,14 +769,8 @@ void bench_tree(const TreeBenchOptions& o) {
   check_options(o);
   // Canonical spellings (double-binary -> double_binary): the JSON and the plot key on them.
   for (auto& t : job.o.topologies) t = std::string(tree::topology_kind_name(tree::parse_topology_kind(t)));
-  job.env = tree::detect_launch_env(process_env(), {o.rank, o.size, o.producer}, job.c.producer);
-  job.env.producers = static_cast<int>(job.c.producers);
+  job.env = tree::detect_job_env(process_env(), {o.rank, o.size, o.producer}, job.c, o.config_path);
   job.members = config::member_list(job.c);
-  if (static_cast<size_t>(job.env.size) != job.members.size() + job.c.producers)
-    throw Error(Errc::config, "the job has " + std::to_string(job.env.size) + " processes but " + o.config_path +
-                                  " lists " + std::to_string(job.members.size()) + " receivers (+" +
-                                  std::to_string(job.c.producers) +
-                                  (job.c.producers == 1 ? " producer)" : " producer ranks)"));
   if (job.c.producers > 1 && o.mode != "refit")
     throw Error(Errc::invalid_argument, "--mode " + o.mode +
                                             " sends raw bytes from one producer; a producer group (producers: " +
@@ -786,15 +781,14 @@ void bench_tree(const TreeBenchOptions& o) {
   // As `run`: a process whose addresses other machines reach must authenticate its peers (the
   // roll call opens sockets before any Producer or Receiver does).
   std::vector<std::string> own{job.env.require_rendezvous()};
-  if (job.env.is_producer() && job.env.rank > 0)
-    own.push_back(session_options(job, static_cast<uint32_t>(job.env.rank)).listen_url);
+  if (job.env.is_part_rank()) own.push_back(session_options(job, static_cast<uint32_t>(job.env.rank)).listen_url);
   if (!job.env.is_producer()) own.push_back(job.members.at(static_cast<size_t>(job.env.member_rank())).url);
   tree::require_authenticated(*job.transport, own, job.c.allow_insecure,
                               job.env.is_producer() ? "the producer" : "rank " + std::to_string(job.env.rank));
-  if (job.env.rank == 0)
-    run_coordinator(job);
-  else if (job.env.is_producer())
+  if (job.env.is_part_rank())
     run_part_rank(job);
+  else if (job.env.is_producer())
+    run_coordinator(job);
   else
     run_member(job);
 }

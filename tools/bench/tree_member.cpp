@@ -254,8 +254,9 @@ std::unique_ptr<tree::Producer> start_part_session(transport::Transport& transpo
             std::max<Clock::duration>(deadline - Clock::now(), std::chrono::seconds(1))));
         return producer;
       } catch (const Error& e) {
-        // As join_session: rank 0's previous producer closing as this rank reached it, or this
-        // rank's own port not yet free.
+        // As join_session: this rank's own port not yet free (io), a handshake cut by rank 0's
+        // previous producer closing (auth, connection; a GROUP_HELLO hung up on is already tried
+        // again inside start()).
         const bool again = e.code() == Errc::connection || e.code() == Errc::io || e.code() == Errc::auth;
         if (!again || Clock::now() >= deadline)
           throw Error(e.code(), who + ": no session " + std::to_string(session) +

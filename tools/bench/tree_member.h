@@ -6,16 +6,16 @@
 // rendezvous URL for a manifest (the payload's size, or the model), starts it, sends a bootstrap
 // (and refits), and finishes it with BYE. With a producer group (`producers: M`, refit mode), the
 // part ranks 1..M-1 run the same sequence of sessions (they derive it from the same flags) and
-// start a part rank's Producer for each; rank 0's is the coordinator. Every receiver builds a tree::Receiver on its
-// member URL for each session, learns the session's manifest at WELCOME, attaches zeroed buffers (version 0) and runs
-// until BYE. The last session's manifest is one tensor named kEndTensor: it tells the receivers that the sweep is over,
-// so they need no plan of their own (rank 0 alone decides which sizes fit in memory). Every wait is bounded by the
+// start a part rank's Producer for each; rank 0's is the coordinator. Every receiver builds a
+// tree::Receiver on its member URL for each session, learns the session's manifest at WELCOME,
+// attaches zeroed buffers (version 0) and runs until BYE. The last session's manifest is one
+// tensor named kEndTensor: it tells the receivers that the sweep is over, so they need no plan of
+// their own (rank 0 alone decides which sizes fit in memory). Every wait is bounded by the
 // config's timeouts.
 #include <chrono>
 #include <cstdint>
-#include <string>
-
 #include <memory>
+#include <string>
 
 #include "codec/manifest.h"
 #include "transport/transport.h"
@@ -60,9 +60,9 @@ void serve_sessions(transport::Transport& transport, const MemberSessionOptions&
 // A producer group's part rank (1..M-1, config `producers: M`) in session `session`: a
 // tree::Producer for `manifest` with `options` (options.group names the rank and the
 // coordinator), started: it said GROUP_HELLO to rank 0's producer of this session and got its
-// WELCOME. As a receiver's join, a GROUP_HELLO that reaches the previous session's producer as it
-// closes fails and is tried again, until `patience` is spent (then Error naming the session:
-// "rank 0 stopped the sweep"). The caller runs the session's versions on it and finish()es it.
+// WELCOME. As a receiver's join, a start that fails on the previous session's producer closing
+// (or this rank's own port not yet free) is tried again, until `patience` is spent (then Error
+// naming the session: "rank 0 stopped the sweep"). The caller runs the session's versions on it and finish()es it.
 std::unique_ptr<tree::Producer> start_part_session(transport::Transport& transport, const codec::Manifest& manifest,
                                                    const tree::ProducerOptions& options,
                                                    std::chrono::milliseconds patience, uint64_t session);

@@ -12,11 +12,7 @@ namespace deltacast::tools {
 
 JobProbe run_job_probe(const config::Config& c, const tree::LaunchEnv& env, const ProbeSettings& settings) {
   const auto members = config::member_list(c);
-  if (static_cast<size_t>(env.size) != members.size() + c.producers)
-    throw Error(Errc::config, "the job has " + std::to_string(env.size) + " processes but the config lists " +
-                                  std::to_string(members.size()) + " receivers (+" + std::to_string(c.producers) +
-                                  (c.producers == 1 ? " producer)" : " producer ranks)"));
-  if (env.is_producer() && env.rank > 0) return {};  // a group's part rank: rank 0 probes the producer side
+  if (env.is_part_rank()) return {};  // rank 0 probes the producer side
   LinkOptions link;
   // The probe's ranks: 0 the producer (a group's coordinator), i >= 1 receiver i - 1.
   link.rank = env.is_producer() ? 0 : env.member_rank() + 1;
@@ -45,7 +41,7 @@ JobProbe run_job_probe(const config::Config& c, const tree::LaunchEnv& env, cons
 void quick_probe_clusters(config::Config& c, const tree::LaunchEnv& env) {
   // A group's part rank takes no part: the coordinator's WELCOME tells it the forest, clusters
   // included.
-  if (env.is_producer() && env.rank > 0) return;
+  if (env.is_part_rank()) return;
   ProbeSettings settings;
   settings.quick = true;
   settings.flow_time = std::chrono::milliseconds(150);

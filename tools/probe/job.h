@@ -18,12 +18,11 @@ struct JobProbe {
   std::vector<std::vector<int>> clusters;    // every rank: the clusters rank 0 found
 };
 
-// Runs this process's part: the probe's ranks are the producer (a group's coordinator, rank 0)
-// and the receivers (`env` with its `producers` set, as `run` sets it); a producer group's part
-// rank takes no part and gets nothing back. Throws Error(config) when the job's size is not the
-// config's members + producers, what secure start refuses (no secret on exposed addresses), and
-// what coordinate_probe / serve_probe_member throw. The transport is closed when it returns (its
-// listeners are free).
+// Runs this process's part (`env` from tree::detect_job_env for `c`): the probe's ranks are the
+// producer (a group's coordinator, rank 0) and the receivers; a producer group's part rank takes
+// no part and gets nothing back. Throws what secure start refuses (no secret on exposed
+// addresses), and what coordinate_probe / serve_probe_member throw. The transport is closed when
+// it returns (its listeners are free).
 JobProbe run_job_probe(const config::Config& c, const tree::LaunchEnv& env, const ProbeSettings& settings);
 
 // `run` with `clusters: auto` and no probe_file: a quick probe (O(N) flows of 150 ms, no

@@ -220,10 +220,9 @@ void probe(const ProbeOptions& o) {
     if (!(rate > 0 && rate <= 1)) throw Error(Errc::invalid_argument, "--change-rates: each rate must be in (0, 1]");
   config::parse_size(o.predict_params);  // a bad value fails before the job starts
 
-  tree::LaunchEnv env = tree::detect_launch_env(process_env(), {o.rank, o.size, o.producer}, c.producer);
-  env.producers = static_cast<int>(c.producers);
+  const tree::LaunchEnv env = tree::detect_job_env(process_env(), {o.rank, o.size, o.producer}, c, o.config_path);
   JobProbe probe = run_job_probe(c, env, settings);
-  if (env.is_producer() && env.rank > 0)
+  if (env.is_part_rank())
     std::printf(
         "producer rank %d: a group's part rank takes no part in the probe (rank 0 measures the producer "
         "side)\n",

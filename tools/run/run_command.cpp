@@ -43,13 +43,7 @@ void run(const RunOptions& o) {
   set_log_level(c.log_level);
   if (c.transport == "loop" || c.transport == "loopback")
     throw Error(Errc::config, "transport '" + c.transport + "' only works inside one process");
-  tree::LaunchEnv env = tree::detect_launch_env(process_env(), {o.rank, o.size, o.producer}, c.producer);
-  env.producers = static_cast<int>(c.producers);
-  const size_t members = config::member_list(c).size();
-  if (static_cast<size_t>(env.size) != members + c.producers)
-    throw Error(Errc::config, "the job has " + std::to_string(env.size) + " processes but " + o.config_path +
-                                  " lists " + std::to_string(members) + " receivers (+" + std::to_string(c.producers) +
-                                  (c.producers == 1 ? " producer)" : " producer ranks)"));
+  const tree::LaunchEnv env = tree::detect_job_env(process_env(), {o.rank, o.size, o.producer}, c, o.config_path);
   if (c.clusters == "auto" && c.probe_file.empty()) {
     // No probe file: every rank measures a quick probe (O(N) flows) before the tree starts, and
     // takes the clusters rank 0 found.

@@ -69,19 +69,35 @@ print("OK:", path, "clusters", p["clusters"], "bandwidth row 0", p["bandwidth_gb
 PY
 }
 
+mpirun_lo() {  # mpirun_lo NP ARGS...: mpirun on loopback (tcp), bounded
+  local np=$1; shift
+  timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
+    --mca oob_tcp_if_include lo -np "$np" "$@"
+}
+
+quick_probe_run() {  # quick_probe_run NP TAG: `run` with clusters: auto and no probe file (a quick
+  # probe at start; the probe's 5 ranks: the producer or coordinator and the 4 receivers), 2 steps
+  # committed on every receiver
+  local out="$dir/run-$2.txt" report="$dir/report-$2.json"
+  mpirun_lo "$1" "$bin" run --config "$dir/cluster.yaml" --set clusters=auto --set trainer.params=2M \
+    --set trainer.steps=2 --set output.dir="$dir/run-$2" --set output.metrics_file="$report" >"$out" 2>&1 ||
+    { cat "$out"; fail "$2: mpirun run with a quick probe exited non-zero"; }
+  grep "clusters from a quick probe (.* 5 of 5 ranks reached): {" "$out" || { cat "$out"; fail "$2: run did not probe at start"; }
+  python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["ok"] is True and all(s["verified_receivers"] == 4 for s in r["steps"]), r' \
+    "$report" || fail "$2: the run after a quick probe is not as expected"
+}
+
 case "$mode" in
   mpirun)
     command -v mpirun >/dev/null || { echo "no mpirun installed"; exit 77; }
     start=$(date +%s)
-    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
-      --mca oob_tcp_if_include lo -np 5 "$bin" probe --config "$dir/cluster.yaml" --out "$dir/probe.json" \
+    mpirun_lo 5 "$bin" probe --config "$dir/cluster.yaml" --out "$dir/probe.json" \
       >"$dir/out.txt" 2>&1 || { cat "$dir/out.txt"; fail "mpirun probe exited non-zero"; }
     cat "$dir/out.txt"
     echo "probe took $(( $(date +%s) - start )) s"
     check "$dir/probe.json" "$dir/probe.svg" ""
     # clusters: auto: the same job runs with the probe's clusters (the producer's included).
-    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
-      --mca oob_tcp_if_include lo -np 5 "$bin" run --config "$dir/cluster.yaml" --set clusters=auto \
+    mpirun_lo 5 "$bin" run --config "$dir/cluster.yaml" --set clusters=auto \
       --set probe_file="$dir/probe.json" --set trainer.params=2M --set trainer.steps=2 \
       --set output.dir="$dir/run" --set output.metrics_file="$dir/report.json" \
       >"$dir/run.txt" 2>&1 || { cat "$dir/run.txt"; fail "mpirun run with clusters: auto exited non-zero"; }
@@ -99,15 +115,7 @@ for k, c in enumerate(probe["clusters"]):
 print("OK: run with clusters: auto", probe["clusters"])
 PY
     # clusters: auto without probe_file: the job probes quickly at start, then runs.
-    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
-      --mca oob_tcp_if_include lo -np 5 "$bin" run --config "$dir/cluster.yaml" --set clusters=auto \
-      --set trainer.params=2M --set trainer.steps=2 \
-      --set output.dir="$dir/run-quick" --set output.metrics_file="$dir/report-quick.json" \
-      >"$dir/run-quick.txt" 2>&1 || { cat "$dir/run-quick.txt"; fail "mpirun run with a quick probe exited non-zero"; }
-    grep "clusters from a quick probe (.* 5 of 5 ranks reached): {" "$dir/run-quick.txt" \
-      || { cat "$dir/run-quick.txt"; fail "run did not probe at start"; }
-    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["ok"] is True and all(s["verified_receivers"] == 4 for s in r["steps"]), r' \
-      "$dir/report-quick.json" || fail "the run after a quick probe is not as expected"
+    quick_probe_run 5 quick
     echo "OK: run with clusters: auto and a quick probe"
     ;;
   group)
@@ -117,21 +125,12 @@ PY
     command -v mpirun >/dev/null || { echo "no mpirun installed"; exit 77; }
     sed -i -e "s/^transport: tcp$/transport: tcp\nproducers: 2/" -e "s/base_port: $((base + 1))/base_port: $((base + 2))/" \
       "$dir/cluster.yaml"
-    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
-      --mca oob_tcp_if_include lo -np 6 "$bin" probe --config "$dir/cluster.yaml" --out "$dir/probe.json" \
+    mpirun_lo 6 "$bin" probe --config "$dir/cluster.yaml" --out "$dir/probe.json" \
       >"$dir/out.txt" 2>&1 || { cat "$dir/out.txt"; fail "mpirun probe with producers: 2 exited non-zero"; }
     grep -q "producer rank 1: a group's part rank takes no part in the probe" "$dir/out.txt" ||
       { cat "$dir/out.txt"; fail "rank 1 did not say it takes no part"; }
     check "$dir/probe.json" "$dir/probe.svg" ""
-    timeout 150 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp --mca btl_tcp_if_include lo \
-      --mca oob_tcp_if_include lo -np 6 "$bin" run --config "$dir/cluster.yaml" --set clusters=auto \
-      --set trainer.params=2M --set trainer.steps=2 \
-      --set output.dir="$dir/run-group" --set output.metrics_file="$dir/report-group.json" \
-      >"$dir/run-group.txt" 2>&1 || { cat "$dir/run-group.txt"; fail "mpirun run of a group with a quick probe exited non-zero"; }
-    grep "clusters from a quick probe (.* 5 of 5 ranks reached): {" "$dir/run-group.txt" \
-      || { cat "$dir/run-group.txt"; fail "the group's run did not probe at start"; }
-    python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); assert r["ok"] is True and all(s["verified_receivers"] == 4 for s in r["steps"]), r' \
-      "$dir/report-group.json" || fail "the group's run after a quick probe is not as expected"
+    quick_probe_run 6 group
     echo "OK: a producer group of 2 with clusters: auto (probe and a quick probe at start)"
     ;;
   unreachable)

@@ -91,7 +91,10 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
 
 def pick_base_port(count: int, rng: Optional[random.Random] = None) -> int:
     """A run of `count` consecutive free loopback ports, chosen at random outside the kernel's
-    ephemeral range (tests/integration/ports.sh says why)."""
+    ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): there any test's outgoing connection
+    may take a port between this check and a member's bind (CI: "Address already in use"), or
+    while a killed producer is down before it binds again. tests/integration/ports.sh (the shell
+    scripts' free_ports) calls this."""
     rng = rng or random.Random()
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "config/config.h"
 #include "tree/launch_env.h"
 #include "util/error.h"
 
@@ -56,6 +57,35 @@ TEST(LaunchEnv, ProducerGroupRanks) {
   EXPECT_EQ(at(3).receiver_rank(), 1);
   EXPECT_EQ(at(6).member_rank(), 3);
   EXPECT_EQ(at(6).receiver_rank(), 4);
+}
+
+// A job of a config: its producers set (rank 1 of 3 is a part rank), and a size other than
+// producers + members refused naming both.
+TEST(LaunchEnv, JobEnvTakesTheConfigsProducersAndChecksTheSize) {
+  const auto c = config::parse_config(
+      "producer: tcp://127.0.0.1:29500\nproducers: 3\nmembers: {count: 4, host: 127.0.0.1, base_port: 29510}\n",
+      "job.yaml");
+  auto at = [&](int rank, int size) {
+    return detect_job_env(
+        env_of({{"OMPI_COMM_WORLD_RANK", std::to_string(rank)}, {"OMPI_COMM_WORLD_SIZE", std::to_string(size)}}), {}, c,
+        "job.yaml");
+  };
+  EXPECT_EQ(at(0, 7).producers, 3);
+  EXPECT_EQ(at(0, 7).rendezvous, "tcp://127.0.0.1:29500");
+  EXPECT_FALSE(at(0, 7).is_part_rank());
+  EXPECT_TRUE(at(1, 7).is_part_rank());
+  EXPECT_TRUE(at(2, 7).is_part_rank());
+  EXPECT_FALSE(at(3, 7).is_part_rank());
+  EXPECT_EQ(at(3, 7).receiver_rank(), 1);
+  try {
+    at(0, 5);
+    FAIL() << "5 processes for 3 producer ranks + 4 receivers";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::config);
+    EXPECT_NE(std::string(e.what()).find("the job has 5 processes but job.yaml lists 4 receivers (+3 producer ranks)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(LaunchEnv, SlurmWithNodelist) {
