@@ -97,8 +97,9 @@ bool OutboundLink::dead() const noexcept {
   return dead_;
 }
 
-size_t OutboundLink::inflight_bytes() const noexcept {
+size_t OutboundLink::inflight_bytes() noexcept {
   std::lock_guard lock(mutex_);
+  drain_finished_locked();
   return inflight_bytes_;
 }
 

@@ -103,7 +103,9 @@ class OutboundLink {
   // The link is dead afterwards.
   void cancel_all() noexcept;
   bool dead() const noexcept;
-  size_t inflight_bytes() const noexcept;
+  // The bytes of sends not finished yet (finished ones are taken off first: a caller that only
+  // asks this, say a re-send waiting for room, sees the room as the peer drains).
+  size_t inflight_bytes() noexcept;
   uint32_t peer_rank() const noexcept { return peer_rank_; }
   int tree() const noexcept { return tree_; }
 

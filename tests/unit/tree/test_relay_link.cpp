@@ -138,6 +138,19 @@ TEST(OutboundLink, ConcurrentPostsNeverSplitAPair) {
   EXPECT_TRUE(pair.link->flush(1s));
 }
 
+// A producer's deferred re-sends ask only inflight_bytes() whether a root has room: it must see
+// the peer drain (a count that moved only in wait_below() kept re-sends queued for ever once the
+// version's last chunk was out).
+TEST(OutboundLink, InflightBytesCountsOnlySendsNotYetFinished) {
+  LinkPair pair;
+  pair.link->post(bytes_of(std::string(100, 'a')));
+  EXPECT_EQ(pair.link->inflight_bytes() % 100, 0u);
+  EXPECT_EQ(pair.receive(), std::string(100, 'a'));
+  const auto deadline = Clock::now() + 2s;
+  while (pair.link->inflight_bytes() != 0 && Clock::now() < deadline) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(pair.link->inflight_bytes(), 0u);
+}
+
 TEST(OutboundLink, APeerThatDoesNotReadStallsTheLink) {
   LinkPair pair;
   EXPECT_EQ(pair.link->stalled_for(), 0ms) << "nothing pending";
