@@ -211,9 +211,8 @@ int dc_producer_start(dc_producer* p, int64_t timeout_ms) {
     p->producer->start(timeout);
     p->phase = dc_producer::Phase::started;
     p->pull_cuda();
-    // A group sends version 1 as every rank's part, a delta from the all-zero version 0.
-    return finish_version(
-        *p, p->group_size > 1 ? p->producer->refit(p->weights()) : p->producer->bootstrap(p->weights()), false);
+    // Version 1 as RAW pieces (a group: every rank its own part's).
+    return finish_version(*p, p->producer->bootstrap(p->weights()), false);
   });
 }
 

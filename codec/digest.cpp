@@ -133,14 +133,33 @@ uint64_t slice_digest(uint32_t tensor_index, DType dtype, uint64_t first_element
 StateDigest StateDigest::full_scan(const ConstWeights& weights, unsigned threads) {
   check_weights(weights);
   const auto& m = *weights.manifest;
+  std::vector<PartRange> whole;
+  for (uint32_t t = 0; t < m.size(); ++t)
+    if (m.at(t).units() > 0) whole.push_back({t, 0, m.at(t).units()});
+  return part_scan(weights, whole, threads);
+}
+
+StateDigest StateDigest::part_scan(const ConstWeights& weights, std::span<const PartRange> ranges, unsigned threads) {
+  if (weights.manifest == nullptr) throw Error(Errc::invalid_argument, "digest: weights without a manifest");
+  const auto& m = *weights.manifest;
+  if (weights.tensors.size() != m.size())
+    throw Error(Errc::invalid_argument, "digest: " + std::to_string(weights.tensors.size()) +
+                                            " buffers for a manifest of " + std::to_string(m.size()) + " tensors");
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   // Work items: slices of at most 64 Mi elements so large tensors spread over threads.
   struct Item { uint32_t tensor; uint64_t first, count; };
   std::vector<Item> items;
   constexpr uint64_t kSlice = uint64_t{64} << 20;
-  for (uint32_t t = 0; t < m.size(); ++t)
-    for (uint64_t first = 0; first < m.at(t).units(); first += kSlice)
-      items.push_back({t, first, std::min(kSlice, m.at(t).units() - first)});
+  for (const auto& r : ranges) {
+    if (r.tensor >= m.size() || r.begin > r.end || r.end > m.at(r.tensor).units())
+      throw Error(Errc::invalid_argument, "digest: a range outside its tensor");
+    if (weights.tensors[r.tensor].size() != m.at(r.tensor).nbytes())
+      throw Error(Errc::invalid_argument, "digest: tensor '" + m.at(r.tensor).name + "' buffer holds " +
+                                              std::to_string(weights.tensors[r.tensor].size()) + " bytes, expected " +
+                                              std::to_string(m.at(r.tensor).nbytes()));
+    for (uint64_t first = r.begin; first < r.end; first += kSlice)
+      items.push_back({r.tensor, first, std::min(kSlice, r.end - first)});
+  }
   std::vector<uint64_t> partial(items.size(), 0);
   std::atomic<size_t> next{0};
   auto worker = [&] {

@@ -13,6 +13,7 @@
 
 #include "codec/digest_terms.h"
 #include "codec/manifest.h"
+#include "codec/partition.h"
 
 namespace deltacast::codec {
 
@@ -42,6 +43,11 @@ class StateDigest {
   explicit StateDigest(std::vector<uint64_t> per_tensor) : per_tensor_(std::move(per_tensor)) {}
   // Full scan of every tensor (the audit). Uses `threads` threads (0 = hardware concurrency).
   static StateDigest full_scan(const ConstWeights& weights, unsigned threads = 1);
+  // A producer group rank's share (codec/partition.h): per tensor, the digest sums over `ranges`
+  // only (disjoint units; the tensors they name must be whole in `weights`, the others may be
+  // empty). A partition's parts add up (per tensor, mod 2^64) to full_scan. Throws
+  // Error(invalid_argument) for a range outside its tensor or a named tensor that is not whole.
+  static StateDigest part_scan(const ConstWeights& weights, std::span<const PartRange> ranges, unsigned threads = 1);
 
   const std::vector<uint64_t>& per_tensor() const noexcept { return per_tensor_; }
   std::vector<uint64_t>& per_tensor() noexcept { return per_tensor_; }

@@ -115,6 +115,13 @@ Partition Partition::from_parts(const Manifest& manifest, std::vector<std::vecto
         throw Error(Errc::invalid_argument, "rank " + std::to_string(r) + " claims " +
                                                 units_text(manifest, x.tensor, x.begin, x.end) + ", which has " +
                                                 std::to_string(manifest.at(x.tensor).units()) + " units");
+      // A cut inside an element (an odd unit of an 8-byte dtype) cannot be sent raw or read whole.
+      const uint64_t per_element =
+          dtype_size(manifest.at(x.tensor).dtype) / dtype_unit_size(manifest.at(x.tensor).dtype);
+      if (x.begin % per_element != 0 || x.end % per_element != 0)
+        throw Error(Errc::invalid_argument,
+                    "rank " + std::to_string(r) + " claims " + units_text(manifest, x.tensor, x.begin, x.end) +
+                        ", which splits an element (" + std::to_string(per_element) + " units each)");
       claims[x.tensor].push_back({x.begin, x.end, r});
     }
   }

@@ -35,8 +35,8 @@ class Partition {
   static Partition balanced(const Manifest& manifest, uint32_t ranks);
   // The trainer's own layout: parts[r] are the ranges rank r sends (any order; whole tensors are
   // {t, 0, units}; empty ranges are dropped). Throws Error(invalid_argument) naming the tensor, the
-  // units and the ranks when a unit is claimed twice or by nobody, or a range lies outside its
-  // tensor.
+  // units and the ranks when a unit is claimed twice or by nobody, a range lies outside its
+  // tensor, or it splits an element (an odd unit of an 8-byte dtype).
   static Partition from_parts(const Manifest& manifest, std::vector<std::vector<PartRange>> parts);
 
   uint32_t ranks() const noexcept { return static_cast<uint32_t>(parts_.size()); }

@@ -254,7 +254,8 @@ struct Schema<GroupHello> {
 template <>
 struct Schema<GroupReady> {
   static constexpr MessageType type = MessageType::group_ready;
-  static constexpr auto fields = std::tuple{field("rank", &GroupReady::rank), field("version", &GroupReady::version)};
+  static constexpr auto fields = std::tuple{field("rank", &GroupReady::rank), field("version", &GroupReady::version),
+                                            field("raw", &GroupReady::raw)};
 };
 template <>
 struct Schema<GroupBegin> {
@@ -275,7 +276,8 @@ struct Schema<GroupSent> {
                                             field("frame_bytes", &GroupSent::frame_bytes),
                                             field("changes", &GroupSent::changes),
                                             field("errc", &GroupSent::errc),
-                                            field("message", &GroupSent::message)};
+                                            field("message", &GroupSent::message),
+                                            field("raw_sum", &GroupSent::raw_sum)};
 };
 template <>
 struct Schema<GroupDecided> {

@@ -303,10 +303,12 @@ struct GroupHello {
   std::string data_url;               // where the roots of its trees JOIN
   uint64_t instance = 0;              // random per process: a new instance replaces the old
 };
-// rank -> coordinator: its trainer asked for `version` (refit).
+// rank -> coordinator: its trainer asked for `version`: a delta of its part (refit), or (raw)
+// version 1 as its part's RAW pieces (bootstrap). Every rank of a version must send it the same way.
 struct GroupReady {
   uint32_t rank = 0;
   uint64_t version = 0;
+  bool raw = false;
 };
 // coordinator -> every rank: send your part of `version` as `attempt`, on the base whose combined
 // digest is `base_digest` (with a LAYOUT first when new_layout).
@@ -316,8 +318,9 @@ struct GroupBegin {
   uint64_t base_digest = 0;
   bool new_layout = false;
 };
-// rank -> coordinator: its part of the attempt is out (errc 0: `chunks` frames, with the part's
-// digests of the base and of the new version), or it could not send it (errc, message).
+// rank -> coordinator: its part of the attempt is out (errc 0: `chunks` frames or RAW pieces, with
+// the part's digests of the base and of the new version; RAW: raw_sum, the sum of its pieces'
+// raw_piece_hash), or it could not send it (errc, message).
 struct GroupSent {
   uint32_t rank = 0;
   uint64_t version = 0;
@@ -329,6 +332,7 @@ struct GroupSent {
   uint64_t changes = 0;
   uint32_t errc = 0;
   std::string message;
+  uint64_t raw_sum = 0;
 };
 // coordinator -> every rank: how the attempt ended.
 struct GroupDecided {

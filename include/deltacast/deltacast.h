@@ -242,7 +242,7 @@ DC_API void dc_producer_free(dc_producer* producer);
  * balanced one: JSON, one array per rank of tensor names (whole tensors) or [name, first, end]
  * (elements [first, end) of a tensor); every element must be in exactly one rank's part. Each
  * rank's start and refit run at the same time as the others' (each blocks until the version is
- * decided); version 1 is every part as a delta from zeros. */
+ * decided); version 1 is every rank's part as RAW pieces, from its own memory. */
 DC_API int dc_producer_set(dc_producer* producer, const char* key, const char* value);
 
 /* Adds the next tensor of the manifest (before start), with its data for version 1. The data is

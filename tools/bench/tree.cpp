@@ -507,12 +507,12 @@ uint64_t mutate(std::vector<uint16_t>& bits, double rate, uint64_t seed) {
 
 // One refit session's versions on `p` (the coordinator's, or a group's part rank's: every rank
 // runs the same sequence from the same flags): version 1, the full checkpoint (raw bytes; a
-// group's, every part as a delta from zeros: no rank holds the whole checkpoint to send raw), then
+// group's, every rank its own part's), then
 // one refit per --change-rates entry, each a mutation of the last (seeded by the iteration `it`).
 // `seen(rate index or nothing for version 1, report)` after each.
 template <class Seen>
 void session_versions(const Job& job, Model& model, tree::Producer& p, int it, Seen&& seen) {
-  seen(std::nullopt, job.c.producers > 1 ? p.refit(model.view(model.base)) : p.bootstrap(model.view(model.base)));
+  seen(std::nullopt, p.bootstrap(model.view(model.base)));
   model.working = model.base;
   for (size_t k = 0; k < job.o.change_rates.size(); ++k) {
     mutate(model.working, job.o.change_rates[k], job.o.seed * 1000003 + static_cast<uint64_t>(it) * 1009 + k);

@@ -233,28 +233,24 @@ class ProducerRun {
                   static_cast<unsigned long long>(resumed_->version),
                   static_cast<unsigned long long>(resumed_->trainer_step), state_file_.c_str(),
                   start_summary(started).c_str());
-    } else if (c_.producers > 1) {
-      // No rank holds the whole checkpoint to send raw: version 1 is every part as a delta from
-      // the all-zero version 0.
+    } else {
+      // A group: every rank sends its own part's RAW pieces, from its own memory.
       sending_->store(1);
-      std::printf("%s: version 1 is %s, its part as a delta from zeros\n", who_.c_str(),
-                  source_->describe_bootstrap().c_str());
-      full = producer_->refit(source_->weights());
+      std::printf("%s: version 1 is %s%s\n", who_.c_str(), source_->describe_bootstrap().c_str(),
+                  c_.producers > 1 ? ", its part as RAW pieces" : "");
+      full = producer_->bootstrap(source_->weights());
       part_committed(full);
       state_.full_seconds = full.refit_seconds;
-      std::printf("%s: full checkpoint (version 1): %.1f MiB through the tree in %.3f s, %s\n", who_.c_str(),
-                  mib(full.frames_bytes), full.refit_seconds,
-                  full.committed ? "committed" : ("ABORTED: " + full.abort_reason).c_str());
-    } else {
-      sending_->store(1);
-      std::printf("producer: version 1 is %s\n", source_->describe_bootstrap().c_str());
-      full = producer_->bootstrap(source_->weights());
-      state_.full_seconds = full.refit_seconds;
-      std::printf(
-          "full checkpoint (version 1): %.1f MiB raw through the tree in %.3f s, verified by "
-          "%u/%u receivers%s\n",
-          mib(full.checkpoint_bytes), full.refit_seconds, full.verified_receivers, full.receivers,
-          repair_suffix(full).c_str());
+      if (rank_ > 0)
+        std::printf("%s: full checkpoint (version 1): its part, %.1f MiB raw, in %.3f s, %s\n", who_.c_str(),
+                    mib(full.frames_bytes), full.refit_seconds,
+                    full.committed ? "committed" : ("ABORTED: " + full.abort_reason).c_str());
+      else
+        std::printf(
+            "full checkpoint (version 1): %.1f MiB raw through the tree in %.3f s, verified by "
+            "%u/%u receivers%s%s\n",
+            mib(full.checkpoint_bytes), full.refit_seconds, full.verified_receivers, full.receivers,
+            repair_suffix(full).c_str(), full.committed ? "" : (", ABORTED: " + full.abort_reason).c_str());
     }
     std::fflush(stdout);
     return full;

@@ -191,7 +191,7 @@ void Producer::Impl::handle_control(const ControlEvent& e) {
       std::map<uint32_t, Gap> others;
       for (uint32_t key : gap->chunks) {
         if (key >= f->keys) continue;
-        const uint32_t owner = coordinator() && key + 1 < f->keys ? group->owner_of(key) : 0;
+        const uint32_t owner = coordinator() ? f->owner(key) : 0;
         if (owner == 0) {
           f->resends.emplace_back(key, gap->child);
           continue;

@@ -150,7 +150,7 @@ void Producer::Impl::execute(const VersionRound::Actions& actions) {
   if (!in_flight) return;
   auto& f = *in_flight;
   if (f.round->committed() && !f.remembered) {
-    remember_version(f.version, f.round->expected_digest());
+    remember_version(f.version, f.round->record_digest());
     f.remembered = true;
   }
   for (const auto& action : actions) {
@@ -178,7 +178,7 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
                                   const std::function<void()>& on_commit) {
   auto& f = *in_flight;
   VersionRound& round = *f.round;
-  execute(round.sealed(expected_digest, membership->root(0), Clock::now()));
+  execute(round.sealed(expected_digest, membership->root(0), Clock::now(), f.state_digest));
   if (round.phase() == VersionRound::Phase::delegated)
     log->debug("version {}: rank {} decides the commit", f.version, round.commit_delegate());
   bool decided = false;

@@ -3,7 +3,7 @@
 // unchanged VersionRound: every rank ready, GROUP_BEGIN, each rank's part sent down its own trees,
 // the seal built from the parts' digests, the joint commit, GROUP_DECIDED. A rank lost before its
 // part is out aborts the version on every member.
-#include "tree/producer/impl.h"
+#include "tree/producer/group_share.h"
 #include "util/bytes.h"
 
 namespace deltacast::tree {
@@ -133,13 +133,18 @@ void Producer::Impl::tell_ranks(const Message& message) {
   for (uint32_t r = 1; r < group->links.size(); ++r) tell_rank(r, message);
 }
 
-RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
-                                        std::shared_ptr<const CheckpointLayout> new_layout,
-                                        const RefitOptions& refit_options) {
+RefitReport Producer::Impl::group_version(GroupShare& share, std::shared_ptr<const CheckpointLayout> new_layout,
+                                          const RefitOptions& refit_options) {
   auto& g = *group;
   const uint64_t v = version + 1;
-  // 1. Every rank's trainer asked for v (nothing is sent before: a rank that is missing or late
-  // fails the refit here, naming it).
+  const char* how = share.raw() ? "a bootstrap (RAW pieces)" : "a delta (refit)";
+  // Each attempt needs every rank's own GROUP_READY: a READY of an attempt that ended must not
+  // start the next (the rank may not have asked again yet, or asked another way).
+  auto end_attempt = [&g] {
+    for (auto& link : g.links) link.ready.reset();
+  };
+  // 1. Every rank's trainer asked for v, the same way (nothing is sent before: a rank that is
+  // missing, late or sends it another way fails the refit here, naming it).
   const auto ready_deadline = Clock::now() + options.version_timeout;
   for (;;) {
     if (const std::string missing = missing_ranks(); !missing.empty())
@@ -155,36 +160,42 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
                                      std::to_string(v) + " within the version timeout; nothing was sent");
     pump(20ms);
   }
+  for (uint32_t r = 1; r < g.size; ++r)
+    if (g.links[r].ready->raw != share.raw()) {
+      const std::string why = "producer rank " + std::to_string(r) + " sends version " + std::to_string(v) + " as " +
+                              (g.links[r].ready->raw ? "a bootstrap (RAW pieces)" : "a delta (refit)") +
+                              ", rank 0 as " + how + ": every rank must call the same; nothing was sent";
+      end_attempt();
+      tell_ranks(GroupDecided{v, 0, false, why});
+      throw Error(Errc::invalid_argument, why);
+    }
   for (uint32_t r = 1; r < g.size; ++r) g.links[r].sent.reset();
 
   // 2. GROUP_BEGIN, this rank's own part, then every other rank's GROUP_SENT.
   const uint64_t base_combined = committed_digest();
-  codec::EncodePart part = g.chunks.part(g.partition, 0, base_combined);
-  part.base_digest = baseline->digest().per_tensor();
-  codec::DeltaEncoder encoder(baseline->reader(), next, part, {version, v}, refit_encode_options(refit_options));
-  const uint32_t total = g.chunks.total();
-  const uint32_t own_first = g.chunks.first[0];
+  const uint32_t total = share.first().back();
   const TopologyKind kind = membership->kind();
-  SharedBytes seal;
+  SharedBytes seal;  // a delta's: key `total`
   Impl::InFlight flight;
   flight.version = v;
   flight.layout = std::move(new_layout);
-  flight.keys = total + 1;  // the seal is key `total`
+  flight.keys = share.raw() ? total : total + 1;
+  flight.rank_first = share.first();
   flight.tree_of = [total, kind](uint32_t key) { return key == total ? 0 : tree_for_chunk(kind, key); };
-  flight.make = [this, &encoder, &seal, total](uint32_t key, uint32_t route) {
-    if (key != total) return part_chunk(encoder, key, route);
+  flight.make = [this, &share, &seal, total](uint32_t key, uint32_t route) {
+    if (key != total) return share.make(key, route);
     return Outgoing{std::make_shared<const std::vector<std::byte>>(
                         encode_frame_message(*seal, in_flight->envelope(route), epoch())),
                     {}};
   };
   codec::StateDigest new_sum;
+  uint64_t raw_sum = 0;
   std::vector<std::vector<uint64_t>> new_parts(g.size);
   std::string rank_failure;  // why a rank's part did not go out: the version aborts, the refit reports it
   auto send_all = [&](Impl::InFlight& f) {
     RefitReport& report = *f.report;
     tell_ranks(GroupBegin{v, f.attempt, base_combined, f.layout != nullptr});
-    const SentChunks own = send_chunks(f, encoder, own_first);
-    const auto digests = encoder.part_digests();
+    const GroupSent own = share.send(f, base_combined);
     const auto deadline = f.start + options.version_timeout;
     for (;;) {
       uint32_t waiting = 0;
@@ -210,13 +221,13 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
       flush_resends();
     }
     // 3. The parts' digests: the bases add up to the committed version (else a rank holds other
-    // bits: named, and nothing commits); the new parts add up to what every member must ack.
-    std::vector<uint64_t> base_sum = digests.base.per_tensor(), next_sum = digests.next.per_tensor();
-    new_parts[0] = digests.next.per_tensor();
+    // bits: named, and nothing commits); the new parts add up to the new version's StateDigest.
+    std::vector<uint64_t> base_sum = own.base_digest, next_sum = own.new_digest;
+    new_parts[0] = own.new_digest;
+    raw_sum = own.raw_sum;
     report.chunks = own.chunks;
     report.frames_bytes = own.frame_bytes;
-    report.changes = own.stats.changes;
-    report.encode_seconds = own.encode_seconds;
+    report.changes = own.changes;
     for (uint32_t r = 1; r < g.size; ++r) {
       const GroupSent& sent = *g.links[r].sent;
       if (sent.base_digest.size() != manifest.size() || sent.new_digest.size() != manifest.size()) {
@@ -231,6 +242,7 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
       add_into(base_sum, sent.base_digest);
       add_into(next_sum, sent.new_digest);
       new_parts[r] = sent.new_digest;
+      raw_sum += sent.raw_sum;
       report.chunks += sent.chunks;
       report.frames_bytes += sent.frame_bytes;
       report.changes += sent.changes;
@@ -241,24 +253,31 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
       throw Error(Errc::verify_failed, rank_failure);
     }
     new_sum = codec::StateDigest(std::move(next_sum));
+    report.elements = manifest.total_elements();
+    report.checkpoint_bytes = manifest.total_bytes();
+    if (share.raw()) {
+      // Members ack the pieces' hash sum; the version is recorded under its StateDigest.
+      report.changes = report.elements;
+      f.state_digest = new_sum.combined();
+      return;
+    }
     seal = std::make_shared<const std::vector<std::byte>>(
         codec::seal_frame(manifest, {version, v}, base_combined, total, new_sum));
     deliver(0, f.make(total, 0));
     f.sent[total] = true;
     report.frames_bytes += seal->size();
-    report.elements = manifest.total_elements();
-    report.checkpoint_bytes = manifest.total_bytes();
   };
   RefitReport report;
   try {
     report = run_version(
-        std::move(flight), send_all, [&] { return new_sum.combined(); }, refit_options.dry_run,
+        std::move(flight), send_all, [&] { return share.raw() ? raw_sum : new_sum.combined(); }, refit_options.dry_run,
         [&] {
           version = v;
-          baseline->adopt(next, v, codec::StateDigest(new_parts[0]));
+          share.adopt(v, codec::StateDigest(new_parts[0]));
           g.admission->committed(v, new_sum.combined(), new_parts);
         });
   } catch (const Error& e) {
+    end_attempt();
     tell_ranks(GroupDecided{v, attempt, false, e.what()});
     if (rank_failure.empty()) throw;
     log->warn("version {} aborted on every member: {}", v, rank_failure);
@@ -269,11 +288,12 @@ RefitReport Producer::Impl::group_refit(const codec::WeightsReader& next,
     report.epoch = epoch();
     return report;
   }
+  end_attempt();
   tell_ranks(
       GroupDecided{v, attempt, report.committed, report.abort_reason, report.committed ? new_sum.combined() : 0});
-  log->info("version {} {} in {:.3f} s ({} producer ranks, {} chunks, {} payload bytes, {} changes)", v,
-            report.committed ? "committed" : "aborted", report.refit_seconds, g.size, report.chunks,
-            report.frames_bytes, report.changes);
+  log->info("version {} {} in {:.3f} s ({} producer ranks, {}: {} {}, {} payload bytes, {} changes)", v,
+            report.committed ? "committed" : "aborted", report.refit_seconds, g.size, how, report.chunks,
+            share.raw() ? "pieces" : "chunks", report.frames_bytes, report.changes);
   return report;
 }
 

@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "tree/connect_retry.h"
-#include "tree/producer/impl.h"
+#include "tree/producer/group_share.h"
 
 namespace deltacast::tree {
 namespace {
@@ -133,7 +133,7 @@ void Producer::Impl::handle_coordinator(const ControlEvent& e) {
   }
 }
 
-RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const RefitOptions& refit_options) {
+RefitReport Producer::Impl::rank_version(GroupShare& share, const RefitOptions&) {
   auto& g = *group;
   const uint64_t v = version + 1;
   const std::string who = "producer rank " + std::to_string(g.rank);
@@ -144,12 +144,9 @@ RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const R
     if (g.bye) throw Error(Errc::state, who + ": the coordinator ended the session");
   };
   check_link();
-  if (next.manifest().digest() != manifest.digest())
-    throw Error(Errc::invalid_argument,
-                "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
   g.begin.reset();
   g.decided.reset();
-  send_control(*g.coordinator, GroupReady{g.rank, v}, kMemberSendTimeout, epoch());
+  send_control(*g.coordinator, GroupReady{g.rank, v, share.raw()}, kMemberSendTimeout, epoch());
   RefitReport report;
   report.version = v;
   const auto start = Clock::now();
@@ -165,11 +162,6 @@ RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const R
     pump(20ms);
   }
   const GroupBegin begin = *g.begin;
-  codec::EncodePart part = g.chunks.part(g.partition, g.rank, begin.base_digest);
-  part.base_digest = baseline->digest().per_tensor();
-  codec::DeltaEncoder encoder(baseline->reader(), next, part, {version, v}, refit_encode_options(refit_options));
-
-  const uint32_t own_first = g.chunks.first[g.rank];
   const TopologyKind kind = membership->kind();
   const int first_tree = static_cast<int>(g.first_tree(tree_count(kind)));
   InFlight flight;
@@ -178,10 +170,11 @@ RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const R
   flight.start = start;
   // The envelopes say whether the version changes the layout (the coordinator sent the LAYOUT).
   if (begin.new_layout) flight.layout = layout;
-  flight.keys = g.chunks.total();
+  flight.keys = share.first().back();
+  flight.rank_first = share.first();
   flight.sent.assign(flight.keys, false);
   flight.tree_of = [first_tree, kind](uint32_t key) { return first_tree + tree_for_chunk(kind, key); };
-  flight.make = [this, &encoder](uint32_t key, uint32_t route) { return part_chunk(encoder, key, route); };
+  flight.make = [&share](uint32_t key, uint32_t route) { return share.make(key, route); };
   flight.report = &report;
   in_flight = std::move(flight);
   struct EndFlight {
@@ -192,32 +185,28 @@ RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const R
     }
   } end_flight{*this};
 
-  GroupSent sent{g.rank, v, begin.attempt, 0, {}, {}, 0, 0, 0, {}};
-  codec::StateDigest new_part;
+  GroupSent sent;
   try {
-    const SentChunks chunks = send_chunks(*in_flight, encoder, own_first);
-    const auto digests = encoder.part_digests();
-    sent.chunks = chunks.chunks;
-    sent.base_digest = digests.base.per_tensor();
-    sent.new_digest = digests.next.per_tensor();
-    sent.frame_bytes = chunks.frame_bytes;
-    sent.changes = chunks.stats.changes;
-    new_part = digests.next;
-    report.chunks = chunks.chunks;
-    report.frames_bytes = chunks.frame_bytes;
-    report.changes = chunks.stats.changes;
-    report.elements = chunks.stats.elements;
-    report.checkpoint_bytes = chunks.stats.checkpoint_bytes;
-    report.encode_seconds = chunks.encode_seconds;
+    sent = share.send(*in_flight, begin.base_digest);
   } catch (const Error& e) {
     // Its part cannot go out (a read failed, every receiver failed): the coordinator aborts the
     // version everywhere.
+    sent = GroupSent{};
     sent.errc = static_cast<uint32_t>(e.code());
     sent.message = e.what();
+    sent.rank = g.rank;
+    sent.version = v;
+    sent.attempt = begin.attempt;
     check_link();
     send_control(*g.coordinator, sent, kMemberSendTimeout, epoch());
     throw;
   }
+  sent.rank = g.rank;
+  sent.version = v;
+  sent.attempt = begin.attempt;
+  report.chunks = sent.chunks;
+  report.frames_bytes = sent.frame_bytes;
+  report.changes = sent.changes;
   send_control(*g.coordinator, sent, kMemberSendTimeout, epoch());
   // Until the coordinator's word: new roots JOIN and get what they lack, GAPs are answered.
   while (!(g.decided && g.decided->attempt == begin.attempt)) {
@@ -232,10 +221,11 @@ RefitReport Producer::Impl::rank_refit(const codec::WeightsReader& next, const R
   if (report.committed) {
     version = v;
     remember_version(v, g.decided->digest);
-    baseline->adopt(next, v, std::move(new_part));
+    share.adopt(v, codec::StateDigest(sent.new_digest));
   }
-  log->info("{}: version {} {} in {:.3f} s ({} chunks of its part, {} payload bytes)", who, v,
-            report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes);
+  log->info("{}: version {} {} in {:.3f} s ({} {} of its part, {} payload bytes)", who, v,
+            report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks,
+            share.raw() ? "RAW pieces" : "chunks", report.frames_bytes);
   return report;
 }
 

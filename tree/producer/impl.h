@@ -68,12 +68,6 @@ struct ProducerGroup {
   ProducerGroup(uint32_t r, codec::Partition p, codec::GroupChunks c)
       : rank(r), size(p.ranks()), partition(std::move(p)), chunks(std::move(c)) {}
   uint32_t first_tree(int trees_per_rank) const { return rank * static_cast<uint32_t>(trees_per_rank); }
-  // The rank whose part holds chunk `key` of a version (key < chunks.total()).
-  uint32_t owner_of(uint32_t key) const {
-    return static_cast<uint32_t>(std::upper_bound(chunks.first.begin(), chunks.first.end(), key) -
-                                 chunks.first.begin()) -
-           1;
-  }
 
   // ---- the coordinator (rank 0) ----
   std::optional<GroupAdmission> admission;
@@ -97,6 +91,9 @@ struct ProducerGroup {
 };
 
 struct Producer::Impl {
+  class GroupShare;  // group_share.h
+  class DeltaShare;
+  class RawShare;
   transport::Transport& transport;
   const codec::Manifest& manifest;
   ProducerOptions options;
@@ -194,6 +191,18 @@ struct Producer::Impl {
     std::function<int(uint32_t key)> tree_of;
     std::vector<bool> sent;
     std::deque<std::pair<uint32_t, uint32_t>> resends;  // (key, route)
+    // A group's version: rank r's data keys are [rank_first[r], rank_first[r + 1]); keys past the
+    // last (the seal) are the coordinator's. Empty: one producer's version.
+    std::vector<uint32_t> rank_first;
+    // The rank that sends `key` (0 for one producer).
+    uint32_t owner(uint32_t key) const {
+      if (rank_first.empty() || key >= rank_first.back()) return 0;
+      return static_cast<uint32_t>(std::upper_bound(rank_first.begin(), rank_first.end(), key) - rank_first.begin()) -
+             1;
+    }
+    // Set by a RAW bootstrap's send_all: the version's combined StateDigest, which it is recorded
+    // under (members ack the pieces' hash sum).
+    std::optional<uint64_t> state_digest;
     // The joint commit: who answered what, the decision, the ACTIVEs (set when the attempt starts).
     std::optional<VersionRound> round;
     bool remembered = false;  // the committed version went into `history`
@@ -322,19 +331,32 @@ struct Producer::Impl {
   void lose_rank(uint32_t rank, const std::string& why);
   // Sends `message` to every rank's group link (a failed send loses the rank).
   void tell_ranks(const Message& message);
-  // The coordinator's refit of a group: every rank ready, GROUP_BEGIN, its own part, every rank's
-  // GROUP_SENT, the seal from the parts' digests, the joint commit, GROUP_DECIDED.
-  RefitReport group_refit(const codec::WeightsReader& next, std::shared_ptr<const CheckpointLayout> new_layout,
-                          const RefitOptions& refit_options);
+  // The coordinator's version of a group (a delta, or version 1's RAW pieces: `share`): every rank
+  // ready the same way, GROUP_BEGIN, its own part, every rank's GROUP_SENT, the seal from the
+  // parts' digests (a delta), the joint commit, GROUP_DECIDED.
+  RefitReport group_version(GroupShare& share, std::shared_ptr<const CheckpointLayout> new_layout,
+                            const RefitOptions& refit_options);
   // What the coordinator (rank 0) says to a rank or a member: the session's shape.
   Welcome make_welcome() const;
   // The missing ranks, or an empty string when every rank is in.
   std::string missing_ranks() const;
 
+  // ---- group_share.cpp: one rank's share of a group version (group_share.h) ----
+  // The delta of this rank's part from its baseline to `next` (which must outlive the share).
+  std::unique_ptr<GroupShare> delta_share(const codec::WeightsReader& next, const RefitOptions& refit_options);
+  // Version 1: this rank's part of `full` (its part's tensors whole; outliving the share) as RAW
+  // pieces.
+  std::unique_ptr<GroupShare> raw_share(const codec::ConstWeights& full);
+
   // ---- group_rank.cpp: a part rank (rank >= 1) ----
   StartReport rank_start(Clock::time_point deadline);
   void handle_coordinator(const ControlEvent& event);
-  RefitReport rank_refit(const codec::WeightsReader& next, const RefitOptions& refit_options);
+  // A part rank's version (a delta, or version 1's RAW pieces: `share`): GROUP_READY, GROUP_BEGIN,
+  // its part down its trees, GROUP_SENT, the coordinator's GROUP_DECIDED.
+  RefitReport rank_version(GroupShare& share, const RefitOptions& refit_options);
+  // A group rank's weights (refit or bootstrap): one buffer per tensor, whole for every tensor of
+  // its part (the others may be empty). Throws Error(invalid_argument) naming the tensor.
+  void check_part_weights(const codec::ConstWeights& weights) const;
   void rank_finish();
 
   // ---- refit.cpp: a version's chunks on the wire (one producer, and each rank of a group) ----

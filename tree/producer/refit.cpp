@@ -3,8 +3,9 @@
 // sends its version through delivery.cpp's run_version; the commit rule is version_round.cpp's.
 #include <algorithm>
 #include <cstring>
+#include <future>
 
-#include "tree/producer/impl.h"
+#include "tree/producer/group_share.h"
 
 namespace deltacast::tree {
 
@@ -33,22 +34,26 @@ void Producer::Impl::check_can_refit() const {
     throw Error(Errc::state, "the producer cannot send another version: " + baseline->lost());
 }
 
+void Producer::Impl::check_part_weights(const codec::ConstWeights& weights) const {
+  if (weights.tensors.size() != manifest.size())
+    throw Error(Errc::invalid_argument, "weights: " + std::to_string(weights.tensors.size()) +
+                                            " buffers for a manifest of " + std::to_string(manifest.size()) +
+                                            " tensors");
+  for (const auto& r : group->partition.part(group->rank))
+    if (weights.tensors[r.tensor].size() != manifest.at(r.tensor).nbytes())
+      throw Error(Errc::invalid_argument, "weights: tensor '" + manifest.at(r.tensor).name + "' (part of rank " +
+                                              std::to_string(group->rank) + ") buffer holds " +
+                                              std::to_string(weights.tensors[r.tensor].size()) + " bytes, expected " +
+                                              std::to_string(manifest.at(r.tensor).nbytes()));
+}
+
 RefitReport Producer::refit(const codec::ConstWeights& next, const RefitOptions& refit_options) {
   auto& d = *impl_;
   codec::ConstWeights checked = next;
   checked.manifest = &d.manifest;
   if (d.group) {
     // A rank's trainer holds its part: the spans of the tensors it sends must be whole.
-    if (checked.tensors.size() != d.manifest.size())
-      throw Error(Errc::invalid_argument, "weights: " + std::to_string(checked.tensors.size()) +
-                                              " buffers for a manifest of " + std::to_string(d.manifest.size()) +
-                                              " tensors");
-    for (const auto& r : d.group->partition.part(d.group->rank))
-      if (checked.tensors[r.tensor].size() != d.manifest.at(r.tensor).nbytes())
-        throw Error(Errc::invalid_argument, "weights: tensor '" + d.manifest.at(r.tensor).name + "' (part of rank " +
-                                                std::to_string(d.group->rank) + ") buffer holds " +
-                                                std::to_string(checked.tensors[r.tensor].size()) + " bytes, expected " +
-                                                std::to_string(d.manifest.at(r.tensor).nbytes()));
+    d.check_part_weights(checked);
     return refit(codec::SpanReader(checked), refit_options);
   }
   std::lock_guard drive(d.drive);
@@ -68,9 +73,9 @@ RefitReport Producer::refit(const codec::WeightsReader& next, const RefitOptions
   if (next.manifest().digest() != d.manifest.digest())
     throw Error(Errc::invalid_argument,
                 "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
-  if (d.part_rank()) return d.rank_refit(next, refit_options);
+  if (d.part_rank()) return d.rank_version(*d.delta_share(next, refit_options), refit_options);
   auto layout = d.changed_layout(refit_options.layout);
-  if (d.coordinator()) return d.group_refit(next, std::move(layout), refit_options);
+  if (d.coordinator()) return d.group_version(*d.delta_share(next, refit_options), std::move(layout), refit_options);
   const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
   codec::DeltaEncoder encoder(d.baseline->weights(), next, d.baseline->digest(), {d.version, d.version + 1}, encode);
   return d.refit_with(encoder, std::move(layout), refit_options,
@@ -217,27 +222,17 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
   if (!d.membership) throw Error(Errc::state, "Producer::bootstrap before start()");
-  if (d.group)
-    throw Error(Errc::state,
-                "a producer group sends version 1 as a delta from the all-zero version 0 (refit): "
-                "no rank holds the whole checkpoint");
   if (d.version != 0) throw Error(Errc::state, "bootstrap needs receivers at version 0");
   codec::ConstWeights checked = full;
   checked.manifest = &d.manifest;
-  codec::check_weights(checked);
-  struct Piece {
-    uint32_t tensor;
-    uint64_t offset, size;
-  };
-  std::vector<Piece> pieces;
-  for (uint32_t t = 0; t < d.manifest.size(); ++t) {
-    const uint64_t size = checked.tensors[t].size();
-    // Whole elements per piece: receivers refuse a piece that splits an element.
-    const uint64_t w = codec::dtype_size(d.manifest.at(t).dtype);
-    const uint64_t piece_bytes = std::max(w, d.options.encode.chunk_bytes / w * w);
-    for (uint64_t off = 0; off < size; off += piece_bytes)
-      pieces.push_back({t, off, std::min(piece_bytes, size - off)});
+  if (d.group) {
+    // Each rank sends its part's RAW pieces from its own memory (group_share.h).
+    d.check_part_weights(checked);
+    if (d.part_rank()) return d.rank_version(*d.raw_share(checked), {});
+    return d.group_version(*d.raw_share(checked), nullptr, {});
   }
+  codec::check_weights(checked);
+  const std::vector<RawPiece> pieces = raw_pieces(d.manifest, whole_tensors(d.manifest), d.options.encode.chunk_bytes);
   if (pieces.empty()) throw Error(Errc::invalid_argument, "the checkpoint holds no bytes");
   const uint32_t count = static_cast<uint32_t>(pieces.size());
   const TopologyKind kind = d.membership->kind();
@@ -262,30 +257,37 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
     ~SettleRoots() { d.settle_roots(); }
   } settle{d};
   uint64_t expected = 0;  // the sum of the pieces' hashes (raw_piece_hash) the receivers ack
+  std::optional<codec::StateDigest> digest;
   auto send_all = [&](Impl::InFlight& f) {
     RefitReport& report = *f.report;
     report.chunks = count;
     report.elements = d.manifest.total_elements();
     report.changes = report.elements;
     report.checkpoint_bytes = d.manifest.total_bytes();
-    for (uint32_t i = 0; i < count; ++i) {
-      const Outgoing out = f.make(i, 0);
-      expected += raw_piece_hash(header_of(i, 0), out.body);
-      d.deliver(f.tree_of(i), out);
-      f.sent[i] = true;
-      report.frames_bytes += out.body.size();
-      if (d.options.on_progress) d.options.on_progress(i + 1, count);
+    // The StateDigest (the next delta's base, and what version 1 is recorded under: a member
+    // holding it says that digest at HELLO) is taken while the pieces go out.
+    auto scan = std::async(std::launch::async, [&] { return codec::StateDigest::full_scan(checked, 1); });
+    try {
+      for (uint32_t i = 0; i < count; ++i) {
+        const Outgoing out = f.make(i, 0);
+        expected += raw_piece_hash(header_of(i, 0), out.body);
+        d.deliver(f.tree_of(i), out);
+        f.sent[i] = true;
+        report.frames_bytes += out.body.size();
+        if (d.options.on_progress) d.options.on_progress(i + 1, count);
+      }
+    } catch (...) {
+      scan.wait();
+      throw;
     }
+    digest = scan.get();
+    f.state_digest = digest->combined();
   };
-  // The baseline's StateDigest (the next delta's base digest) is computed once the receivers
-  // are active, off the bootstrap's critical path; receivers compute theirs the same way.
   RefitReport report = d.run_version(
       std::move(flight), send_all, [&] { return expected; }, false,
       [&] {
-        d.baseline->adopt(checked, 1, std::nullopt);
+        d.baseline->adopt(checked, 1, std::move(digest));
         d.version = 1;
-        // Rejoining members compare with the StateDigest of version 1, not the pieces' hash sum.
-        d.remember_version(1, d.baseline->digest().combined());
       });
   d.log->info("full checkpoint (version 1) {} in {:.3f} s ({} raw chunks, {} bytes)",
               report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes);

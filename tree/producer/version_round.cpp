@@ -83,15 +83,16 @@ VersionRound::Actions VersionRound::member_lost(uint32_t rank) {
 }
 
 VersionRound::Actions VersionRound::sealed(uint64_t expected_digest, std::optional<uint32_t> delegate,
-                                           Clock::time_point now) {
+                                           Clock::time_point now, std::optional<uint64_t> state_digest) {
   if (phase_ != Phase::sending) return {};
   expected_digest_ = expected_digest;
+  record_digest_ = state_digest.value_or(expected_digest);
   phase_ = Phase::collecting;
   Actions out;
   if (params_.delegate_commit && !params_.dry_run && delegate && !answers_.empty()) {
     // The commit is authorised now: what every live member verifies may be committed without
     // another word from the producer, so the version is recorded first.
-    out.emplace_back(RecordCommit{params_.version, expected_digest});
+    out.emplace_back(RecordCommit{params_.version, record_digest_});
     delegated_ = true;
     delegate_ = *delegate;
     phase_ = Phase::delegated;
@@ -206,7 +207,7 @@ VersionRound::Actions VersionRound::decide(Clock::time_point now) {
   Actions out;
   if (committed_) {
     // Recorded before any member can hold it; delegated, before the DELEGATE went out.
-    if (!delegated_) out.emplace_back(RecordCommit{params_.version, expected_digest_});
+    if (!delegated_) out.emplace_back(RecordCommit{params_.version, record_digest_});
     const Commit commit{params_.version, params_.attempt, expected_digest_};
     if (by_delegate) {
       for (const auto& [rank, answer] : answers_)  // members the delegate did not see active

@@ -93,8 +93,11 @@ class VersionRound {
   // `rank` is no longer live (the producer failed it, for whatever reason).
   Actions member_lost(uint32_t rank);
   // Everything of the attempt was sent; `expected_digest` is the digest members must ack.
-  // `delegate` is the root of tree 0 (absent: none live). Then ticks.
-  Actions sealed(uint64_t expected_digest, std::optional<uint32_t> delegate, Clock::time_point now);
+  // `delegate` is the root of tree 0 (absent: none live). `state_digest`: the version's combined
+  // StateDigest when members ack another digest (a RAW bootstrap acks its pieces' hash sum): what
+  // RecordCommit records and record_digest() says (absent: expected_digest). Then ticks.
+  Actions sealed(uint64_t expected_digest, std::optional<uint32_t> delegate, Clock::time_point now,
+                 std::optional<uint64_t> state_digest = std::nullopt);
   // The time: decisions, deadlines and graces are taken here.
   Actions tick(Clock::time_point now);
   // The producer stopped the attempt (an error while sending): the ABORT to broadcast, when one
@@ -114,6 +117,8 @@ class VersionRound {
   uint32_t commit_delegate() const noexcept { return delegate_; }  // 0: the producer decides
   uint64_t want_active() const noexcept { return want_active_; }   // the version ACTIVE must name
   uint64_t expected_digest() const noexcept { return expected_digest_; }
+  // The digest the version is recorded under (its StateDigest; sealed()'s state_digest).
+  uint64_t record_digest() const noexcept { return record_digest_; }
   const Params& params() const noexcept { return params_; }
   Answer answer(uint32_t rank) const;
   std::vector<uint32_t> members() const;  // the attempt's members still live
@@ -131,6 +136,7 @@ class VersionRound {
   std::map<uint32_t, uint64_t> ack_digests_;  // what each verified member acked
   std::set<uint32_t> active_;                 // answered ACTIVE (here, or to the delegate)
   uint64_t expected_digest_ = 0;
+  uint64_t record_digest_ = 0;
   bool delegated_ = false;  // DELEGATE went out
   uint32_t delegate_ = 0;   // the delegate while it decides (0: the producer)
   bool decided_by_delegate_ = false;

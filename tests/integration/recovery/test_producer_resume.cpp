@@ -7,6 +7,7 @@
 // version fails the start with a clear error. Plus the trainer simulator's re-simulation, which
 // `deltacast run --resume` relies on, independent of the thread count.
 #include <atomic>
+#include <map>
 #include <optional>
 #include <string>
 #include <thread>
@@ -82,9 +83,12 @@ class ResumeCluster {
     po.join_timeout = 10s;
     po.peer_timeout = kPeerTimeout;
     po.resume = std::move(resume);
+    // What a state file records (run's producer): each version's digest before its COMMIT.
+    po.before_commit = [this](uint64_t version, uint64_t digest) { recorded[version] = digest; };
     producer_ = std::make_unique<Producer>(*producer_transport_, manifest_, po);
     return producer_->start();
   }
+  std::map<uint64_t, uint64_t> recorded;  // before_commit's (version, digest), as a state file keeps them
   // The producer process dies (SIGKILL): its links close; members keep their committed version
   // and retry its address.
   void kill_producer() {
@@ -235,6 +239,30 @@ TEST(ProducerResume, EveryMemberKeptTheVersion) {
   EXPECT_EQ(c.producer().history().at(5), c.producer().digest().combined());
   c.finish();
   c.expect_every_member_holds(life.model);
+}
+
+// The producer dies right after the bootstrap committed, so its state file holds version 1 as
+// recorded before the COMMIT: that record is version 1's StateDigest (not the RAW pieces' hash sum
+// the members acked), so the resumed producer takes every member back live at version 1.
+TEST(ProducerResume, ResumedRightAfterTheBootstrapEveryMemberKeptVersion1) {
+  const uint32_t n = 4;
+  Model model = Model::make(41);
+  ResumeCluster c(model.manifest, n, test_name());
+  c.start_producer();
+  ASSERT_TRUE(c.producer().bootstrap(model.weights()).committed);
+  const uint64_t attempt = c.producer().attempt();
+  const std::map<uint64_t, uint64_t> state{{1, c.recorded.at(1)}};
+  EXPECT_EQ(c.recorded.at(1), codec::StateDigest::full_scan(model.weights()).combined());
+  c.kill_producer();
+  const StartReport start = c.start_producer(ProducerResume{1, model.weights(), attempt, state});
+  EXPECT_EQ(start.version, 1u);
+  EXPECT_EQ(start.count(Role::live), n) << "members holding version 1 are refused: the record is not their digest";
+  model.step(9);
+  RefitReport r = c.producer().refit(model.weights());
+  ASSERT_TRUE(r.committed) << r.abort_reason;
+  EXPECT_EQ(r.verified_receivers, n);
+  c.finish();
+  c.expect_every_member_holds(model);
 }
 
 TEST(ProducerResume, MembersBehindCatchUpFromLivePeers) {

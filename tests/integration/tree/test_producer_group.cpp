@@ -2,6 +2,7 @@
 // part ranks 1..M-1 and N receivers, each with its own loopback transport (so one can be killed
 // alone). Every rank holds and is given only its part: the spans of every other tensor are empty,
 // so a rank that read outside its part would fail. Every check of weights is a memcmp.
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "codec/digest.h"
 #include "codec/partition.h"
 #include "tests/common/time_scale.h"
 #include "tests/integration/tree/loop_cluster.h"
@@ -36,14 +38,26 @@ codec::ConstWeights part_view(const Model& model, const codec::Partition& partit
   return w;
 }
 
-// The process behind `transport` dies (or freezes) at its n-th data message from now on, before
-// sending it.
+// The all-zero version 0 of `model`'s manifest.
+Model zeros_of(const Model& model) {
+  Model zeros = model;
+  for (auto& t : zeros.tensors) std::fill(t.begin(), t.end(), std::byte{0});
+  return zeros;
+}
+
+// The process behind `transport` dies (or freezes) at its n-th data message (FRAME or RAW) from
+// now on, before sending it.
 void at_data_message(transport::Transport& transport, int n, loop::Fault::Kind kind) {
   auto frames = std::make_shared<std::atomic<int>>(0);
   loop::set_member_fault_hook(
       transport, std::make_shared<loop::FaultFunction>([frames, n, kind](uint64_t, std::span<const std::byte> m) {
-        if (m.size() >= kMessageHeaderSize && message_header(m).type == MessageType::frame && ++*frames == n)
-          return loop::Fault{kind};
+        // A RAW piece's bare body has no message header.
+        std::optional<MessageType> type;
+        try {
+          if (m.size() >= kMessageHeaderSize) type = message_header(m).type;
+        } catch (const Error&) {
+        }
+        if ((type == MessageType::frame || type == MessageType::raw) && ++*frames == n) return loop::Fault{kind};
         return loop::Fault{};
       }));
 }
@@ -61,7 +75,8 @@ std::string error_of(const std::function<void()>& f) {
 // the coordinator's on the caller's; refit() does the same with each rank's refit.
 class Group {
  public:
-  Group(uint32_t m, uint32_t n, TopologyKind kind, const Model& model)
+  Group(uint32_t m, uint32_t n, TopologyKind kind, const Model& model,
+        const std::function<void(ReceiverOptions&)>& adjust_receivers = {})
       : name_(test_name()),
         m_(m),
         n_(n),
@@ -88,6 +103,7 @@ class Group {
       ro.connect_timeout = test_time::scaled(std::chrono::seconds(2));
       ro.join_timeout = test_time::scaled(std::chrono::seconds(20));
       ro.producer_loss_timeout = std::chrono::seconds(1);
+      if (adjust_receivers) adjust_receivers(ro);
       receivers_[r] = std::make_unique<Receiver>(*member_transports_[r], ro);
     }
   }
@@ -152,7 +168,7 @@ class Group {
     const auto errors = start();
     for (uint32_t g = 0; g < m_; ++g) EXPECT_EQ(errors[g], "") << "rank " << g;
     if (errors != std::vector<std::string>(m_)) return false;
-    refit(model);
+    bootstrap(model);
     expect_everyone_holds(model, "at version 1");
     return true;
   }
@@ -160,12 +176,23 @@ class Group {
   // Every rank refits to `model` (its part) at once; reports[g] is rank g's.
   std::vector<RefitReport> refit(const Model& model, std::vector<std::string>* errors = nullptr,
                                  uint32_t first_rank = 0) {
+    return send(model, false, errors, first_rank);
+  }
+  // Version 1: every rank sends its part of `model` as RAW pieces at once.
+  std::vector<RefitReport> bootstrap(const Model& model, std::vector<std::string>* errors = nullptr,
+                                     uint32_t first_rank = 0) {
+    return send(model, true, errors, first_rank);
+  }
+  std::vector<RefitReport> send(const Model& model, bool raw, std::vector<std::string>* errors, uint32_t first_rank) {
     std::vector<RefitReport> reports(m_);
     std::vector<std::string> failed(m_);
     std::vector<std::thread> ranks;
     for (uint32_t g = first_rank; g < m_; ++g)
       ranks.emplace_back([&, g] {
-        failed[g] = error_of([&] { reports[g] = producers_[g]->refit(part_view(model, partition_, g)); });
+        failed[g] = error_of([&] {
+          const auto part = part_view(model, partition_, g);
+          reports[g] = raw ? producers_[g]->bootstrap(part) : producers_[g]->refit(part);
+        });
       });
     for (auto& t : ranks) t.join();
     if (errors) *errors = failed;
@@ -230,12 +257,15 @@ struct Shape {
   uint32_t m;
   uint32_t n;
   TopologyKind kind;
+  bool raw = true;  // version 1 as RAW pieces (bootstrap), else a delta from zeros (refit)
 };
 
 class GroupVersions : public ::testing::TestWithParam<Shape> {};
 
-// Versions 1..3 (1 from the all-zero version 0), each rank sending only its part down its own
-// trees: every receiver ends each version with the whole model's exact bits.
+// Versions 1..3 (1 from the all-zero version 0: every rank's RAW pieces, or a delta from zeros),
+// each rank sending only its part down its own trees: every receiver ends each version with the
+// whole model's exact bits, and the group records each version under its StateDigest (the digest a
+// member holding it says at HELLO).
 TEST_P(GroupVersions, EveryReceiverHoldsEveryVersionExactly) {
   const Shape shape = GetParam();
   Model model = Model::make(321);
@@ -247,7 +277,7 @@ TEST_P(GroupVersions, EveryReceiverHoldsEveryVersionExactly) {
   ASSERT_EQ(total_bytes, model.manifest.total_bytes());
   for (uint64_t v = 1; v <= 3; ++v) {
     if (v > 1) model.step(1000 + v);
-    const auto reports = group.refit(model);
+    const auto reports = v == 1 && shape.raw ? group.bootstrap(model) : group.refit(model);
     uint32_t part_chunks = 0;
     for (uint32_t g = 0; g < shape.m; ++g) {
       EXPECT_TRUE(reports[g].committed) << "rank " << g << " version " << v << ": " << reports[g].abort_reason;
@@ -259,17 +289,96 @@ TEST_P(GroupVersions, EveryReceiverHoldsEveryVersionExactly) {
     EXPECT_GT(reports[0].chunks, part_chunks) << "the coordinator's report counts every rank's chunks";
     EXPECT_EQ(reports[0].verified_receivers, shape.n);
     group.expect_everyone_holds(model, "at version " + std::to_string(v));
+    const uint64_t state = codec::StateDigest::full_scan(model.weights()).combined();
+    for (uint32_t g = 0; g < shape.m; ++g) EXPECT_EQ(group.rank(g).history().at(v), state) << "rank " << g;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GroupVersions,
                          ::testing::Values(Shape{2, 5, TopologyKind::binary}, Shape{3, 6, TopologyKind::binary},
-                                           Shape{2, 6, TopologyKind::double_binary}, Shape{3, 4, TopologyKind::chain}),
+                                           Shape{2, 6, TopologyKind::double_binary}, Shape{3, 4, TopologyKind::chain},
+                                           Shape{2, 5, TopologyKind::binary, false}),
                          [](const auto& param_info) {
                            const Shape& p = param_info.param;
                            return "M" + std::to_string(p.m) + "_N" + std::to_string(p.n) + "_" +
-                                  std::string(topology_kind_name(p.kind));
+                                  std::string(topology_kind_name(p.kind)) + (p.raw ? "" : "_delta_from_zeros");
                          });
+
+// Rank 1 dies at its 3rd RAW piece of version 1: the bootstrap aborts on every member, each back
+// at the all-zero version 0 exactly; rank 1 restarted (nothing to resume: version 0) and version 1
+// sent again commit on every receiver exactly.
+TEST(ProducerGroup, RankKilledMidBootstrapAbortsThenVersion1IsSentAgain) {
+  Model model = Model::make(17);
+  const Model zeros = zeros_of(model);
+  Group group(2, 5, TopologyKind::binary, model);
+  const auto started = group.start();
+  for (uint32_t g = 0; g < 2; ++g) ASSERT_EQ(started[g], "") << "rank " << g;
+  at_data_message(group.rank_transport(1), 3, loop::Fault::Kind::die);
+  std::vector<std::string> errors;
+  const auto aborted = group.bootstrap(model, &errors);
+  EXPECT_EQ(errors[0], "");
+  EXPECT_FALSE(aborted[0].committed);
+  EXPECT_NE(aborted[0].abort_reason.find("producer rank 1"), std::string::npos) << aborted[0].abort_reason;
+  EXPECT_NE(errors[1], "") << "the killed rank's bootstrap fails";
+  EXPECT_EQ(group.rank(0).version(), 0u);
+  group.eventually_everyone_holds(zeros, "after the aborted bootstrap", test_time::scaled(10s));
+
+  group.drop_rank(1);
+  group.make_rank(1, std::nullopt);
+  ASSERT_EQ(error_of([&] { group.rank(1).start(); }), "");
+  const auto reports = group.bootstrap(model);
+  EXPECT_TRUE(reports[0].committed) << reports[0].abort_reason;
+  EXPECT_TRUE(reports[1].committed) << reports[1].abort_reason;
+  group.expect_everyone_holds(model, "at version 1 sent again");
+  model.step(5);
+  EXPECT_TRUE(group.refit(model)[0].committed);
+  group.expect_everyone_holds(model, "at version 2");
+}
+
+// A receiver relaying in rank 0's tree dies at its 3rd forwarded RAW piece of version 1: the trees
+// are repaired and, as relays keep no pieces here (retain_bytes 0), the new parents name what
+// their new children lack in GAPs: each rank re-sends its own pieces (the coordinator forwards a
+// GAP to the rank whose piece it names), and every survivor holds version 1 exactly.
+TEST(ProducerGroup, ReceiverKilledMidBootstrapBothTreesRepair) {
+  Model model = Model::make(19);
+  Group group(2, 6, TopologyKind::binary, model, [](ReceiverOptions& ro) { ro.retain_bytes = 0; });
+  const auto started = group.start();
+  for (uint32_t g = 0; g < 2; ++g) ASSERT_EQ(started[g], "") << "rank " << g;
+  at_data_message(group.receiver_transport(2), 3, loop::Fault::Kind::die);
+  const auto reports = group.bootstrap(model);
+  EXPECT_TRUE(reports[0].committed) << reports[0].abort_reason;
+  EXPECT_TRUE(reports[1].committed) << reports[1].abort_reason;
+  bool reported = false;
+  for (const auto& f : reports[0].failed_members) reported = reported || f.rank == 2;
+  EXPECT_TRUE(reported) << "receiver 2 died in version 1 and is not reported";
+  group.expect_survivors_hold(model, 2, "at version 1");
+  model.step(8);
+  EXPECT_TRUE(group.refit(model)[0].committed);
+  group.expect_survivors_hold(model, 2, "at version 2");
+}
+
+// Rank 0 sends version 1 raw while rank 1 sends it as a delta from zeros: the numbering of the
+// two would not fit, so nothing is sent, rank 0's call names rank 1 and rank 1's is not
+// committed; the same version sent the same way by both then commits.
+TEST(ProducerGroup, RanksSendingVersion1InDifferentWaysAreRefusedNamingTheRank) {
+  Model model = Model::make(23);
+  const Model zeros = zeros_of(model);
+  Group group(2, 3, TopologyKind::binary, model);
+  const auto started = group.start();
+  for (uint32_t g = 0; g < 2; ++g) ASSERT_EQ(started[g], "") << "rank " << g;
+  RefitReport rank1;
+  std::thread delta([&] { error_of([&] { rank1 = group.rank(1).refit(part_view(model, group.partition(), 1)); }); });
+  const std::string error = error_of([&] { group.rank(0).bootstrap(part_view(model, group.partition(), 0)); });
+  delta.join();
+  EXPECT_NE(error.find("producer rank 1 sends version 1 as a delta (refit), rank 0 as a bootstrap"), std::string::npos)
+      << error;
+  EXPECT_FALSE(rank1.committed);
+  EXPECT_NE(rank1.abort_reason.find("every rank must call the same"), std::string::npos) << rank1.abort_reason;
+  group.expect_everyone_holds(zeros, "after the refused version 1");
+  const auto reports = group.bootstrap(model);
+  EXPECT_TRUE(reports[0].committed) << reports[0].abort_reason;
+  group.expect_everyone_holds(model, "at version 1");
+}
 
 // Rank 1 dies while its part of version 2 is going out: the version aborts on every member, each
 // rolls back to version 1 exactly; refits fail naming the missing rank until it comes back with

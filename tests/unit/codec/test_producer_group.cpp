@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "codec/applier.h"
+#include "codec/digest.h"
 #include "codec/encoder.h"
 #include "codec/frame.h"
 #include "codec/partition.h"
@@ -125,6 +126,33 @@ TEST(Partition, EveryUnitBelongsToExactlyOneRankDeterministicallyAndBalanced) {
   }
 }
 
+TEST(Partition, ThePartsDigestsAddUpToTheFullScanReadingOnlyTheirOwnTensors) {
+  std::mt19937_64 rng(22);
+  for (int round = 0; round < 6; ++round) {
+    const Manifest m = random_manifest(rng, 1 + static_cast<int>(rng() % 30));
+    OwnedWeights w(m);
+    for (auto& b : w.bytes)
+      for (auto& x : b) x = static_cast<std::byte>(rng());
+    const StateDigest full = StateDigest::full_scan(w.view(), 2);
+    for (uint32_t ranks : {1u, 3u, 8u}) {
+      const Partition p = Partition::balanced(m, ranks);
+      std::vector<uint64_t> sum(m.size(), 0);
+      for (uint32_t r = 0; r < ranks; ++r) {
+        // A rank's weights hold its part's tensors only: the others are empty spans.
+        ConstWeights mine{&m, std::vector<std::span<const std::byte>>(m.size())};
+        for (const auto& x : p.part(r)) mine.tensors[x.tensor] = w.view().tensors[x.tensor];
+        const auto part = StateDigest::part_scan(mine, p.part(r), 1 + r % 3).per_tensor();
+        for (size_t t = 0; t < m.size(); ++t) sum[t] += part[t];
+      }
+      EXPECT_EQ(StateDigest(sum), full) << "round " << round << ", " << ranks << " ranks";
+    }
+  }
+  // A tensor of the part that is not whole is refused.
+  const Manifest m({{"a", DType::bf16, {100}}});
+  ConstWeights short_weights{&m, {std::span<const std::byte>()}};
+  EXPECT_THROW(StateDigest::part_scan(short_weights, std::vector<PartRange>{{0, 0, 100}}), Error);
+}
+
 TEST(Partition, ATensorLargerThanAFairShareIsCutOnAlignedUnitsAndTheRanksEvenOut) {
   std::vector<TensorInfo> list{{"embed", DType::bf16, {50000, 1024}}};  // 100 MB: most of the model
   for (int i = 0; i < 40; ++i) list.push_back({"layer" + std::to_string(i), DType::bf16, {1000, 257}});
@@ -170,6 +198,8 @@ TEST(Partition, ALayoutThatClaimsAUnitTwiceOrNeverIsRefusedNamingTheTensorAndRan
   EXPECT_EQ(refusal({{{0, 0, 101}, {1, 0, 10}, {2, 0, 8}}}),
             "rank 0 claims units [0, 101) of tensor 'a', which has 100 units");
   EXPECT_NE(refusal({{{0, 0, 100}, {1, 0, 10}, {3, 0, 1}}}).find("tensor index 3"), std::string::npos);
+  EXPECT_EQ(refusal({{{0, 0, 100}, {1, 0, 10}, {2, 0, 3}}, {{2, 3, 8}}}),
+            "rank 0 claims units [0, 3) of tensor 'c', which splits an element (2 units each)");
   EXPECT_EQ(refusal({}), "a producer group needs at least one rank");
   EXPECT_THROW(Partition::balanced(m, 0), Error);
   // A layout that covers everything is taken as given, empty ranges dropped.

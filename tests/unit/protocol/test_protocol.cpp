@@ -216,6 +216,7 @@ void expect_same(const GroupHello& a, const GroupHello& b) {
 void expect_same(const GroupReady& a, const GroupReady& b) {
   EXPECT_FIELD(rank);
   EXPECT_FIELD(version);
+  EXPECT_FIELD(raw);
 }
 void expect_same(const GroupBegin& a, const GroupBegin& b) {
   EXPECT_FIELD(version);
@@ -234,6 +235,7 @@ void expect_same(const GroupSent& a, const GroupSent& b) {
   EXPECT_FIELD(changes);
   EXPECT_FIELD(errc);
   EXPECT_FIELD(message);
+  EXPECT_FIELD(raw_sum);
 }
 void expect_same(const GroupDecided& a, const GroupDecided& b) {
   EXPECT_FIELD(version);
@@ -323,9 +325,9 @@ std::vector<Message> sample_messages() {
                  {0x1, 0xfffffffffffffff0ull, 0},
                  "tcp://10.0.0.9:7002",
                  0x42},
-      GroupReady{3, 10},
+      GroupReady{3, 10, true},
       GroupBegin{10, 78, 0xfeedfacecafebeefull, true},
-      GroupSent{3, 10, 78, 17, {5, 6, 7}, {8, 9, 10}, 123456, 789, 0, ""},
+      GroupSent{3, 10, 78, 17, {5, 6, 7}, {8, 9, 10}, 123456, 789, 0, "", 0xfeed},
       GroupDecided{10, 78, false, "rank 2's group link failed", 0x0123456789abcdefULL},
   };
 }
@@ -458,12 +460,12 @@ Bytes expected_body(const Message& message) {
           b.u32(m.rank).u32(m.size).u64(m.manifest_digest).u64(m.partition).u64(m.held_version).u64s(m.held_digest);
           b.str(m.data_url).u64(m.instance);
         } else if constexpr (std::is_same_v<M, GroupReady>) {
-          b.u32(m.rank).u64(m.version);
+          b.u32(m.rank).u64(m.version).u8(m.raw ? 1 : 0);
         } else if constexpr (std::is_same_v<M, GroupBegin>) {
           b.u64(m.version).u64(m.attempt).u64(m.base_digest).u8(m.new_layout ? 1 : 0);
         } else if constexpr (std::is_same_v<M, GroupSent>) {
           b.u32(m.rank).u64(m.version).u64(m.attempt).u32(m.chunks).u64s(m.base_digest).u64s(m.new_digest);
-          b.u64(m.frame_bytes).u64(m.changes).u32(m.errc).str(m.message);
+          b.u64(m.frame_bytes).u64(m.changes).u32(m.errc).str(m.message).u64(m.raw_sum);
         } else if constexpr (std::is_same_v<M, GroupDecided>) {
           b.u64(m.version).u64(m.attempt).u8(m.committed ? 1 : 0).str(m.reason).u64(m.digest);
         } else {

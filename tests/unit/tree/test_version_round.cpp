@@ -183,6 +183,27 @@ TEST(VersionRound, ACommitNeedsEveryMembersAckOfTheExpectedDigest) {
   EXPECT_TRUE(round.done());
 }
 
+TEST(VersionRound, ARawBootstrapIsAckedByItsPiecesSumAndRecordedUnderItsStateDigest) {
+  constexpr uint64_t kState = 4242;
+  for (bool delegating_round : {false, true}) {
+    SCOPED_TRACE(delegating_round ? "delegated" : "the producer decides");
+    VersionRound round(delegating_round ? delegating() : params());
+    for (uint32_t r : {1u, 2u, 3u}) round.ack(r, ack(r));
+    const auto out =
+        round.sealed(kDigest, delegating_round ? std::optional<uint32_t>(1u) : std::nullopt, at(100), kState);
+    // Members ack (and COMMIT or DELEGATE name) the pieces' sum; the record is the StateDigest,
+    // the digest a member holding the version says at HELLO.
+    ASSERT_FALSE(out.empty());
+    EXPECT_EQ(describe(out)[0], "record v8 d4242");
+    EXPECT_EQ(describe(out)[1], delegating_round ? kDelegateLine : kBroadcastCommit);
+    EXPECT_EQ(round.expected_digest(), kDigest);
+    EXPECT_EQ(round.record_digest(), kState);
+  }
+  VersionRound plain(params());
+  plain.sealed(kDigest, std::nullopt, at(100));
+  EXPECT_EQ(plain.record_digest(), kDigest) << "a delta's ack digest is its StateDigest";
+}
+
 TEST(VersionRound, NothingIsDecidedWhileDataIsStillGoingOut) {
   VersionRound round(params());
   for (uint32_t r : {1u, 2u, 3u}) round.ack(r, ack(r));
