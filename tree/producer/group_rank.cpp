@@ -191,14 +191,14 @@ RefitReport Producer::Impl::rank_version(GroupShare& share, const RefitOptions&)
   } catch (const Error& e) {
     // Its part cannot go out (a read failed, every receiver failed): the coordinator aborts the
     // version everywhere.
-    sent = GroupSent{};
-    sent.errc = static_cast<uint32_t>(e.code());
-    sent.message = e.what();
-    sent.rank = g.rank;
-    sent.version = v;
-    sent.attempt = begin.attempt;
+    GroupSent failed;
+    failed.rank = g.rank;
+    failed.version = v;
+    failed.attempt = begin.attempt;
+    failed.errc = static_cast<uint32_t>(e.code());
+    failed.message = e.what();
     check_link();
-    send_control(*g.coordinator, sent, kMemberSendTimeout, epoch());
+    send_control(*g.coordinator, failed, kMemberSendTimeout, epoch());
     throw;
   }
   sent.rank = g.rank;

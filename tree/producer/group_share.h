@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "tree/producer/impl.h"
-#include "tree/producer/raw_pieces.h"
 
 namespace deltacast::tree {
 

@@ -24,6 +24,7 @@
 #include "tree/producer.h"
 #include "tree/producer/baseline_store.h"
 #include "tree/producer/group_admission.h"
+#include "tree/producer/raw_pieces.h"
 #include "tree/producer/version_round.h"
 #include "tree/protocol.h"
 #include "tree/relay_link.h"
@@ -369,6 +370,24 @@ struct Producer::Impl {
   // Encodes every chunk of `encoder` on the encoding threads (in index order) and delivers chunk i
   // as key first_key + i to tree f.tree_of(key) as soon as it and every earlier one are ready.
   SentChunks send_chunks(InFlight& f, codec::DeltaEncoder& encoder, uint32_t first_key);
+  // RAW pieces (version 1: one producer's every tensor, or a group rank's part). Piece i of
+  // `pieces` is key first_key + i of a version of `total` pieces; its body is sent from `full`.
+  struct RawSend {
+    const std::vector<RawPiece>* pieces = nullptr;
+    uint32_t first_key = 0;
+    uint32_t total = 0;
+    codec::ConstWeights full;
+  };
+  // Piece `key` of in_flight (route: a re-send's member): the RAW header and its body in `full`.
+  Outgoing raw_piece(const RawSend& raw, uint32_t key, uint32_t route) const;
+  struct SentPieces {
+    uint64_t hash_sum = 0;  // the sum of the pieces' raw_piece_hash: what the members ack
+    uint64_t bytes = 0;
+    codec::StateDigest digest;  // of `ranges` of `full`
+  };
+  // Delivers every piece of `raw` to tree f.tree_of(key), taking meanwhile, on a second thread,
+  // the StateDigest of `ranges` of raw.full (the wire, not the scan, is the bound).
+  SentPieces send_pieces(InFlight& f, const RawSend& raw, const std::vector<codec::PartRange>& ranges);
   // A group rank's chunk `key` (the version's numbering) encoded again for in_flight (a re-send):
   // Error(internal) for a key outside this rank's part.
   Outgoing part_chunk(codec::DeltaEncoder& encoder, uint32_t key, uint32_t route);

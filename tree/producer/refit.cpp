@@ -237,19 +237,12 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   const uint32_t count = static_cast<uint32_t>(pieces.size());
   const TopologyKind kind = d.membership->kind();
 
+  const Impl::RawSend raw{&pieces, 0, count, checked};
   Impl::InFlight flight;
   flight.version = 1;
   flight.keys = count;
   flight.tree_of = [kind](uint32_t key) { return tree_for_chunk(kind, key); };
-  auto header_of = [&](uint32_t key, uint32_t route) {
-    const auto& p = pieces[key];
-    return RawChunkHeader{{d.in_flight->attempt, route}, 1, key, count, p.tensor, p.offset, p.size};
-  };
-  flight.make = [&](uint32_t key, uint32_t route) {
-    const auto h = header_of(key, route);
-    return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_raw_message(h, d.epoch())),
-                    checked.tensors[h.tensor].subspan(h.byte_offset, h.byte_count)};
-  };
+  flight.make = [&](uint32_t key, uint32_t route) { return d.raw_piece(raw, key, route); };
   // Each piece goes out as a RAW header and a bare body sent straight from `full` (no copy):
   // every send must have finished before this returns, errors included.
   struct SettleRoots {
@@ -264,24 +257,13 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
     report.elements = d.manifest.total_elements();
     report.changes = report.elements;
     report.checkpoint_bytes = d.manifest.total_bytes();
-    // The StateDigest (the next delta's base, and what version 1 is recorded under: a member
-    // holding it says that digest at HELLO) is taken while the pieces go out.
-    auto scan = std::async(std::launch::async, [&] { return codec::StateDigest::full_scan(checked, 1); });
-    try {
-      for (uint32_t i = 0; i < count; ++i) {
-        const Outgoing out = f.make(i, 0);
-        expected += raw_piece_hash(header_of(i, 0), out.body);
-        d.deliver(f.tree_of(i), out);
-        f.sent[i] = true;
-        report.frames_bytes += out.body.size();
-        if (d.options.on_progress) d.options.on_progress(i + 1, count);
-      }
-    } catch (...) {
-      scan.wait();
-      throw;
-    }
-    digest = scan.get();
-    f.state_digest = digest->combined();
+    // The StateDigest is the next delta's base, and what version 1 is recorded under (a member
+    // holding it says that digest at HELLO).
+    Impl::SentPieces sent = d.send_pieces(f, raw, whole_tensors(d.manifest));
+    expected = sent.hash_sum;
+    report.frames_bytes = sent.bytes;
+    f.state_digest = sent.digest.combined();
+    digest = std::move(sent.digest);
   };
   RefitReport report = d.run_version(
       std::move(flight), send_all, [&] { return expected; }, false,
@@ -292,6 +274,39 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   d.log->info("full checkpoint (version 1) {} in {:.3f} s ({} raw chunks, {} bytes)",
               report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes);
   return report;
+}
+
+Outgoing Producer::Impl::raw_piece(const RawSend& raw, uint32_t key, uint32_t route) const {
+  if (key < raw.first_key || key - raw.first_key >= raw.pieces->size())
+    throw Error(Errc::internal, "raw piece " + std::to_string(key) + " is another rank's");
+  const RawPiece& p = (*raw.pieces)[key - raw.first_key];
+  const RawChunkHeader h{{in_flight->attempt, route}, 1, key, raw.total, p.tensor, p.offset, p.size};
+  return Outgoing{std::make_shared<const std::vector<std::byte>>(encode_raw_message(h, epoch())),
+                  raw.full.tensors[p.tensor].subspan(p.offset, p.size)};
+}
+
+Producer::Impl::SentPieces Producer::Impl::send_pieces(InFlight& f, const RawSend& raw,
+                                                       const std::vector<codec::PartRange>& ranges) {
+  auto scan = std::async(std::launch::async, [&] { return codec::StateDigest::part_scan(raw.full, ranges, 1); });
+  SentPieces sent;
+  const auto count = static_cast<uint32_t>(raw.pieces->size());
+  try {
+    for (uint32_t i = 0; i < count; ++i) {
+      const uint32_t key = raw.first_key + i;
+      const RawPiece& p = (*raw.pieces)[i];
+      const Outgoing out = raw_piece(raw, key, 0);
+      sent.hash_sum += raw_piece_hash(RawChunkHeader{{}, 1, key, raw.total, p.tensor, p.offset, p.size}, out.body);
+      deliver(f.tree_of(key), out);
+      f.sent[key] = true;
+      sent.bytes += out.body.size();
+      if (options.on_progress) options.on_progress(i + 1, count);
+    }
+  } catch (...) {
+    scan.wait();
+    throw;
+  }
+  sent.digest = scan.get();
+  return sent;
 }
 
 RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,

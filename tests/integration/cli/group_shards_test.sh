@@ -38,8 +38,7 @@ drop made/step-0000 watch/step-0000
 
 # Ports: the producer ranks' (BASE, BASE+1), the receivers' after them.
 BASE=$(free_ports 5)
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >secret
-chmod 600 secret
+write_secret secret
 write_config() {  # write_config FILE TRAINER_YAML [EXTRA_YAML]
   cat >"$1" <<YAML
 producer: tcp://127.0.0.1:$BASE

@@ -39,8 +39,7 @@ fail() {
 
 # 5 free loopback ports: the producer ranks' (BASE, BASE+1) and the receivers'.
 BASE=$(free_ports 5)
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >secret
-chmod 600 secret
+write_secret secret
 cat >cluster.yaml <<YAML
 producer: tcp://127.0.0.1:$BASE
 producers: 2

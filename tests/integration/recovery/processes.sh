@@ -6,6 +6,7 @@
 #   cleanup                   the EXIT trap: kills and reaps every pid in PIDS (the processes the
 #                             script started), removes WORK when PASSED=1, else says where it is
 #   tail_logs FILE...         the last 12 lines of each FILE that exists (for a failure)
+#   write_secret FILE         a fresh 32-byte hex secret in FILE, mode 600 (the config's secret_file)
 wait_for() {
   local deadline=$((SECONDS + $1)); shift
   until "$@"; do
@@ -34,4 +35,8 @@ tail_logs() {
     echo "--- $f (last lines):" >&2
     tail -n 12 "$f" >&2 || true
   done
+}
+write_secret() {
+  head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$1"
+  chmod 600 "$1"
 }

@@ -30,8 +30,7 @@ fail() {
 
 # A run of 4 free loopback ports: the producer's address must stay the same across its restart.
 BASE=$(free_ports 4)
-head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >secret
-chmod 600 secret
+write_secret secret
 cat >cluster.yaml <<YAML
 producer: tcp://127.0.0.1:$BASE
 transport: tcp

@@ -162,12 +162,16 @@ class Group {
     return errors;
   }
 
+  // Every rank starts. False (with the failures added, naming the ranks) when one did not.
+  bool start_all() {
+    const auto errors = start();
+    for (uint32_t g = 0; g < m_; ++g) EXPECT_EQ(errors[g], "") << "rank " << g;
+    return errors == std::vector<std::string>(m_);
+  }
   // Every rank starts and version 1 (`model`) commits on every receiver exactly. False (with the
   // failures added) when a rank did not start.
   bool start_at_version_1(const Model& model) {
-    const auto errors = start();
-    for (uint32_t g = 0; g < m_; ++g) EXPECT_EQ(errors[g], "") << "rank " << g;
-    if (errors != std::vector<std::string>(m_)) return false;
+    if (!start_all()) return false;
     bootstrap(model);
     expect_everyone_holds(model, "at version 1");
     return true;
@@ -270,8 +274,7 @@ TEST_P(GroupVersions, EveryReceiverHoldsEveryVersionExactly) {
   const Shape shape = GetParam();
   Model model = Model::make(321);
   Group group(shape.m, shape.n, shape.kind, model);
-  const auto started = group.start();
-  for (uint32_t g = 0; g < shape.m; ++g) ASSERT_EQ(started[g], "") << "rank " << g;
+  ASSERT_TRUE(group.start_all());
   uint64_t total_bytes = 0;
   for (uint32_t g = 0; g < shape.m; ++g) total_bytes += group.partition().part_bytes(g);
   ASSERT_EQ(total_bytes, model.manifest.total_bytes());
@@ -311,8 +314,7 @@ TEST(ProducerGroup, RankKilledMidBootstrapAbortsThenVersion1IsSentAgain) {
   Model model = Model::make(17);
   const Model zeros = zeros_of(model);
   Group group(2, 5, TopologyKind::binary, model);
-  const auto started = group.start();
-  for (uint32_t g = 0; g < 2; ++g) ASSERT_EQ(started[g], "") << "rank " << g;
+  ASSERT_TRUE(group.start_all());
   at_data_message(group.rank_transport(1), 3, loop::Fault::Kind::die);
   std::vector<std::string> errors;
   const auto aborted = group.bootstrap(model, &errors);
@@ -342,8 +344,7 @@ TEST(ProducerGroup, RankKilledMidBootstrapAbortsThenVersion1IsSentAgain) {
 TEST(ProducerGroup, ReceiverKilledMidBootstrapBothTreesRepair) {
   Model model = Model::make(19);
   Group group(2, 6, TopologyKind::binary, model, [](ReceiverOptions& ro) { ro.retain_bytes = 0; });
-  const auto started = group.start();
-  for (uint32_t g = 0; g < 2; ++g) ASSERT_EQ(started[g], "") << "rank " << g;
+  ASSERT_TRUE(group.start_all());
   at_data_message(group.receiver_transport(2), 3, loop::Fault::Kind::die);
   const auto reports = group.bootstrap(model);
   EXPECT_TRUE(reports[0].committed) << reports[0].abort_reason;
@@ -364,8 +365,7 @@ TEST(ProducerGroup, RanksSendingVersion1InDifferentWaysAreRefusedNamingTheRank) 
   Model model = Model::make(23);
   const Model zeros = zeros_of(model);
   Group group(2, 3, TopologyKind::binary, model);
-  const auto started = group.start();
-  for (uint32_t g = 0; g < 2; ++g) ASSERT_EQ(started[g], "") << "rank " << g;
+  ASSERT_TRUE(group.start_all());
   RefitReport rank1;
   std::thread delta([&] { error_of([&] { rank1 = group.rank(1).refit(part_view(model, group.partition(), 1)); }); });
   const std::string error = error_of([&] { group.rank(0).bootstrap(part_view(model, group.partition(), 0)); });
