@@ -4,6 +4,8 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
+#include <new>
 #include <numbers>
 #include <string>
 #include <thread>
@@ -23,15 +25,32 @@ constexpr uint64_t kBlockElements = uint64_t{1} << 16;  // unit of work handed t
 constexpr size_t kBatch = 4 * kPhiloxLanes;              // elements per inner batch (one Philox call)
 static_assert(kBlockElements % kBatch == 0, "batches must align to global element indexes");
 
+struct FreeDelete {
+  void operator()(void* p) const noexcept { std::free(p); }
+};
+template <typename T>
+using Buffer = std::unique_ptr<T[], FreeDelete>;
+
+// n elements: malloc (pages first touched by the init threads, in parallel), or calloc where
+// elements outside a part must read as zeros (large blocks come from mmap: untouched pages cost
+// nothing).
+template <typename T>
+Buffer<T> allocate(uint64_t n, bool zeroed) {
+  void* p =
+      zeroed ? std::calloc(std::max<uint64_t>(n, 1), sizeof(T)) : std::malloc(std::max<uint64_t>(n, 1) * sizeof(T));
+  if (!p) throw std::bad_alloc();
+  return Buffer<T>(static_cast<T*>(p));
+}
+
 struct TensorState {
   uint64_t numel = 0;
   bool norm = false;
   float grad_scale = 1.0f;
-  // Plain new[] (no zeroing): pages are first touched by the init threads, in parallel.
-  std::unique_ptr<float[]> master;
-  std::unique_ptr<float[]> m;
-  std::unique_ptr<float[]> v;
-  std::unique_ptr<uint16_t[]> bf16;
+  bool held = false;  // allocated: the whole model, or a tensor the part touches
+  Buffer<float> master;
+  Buffer<float> m;
+  Buffer<float> v;
+  Buffer<uint16_t> bf16;
 };
 
 struct Block {
@@ -156,6 +175,8 @@ struct TrainerSimulator::Impl {
     shape = config.shape ? *config.shape : model_shape_for(config.params);
     manifest = codec::Manifest(model_tensors(shape));
     tensors.resize(manifest.size());
+    const std::vector<std::vector<Span>> spans = element_spans();
+    const bool part = !config.part.empty();
     for (uint32_t t = 0; t < manifest.size(); ++t) {
       auto& ts = tensors[t];
       const auto& info = manifest.at(t);
@@ -165,15 +186,55 @@ struct TrainerSimulator::Impl {
       // but eps is not, so the scale keeps eps as negligible as in real training.
       const PhiloxBlock w = philox4x32_10({0, 0, t, kScaleStream}, config.seed);
       ts.grad_scale = std::pow(10.0f, -5.0f + 2.0f * uniform_open01(w[0]));
-      ts.master.reset(new float[ts.numel]);
-      ts.m.reset(new float[ts.numel]);
-      ts.v.reset(new float[ts.numel]);
-      ts.bf16.reset(new uint16_t[ts.numel]);
-      for (uint64_t b = 0; b < ts.numel; b += kBlockElements) {
-        blocks.push_back(Block{t, b, std::min(ts.numel, b + kBlockElements)});
-      }
+      if (spans[t].empty()) continue;
+      ts.held = true;
+      ts.master = allocate<float>(ts.numel, part);
+      ts.m = allocate<float>(ts.numel, part);
+      ts.v = allocate<float>(ts.numel, part);
+      ts.bf16 = allocate<uint16_t>(ts.numel, part);
+      for (const Span& s : spans[t])
+        for (uint64_t b = s.begin; b < s.end; b += kBlockElements)
+          blocks.push_back(Block{t, b, std::min(s.end, b + kBlockElements)});
     }
     run_blocks([this](const Block& b) { init_block(b); });
+  }
+
+  struct Span {
+    uint64_t begin, end;
+  };
+
+  // Per tensor, the elements to simulate: the whole tensor, or the part's ranges rounded out to
+  // whole batches (an element's random numbers come in batches of kBatch) and merged, so no
+  // element is stepped twice.
+  std::vector<std::vector<Span>> element_spans() const {
+    std::vector<std::vector<Span>> spans(manifest.size());
+    if (config.part.empty()) {
+      for (uint32_t t = 0; t < manifest.size(); ++t)
+        if (manifest.at(t).numel() > 0) spans[t].push_back({0, manifest.at(t).numel()});
+      return spans;
+    }
+    for (const SimRange& r : config.part) {
+      if (r.tensor >= manifest.size() || r.begin > r.end || r.end > manifest.at(r.tensor).numel())
+        throw Error(Errc::invalid_argument, "simulator part: range [" + std::to_string(r.begin) + ", " +
+                                                std::to_string(r.end) + ") of tensor " + std::to_string(r.tensor) +
+                                                " lies outside the model's " + std::to_string(manifest.size()) +
+                                                " tensors or outside its tensor");
+      if (r.begin == r.end) continue;
+      const uint64_t numel = manifest.at(r.tensor).numel();
+      spans[r.tensor].push_back({r.begin / kBatch * kBatch, std::min(numel, (r.end + kBatch - 1) / kBatch * kBatch)});
+    }
+    for (auto& list : spans) {
+      std::sort(list.begin(), list.end(), [](const Span& a, const Span& b) { return a.begin < b.begin; });
+      std::vector<Span> merged;
+      for (const Span& s : list) {
+        if (!merged.empty() && s.begin <= merged.back().end)
+          merged.back().end = std::max(merged.back().end, s.end);
+        else
+          merged.push_back(s);
+      }
+      list = std::move(merged);
+    }
+    return spans;
   }
 
   template <typename Fn>
@@ -243,7 +304,8 @@ codec::ConstWeights TrainerSimulator::bf16_weights() const {
   codec::ConstWeights w;
   w.manifest = &impl_->manifest;
   for (const auto& ts : impl_->tensors) {
-    w.tensors.push_back(std::as_bytes(std::span<const uint16_t>(ts.bf16.get(), ts.numel)));
+    w.tensors.push_back(ts.held ? std::as_bytes(std::span<const uint16_t>(ts.bf16.get(), ts.numel))
+                                : std::span<const std::byte>());
   }
   return w;
 }

@@ -18,15 +18,24 @@
 // often than large ones, and raising lr raises the change rate. Nothing is injected.
 // Determinism: every random number is a function of (seed, step, tensor, element) (sim/philox.h),
 // so the weights after step k are identical for a seed regardless of the thread count.
-// Memory: 14 bytes per parameter (FP32 master + two FP32 Adam moments + the BF16 copy).
+// Memory: 14 bytes per parameter (FP32 master + two FP32 Adam moments + the BF16 copy); with a
+// `part`, 14 bytes per parameter of the part (a producer group's rank: docs/producer-group.md).
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "codec/manifest.h"
 #include "sim/model_shape.h"
 
 namespace deltacast::sim {
+
+// Elements [begin, end) of tensor `tensor` (manifest order).
+struct SimRange {
+  uint32_t tensor = 0;
+  uint64_t begin = 0;
+  uint64_t end = 0;
+};
 
 struct SimConfig {
   uint64_t params = 200'000'000;    // target parameter count, turned into a shape by model_shape_for
@@ -36,13 +45,19 @@ struct SimConfig {
   unsigned threads = 2;             // worker threads for initialisation and steps (>= 1)
   float init_std = 0.02f;           // std of the normal initialisation of matrices
   bool warm_optimizer = true;       // start Adam near steady state (see above); false = fresh Adam
+  // Simulate only these elements (a producer group's rank holds its part, as a trainer rank holds
+  // its shard): their bits are exactly a whole simulation's. A tensor no range touches has no
+  // memory and an empty span in bf16_weights(); a tensor a range touches has a span of its whole
+  // size, whose elements outside the ranges (rounded out to the random streams' batches) read as
+  // zeros and take no memory until touched. Empty: the whole model.
+  std::vector<SimRange> part;
 };
 
 class TrainerSimulator {
  public:
-  // Allocates and initialises the model (step_index() == 0: the initial checkpoint).
+  // Allocates and initialises the model, or its part (step_index() == 0: the initial checkpoint).
   // Throws Error(invalid_argument) for a bad config (lr not positive and finite, threads 0, tiny
-  // params), std::bad_alloc when memory runs out.
+  // params, a part range outside its tensor), std::bad_alloc when memory runs out.
   explicit TrainerSimulator(SimConfig config);
   ~TrainerSimulator();
   TrainerSimulator(const TrainerSimulator&) = delete;
@@ -55,7 +70,8 @@ class TrainerSimulator {
   // Number of completed steps.
   uint64_t step_index() const noexcept;
   // The current BF16 weights (spans into the simulator; valid until the next step() changes their
-  // contents, and until destruction). Not thread-safe against a concurrent step().
+  // contents, and until destruction); with a part, empty spans for the tensors outside it. Not
+  // thread-safe against a concurrent step().
   codec::ConstWeights bf16_weights() const;
 
  private:

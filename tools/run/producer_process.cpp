@@ -19,6 +19,7 @@
 #include "tree/group_parts.h"
 #include "tree/producer.h"
 #include "tree/report_json.h"
+#include "util/bytes.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -112,7 +113,7 @@ class ProducerRun {
     // SIGTERM ends a producer that follows a trainer (trainer.steps 0) cleanly: BYE, report, exit 0.
     static std::atomic<bool> stop_requested{false};
     if (c_.trainer.kind == "watch") std::signal(SIGTERM, [](int) { stop_requested = true; });
-    source_ = make_version_source(c_, resumed_, stop_requested);
+    source_ = make_version_source(c_, rank_, resumed_, stop_requested);
     if (!source_) std::printf("producer: stopped before a checkpoint appeared in %s\n", c_.trainer.dir.c_str());
     return source_ != nullptr;
   }
@@ -334,7 +335,13 @@ class ProducerRun {
                            {"refused", started.count(Role::refused)}};
     }
     report["version"] = producer_->version();
-    report["sha256"] = weights_sha256(source_->weights());
+    // The committed version's combined StateDigest (a group's: the sum of its ranks' parts, each
+    // taken from that rank's own memory), and the SHA-256 of the bits when this process holds them
+    // all (a group's synthetic rank holds its part only).
+    const auto history = producer_->history();
+    if (const auto known = history.find(producer_->version()); known != history.end())
+      report["digest"] = hex64(known->second);
+    if (source_->whole()) report["sha256"] = weights_sha256(source_->weights());
     if (c_.producers > 1) report["producer_rank"] = rank_;
     std::string path = !o_.report_path.empty() ? o_.report_path : c_.output.metrics_file;
     if (!path.empty() && rank_ > 0) {

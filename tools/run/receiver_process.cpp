@@ -8,11 +8,13 @@
 #include <thread>
 #include <vector>
 
+#include "codec/digest.h"
 #include "tools/run/checkpoint_output.h"
 #include "tools/run/fault.h"
 #include "transport/transport.h"
 #include "tree/config_options.h"
 #include "tree/receiver.h"
+#include "util/bytes.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -104,6 +106,9 @@ void write_summary(const std::string& path, int rank, const tree::RunSummary& su
   nlohmann::json s = {{"rank", rank},
                       {"version", summary.version},
                       {"sha256", weights_sha256(weights)},
+                      // Taken again from the bits (not the session's running record): what a
+                      // producer group's report names (no process of the group holds every bit).
+                      {"digest", hex64(codec::StateDigest::full_scan(weights).combined())},
                       {"started_at_version", started_at},
                       {"frames_received", summary.stats.frames_received},
                       {"frames_forwarded", summary.stats.frames_forwarded},

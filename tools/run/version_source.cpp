@@ -5,10 +5,12 @@
 #include <thread>
 
 #include "codec/digest.h"
+#include "sim/model_shape.h"
 #include "sim/trainer_simulator.h"
 #include "tools/checkpoint/manifest_compare.h"
 #include "tools/run/checkpoint_output.h"
 #include "tools/run/checkpoint_watch.h"
+#include "tree/group_parts.h"
 #include "util/bytes.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -27,19 +29,44 @@ void check_resumed(const codec::ConstWeights& weights, const ProducerState& s, c
                                          hex64(s.digest));
 }
 
+// Group rank `rank`'s part of the synthetic model, as simulator element ranges: the partition the
+// producers compute (tree::Producer: group_parts, else balanced). Empty for one producer.
+std::vector<sim::SimRange> synth_part(const config::Config& c, uint32_t rank) {
+  if (c.producers <= 1) return {};
+  const codec::Manifest manifest(sim::model_tensors(sim::model_shape_for(c.trainer.params)));
+  // shards: the synthetic trainer writes no shard files (shard_parts says so, as for any
+  // checkpoint without them).
+  const codec::Partition partition =
+      c.group_parts == "balanced" ? codec::Partition::balanced(manifest, c.producers)
+      : c.group_parts == "shards"
+          ? codec::Partition::from_parts(manifest, tree::shard_parts({}, manifest, c.producers))
+          : codec::Partition::from_parts(manifest, tree::parse_group_parts(c.group_parts, manifest, c.producers));
+  std::vector<sim::SimRange> part;
+  for (const codec::PartRange& r : partition.part(rank)) {
+    // Units to elements (an 8-byte element is two units; the simulator's BF16 is one).
+    const uint64_t per = manifest.at(r.tensor).units() / std::max<uint64_t>(1, manifest.at(r.tensor).numel());
+    part.push_back({r.tensor, r.begin / per, r.end / per});
+  }
+  return part;
+}
+
 class SynthSource final : public VersionSource {
  public:
-  SynthSource(const config::Config& c, const std::optional<ProducerState>& resume) : trainer_(sim_config(c)) {
+  SynthSource(const config::Config& c, uint32_t rank, const std::optional<ProducerState>& resume)
+      : trainer_(sim_config(c, rank)) {
     if (!resume) return;
     std::printf("producer: re-simulating the trainer to step %llu\n",
                 static_cast<unsigned long long>(resume->trainer_step));
     std::fflush(stdout);
     while (trainer_.step_index() < resume->trainer_step) trainer_.step();
     // The simulator's steps depend only on (seed, step, tensor, element), not on its thread
-    // count (sim/trainer_simulator.h), so any machine re-simulates the same bits.
-    check_resumed(trainer_.bf16_weights(), *resume,
-                  "the trainer did not re-simulate to the same bits: step " + std::to_string(resume->trainer_step));
+    // count (sim/trainer_simulator.h), so any machine re-simulates the same bits. A part is
+    // checked by the group at GROUP_HELLO (the ranks' parts add up to the committed version).
+    if (whole())
+      check_resumed(trainer_.bf16_weights(), *resume,
+                    "the trainer did not re-simulate to the same bits: step " + std::to_string(resume->trainer_step));
   }
+  bool whole() const override { return !part_; }
   const codec::Manifest& manifest() const override { return trainer_.manifest(); }
   codec::ConstWeights weights() const override { return trainer_.bf16_weights(); }
   bool next() override {
@@ -58,7 +85,7 @@ class SynthSource final : public VersionSource {
   }
 
  private:
-  sim::SimConfig sim_config(const config::Config& c) {
+  sim::SimConfig sim_config(const config::Config& c, uint32_t rank) {
     params_ = c.trainer.params;
     seed_ = c.trainer.seed;
     lr_ = c.trainer.lr;
@@ -67,10 +94,21 @@ class SynthSource final : public VersionSource {
     s.lr = static_cast<float>(c.trainer.lr);
     s.seed = c.trainer.seed;
     s.threads = threads();
-    std::printf("producer: building a synthetic model of %llu parameters\n", static_cast<unsigned long long>(s.params));
+    s.part = synth_part(c, rank);
+    part_ = c.producers > 1;
+    if (part_) {
+      uint64_t elements = 0;
+      for (const auto& r : s.part) elements += r.end - r.begin;
+      std::printf("producer rank %u: building its part of a synthetic model of %llu parameters (%llu of them)\n", rank,
+                  static_cast<unsigned long long>(s.params), static_cast<unsigned long long>(elements));
+    } else {
+      std::printf("producer: building a synthetic model of %llu parameters\n",
+                  static_cast<unsigned long long>(s.params));
+    }
     std::fflush(stdout);
     return s;
   }
+  bool part_ = false;  // a group rank's part only
   uint64_t params_ = 0, seed_ = 0;
   double lr_ = 0;
   sim::TrainerSimulator trainer_;
@@ -126,9 +164,10 @@ class WatchSource final : public VersionSource {
 
 }  // namespace
 
-std::unique_ptr<VersionSource> make_version_source(const config::Config& c, const std::optional<ProducerState>& resume,
+std::unique_ptr<VersionSource> make_version_source(const config::Config& c, uint32_t rank,
+                                                   const std::optional<ProducerState>& resume,
                                                    const std::atomic<bool>& stop) {
-  if (c.trainer.kind == "synth") return std::make_unique<SynthSource>(c, resume);
+  if (c.trainer.kind == "synth") return std::make_unique<SynthSource>(c, rank, resume);
   auto watch = std::make_unique<CheckpointWatch>(c.trainer.dir, stop);
   std::optional<CheckpointWatch::Found> first;
   if (resume) {

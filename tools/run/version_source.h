@@ -41,14 +41,21 @@ class VersionSource {
   virtual tree::CheckpointLayout layout() const { return {}; }
   // One line for the producer's log: what version 1 is.
   virtual std::string describe_bootstrap() const = 0;
+  // True when weights() holds every tensor (false: a group rank's synthetic trainer holds its part
+  // only, and the spans of the tensors outside it are empty).
+  virtual bool whole() const { return true; }
 };
 
-// Builds the source for `c`, positioned at its first version: synth at step 0 (or, resuming, at
-// the state's step, re-simulated and checked against the state's digest); watch at the latest
-// complete checkpoint (waiting for one; nullptr when `stop` came first) or, resuming, at the
-// state's checkpoint, checked likewise. Throws Error(verify_failed) when a resumed source's bits
-// are not the state's.
-std::unique_ptr<VersionSource> make_version_source(const config::Config& c, const std::optional<ProducerState>& resume,
+// Builds the source of producer rank `rank` for `c`, positioned at its first version: synth at
+// step 0 (or, resuming, at the state's step, re-simulated and checked against the state's digest);
+// watch at the latest complete checkpoint (waiting for one; nullptr when `stop` came first) or,
+// resuming, at the state's checkpoint, checked likewise. A group's synth rank (c.producers > 1)
+// simulates only its part (the partition the group uses: group_parts, or balanced), as a trainer
+// rank holds only its shard; resumed, its part is checked by the group (the parts must add up to
+// the committed version's digest at GROUP_HELLO), not here. Throws Error(verify_failed) when a
+// resumed source's bits are not the state's, Error(config) when synth is given group_parts shards.
+std::unique_ptr<VersionSource> make_version_source(const config::Config& c, uint32_t rank,
+                                                   const std::optional<ProducerState>& resume,
                                                    const std::atomic<bool>& stop);
 
 }  // namespace deltacast::tools

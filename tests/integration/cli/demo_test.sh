@@ -122,6 +122,15 @@ PY
 if [ "$MODE" = producers ]; then
   grep -q "$ARG producer ranks + 4 receivers" out.txt || fail "the demo does not say it runs $ARG producer ranks"
   grep -q "floor s = payload / $ARG x the" out.txt || fail "the floor is not the aggregate of $ARG uplinks"
+  # Each rank simulated only its part of the trainer (no process held the whole model), and the
+  # receivers hold exactly what one producer simulating the whole model sends.
+  grep -q "producer rank 1: building its part of a synthetic model" "$DEMO_DIR"/rank-1.out ||
+    fail "rank 1 did not simulate its part only"
+  timeout -k 5 100 "$DC" demo --params 2M --timeout 80s --json one.json --receivers 2 --steps 2 --uplink 0 \
+    >one.txt 2>&1 || fail "the one-producer demo failed"
+  python3 -c 'import json, sys; a, b = (json.load(open(p))["receivers_sha256"] for p in sys.argv[1:]); assert a == b, (a, b)' \
+    demo.json one.json || fail "the group's receivers do not hold the one producer's bits"
+  rm -rf "$(sed -n 's/.*(logs in \(.*\))$/\1/p' one.txt | head -n 1)"
 fi
 if [ "$MODE" = uplink ]; then
   grep -q "floor s" out.txt || fail "the table has no wire-floor column"

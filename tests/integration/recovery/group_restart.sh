@@ -138,12 +138,18 @@ report = json.load(open(sys.argv[1]))
 assert report["ok"] is True, report
 assert report["version"] == 6, report["version"]
 assert report["producer_rank"] == 0, report
+# The group's ranks each hold their part only: every receiver's digest (taken again from its bits)
+# is the sum of the ranks' part digests, and every receiver holds the same bits.
+assert "sha256" not in report, "a group rank reported the SHA-256 of a model it should not hold whole"
+shas = set()
 for path in sys.argv[2:]:
     summary = json.load(open(path))
     assert summary["version"] == 6, (path, summary)
-    assert summary["sha256"] == report["sha256"], (path, summary["sha256"], report["sha256"])
+    assert summary["digest"] == report["digest"], (path, summary["digest"], report["digest"])
+    shas.add(summary["sha256"])
     # At most version 4's first attempt was aborted (ABORT) and rolled back; nothing else.
     assert summary["versions_aborted"] <= 1, (path, summary)
+assert len(shas) == 1, shas
 PY
 PASSED=1
 echo "ok: resumed, steps 3..5 committed, every receiver bit-exact (at ${SECONDS} s)"

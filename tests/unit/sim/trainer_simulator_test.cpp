@@ -115,5 +115,56 @@ TEST(TrainerSimulator, RejectsBadConfig) {
   EXPECT_THROW(TrainerSimulator{no_threads}, Error);
 }
 
+// A producer group's rank simulates its part only: the bits of its ranges are a whole
+// simulation's, at every step; tensors outside the part have no buffer.
+TEST(TrainerSimulator, APartHoldsExactlyTheWholeSimulationsBitsOfItsRanges) {
+  TrainerSimulator whole(small(5e-6f, 3, 2));
+  const codec::Manifest& m = whole.manifest();
+  ASSERT_GE(m.size(), 4u);
+  // The largest tensor: two ranges off the random streams' batches and within one batch of each
+  // other (so a merge is needed: a doubly stepped element would differ), and a one-element range.
+  uint32_t big = 0;
+  for (uint32_t t = 0; t < m.size(); ++t)
+    if (m.at(t).numel() > m.at(big).numel()) big = t;
+  const uint64_t n = m.at(big).numel();
+  ASSERT_GT(n, 150'000u);
+  const uint32_t whole_tensor = big == 0 ? 1 : 0;
+  SimConfig c = small(5e-6f, 3, 1);
+  c.part = {
+      {big, 1001, 70'003}, {big, 70'010, 70'011}, {big, n - 77, n}, {whole_tensor, 0, m.at(whole_tensor).numel()}};
+  TrainerSimulator part(c);
+  ASSERT_EQ(part.manifest().digest(), m.digest());
+  for (int step = 0; step <= 3; ++step) {
+    const auto w = whole.bf16_weights(), p = part.bf16_weights();
+    for (uint32_t t = 0; t < m.size(); ++t) {
+      if (t == big || t == whole_tensor) {
+        ASSERT_EQ(p.tensors[t].size(), m.at(t).nbytes()) << t;
+      } else {
+        EXPECT_TRUE(p.tensors[t].empty()) << t;
+      }
+    }
+    for (const auto& r : c.part)
+      EXPECT_EQ(std::memcmp(p.tensors[r.tensor].data() + 2 * r.begin, w.tensors[r.tensor].data() + 2 * r.begin,
+                            2 * (r.end - r.begin)),
+                0)
+          << "step " << step << " tensor " << r.tensor << " [" << r.begin << ", " << r.end << ")";
+    // Far from every range, the part's buffer was never written: zeros.
+    std::vector<std::byte> zeros(2 * 1000);
+    EXPECT_EQ(std::memcmp(p.tensors[big].data() + 2 * 100'000, zeros.data(), zeros.size()), 0);
+    whole.step();
+    part.step();
+  }
+  EXPECT_EQ(part.step_index(), 4u);
+}
+
+TEST(TrainerSimulator, RefusesAPartRangeOutsideItsTensor) {
+  SimConfig c = small();
+  TrainerSimulator whole(c);
+  c.part = {{0, 0, whole.manifest().at(0).numel() + 1}};
+  EXPECT_THROW(TrainerSimulator{c}, Error);
+  c.part = {{static_cast<uint32_t>(whole.manifest().size()), 0, 1}};
+  EXPECT_THROW(TrainerSimulator{c}, Error);
+}
+
 }  // namespace
 }  // namespace deltacast::sim
