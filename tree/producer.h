@@ -246,6 +246,8 @@ class Producer {
   // RefitOptions::layout). Host thread, between calls.
   const CheckpointLayout& layout() const;
   uint64_t version() const noexcept;            // last committed version
+  // The bytes this process sends of every version: a group rank's part, else the whole manifest.
+  uint64_t part_bytes() const;
   // Its digest; a group rank's: its part's (per tensor, the sums over its ranges). history() holds
   // the whole version's combined digests on every rank (a part rank learns them from GROUP_DECIDED).
   const codec::StateDigest& digest() const;

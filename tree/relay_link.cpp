@@ -43,21 +43,19 @@ void send_control(transport::Connection& connection, const Message& message,
 
 std::vector<std::byte> recv_message(transport::Connection& connection, size_t max_bytes,
                                     std::chrono::milliseconds timeout) {
-  std::vector<std::byte> buffer(max_bytes);
-  auto request = connection.post_recv(buffer);
+  // Default-initialised (not zeroed): a large bound is an mmap whose untouched pages cost nothing.
+  const std::unique_ptr<std::byte[]> storage(new std::byte[max_bytes]);
+  auto request = connection.post_recv(std::span<std::byte>(storage.get(), max_bytes));
+  const auto received = [&] { return std::vector<std::byte>(storage.get(), storage.get() + request->bytes()); };
   Status status = request->wait(timeout);
   if (status.code == Errc::timeout) {
     cancel_and_wait(*request);
-    if (request->status().ok()) {  // it raced to completion while being cancelled
-      buffer.resize(request->bytes());
-      return buffer;
-    }
+    if (request->status().ok()) return received();  // it raced to completion while being cancelled
     throw Error(Errc::timeout, "no message from " + connection.peer() + " within " +
                                    std::to_string(timeout.count()) + " ms");
   }
   if (!status.ok()) throw Error(status);
-  buffer.resize(request->bytes());
-  return buffer;
+  return received();
 }
 
 uint64_t random_instance() {

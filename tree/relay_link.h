@@ -56,8 +56,10 @@ void send_message(transport::Connection& connection, std::span<const std::byte> 
 // Encodes (in `epoch`) and sends a control message (see send_message).
 void send_control(transport::Connection& connection, const Message& message,
                   std::chrono::milliseconds timeout, uint64_t epoch = 0);
-// Receives one message of at most max_bytes. Throws Error(timeout) when none arrived in time
-// (the receive is cancelled), Error(connection) when the link failed.
+// Receives one message of at most max_bytes, returned in a vector of its own size (the receive
+// buffer is neither zeroed nor kept: a WELCOME's 64 MiB bound costs only the pages the message
+// fills, and only while it arrives). Throws Error(timeout) when none arrived in time (the receive
+// is cancelled), Error(connection) when the link failed.
 std::vector<std::byte> recv_message(transport::Connection& connection, size_t max_bytes,
                                     std::chrono::milliseconds timeout);
 

@@ -322,6 +322,9 @@ class ProducerRun {
                              {"trainer_kind", c_.trainer.kind},
                              {"rss_anon_after_bootstrap_bytes", rss_anon_after_bootstrap_},
                              {"max_rss_anon_bytes", max_rss_anon_},
+                             {"peak_rss_bytes", peak_rss_bytes()},
+                             {"trainer_bytes", source_->trainer_bytes()},
+                             {"part_bytes", producer_->part_bytes()},
                              {"chunk_bytes", c_.chunk_bytes},
                              {"full", full_json},
                              {"steps", steps_}};  // only the steps this process ran

@@ -44,13 +44,20 @@ void write_json(const std::string& path, const nlohmann::json& value) {
   out << value.dump(2) << "\n";
 }
 
-uint64_t rss_anon_bytes() {
+namespace {
+// A "Name:   N kB" line of /proc/self/status, in bytes (0 when absent).
+uint64_t status_kb_field(const std::string& name) {
   std::ifstream status("/proc/self/status");
   std::string line;
   while (std::getline(status, line))
-    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+    if (line.rfind(name, 0) == 0) return std::stoull(line.substr(name.size())) * 1024;
   return 0;
 }
+}  // namespace
+
+uint64_t rss_anon_bytes() { return status_kb_field("RssAnon:"); }
+
+uint64_t peak_rss_bytes() { return status_kb_field("VmHWM:"); }
 
 void set_log_level(const std::string& level) {
   for (const char* subsystem : kSubsystems) logger(subsystem)->set_level(spdlog::level::from_str(level));

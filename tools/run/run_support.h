@@ -38,6 +38,10 @@ void write_json(const std::string& path, const nlohmann::json& value);
 // The process's anonymous resident memory (RssAnon): what it allocated, not file pages it maps.
 uint64_t rss_anon_bytes();
 
+// The process's peak resident memory so far (VmHWM: anonymous and file pages, the kernel's own
+// high-water mark, so no peak between two samples is missed).
+uint64_t peak_rss_bytes();
+
 // Sets the level of every subsystem's logger ("info", "debug", ...).
 void set_log_level(const std::string& level);
 

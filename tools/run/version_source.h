@@ -44,6 +44,9 @@ class VersionSource {
   // True when weights() holds every tensor (false: a group rank's synthetic trainer holds its part
   // only, and the spans of the tensors outside it are empty).
   virtual bool whole() const { return true; }
+  // The trainer's own memory in this process (synth: the simulator's 14 bytes per parameter it
+  // holds; watch: 0, the checkpoints are file pages), so a report can tell it from deltacast's.
+  virtual uint64_t trainer_bytes() const { return 0; }
 };
 
 // Builds the source of producer rank `rank` for `c`, positioned at its first version: synth at

@@ -120,6 +120,11 @@ const CheckpointLayout& Producer::layout() const { return *impl_->layout; }
 
 uint64_t Producer::version() const noexcept { return impl_->version; }
 
+uint64_t Producer::part_bytes() const {
+  const auto& d = *impl_;
+  return d.group ? d.group->partition.part_bytes(d.group->rank) : d.manifest.total_bytes();
+}
+
 const codec::StateDigest& Producer::digest() const { return impl_->baseline->digest(); }
 
 // The producer's state file reads these (tools/run/run_command.cpp); they change only in the version
