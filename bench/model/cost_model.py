@@ -359,10 +359,11 @@ def main():
                         "default: fit_lib.TRAIN_BATCHES (runs.json's split)")
     m.add_argument("--only-receivers", type=int, help="only the configurations with this many receivers")
     m.add_argument("--only-heldout", action="store_true", help="only the former held-out configurations (6, 8 receivers)")
-    m.add_argument("--matrix", choices=("default", "blind2", "wide", "blind3", "group"), default="default",
+    m.add_argument("--matrix", choices=("default", "blind2", "wide", "blind3", "group", "group_wire"), default="default",
                    help="blind2: the second blind set (120M, ~2%%, 5 and 10 receivers) and its 2 controls; "
                         "wide: the fourth check's training (2-12 receivers); blind3: its blind set and controls; "
-                        "group: M = 1, 2, 4 producer ranks (issue 32 part 3)")
+                        "group: M = 1, 2, 4 producer ranks (issue 32 part 3); group_wire: M = 1, 2, 4 at 5 Mbit/s "
+                        "per rank, where the wire bounds M = 4 here")
     cv = sub.add_parser("cv")
     cv.add_argument("--runs", default=os.path.join(HERE, "runs.json"))
     iw = sub.add_parser("ingest-wan")
