@@ -107,11 +107,24 @@ def table(doc, constants, t_rank=0.0):
                         error_m=pred_m / statistics.median(refits) - 1, held_out=not is_group_train(g[0]),
                         bound_m=predict(constants, g[len(g) // 2], t_rank)[1], speedup_by_round=speedups,
                         rank_rss_max=max(rss) if rss else 0, rank_rss_min=min(every_rss) if every_rss else 0,
-                        # what a rank holds beyond the simulated trainer (sim/trainer_simulator.h: 14 bytes
-                        # a parameter, the whole model in every rank), against its part of the checkpoint
-                        ours_max=(max(rss) - SIM_BYTES_PER_PARAM * g[0]["params"]) if rss else 0,
+                        # what a rank holds beyond the simulated trainer, against its part of the
+                        # checkpoint: peak RSS - trainer bytes as the ranks report them; runs of an
+                        # older binary, whose every rank simulated the whole model (14 bytes a
+                        # parameter, sim/trainer_simulator.h), from their sampled RSS
+                        ours_max=beyond_trainer(doc, mine, rss, g[0]["params"]),
                         part_bytes=g[0]["E"] / key[2], checkpoint_bytes=g[0]["E"]))
     return out
+
+
+def beyond_trainer(doc, runs, rss, params):
+    """The largest rank's bytes beyond its simulated trainer over `runs` (see table())."""
+    reported = [v for i in runs for v in doc["runs"][i].get("rank_beyond_trainer", {}).values()]
+    if reported:
+        return max(reported)
+    rank0 = [doc["runs"][i]["report"] for i in runs if "trainer_bytes" in (doc["runs"][i].get("report") or {})]
+    if rank0:  # measured before rank_beyond_trainer was recorded: rank 0's own report
+        return max(r["peak_rss_bytes"] - r["trainer_bytes"] for r in rank0)
+    return (max(rss) - SIM_BYTES_PER_PARAM * params) if rss else 0
 
 
 def print_table(t, markdown=False):

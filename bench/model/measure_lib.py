@@ -124,6 +124,7 @@ def group_wire_matrix():
     for m in (1, 2, 4):
         c = configs((("100M", 0.03, 8, "5Mbit/s", "binary"),), role="group")[0]
         c["producers"] = m
+        c["timeout_s"] = 600  # version 1 alone takes 320 s at M = 1
         out.append(c)
     return out
 
@@ -181,6 +182,7 @@ def run_demo(deltacast, cfg, steps, timeout_s, workdir):
     m = re.search(r"logs in (/tmp/deltacast-demo-\w+)", proc.stdout)
     if m:
         rec["rank_rss"] = rank_rss(m.group(1))
+        rec["rank_beyond_trainer"] = rank_memory(m.group(1))
     if m and proc.returncode == 0:
         shutil.rmtree(m.group(1), ignore_errors=True)  # the demo's own temp dir (ours to remove)
     rec["report"] = json.load(open(out)) if proc.returncode == 0 and os.path.exists(out) else None
@@ -198,6 +200,21 @@ def rank_rss(demo_dir):
         if mm:
             try:
                 out[int(mm.group(1) or 0)] = json.load(open(os.path.join(demo_dir, name)))["max_rss_anon_bytes"]
+            except (OSError, ValueError, KeyError):
+                pass
+    return out
+
+
+def rank_memory(demo_dir):
+    """{producer rank: peak RSS (VmHWM) minus its simulated trainer's bytes} from a demo's reports:
+    what deltacast holds in the rank; {} when the reports do not say (an older binary)."""
+    out = {}
+    for name in sorted(os.listdir(demo_dir)) if os.path.isdir(demo_dir) else []:
+        mm = re.fullmatch(r"report(?:-rank(\d+))?\.json", name)
+        if mm:
+            try:
+                r = json.load(open(os.path.join(demo_dir, name)))
+                out[int(mm.group(1) or 0)] = r["peak_rss_bytes"] - r["trainer_bytes"]
             except (OSError, ValueError, KeyError):
                 pass
     return out
@@ -245,7 +262,7 @@ def measure(deltacast, out_path, rounds, steps, root, matrix=None, timeout_s=240
         order = list(range(len(matrix)))
         rng.shuffle(order)
         for i in order:
-            rec = run_demo(deltacast, matrix[i], steps, timeout_s, workdir)
+            rec = run_demo(deltacast, matrix[i], steps, matrix[i].get("timeout_s", timeout_s), workdir)
             rec["round"] = rnd
             rec["batch"] = batch
             doc["runs"].append(rec)

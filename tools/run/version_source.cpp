@@ -109,7 +109,7 @@ class SynthSource final : public VersionSource {
     std::fflush(stdout);
     return s;
   }
-  bool part_ = false;     // a group rank's part only
+  bool part_ = false;      // a group rank's part only
   uint64_t elements_ = 0;  // the parameters it simulates
   uint64_t params_ = 0, seed_ = 0;
   double lr_ = 0;
