@@ -8,7 +8,10 @@
 #   demo_test.sh DELTACAST producers M        a producer group of M ranks (4 receivers, each rank's
 #                                             egress capped at 20 Mbit/s): every receiver bit-exact,
 #                                             every version committed, no version faster than its
-#                                             payload over M x the cap
+#                                             payload over M x the cap; each rank simulated only
+#                                             its part, and the receivers hold one producer's bits.
+#                                             M = 2 takes the trainer's layout (group_parts JSON,
+#                                             the embedding cut at an element off every batch)
 #   demo_test.sh DELTACAST group-kill R@S     --kill with a producer group of 2 ranks: as kill
 #   demo_test.sh DELTACAST kill RANK@STEP     --kill (4 receivers, binary tree: rank 2 relays for
 #   demo_test.sh DELTACAST freeze RANK@STEP   rank 4): exit 0, the victim reported failed at its
@@ -37,6 +40,25 @@ fail() {
   fi
   exit 1
 }
+
+# M = 2: the trainer's own layout instead of the balanced one: the embedding split between the
+# ranks at element 100003, the other tensors dealt alternately (names from a 2M checkpoint).
+RANK0_ELEMENTS=""
+if [ "$MODE" = producers ] && [ "$ARG" = 2 ]; then
+  "$DC" synth --out shape --params 2M --steps 0 >/dev/null
+  read -r RANK0_ELEMENTS DELTACAST_GROUP_PARTS < <(python3 - shape/step-0000.safetensors <<'PY'
+import json, math, struct, sys
+raw = open(sys.argv[1], "rb").read()
+header = json.loads(raw[8:8 + struct.unpack("<Q", raw[:8])[0]])
+numel = {k: math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__"}
+embed = "model.embed_tokens.weight"
+rest = sorted(k for k in numel if k != embed)
+parts = [[[embed, 0, 100003]] + rest[0::2], [[embed, 100003, numel[embed]]] + rest[1::2]]
+print(100003 + sum(numel[k] for k in rest[0::2]), json.dumps(parts, separators=(",", ":")))
+PY
+  )
+  export DELTACAST_GROUP_PARTS
+fi
 
 case "$MODE" in
   transport) ARGS=(--transport "$ARG" --receivers 3 --steps 2); SURVIVORS=3 ;;
@@ -126,7 +148,11 @@ if [ "$MODE" = producers ]; then
   # receivers hold exactly what one producer simulating the whole model sends.
   grep -q "producer rank 1: building its part of a synthetic model" "$DEMO_DIR"/rank-1.out ||
     fail "rank 1 did not simulate its part only"
-  timeout -k 5 100 "$DC" demo --params 2M --timeout 80s --json one.json --receivers 2 --steps 2 --uplink 0 \
+  if [ -n "$RANK0_ELEMENTS" ]; then
+    grep -q "producer rank 0: building its part of a synthetic model of [0-9]* parameters ($RANK0_ELEMENTS of them)" \
+      out.txt || fail "rank 0 did not simulate the part group_parts gave it ($RANK0_ELEMENTS elements)"
+  fi
+  timeout -k 5 100 env -u DELTACAST_GROUP_PARTS "$DC" demo --params 2M --timeout 80s --json one.json --receivers 2 --steps 2 --uplink 0 \
     >one.txt 2>&1 || fail "the one-producer demo failed"
   python3 -c 'import json, sys; a, b = (json.load(open(p))["receivers_sha256"] for p in sys.argv[1:]); assert a == b, (a, b)' \
     demo.json one.json || fail "the group's receivers do not hold the one producer's bits"
