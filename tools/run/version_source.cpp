@@ -67,7 +67,7 @@ class SynthSource final : public VersionSource {
                     "the trainer did not re-simulate to the same bits: step " + std::to_string(resume->trainer_step));
   }
   bool whole() const override { return !part_; }
-  uint64_t trainer_bytes() const override { return 14 * elements_; }
+  uint64_t trainer_bytes() const override { return 14 * (part_ ? elements_ : trainer_.manifest().total_elements()); }
   const codec::Manifest& manifest() const override { return trainer_.manifest(); }
   codec::ConstWeights weights() const override { return trainer_.bf16_weights(); }
   bool next() override {
@@ -102,7 +102,6 @@ class SynthSource final : public VersionSource {
       std::printf("producer rank %u: building its part of a synthetic model of %llu parameters (%llu of them)\n", rank,
                   static_cast<unsigned long long>(s.params), static_cast<unsigned long long>(elements_));
     } else {
-      elements_ = codec::Manifest(sim::model_tensors(sim::model_shape_for(s.params))).total_elements();
       std::printf("producer: building a synthetic model of %llu parameters\n",
                   static_cast<unsigned long long>(s.params));
     }
@@ -110,7 +109,7 @@ class SynthSource final : public VersionSource {
     return s;
   }
   bool part_ = false;      // a group rank's part only
-  uint64_t elements_ = 0;  // the parameters it simulates
+  uint64_t elements_ = 0;  // a part's parameters
   uint64_t params_ = 0, seed_ = 0;
   double lr_ = 0;
   sim::TrainerSimulator trainer_;
