@@ -35,6 +35,7 @@ size_t dtype_unit_size(DType dtype) noexcept {
   const size_t size = dtype_size(dtype);
   return size > 4 ? 4 : size;
 }
+size_t dtype_units_per_element(DType dtype) noexcept { return dtype_size(dtype) / dtype_unit_size(dtype); }
 bool dtype_codes_as_float(DType dtype) noexcept { return dtype_is_float(dtype) && dtype_size(dtype) <= 4; }
 std::string_view dtype_name(DType dtype) noexcept {
   const auto* r = row(dtype);

@@ -32,6 +32,8 @@ size_t dtype_size(DType dtype) noexcept;
 // two 4-byte little-endian units (element i is units 2i and 2i+1); every other dtype's unit is
 // its element. docs/frame-format.md.
 size_t dtype_unit_size(DType dtype) noexcept;
+// Code units per element: 2 for 8-byte dtypes, else 1 (element i is units [i * n, (i + 1) * n)).
+size_t dtype_units_per_element(DType dtype) noexcept;
 // Safetensors spelling ("BF16", "F16", "F32", "F64", "F8_E4M3", "F8_E5M2", "BOOL", "I8", "U8",
 // "I16", "U16", "I32", "U32", "I64", "U64").
 std::string_view dtype_name(DType dtype) noexcept;

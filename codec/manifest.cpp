@@ -15,7 +15,7 @@ uint64_t TensorInfo::numel() const noexcept {
   return n;
 }
 uint64_t TensorInfo::nbytes() const noexcept { return numel() * dtype_size(dtype); }
-uint64_t TensorInfo::units() const noexcept { return numel() * (dtype_size(dtype) / dtype_unit_size(dtype)); }
+uint64_t TensorInfo::units() const noexcept { return numel() * dtype_units_per_element(dtype); }
 
 Manifest::Manifest(std::vector<TensorInfo> tensors) : tensors_(std::move(tensors)) {
   std::vector<std::byte> canonical;

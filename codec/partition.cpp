@@ -116,8 +116,7 @@ Partition Partition::from_parts(const Manifest& manifest, std::vector<std::vecto
                                                 units_text(manifest, x.tensor, x.begin, x.end) + ", which has " +
                                                 std::to_string(manifest.at(x.tensor).units()) + " units");
       // A cut inside an element (an odd unit of an 8-byte dtype) cannot be sent raw or read whole.
-      const uint64_t per_element =
-          dtype_size(manifest.at(x.tensor).dtype) / dtype_unit_size(manifest.at(x.tensor).dtype);
+      const uint64_t per_element = dtype_units_per_element(manifest.at(x.tensor).dtype);
       if (x.begin % per_element != 0 || x.end % per_element != 0)
         throw Error(Errc::invalid_argument,
                     "rank " + std::to_string(r) + " claims " + units_text(manifest, x.tensor, x.begin, x.end) +

@@ -46,11 +46,10 @@ struct TensorState {
   uint64_t numel = 0;
   bool norm = false;
   float grad_scale = 1.0f;
-  bool held = false;  // allocated: the whole model, or a tensor the part touches
   Buffer<float> master;
   Buffer<float> m;
   Buffer<float> v;
-  Buffer<uint16_t> bf16;
+  Buffer<uint16_t> bf16;  // null: a tensor outside the part (every buffer is)
 };
 
 struct Block {
@@ -187,7 +186,6 @@ struct TrainerSimulator::Impl {
       const PhiloxBlock w = philox4x32_10({0, 0, t, kScaleStream}, config.seed);
       ts.grad_scale = std::pow(10.0f, -5.0f + 2.0f * uniform_open01(w[0]));
       if (spans[t].empty()) continue;
-      ts.held = true;
       ts.master = allocate<float>(ts.numel, part);
       ts.m = allocate<float>(ts.numel, part);
       ts.v = allocate<float>(ts.numel, part);
@@ -304,7 +302,7 @@ codec::ConstWeights TrainerSimulator::bf16_weights() const {
   codec::ConstWeights w;
   w.manifest = &impl_->manifest;
   for (const auto& ts : impl_->tensors) {
-    w.tensors.push_back(ts.held ? std::as_bytes(std::span<const uint16_t>(ts.bf16.get(), ts.numel))
+    w.tensors.push_back(ts.bf16 ? std::as_bytes(std::span<const uint16_t>(ts.bf16.get(), ts.numel))
                                 : std::span<const std::byte>());
   }
   return w;

@@ -31,7 +31,7 @@ std::vector<std::vector<codec::PartRange>> parse_group_parts(const std::string& 
       if (!index) throw bad("rank " + std::to_string(r) + " names tensor '" + name + "', which is not in the manifest");
       const auto& t = manifest.at(*index);
       // Elements to codec units (an 8-byte element is two units).
-      const uint64_t per = codec::dtype_size(t.dtype) / codec::dtype_unit_size(t.dtype);
+      const uint64_t per = codec::dtype_units_per_element(t.dtype);
       const uint64_t first = range ? item[1].get<uint64_t>() : 0;
       const uint64_t end = range ? item[2].get<uint64_t>() : t.numel();
       if (first > end || end > t.numel())

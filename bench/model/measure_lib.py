@@ -191,33 +191,29 @@ def run_demo(deltacast, cfg, steps, timeout_s, workdir):
     return rec
 
 
-def rank_rss(demo_dir):
-    """{producer rank: peak anonymous RSS in bytes} from a demo's reports (report.json is rank 0,
-    report-rank<g>.json rank g of a producer group); {} when there are none."""
+def rank_reports(demo_dir, value):
+    """{producer rank: value(its report)} over a demo's reports (report.json is rank 0,
+    report-rank<g>.json rank g of a producer group); a report that is missing, does not parse or
+    lacks what `value` reads (an older binary) is left out."""
     out = {}
     for name in sorted(os.listdir(demo_dir)) if os.path.isdir(demo_dir) else []:
         mm = re.fullmatch(r"report(?:-rank(\d+))?\.json", name)
         if mm:
             try:
-                out[int(mm.group(1) or 0)] = json.load(open(os.path.join(demo_dir, name)))["max_rss_anon_bytes"]
+                out[int(mm.group(1) or 0)] = value(json.load(open(os.path.join(demo_dir, name))))
             except (OSError, ValueError, KeyError):
                 pass
     return out
+
+
+def rank_rss(demo_dir):
+    """{producer rank: its largest sampled anonymous RSS in bytes}."""
+    return rank_reports(demo_dir, lambda r: r["max_rss_anon_bytes"])
 
 
 def rank_memory(demo_dir):
-    """{producer rank: peak RSS (VmHWM) minus its simulated trainer's bytes} from a demo's reports:
-    what deltacast holds in the rank; {} when the reports do not say (an older binary)."""
-    out = {}
-    for name in sorted(os.listdir(demo_dir)) if os.path.isdir(demo_dir) else []:
-        mm = re.fullmatch(r"report(?:-rank(\d+))?\.json", name)
-        if mm:
-            try:
-                r = json.load(open(os.path.join(demo_dir, name)))
-                out[int(mm.group(1) or 0)] = r["peak_rss_bytes"] - r["trainer_bytes"]
-            except (OSError, ValueError, KeyError):
-                pass
-    return out
+    """{producer rank: peak RSS (VmHWM) minus its simulated trainer's bytes}: what deltacast holds."""
+    return rank_reports(demo_dir, lambda r: r["peak_rss_bytes"] - r["trainer_bytes"])
 
 
 def ingest_wan(root):

@@ -43,8 +43,7 @@ std::vector<sim::SimRange> synth_part(const config::Config& c, uint32_t rank) {
           : codec::Partition::from_parts(manifest, tree::parse_group_parts(c.group_parts, manifest, c.producers));
   std::vector<sim::SimRange> part;
   for (const codec::PartRange& r : partition.part(rank)) {
-    // Units to elements (an 8-byte element is two units; the simulator's BF16 is one).
-    const uint64_t per = manifest.at(r.tensor).units() / std::max<uint64_t>(1, manifest.at(r.tensor).numel());
+    const uint64_t per = codec::dtype_units_per_element(manifest.at(r.tensor).dtype);  // units to elements
     part.push_back({r.tensor, r.begin / per, r.end / per});
   }
   return part;

@@ -133,20 +133,31 @@ void Producer::Impl::handle_coordinator(const ControlEvent& e) {
   }
 }
 
-RefitReport Producer::Impl::rank_version(GroupShare& share, const RefitOptions&) {
+RefitReport Producer::Impl::rank_version(GroupShare& share) {
   auto& g = *group;
   const uint64_t v = version + 1;
   const std::string who = "producer rank " + std::to_string(g.rank);
+  auto lost = [&](const std::string& why) {
+    return Error(Errc::connection, who + " lost the coordinator: " + why +
+                                       " (members keep the committed version; a restarted coordinator resumes)");
+  };
   auto check_link = [&] {
-    if (!g.coordinator_lost.empty())
-      throw Error(Errc::connection, who + " lost the coordinator: " + g.coordinator_lost +
-                                        " (members keep the committed version; a restarted coordinator resumes)");
+    if (!g.coordinator_lost.empty()) throw lost(g.coordinator_lost);
     if (g.bye) throw Error(Errc::state, who + ": the coordinator ended the session");
+  };
+  // The coordinator's loss is the same whether its link's reader or a send finds it first.
+  auto tell_coordinator = [&](const Message& message) {
+    try {
+      send_control(*g.coordinator, message, kMemberSendTimeout, epoch());
+    } catch (const Error& e) {
+      if (e.code() == Errc::connection) throw lost(e.what());
+      throw;
+    }
   };
   check_link();
   g.begin.reset();
   g.decided.reset();
-  send_control(*g.coordinator, GroupReady{g.rank, v, share.raw()}, kMemberSendTimeout, epoch());
+  tell_coordinator(GroupReady{g.rank, v, share.raw()});
   RefitReport report;
   report.version = v;
   const auto start = Clock::now();
@@ -198,7 +209,7 @@ RefitReport Producer::Impl::rank_version(GroupShare& share, const RefitOptions&)
     failed.errc = static_cast<uint32_t>(e.code());
     failed.message = e.what();
     check_link();
-    send_control(*g.coordinator, failed, kMemberSendTimeout, epoch());
+    tell_coordinator(failed);
     throw;
   }
   sent.rank = g.rank;
@@ -207,7 +218,7 @@ RefitReport Producer::Impl::rank_version(GroupShare& share, const RefitOptions&)
   report.chunks = sent.chunks;
   report.frames_bytes = sent.frame_bytes;
   report.changes = sent.changes;
-  send_control(*g.coordinator, sent, kMemberSendTimeout, epoch());
+  tell_coordinator(sent);
   // Until the coordinator's word: new roots JOIN and get what they lack, GAPs are answered.
   while (!(g.decided && g.decided->attempt == begin.attempt)) {
     check_link();

@@ -64,10 +64,8 @@ class Producer::Impl::RawShare final : public GroupShare {
     sent.base_digest = d_.baseline->digest().per_tensor();
     sent.new_digest = pieces.digest.per_tensor();
     if (f.report) {
-      for (const auto& r : ranges) {
-        const auto dtype = d_.manifest.at(r.tensor).dtype;
-        f.report->elements += r.units() * codec::dtype_unit_size(dtype) / codec::dtype_size(dtype);
-      }
+      for (const auto& r : ranges)
+        f.report->elements += r.units() / codec::dtype_units_per_element(d_.manifest.at(r.tensor).dtype);
       f.report->checkpoint_bytes = pieces.bytes;
     }
     return sent;

@@ -354,7 +354,7 @@ struct Producer::Impl {
   void handle_coordinator(const ControlEvent& event);
   // A part rank's version (a delta, or version 1's RAW pieces: `share`): GROUP_READY, GROUP_BEGIN,
   // its part down its trees, GROUP_SENT, the coordinator's GROUP_DECIDED.
-  RefitReport rank_version(GroupShare& share, const RefitOptions& refit_options);
+  RefitReport rank_version(GroupShare& share);
   // A group rank's weights (refit or bootstrap): one buffer per tensor, whole for every tensor of
   // its part (the others may be empty). Throws Error(invalid_argument) naming the tensor.
   void check_part_weights(const codec::ConstWeights& weights) const;

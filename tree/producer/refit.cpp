@@ -73,7 +73,7 @@ RefitReport Producer::refit(const codec::WeightsReader& next, const RefitOptions
   if (next.manifest().digest() != d.manifest.digest())
     throw Error(Errc::invalid_argument,
                 "refit: the new version's tensors (names, dtypes, shapes) are not the manifest's");
-  if (d.part_rank()) return d.rank_version(*d.delta_share(next, refit_options), refit_options);
+  if (d.part_rank()) return d.rank_version(*d.delta_share(next, refit_options));
   auto layout = d.changed_layout(refit_options.layout);
   if (d.coordinator()) return d.group_version(*d.delta_share(next, refit_options), std::move(layout), refit_options);
   const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
@@ -228,7 +228,7 @@ RefitReport Producer::bootstrap(const codec::ConstWeights& full) {
   if (d.group) {
     // Each rank sends its part's RAW pieces from its own memory (group_share.h).
     d.check_part_weights(checked);
-    if (d.part_rank()) return d.rank_version(*d.raw_share(checked), {});
+    if (d.part_rank()) return d.rank_version(*d.raw_share(checked));
     return d.group_version(*d.raw_share(checked), nullptr, {});
   }
   codec::check_weights(checked);

@@ -45,18 +45,22 @@ Model zeros_of(const Model& model) {
   return zeros;
 }
 
+// The type of a message a fault hook sees (none: a RAW piece's bare body, which has no header).
+std::optional<MessageType> type_of(std::span<const std::byte> m) {
+  try {
+    if (m.size() >= kMessageHeaderSize) return message_header(m).type;
+  } catch (const Error&) {
+  }
+  return std::nullopt;
+}
+
 // The process behind `transport` dies (or freezes) at its n-th data message (FRAME or RAW) from
 // now on, before sending it.
 void at_data_message(transport::Transport& transport, int n, loop::Fault::Kind kind) {
   auto frames = std::make_shared<std::atomic<int>>(0);
   loop::set_member_fault_hook(
       transport, std::make_shared<loop::FaultFunction>([frames, n, kind](uint64_t, std::span<const std::byte> m) {
-        // A RAW piece's bare body has no message header.
-        std::optional<MessageType> type;
-        try {
-          if (m.size() >= kMessageHeaderSize) type = message_header(m).type;
-        } catch (const Error&) {
-        }
+        const auto type = type_of(m);
         if ((type == MessageType::frame || type == MessageType::raw) && ++*frames == n) return loop::Fault{kind};
         return loop::Fault{};
       }));
@@ -217,10 +221,20 @@ class Group {
 
   // Every receiver holds `model`'s bits exactly (memcmp).
   void expect_everyone_holds(const Model& model, const std::string& when) const {
-    for (uint32_t r = 1; r <= n_; ++r) {
-      EXPECT_EQ(failures_[r], "") << "receiver " << r << " " << when;
-      EXPECT_TRUE(same_bits(buffers_[r], model.weights())) << "receiver " << r << " " << when;
-    }
+    expect_survivors_hold(model, 0, when);  // receivers are 1..n
+  }
+
+  // Rank 1 was lost while the version of `reports` went out: rank 0's call returned it aborted
+  // naming the rank, rank 1's call failed, the group stayed at `version`, and every receiver rolls
+  // back to `held`'s bits.
+  void expect_aborted_by_rank_1(const std::vector<RefitReport>& reports, const std::vector<std::string>& errors,
+                                uint64_t version, const Model& held, const std::string& when) {
+    EXPECT_EQ(errors[0], "");
+    EXPECT_FALSE(reports[0].committed);
+    EXPECT_NE(reports[0].abort_reason.find("producer rank 1"), std::string::npos) << reports[0].abort_reason;
+    EXPECT_NE(errors[1], "") << "the killed rank's call fails";
+    EXPECT_EQ(rank(0).version(), version);
+    eventually_everyone_holds(held, when, test_time::scaled(10s));
   }
 
   // Every receiver but `dead` holds `model`'s bits exactly.
@@ -317,13 +331,7 @@ TEST(ProducerGroup, RankKilledMidBootstrapAbortsThenVersion1IsSentAgain) {
   ASSERT_TRUE(group.start_all());
   at_data_message(group.rank_transport(1), 3, loop::Fault::Kind::die);
   std::vector<std::string> errors;
-  const auto aborted = group.bootstrap(model, &errors);
-  EXPECT_EQ(errors[0], "");
-  EXPECT_FALSE(aborted[0].committed);
-  EXPECT_NE(aborted[0].abort_reason.find("producer rank 1"), std::string::npos) << aborted[0].abort_reason;
-  EXPECT_NE(errors[1], "") << "the killed rank's bootstrap fails";
-  EXPECT_EQ(group.rank(0).version(), 0u);
-  group.eventually_everyone_holds(zeros, "after the aborted bootstrap", test_time::scaled(10s));
+  group.expect_aborted_by_rank_1(group.bootstrap(model, &errors), errors, 0, zeros, "after the aborted bootstrap");
 
   group.drop_rank(1);
   group.make_rank(1, std::nullopt);
@@ -380,6 +388,27 @@ TEST(ProducerGroup, RanksSendingVersion1InDifferentWaysAreRefusedNamingTheRank) 
   group.expect_everyone_holds(model, "at version 1");
 }
 
+// Rank 1's link to the coordinator fails as it sends its GROUP_SENT of version 2 (the send, not
+// the link's reader, finds it): its refit fails saying it lost the coordinator; the coordinator
+// aborts the version on every member, each back at version 1 exactly.
+TEST(ProducerGroup, GroupLinkFailingAtGroupSentIsTheCoordinatorsLoss) {
+  Model model = Model::make(41);
+  Group group(2, 4, TopologyKind::binary, model);
+  ASSERT_TRUE(group.start_at_version_1(model));
+  const Model v1 = model;
+  loop::set_member_fault_hook(group.rank_transport(1),
+                              std::make_shared<loop::FaultFunction>([](uint64_t, std::span<const std::byte> m) {
+                                return loop::Fault{type_of(m) == MessageType::group_sent ? loop::Fault::Kind::close
+                                                                                         : loop::Fault::Kind::deliver};
+                              }));
+  model.step(2);
+  std::vector<std::string> errors;
+  const auto reports = group.refit(model, &errors);
+  EXPECT_FALSE(reports[0].committed);
+  EXPECT_NE(errors[1].find("producer rank 1 lost the coordinator"), std::string::npos) << errors[1];
+  group.eventually_everyone_holds(v1, "after the aborted version 2", test_time::scaled(10s));
+}
+
 // Rank 1 dies while its part of version 2 is going out: the version aborts on every member, each
 // rolls back to version 1 exactly; refits fail naming the missing rank until it comes back with
 // its part of version 1; then versions 2 and 3 commit exactly, with no full resend.
@@ -393,13 +422,7 @@ TEST(ProducerGroup, RankKilledMidVersionAbortsThenResumes) {
   at_data_message(group.rank_transport(1), 3, loop::Fault::Kind::die);
   model.step(2);
   std::vector<std::string> errors;
-  const auto aborted = group.refit(model, &errors);
-  EXPECT_EQ(errors[0], "");
-  EXPECT_FALSE(aborted[0].committed);
-  EXPECT_NE(aborted[0].abort_reason.find("producer rank 1"), std::string::npos) << aborted[0].abort_reason;
-  EXPECT_NE(errors[1], "") << "the killed rank's refit fails";
-  EXPECT_EQ(group.rank(0).version(), 1u);
-  group.eventually_everyone_holds(v1, "after the aborted version 2", test_time::scaled(10s));
+  group.expect_aborted_by_rank_1(group.refit(model, &errors), errors, 1, v1, "after the aborted version 2");
 
   // Without rank 1 nothing is sent.
   const std::string missing = error_of([&] { group.rank(0).refit(part_view(model, group.partition(), 0)); });
