@@ -430,6 +430,18 @@ std::vector<TreeEdge> Membership::reparent(uint32_t rank, int tree) {
   return moves;
 }
 
+std::vector<TreeEdge> Membership::reconnect_roots(uint32_t producer) {
+  if (producer >= static_cast<uint32_t>(producers()))
+    throw Error(Errc::invalid_argument, "membership: producer rank " + std::to_string(producer) +
+                                            " is outside a group of " + std::to_string(producers()));
+  std::vector<TreeEdge> moves;
+  for (int t = 0; t < trees(); ++t)
+    if (producer_of(t) == producer)
+      if (const auto r = root(t)) moves.push_back({*r, static_cast<uint32_t>(t), kProducerRank});
+  ++epoch_;
+  return moves;
+}
+
 uint32_t Membership::join_parent(uint32_t rank, int tree) const {
   const std::vector<int> depth = depths(tree);
   const int k = cluster_[rank];

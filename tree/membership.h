@@ -109,6 +109,10 @@ class Membership {
   // the epoch. Returns its edges. Throws Error(invalid_argument) when rank is 0, out of range or
   // already live.
   std::vector<TreeEdge> add(uint32_t rank);
+  // Producer rank `producer`'s trees' roots JOIN it again (it came back at another data URL):
+  // increments the epoch; returns each of those trees' root edge (parent 0: unchanged), the moves
+  // that make the roots reconnect. Throws Error(invalid_argument) for a rank outside the group.
+  std::vector<TreeEdge> reconnect_roots(uint32_t producer);
   // Applies an EPOCH update received from the producer (members): marks `dead` not live, `joined`
   // live, sets every edge in `moves`, and takes `epoch`. Throws Error(corrupt_frame) when the
   // result is not a valid forest (the update is then not applied) or epoch is not newer.

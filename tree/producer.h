@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codec/digest.h"
@@ -41,6 +42,18 @@ struct ProducerResume {
   uint64_t attempt = 0;  // the last attempt id the previous producer used (group: rank 0's)
   // Committed version -> combined StateDigest; holds `version` (a group rank >= 1: may be empty).
   std::map<uint64_t, uint64_t> history;
+  // A group's coordinator (rank 0) only; ignored elsewhere. The committed version before `version`
+  // (history holds its digest), which the group steps back to in start() when every part rank says
+  // GROUP_HELLO holding it and no receiver holds `version`: the coordinator was lost after deciding
+  // `version` (before_commit wrote its state) and before any COMMIT or GROUP_DECIDED went out, so
+  // nobody else has it. load() gives the coordinator's part of that version and its checkpoint
+  // layout; start() calls it at most once and copies what it returns. Without it such ranks are
+  // refused (they hold another version). docs/producer-group.md, "Failure".
+  struct Previous {
+    uint64_t version = 0;
+    std::function<std::pair<codec::ConstWeights, CheckpointLayout>()> load;
+  };
+  std::optional<Previous> previous;
 };
 
 // A producer group (docs/producer-group.md): M processes, each the producer of its part of every

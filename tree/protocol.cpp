@@ -170,8 +170,9 @@ struct Schema<Bye> {
 template <>
 struct Schema<EpochUpdate> {
   static constexpr MessageType type = MessageType::epoch;
-  static constexpr auto fields = std::tuple{field("dead", &EpochUpdate::dead), field("joined", &EpochUpdate::joined),
-                                            field("moves", &EpochUpdate::moves)};
+  static constexpr auto fields =
+      std::tuple{field("dead", &EpochUpdate::dead), field("joined", &EpochUpdate::joined),
+                 field("moves", &EpochUpdate::moves), field("producer_urls", &EpochUpdate::producer_urls)};
 };
 template <>
 struct Schema<Report> {

@@ -206,6 +206,9 @@ struct EpochUpdate {
   std::vector<DeadMember> dead;    // left the live set in this epoch
   std::vector<Member> joined;      // entered the live set in this epoch
   std::vector<TreeEdge> moves;     // new parents (every other edge stays)
+  // A producer group's data URLs (Welcome::producer_urls) when a rank came back at another one
+  // (its trees' roots are in `moves`: they JOIN it there); empty: unchanged.
+  std::vector<std::string> producer_urls;
 };
 // member -> producer: a link to `peer` failed (or a child stopped draining).
 struct Report {

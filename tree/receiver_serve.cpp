@@ -58,7 +58,8 @@ void Receiver::Impl::on_epoch(const EpochUpdate& update, uint64_t e) {
   if (!producer.apply_epoch(update, e)) return;  // already known (a WELCOME carried it)
   for (const auto& d : update.dead)
     log->info("{}: rank {} left at epoch {} ({})", who(), d.rank, e, failure_cause_name(d.cause));
-  if (RelayEdges* edges = relay.current()) edges->update(producer.membership(), update.joined, update.moves);
+  if (RelayEdges* edges = relay.current())
+    edges->update(producer.membership(), update.joined, update.moves, producer.welcome().producer_urls);
   if (commit_links) commit_links->membership_changed();
 }
 
@@ -93,9 +94,21 @@ std::optional<Ending> Receiver::Impl::handle_producer(const ControlEvent& event)
   }
   const Message& message = *event.message;
   Session& session = *held.session();
+  // An answer the producer's link cannot carry (the producer died after its message came, e.g.
+  // right after a COMMIT): the producer is lost, as when the link's reader finds it, and what this
+  // member holds stays as the message left it.
+  std::string lost;
+  auto answer = [&](const Message& m) {
+    try {
+      producer.send(m);
+    } catch (const Error& e) {
+      if (e.code() != Errc::connection && e.code() != Errc::timeout) throw;
+      if (lost.empty()) lost = e.what();
+    }
+  };
   if (std::holds_alternative<Bye>(message)) return Ending::bye;
   if (auto* commit = std::get_if<Commit>(&message)) {
-    commit_here(*commit, [&](const Message& m) { producer.send(m); });
+    commit_here(*commit, answer);
     commit_links->ended(commit->attempt);
   } else if (auto* abort = std::get_if<Abort>(&message)) {
     Message reply = session.abort(*abort);
@@ -104,7 +117,7 @@ std::optional<Ending> Receiver::Impl::handle_producer(const ControlEvent& event)
     versions.aborted(abort->version, [&] {
       log->info("{}: version {} aborted ({}), back at version {}", who(), abort->version, abort->reason,
                 session.version());
-      producer.send(reply);
+      answer(reply);
       commit_links->ended(abort->attempt);
     });
   } else if (auto* update = std::get_if<EpochUpdate>(&message)) {
@@ -114,7 +127,7 @@ std::optional<Ending> Receiver::Impl::handle_producer(const ControlEvent& event)
   } else if (auto* layout_update = std::get_if<LayoutUpdate>(&message)) {
     if (auto ack = layouts.take(*layout_update, held.manifest()->size(), session.attempt_floor())) {
       log->info("{}: LAYOUT of version {} received; its ACK goes", who(), layout_update->version);
-      producer.send(*ack);
+      answer(*ack);
       commit_links->own_answer(*ack);
     }
   } else if (auto* fenced = std::get_if<Fenced>(&message)) {
@@ -126,7 +139,9 @@ std::optional<Ending> Receiver::Impl::handle_producer(const ControlEvent& event)
   } else {
     log->warn("{}: ignoring an unexpected control message", who());
   }
-  return std::nullopt;
+  if (lost.empty()) return std::nullopt;
+  log->warn("{}: link to the producer failed: {} (answering it, at version {})", who(), lost, session.version());
+  return Ending::producer_lost;
 }
 
 std::optional<Ending> Receiver::Impl::handle_input(ControlInput& input) {

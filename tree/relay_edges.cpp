@@ -33,12 +33,14 @@ RelayEdges::RelayEdges(transport::Transport& transport, transport::Listener& lis
       manifest_(manifest),
       options_(std::move(options)),
       callbacks_(std::move(callbacks)),
-      members_(std::move(members)) {}
+      members_(std::move(members)) {
+  producer_urls_ = options_.producer_urls;
+}
 
 RelayEdges::~RelayEdges() { stop(); }
 
 std::string RelayEdges::url_of(uint32_t rank, int tree) const {
-  return parent_url(members_, options_.producer_urls, *membership_, tree, rank);
+  return parent_url(members_, producer_urls_, *membership_, tree, rank);
 }
 
 void RelayEdges::count(uint64_t RelayStats::*field, uint64_t by) {
@@ -85,11 +87,12 @@ void RelayEdges::start(const Membership& membership) {
 }
 
 void RelayEdges::update(const Membership& membership, const std::vector<Member>& joined,
-                        const std::vector<TreeEdge>& moves) {
+                        const std::vector<TreeEdge>& moves, const std::vector<std::string>& producer_urls) {
   std::vector<std::shared_ptr<OutboundLink>> dropped;
   {
     std::lock_guard lock(mutex_);
     if (!membership_) return;
+    if (!producer_urls.empty()) producer_urls_ = producer_urls;
     for (const auto& m : joined) {
       auto it = std::find_if(members_.begin(), members_.end(), [&](const Member& x) { return x.rank == m.rank; });
       if (it != members_.end()) *it = m; else members_.push_back(m);

@@ -100,7 +100,9 @@ class RelayEdges {
   // Takes a new epoch: reconnects in the trees where `moves` moved this member, drops children
   // that are no longer ours (dead or moved), refuses JOINs by them from now on. `joined` members'
   // URLs are learnt.
-  void update(const Membership& membership, const std::vector<Member>& joined, const std::vector<TreeEdge>& moves);
+  // `producer_urls`: a producer group's data URLs when they changed (EpochUpdate), else empty.
+  void update(const Membership& membership, const std::vector<Member>& joined, const std::vector<TreeEdge>& moves,
+              const std::vector<std::string>& producer_urls = {});
   // Flushes children (bounded by peer_timeout), closes every link and joins every thread.
   // Idempotent.
   void stop();
@@ -150,6 +152,7 @@ class RelayEdges {
   std::condition_variable changed_;
   std::optional<Membership> membership_;
   std::vector<Member> members_;  // by rank
+  std::vector<std::string> producer_urls_;                            // options_'s, then the newest EPOCH's
   std::vector<std::vector<std::shared_ptr<OutboundLink>>> children_;  // [tree]
   std::vector<std::unique_ptr<ParentSlot>> parents_;                 // [tree]
   std::vector<std::thread> readers_;

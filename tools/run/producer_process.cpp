@@ -62,6 +62,9 @@ nlohmann::json step_json(int step, const tree::RefitReport& r, double full_secon
   return out;
 }
 
+// SIGTERM ends a producer that follows a trainer (trainer.steps 0) cleanly: BYE, report, exit 0.
+std::atomic<bool> stop_requested{false};
+
 // One producer process from start to report. The steps are its methods, in the order run() calls
 // them; every member below is set by the step that first needs it.
 class ProducerRun {
@@ -77,6 +80,7 @@ class ProducerRun {
     if (o.resume) {
       resumed_ = read_state(state_file_);
       check_state_against_config(*resumed_, c, state_file_);
+      state_ = *resumed_;
     }
     if (!o.fault.empty()) fault_ = parse_fault(o.fault);
   }
@@ -85,8 +89,13 @@ class ProducerRun {
     if (!open_source()) return;
     transport_ = transport::make_transport(c_.transport, tree::producer_transport_options(c_));
     const tree::ProducerOptions options = producer_options();
-    producer_ = std::make_unique<tree::Producer>(*transport_, source_->manifest(), options);
+    // The producer keeps a reference to its manifest: a copy of its own, as the source may be
+    // replaced (stepped_back).
+    manifest_.emplace(source_->manifest());
+    producer_ = std::make_unique<tree::Producer>(*transport_, *manifest_, options);
     const tree::StartReport started = producer_->start();
+    if (resumed_ && producer_->version() < resumed_->version) stepped_back();
+    previous_source_.reset();
     std::printf("%s: %zu receivers joined at %s (%s tree, %s, chunks of %.1f MiB%s)\n", who_.c_str(), members_.size(),
                 producer_->url().c_str(), c_.topology.c_str(), c_.transport.c_str(), mib(c_.chunk_bytes),
                 c_.producers > 1 ? (", " + std::to_string(c_.producers) + " producer ranks").c_str() : "");
@@ -110,8 +119,6 @@ class ProducerRun {
  private:
   // The trainer's versions. False when a watch was stopped before any checkpoint appeared.
   bool open_source() {
-    // SIGTERM ends a producer that follows a trainer (trainer.steps 0) cleanly: BYE, report, exit 0.
-    static std::atomic<bool> stop_requested{false};
     if (c_.trainer.kind == "watch") std::signal(SIGTERM, [](int) { stop_requested = true; });
     source_ = make_version_source(c_, rank_, resumed_, stop_requested);
     if (!source_) std::printf("producer: stopped before a checkpoint appeared in %s\n", c_.trainer.dir.c_str());
@@ -138,9 +145,18 @@ class ProducerRun {
     options.encode.threads = std::max(1u, std::thread::hardware_concurrency());
     options.layout = source_->layout();
     if (fault_ && !fault_->at_commit) options.on_progress = producer_fault_hook(*fault_, sending_);
-    if (resumed_)
+    if (resumed_) {
       options.resume =
-          tree::ProducerResume{resumed_->version, source_->weights(), resumed_->attempt, resumed_->history};
+          tree::ProducerResume{resumed_->version, source_->weights(), resumed_->attempt, resumed_->history, {}};
+      // A coordinator lost after deciding its state's version, before anybody heard so, steps back
+      // to the version before (the trainer's previous position, rebuilt only then).
+      if (rank_ == 0 && c_.producers > 1 && resumed_->previous.version != 0)
+        options.resume->previous = tree::ProducerResume::Previous{
+            resumed_->previous.version, [this] {
+              previous_source_ = make_version_source(c_, rank_, resumed_->at_previous(), stop_requested);
+              return std::make_pair(previous_source_->weights(), previous_source_->layout());
+            }};
+    }
     // The state file is written when a version is decided, before its COMMIT goes out (a group's
     // part rank: once the coordinator said it committed, part_committed()).
     if (rank_ == 0) options.before_commit = [this](uint64_t version, uint64_t digest) { decided(version, digest); };
@@ -152,6 +168,7 @@ class ProducerRun {
   // the file keeps an older version, and a producer resumed from it refuses members that hold
   // newer ones. Then the :commit fault, if it names this version.
   void decided(uint64_t version, uint64_t digest) {
+    state_.push_previous(version);
     state_.version = version;
     state_.digest = digest;
     state_.trainer_step = sending_step_;
@@ -171,6 +188,26 @@ class ProducerRun {
                   fault_->signal == SIGKILL ? "killing" : "stopping");
       std::fflush(stdout);
       std::raise(fault_->signal);
+    }
+  }
+
+  // The group stepped back to the state's previous version in start() (tree::ProducerResume::
+  // previous): the trainer goes on from there, and the state file says so.
+  void stepped_back() {
+    const uint64_t decided_version = resumed_->version;
+    resumed_ = resumed_->at_previous();
+    state_ = *resumed_;
+    source_ = std::move(previous_source_);
+    std::printf(
+        "producer: stepped back from version %llu to version %llu (step %llu): every producer rank and every "
+        "receiver holds it; version %llu was decided here only, it is sent again\n",
+        static_cast<unsigned long long>(decided_version), static_cast<unsigned long long>(resumed_->version),
+        static_cast<unsigned long long>(resumed_->trainer_step), static_cast<unsigned long long>(decided_version));
+    std::fflush(stdout);
+    try {
+      write_state(state_file_, state_);
+    } catch (const Error& e) {
+      logger("run")->error("producer state not stepped back to version {}: {}", state_.version, e.what());
     }
   }
 
@@ -367,6 +404,8 @@ class ProducerRun {
   std::optional<ProducerState> resumed_;
   std::optional<Fault> fault_;
   std::unique_ptr<VersionSource> source_;
+  std::unique_ptr<VersionSource> previous_source_;  // the state's previous version, while start() may step back
+  std::optional<codec::Manifest> manifest_;         // the producer's (every version's)
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<tree::Producer> producer_;
   ProducerState state_;

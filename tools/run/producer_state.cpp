@@ -23,6 +23,21 @@ constexpr int kStateFormatVersion = 1;
 
 }  // namespace
 
+ProducerState ProducerState::at_previous() const {
+  ProducerState s = *this;
+  s.version = previous.version;
+  s.digest = previous.digest;
+  s.trainer_step = previous.trainer_step;
+  s.checkpoint = previous.checkpoint;
+  s.history.erase(s.history.upper_bound(previous.version), s.history.end());
+  s.previous = {};
+  return s;
+}
+
+void ProducerState::push_previous(uint64_t next_version) {
+  if (version != 0 && version != next_version) previous = {version, digest, trainer_step, checkpoint};
+}
+
 std::string state_path(const config::Config& c, int producer_rank) {
   const std::string name =
       producer_rank == 0 ? "producer-state.json" : "producer-state-rank" + std::to_string(producer_rank) + ".json";
@@ -34,21 +49,27 @@ namespace {
 nlohmann::json state_json(const ProducerState& s) {
   nlohmann::json history = nlohmann::json::array();
   for (const auto& [version, digest] : s.history) history.push_back({{"version", version}, {"digest", hex64(digest)}});
-  return {{"format", kStateFormat},
-          {"format_version", kStateFormatVersion},
-          {"version", s.version},
-          {"digest", hex64(s.digest)},
-          {"trainer_step", s.trainer_step},
-          {"attempt", s.attempt},
-          {"topology", s.topology},
-          {"params", s.params},
-          {"seed", s.seed},
-          {"lr", s.lr},
-          {"trainer_kind", s.trainer_kind},
-          {"dir", s.dir},
-          {"checkpoint", s.checkpoint},
-          {"history", history},
-          {"full_seconds", s.full_seconds}};
+  nlohmann::json out = {{"format", kStateFormat},
+                        {"format_version", kStateFormatVersion},
+                        {"version", s.version},
+                        {"digest", hex64(s.digest)},
+                        {"trainer_step", s.trainer_step},
+                        {"attempt", s.attempt},
+                        {"topology", s.topology},
+                        {"params", s.params},
+                        {"seed", s.seed},
+                        {"lr", s.lr},
+                        {"trainer_kind", s.trainer_kind},
+                        {"dir", s.dir},
+                        {"checkpoint", s.checkpoint},
+                        {"history", history},
+                        {"full_seconds", s.full_seconds}};
+  if (s.previous.version != 0)
+    out["previous"] = {{"version", s.previous.version},
+                       {"digest", hex64(s.previous.digest)},
+                       {"trainer_step", s.previous.trainer_step},
+                       {"checkpoint", s.previous.checkpoint}};
+  return out;
 }
 
 }  // namespace
@@ -105,6 +126,13 @@ ProducerState read_state(const std::string& path) {
       const uint64_t version = h.at("version").get<uint64_t>();
       s.history[version] = parse_hex(h.at("digest"), "the digest of version " + std::to_string(version));
     }
+    if (j.contains("previous")) {
+      const auto& p = j.at("previous");
+      s.previous.version = p.at("version").get<uint64_t>();
+      s.previous.digest = parse_hex(p.at("digest"), "previous.digest");
+      s.previous.trainer_step = p.at("trainer_step").get<uint64_t>();
+      s.previous.checkpoint = p.value("checkpoint", std::string());
+    }
   } catch (const nlohmann::json::exception& e) {
     throw corrupt(e.what());
   }
@@ -114,6 +142,14 @@ ProducerState read_state(const std::string& path) {
     throw corrupt("its history does not give version " + std::to_string(s.version) + " the digest " + hex64(s.digest));
   if (s.history.rbegin()->first != s.version)
     throw corrupt("its history holds versions after version " + std::to_string(s.version));
+  if (s.previous.version != 0) {
+    const auto before = s.history.find(s.previous.version);
+    if (s.previous.version >= s.version || s.previous.trainer_step >= s.trainer_step || before == s.history.end() ||
+        before->second != s.previous.digest)
+      throw corrupt("its previous version " + std::to_string(s.previous.version) + " (step " +
+                    std::to_string(s.previous.trainer_step) + ", digest " + hex64(s.previous.digest) +
+                    ") is not an earlier version of its history");
+  }
   return s;
 }
 

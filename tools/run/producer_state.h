@@ -23,6 +23,22 @@ struct ProducerState {
   std::string checkpoint;                // watch: the checkpoint (name in dir) of `version`
   std::map<uint64_t, uint64_t> history;  // the committed versions' digests the producer remembers
   double full_seconds = 0;               // the bootstrap's time: the reference of the speedup column
+  // The committed version before `version` (version 0: none): what a producer group's coordinator
+  // steps back to when it was lost after deciding `version`, before any rank or receiver heard so
+  // (tree::ProducerResume::previous).
+  struct Previous {
+    uint64_t version = 0;
+    uint64_t digest = 0;
+    uint64_t trainer_step = 0;
+    std::string checkpoint;  // watch
+  };
+  Previous previous;
+
+  // This state as it was when `previous` was the committed version (its own previous unknown).
+  ProducerState at_previous() const;
+  // Makes the committed version the previous one (when `version` is another), before a newer one
+  // is recorded.
+  void push_previous(uint64_t next_version);
 };
 
 // <output.dir>/producer-state.json; a producer group's rank g >= 1: producer-state-rank<g>.json.

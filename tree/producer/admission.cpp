@@ -192,11 +192,14 @@ Welcome Producer::Impl::make_welcome() const {
   w.committed_version = version;
   w.committed_digest = committed_digest();
   w.layout = *layout;
-  if (group) {
-    w.producer_urls.push_back(members[0].url);
-    for (uint32_t r = 1; r < group->size; ++r) w.producer_urls.push_back(group->links[r].data_url);
-  }
+  if (group) w.producer_urls = producer_urls();
   return w;
+}
+
+std::vector<std::string> Producer::Impl::producer_urls() const {
+  std::vector<std::string> urls{members[0].url};
+  for (uint32_t r = 1; r < group->size; ++r) urls.push_back(group->data_urls[r]);
+  return urls;
 }
 
 void Producer::Impl::handle_root_join(ProducerEvent& event) {

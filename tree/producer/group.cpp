@@ -3,6 +3,8 @@
 // unchanged VersionRound: every rank ready, GROUP_BEGIN, each rank's part sent down its own trees,
 // the seal built from the parts' digests, the joint commit, GROUP_DECIDED. A rank lost before its
 // part is out aborts the version on every member.
+#include <utility>
+
 #include "tree/producer/group_share.h"
 #include "util/bytes.h"
 
@@ -25,6 +27,7 @@ void Producer::Impl::ensure_admission() {
   auto& g = *group;
   if (g.admission) return;
   g.links.resize(g.size);
+  g.data_urls.resize(g.size);
   GroupAdmission::Params params;
   params.size = g.size;
   params.manifest_digest = manifest.digest();
@@ -32,6 +35,7 @@ void Producer::Impl::ensure_admission() {
   params.committed_version = version;
   params.committed_digest = version == 0 ? 0 : committed_digest();
   params.own_digest = baseline->digest().per_tensor();
+  params.previous_version = previous ? previous->version : 0;
   g.admission.emplace(std::move(params));
   g.readers = std::make_unique<ControlReaders>(group_link_bytes(manifest), event_sink(ProducerEvent::Kind::group));
 }
@@ -48,22 +52,32 @@ void Producer::Impl::wait_for_ranks(Clock::time_point deadline) {
     if (Clock::now() > deadline) throw Error(Errc::timeout, missing_ranks() + " in time");
     pump(100ms);
   }
-  if (version == 0) {
-    // The all-zero version's digest is the sum of the ranks' parts of it (each from its zeros).
-    zero_digest = g.admission->sum().combined();
-    remember_version(0, zero_digest);
-  } else if (const std::string why = g.admission->check_sum(); !why.empty()) {
+  auto refuse_every_rank = [&](Errc errc, const std::string& why) {
     for (uint32_t r = 1; r < g.size; ++r) {
       if (!g.links[r].connection) continue;
       try {
-        send_control(*g.links[r].connection, Refused{static_cast<uint32_t>(Errc::verify_failed), why},
-                     kMemberSendTimeout, 0);
+        send_control(*g.links[r].connection, Refused{static_cast<uint32_t>(errc), why}, kMemberSendTimeout, 0);
       } catch (const Error&) {
       }
       g.links[r].connection->close();
     }
-    throw Error(Errc::verify_failed, "the producer group cannot start: " + why);
+    return Error(errc, "the producer group cannot start: " + why);
+  };
+  if (version == 0) {
+    // The all-zero version's digest is the sum of the ranks' parts of it (each from its zeros).
+    zero_digest = g.admission->sum().combined();
+    remember_version(0, zero_digest);
+  } else {
+    try {
+      step_back_if_undecided();
+    } catch (const Error& e) {
+      throw refuse_every_rank(e.code(), e.what());
+    }
+    if (const std::string why = g.admission->check_sum(); !why.empty())
+      throw refuse_every_rank(Errc::verify_failed, why);
   }
+  g.admission->settle();
+  previous.reset();
   log->info("producer group: {} ranks in at version {} ({})", g.size, version, g.partition.describe(manifest));
 }
 
@@ -83,16 +97,24 @@ void Producer::Impl::handle_group_hello(ProducerEvent& event) {
   const auto decision = g.admission->hello(h);
   if (!decision.admitted()) return refuse(decision.errc, decision.reason);
   auto& link = g.links[h.rank];
-  link =
-      ProducerGroup::RankLink{event.connection, next_generation++, h.instance, h.data_url, std::nullopt, std::nullopt};
+  link = ProducerGroup::RankLink{event.connection, next_generation++, h.instance, std::nullopt, std::nullopt};
   g.readers->add(h.rank, link.generation, event.connection, group_link_bytes(manifest));
   log->info("producer group: rank {} is in at version {} (its trees' roots JOIN {})", h.rank, h.held_version,
             h.data_url);
+  const std::string before = std::exchange(g.data_urls[h.rank], h.data_url);
   if (!membership) return;  // start() sends every rank its WELCOME
   // A rank coming back: the session as it stands (the members' URLs for its trees' roots).
   Welcome w = make_welcome();
   w.instance = h.instance;
   tell_rank(h.rank, w);
+  if (before == h.data_url) return;
+  // Back at another address (another host: a rescheduled trainer rank): every member learns it,
+  // and its trees' roots JOIN it there (an EPOCH whose moves are those roots, parents unchanged).
+  log->info("producer group: rank {} came back at another data URL ({}; was {}): its trees' roots JOIN it there",
+            h.rank, h.data_url, before);
+  EpochUpdate update;
+  update.producer_urls = producer_urls();
+  announce(update, membership->reconnect_roots(h.rank), Clock::now());
 }
 
 void Producer::Impl::handle_group_event(const ControlEvent& e) {

@@ -76,11 +76,12 @@ struct ProducerGroup {
     std::shared_ptr<transport::Connection> connection;
     uint64_t generation = 0;
     uint64_t instance = 0;
-    std::string data_url;
     std::optional<GroupReady> ready;  // its trainer asked for this version
     std::optional<GroupSent> sent;    // its part of the attempt in flight is out
   };
   std::vector<RankLink> links;  // [rank] (0 unused)
+  // [rank]: where the roots of its trees JOIN it (WELCOME's producer_urls; kept while it is lost).
+  std::vector<std::string> data_urls;
   std::unique_ptr<ControlReaders> readers;
 
   // ---- a part rank (rank >= 1) ----
@@ -321,6 +322,13 @@ struct Producer::Impl {
   void ensure_admission();
   // Sends `message` on rank `rank`'s group link (a failed send loses the rank).
   void tell_rank(uint32_t rank, const Message& message);
+  // A resumed coordinator's version before its committed one (ProducerResume::previous), until
+  // start() decided whether the group steps back to it.
+  std::optional<ProducerResume::Previous> previous;
+  // group_resume.cpp, from wait_for_ranks once every rank is in: when the ranks hold the previous
+  // version, steps the group back to it (every rank does, no receiver holds the committed one) or
+  // throws Error(version_mismatch) naming the ranks and receivers that make it impossible.
+  void step_back_if_undecided();
   // start(): waits (pumping) until every rank said GROUP_HELLO and was admitted and their parts
   // add up to the committed version. Throws Error(timeout) naming the missing ranks, Error(state)
   // when the parts do not add up.
@@ -339,6 +347,8 @@ struct Producer::Impl {
                             const RefitOptions& refit_options);
   // What the coordinator (rank 0) says to a rank or a member: the session's shape.
   Welcome make_welcome() const;
+  // A group's data URLs, rank 0's first (Welcome::producer_urls).
+  std::vector<std::string> producer_urls() const;
   // The missing ranks, or an empty string when every rank is in.
   std::string missing_ranks() const;
 

@@ -87,6 +87,14 @@ Producer::Producer(transport::Transport& transport, const codec::Manifest& manif
       throw Error(Errc::invalid_argument, "resume: the history lacks the digest of version " + v);
     if (r.history.rbegin()->first != r.version)
       throw Error(Errc::invalid_argument, "resume: the history holds versions newer than version " + v);
+    if (r.previous && d.coordinator()) {
+      const uint64_t p = r.previous->version;
+      if (p == 0 || p >= r.version || !r.history.contains(p) || !r.previous->load)
+        throw Error(Errc::invalid_argument, "resume: the previous version " + std::to_string(p) +
+                                                " must be before version " + v +
+                                                ", in the history, and come with its part's loader");
+      d.previous = r.previous;
+    }
     codec::ConstWeights checked = r.baseline;
     checked.manifest = &manifest;
     if (d.group) {

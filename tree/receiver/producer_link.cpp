@@ -49,9 +49,14 @@ void ProducerLink::take(Welcome welcome, Membership membership) {
 bool ProducerLink::apply_epoch(const EpochUpdate& update, uint64_t epoch) {
   std::lock_guard lock(mutex_);
   if (epoch <= membership_->epoch()) return false;
+  if (!update.producer_urls.empty() && update.producer_urls.size() != welcome_.producer_urls.size())
+    throw Error(Errc::corrupt_frame, "EPOCH lists " + std::to_string(update.producer_urls.size()) +
+                                         " producer ranks' data URLs; the group has " +
+                                         std::to_string(welcome_.producer_urls.size()));
   membership_->apply(epoch, update.dead, update.joined, update.moves);
   for (const auto& m : update.joined)
     if (m.rank < welcome_.members.size()) welcome_.members[m.rank] = m;
+  if (!update.producer_urls.empty()) welcome_.producer_urls = update.producer_urls;
   return true;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A producer group's rank killed mid-version and resumed (`deltacast run --resume`;
 # docs/producer-group.md, "Failure"), with real processes on 127.0.0.1: 2 producer ranks + 3
-# receivers, 5M parameters, 5 steps. group_restart.sh part|coordinator PATH/TO/deltacast
+# receivers, 5M parameters, 5 steps. group_restart.sh part|coordinator|decided PATH/TO/deltacast
 #   part:        1. Rank 1 kills itself (--fault kill@4:1) at its first data message of version 4
 #                   (step 3). The coordinator aborts version 4 on every member (each rolls back to
 #                   version 3), says so naming rank 1, and waits for it (timeouts.producer_loss).
@@ -13,18 +13,28 @@
 #                   producer (timeouts.producer_loss).
 #                2. `run --resume` on both ranks: each resumes at version 3 from its own state
 #                   file; the receivers rejoin holding version 3 (no snapshot).
-#   Both: steps 3..5 commit, both ranks exit 0, and every receiver ends at version 6 with the
+#   decided:     1. Rank 0 kills itself (--fault kill@4:commit) right after deciding version 4 and
+#                   writing its state (version 4, knowing version 3), before any COMMIT or
+#                   GROUP_DECIDED went out. Rank 1 (its state: version 3) says it lost the
+#                   coordinator; every receiver rolls version 4 back and keeps version 3.
+#                2. `run --resume` on both ranks: the coordinator finds every rank and every
+#                   receiver at version 3, steps back to it (re-simulating step 2) and sends
+#                   version 4 again.
+#   All: steps 3..5 commit, both ranks exit 0, and every receiver ends at version 6 with the
 #   coordinator's SHA-256, having aborted at most version 4's first attempt (coordinator: none,
 #   and every receiver exits 0).
 set -euo pipefail
 # shellcheck source=processes.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/processes.sh"
-CASE=${1:?usage: group_restart.sh part|coordinator PATH/TO/deltacast}
-DC=${2:?usage: group_restart.sh part|coordinator PATH/TO/deltacast}
+USAGE="usage: group_restart.sh part|coordinator|decided PATH/TO/deltacast"
+CASE=${1:?$USAGE}
+DC=${2:?$USAGE}
+FAULT=kill@4:1
 case "$CASE" in
   part) VICTIM=1 ;;
   coordinator) VICTIM=0 ;;
-  *) echo "usage: group_restart.sh part|coordinator PATH/TO/deltacast" >&2; exit 2 ;;
+  decided) VICTIM=0 FAULT=kill@4:commit ;;
+  *) echo "$USAGE" >&2; exit 2 ;;
 esac
 WORK=$(mktemp -d "/tmp/dc-group-$CASE.XXXXXX")
 PIDS=()
@@ -54,7 +64,7 @@ output: {dir: $WORK/out, log_file: ""}
 log_level: info
 YAML
 
-fault() { [ "$1" = "$VICTIM" ] && echo "--fault kill@4:1" || true; }
+fault() { [ "$1" = "$VICTIM" ] && echo "--fault $FAULT" || true; }
 for j in 2 3 4; do
   r=$((j - 1))
   "$DC" run --config cluster.yaml --rank "$j" --size 5 --summary "rank-$r.json" >"rank-$r.out" 2>"rank-$r.log" &
@@ -75,7 +85,7 @@ victim_pid=$P1
 status=0
 wait_exit "$victim_pid" 60 || status=$?
 [ "$status" = 137 ] || fail "rank $VICTIM did not kill itself (exit $status)"
-grep -q "fault kill@4:1: killing" "p$VICTIM.out" || fail "rank $VICTIM's fault did not say so"
+grep -q "fault $FAULT: killing" "p$VICTIM.out" || fail "rank $VICTIM's fault did not say so"
 if [ "$CASE" = part ]; then
   wait_for 30 grep -q "version 4 aborted on every member: producer rank 1" p0.out ||
     fail "the coordinator did not abort version 4 naming rank 1"
@@ -91,11 +101,17 @@ else
   done
   states=(out/producer-state.json out/producer-state-rank1.json)
 fi
-python3 - "${states[@]}" <<'PY' || fail "a state file is not at version 3"
+python3 - "$CASE" "${states[@]}" <<'PY' || fail "a state file is not where it should be"
 import json, sys
-for path in sys.argv[1:]:
+case, paths = sys.argv[1], sys.argv[2:]
+for path in paths:
     s = json.load(open(path))
-    assert s["version"] == 3 and s["trainer_step"] == 2, (path, s)
+    if case == "decided" and path.endswith("producer-state.json"):
+        # The coordinator decided version 4 (step 3) and knows the version before it.
+        assert s["version"] == 4 and s["trainer_step"] == 3, (path, s)
+        assert s["previous"]["version"] == 3 and s["previous"]["trainer_step"] == 2, (path, s)
+    else:
+        assert s["version"] == 3 and s["trainer_step"] == 2, (path, s)
 PY
 echo "ok: rank $VICTIM died in version 4 (at ${SECONDS} s)"
 
@@ -104,7 +120,7 @@ echo "ok: rank $VICTIM died in version 4 (at ${SECONDS} s)"
 PRODUCERS=("$!")
 PIDS+=("$!")
 coordinator_out=p0.out
-if [ "$CASE" = coordinator ]; then
+if [ "$VICTIM" = 0 ]; then
   "$DC" run --resume --config cluster.yaml --rank 0 --size 5 --report report.json >p0b.out 2>p0b.log &
   PRODUCERS+=("$!")
   PIDS+=("$!")
@@ -122,6 +138,9 @@ done
 for f in "${grep_resumed[@]}"; do
   grep -q "resumed at version 3 (step 2)" "$f" || fail "$f: no 'resumed at version 3'"
 done
+if [ "$CASE" = decided ]; then
+  grep -q "stepped back from version 4 to version 3 (step 2)" p0b.out || fail "the coordinator did not step back"
+fi
 for s in 3 4 5; do
   grep -q "^step $s: version $((s + 1)) .* verified 3/3" "$coordinator_out" || fail "no committed 'step $s:' line"
 done
@@ -130,7 +149,7 @@ done
 # A receiver whose run saw a version abort exits non-zero saying so (part: version 4's first
 # attempt); the summaries below check what each holds.
 for j in 2 3 4; do
-  wait_exit "${PIDS[$((j - 2))]}" 30 || [ "$CASE" = part ] || fail "receiver $((j - 1)) did not exit 0"
+  wait_exit "${PIDS[$((j - 2))]}" 30 || [ "$CASE" != coordinator ] || fail "receiver $((j - 1)) did not exit 0"
 done
 python3 - report.json rank-1.json rank-2.json rank-3.json <<'PY' || fail "the results are not as expected"
 import json, sys

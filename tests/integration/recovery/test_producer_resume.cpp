@@ -197,7 +197,7 @@ struct FirstLife {
     ASSERT_EQ(history.at(3), c.producer().digest().combined());
     c.kill_producer();
   }
-  ProducerResume resume() const { return ProducerResume{3, model.weights(), attempt, history}; }
+  ProducerResume resume() const { return ProducerResume{3, model.weights(), attempt, history, {}}; }
   // Members behind are admitted at a version boundary once caught up: refits (each committed)
   // until every one of the n members verified one.
   void refit_until_all_verified(ResumeCluster& c, uint32_t n) {
@@ -254,7 +254,7 @@ TEST(ProducerResume, ResumedRightAfterTheBootstrapEveryMemberKeptVersion1) {
   const std::map<uint64_t, uint64_t> state{{1, c.recorded.at(1)}};
   EXPECT_EQ(c.recorded.at(1), codec::StateDigest::full_scan(model.weights()).combined());
   c.kill_producer();
-  const StartReport start = c.start_producer(ProducerResume{1, model.weights(), attempt, state});
+  const StartReport start = c.start_producer(ProducerResume{1, model.weights(), attempt, state, {}});
   EXPECT_EQ(start.version, 1u);
   EXPECT_EQ(start.count(Role::live), n) << "members holding version 1 are refused: the record is not their digest";
   model.step(9);
@@ -352,16 +352,16 @@ TEST(ProducerResume, BaselineMustMatchItsDigest) {
   auto t = transport::make_transport("loop", {});
   ProducerOptions po;
   po.listen_url = "loop://" + test_name();
-  po.resume = ProducerResume{2, model.weights(), 7, {{1, 1}, {2, digest_of(model) + 1}}};
+  po.resume = ProducerResume{2, model.weights(), 7, {{1, 1}, {2, digest_of(model) + 1}}, {}};
   try {
     Producer p(*t, model.manifest, po);
     FAIL() << "a baseline that is not version 2's bits was taken";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::verify_failed) << e.what();
   }
-  po.resume = ProducerResume{2, model.weights(), 7, {{1, 1}}};
+  po.resume = ProducerResume{2, model.weights(), 7, {{1, 1}}, {}};
   EXPECT_THROW(Producer(*t, model.manifest, po), Error);  // no digest for version 2
-  po.resume = ProducerResume{2, model.weights(), 7, {{2, digest_of(model)}}};
+  po.resume = ProducerResume{2, model.weights(), 7, {{2, digest_of(model)}}, {}};
   Producer p(*t, model.manifest, po);
   EXPECT_EQ(p.version(), 2u);
   EXPECT_EQ(p.attempt(), 7u);

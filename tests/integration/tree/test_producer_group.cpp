@@ -140,7 +140,7 @@ class Group {
     po.group.rank = g;
     po.group.size = m_;
     po.group.coordinator_url = g > 0 ? url(0) : "";
-    if (resume) po.resume = ProducerResume{resume->first, part_view(*resume->second, partition_, g), 0, {}};
+    if (resume) po.resume = ProducerResume{resume->first, part_view(*resume->second, partition_, g), 0, {}, {}};
     if (adjust) adjust(po);
     producers_[g] = std::make_unique<Producer>(*transports_[g], manifest_, po);
   }
@@ -156,6 +156,10 @@ class Group {
           failures_[r] = e.what();
         }
       });
+    return start_ranks(first_rank);
+  }
+  // The ranks' starts beside the coordinator's (receivers already serving: restarted ranks).
+  std::vector<std::string> start_ranks(uint32_t first_rank = 1) {
     std::vector<std::string> errors(m_);
     std::vector<std::thread> ranks;
     for (uint32_t g = first_rank; g < m_; ++g)
@@ -442,6 +446,29 @@ TEST(ProducerGroup, RankKilledMidVersionAbortsThenResumes) {
   }
 }
 
+// Rank 1 dies between versions and comes back at another data URL (a trainer rank rescheduled on
+// another host): every member learns the URL (EPOCH), its trees' roots JOIN it there, and versions
+// 2 and 3 commit on every receiver exactly.
+TEST(ProducerGroup, RankBackAtAnotherAddressIsJoinedThere) {
+  Model model = Model::make(67);
+  Group group(2, 5, TopologyKind::binary, model);
+  ASSERT_TRUE(group.start_at_version_1(model));
+  const Model v1 = model;
+  loop::kill(group.rank_transport(1));
+  group.drop_rank(1);
+  const std::string moved = group.url(1) + "-moved";
+  group.make_rank(1, std::make_pair(uint64_t{1}, &v1), [&](ProducerOptions& o) { o.listen_url = moved; });
+  ASSERT_EQ(error_of([&] { group.rank(1).start(); }), "");
+  for (uint64_t v = 2; v <= 3; ++v) {
+    model.step(70 + v);
+    const auto reports = group.refit(model);
+    EXPECT_TRUE(reports[0].committed) << "version " << v << ": " << reports[0].abort_reason;
+    EXPECT_TRUE(reports[1].committed) << "version " << v << ": " << reports[1].abort_reason;
+    EXPECT_EQ(reports[0].verified_receivers, 5u);
+    group.expect_everyone_holds(model, "at version " + std::to_string(v) + " with rank 1 moved");
+  }
+}
+
 // A receiver that relays in rank 0's tree (binary over 1..6: rank 2 feeds 4 and 5) dies at its 3rd
 // forwarded data message of version 2: every tree it was in is repaired (rank 1's trees too: the
 // EPOCH reaches the rank), version 2 commits, and every survivor ends each version exactly.
@@ -516,6 +543,114 @@ TEST(ProducerGroup, RankBackWithOtherBitsIsRefused) {
   const auto reports = group.refit(model);
   EXPECT_TRUE(reports[0].committed);
   group.expect_everyone_holds(model, "at version 2");
+}
+
+// Versions 1 and 2 commit; then the coordinator dies at its first COMMIT of version 3, after
+// deciding it (its before_commit ran: `deltacast run`'s state file says version 3): with
+// `one_commit_out` that COMMIT reaches one receiver before it dies, else none does. Rank 1 loses its
+// coordinator. v2 and v3 are the versions' models.
+void coordinator_dies_at_commit_of_version_3(Group& group, Model& model, Model& v2, Model& v3, bool one_commit_out) {
+  auto decided = std::make_shared<std::atomic<uint64_t>>(0);
+  group.make_rank(0, std::nullopt, [decided](ProducerOptions& o) {
+    o.before_commit = [decided](uint64_t v, uint64_t) { *decided = v; };
+  });
+  ASSERT_TRUE(group.start_at_version_1(model));
+  model.step(2);
+  ASSERT_TRUE(group.refit(model)[0].committed);
+  v2 = model;
+  loop::set_member_fault_hook(
+      group.rank_transport(0),
+      std::make_shared<loop::FaultFunction>([one_commit_out](uint64_t, std::span<const std::byte> m) {
+        if (type_of(m) != MessageType::commit) return loop::Fault{};
+        return loop::Fault{loop::Fault::Kind::die, {}, 0, one_commit_out};
+      }));
+  model.step(3);
+  v3 = model;
+  std::vector<std::string> errors;
+  group.refit(model, &errors);
+  EXPECT_EQ(decided->load(), 3u) << "the coordinator did not decide version 3 before it died";
+  EXPECT_NE(errors[1].find("lost the coordinator"), std::string::npos) << errors[1];
+  group.drop_rank(0);
+  group.drop_rank(1);
+}
+
+// Each member's weights as a digest, so that one can be compared with several versions.
+uint64_t digest_of(const std::vector<Bytes>& buffers, const codec::Manifest& manifest) {
+  codec::ConstWeights w{&manifest, {}};
+  for (const auto& b : buffers) w.tensors.emplace_back(b);
+  return codec::StateDigest::full_scan(w).combined();
+}
+
+// The coordinator, resumed at version 3 knowing version 2 (its part of 2 and the digests of both),
+// and rank 1 at version 2 (its state: it never heard 3 committed).
+void resume_coordinator_at_3_and_rank_1_at_2(Group& group, const Model& v2, const Model& v3) {
+  const auto& partition = group.partition();
+  group.make_rank(0, std::make_pair(uint64_t{3}, &v3), [&](ProducerOptions& o) {
+    o.resume->history = {{2, codec::StateDigest::full_scan(v2.weights()).combined()},
+                         {3, codec::StateDigest::full_scan(v3.weights()).combined()}};
+    o.resume->previous = ProducerResume::Previous{
+        2, [&v2, &partition] { return std::make_pair(part_view(v2, partition, 0), CheckpointLayout{}); }};
+  });
+  group.make_rank(1, std::make_pair(uint64_t{2}, &v2));
+}
+
+// The coordinator dies after deciding version 3, before any COMMIT or GROUP_DECIDED went out:
+// every receiver rolls 3 back. Resumed, the group finds every rank and every receiver at version 2
+// and steps back to it (nothing is sent: the receivers stay live); versions 3 and 4 then commit on
+// every receiver exactly.
+TEST(ProducerGroup, CoordinatorLostAfterDecidingBeforeAnyCommitStepsBack) {
+  Model model = Model::make(53), v2 = model, v3 = model;
+  Group group(2, 4, TopologyKind::binary, model,
+              [](ReceiverOptions& ro) { ro.producer_loss_timeout = test_time::scaled(std::chrono::seconds(30)); });
+  coordinator_dies_at_commit_of_version_3(group, model, v2, v3, false);
+  if (HasFatalFailure()) return;
+  group.eventually_everyone_holds(v2, "after the coordinator died in version 3", test_time::scaled(10s));
+  resume_coordinator_at_3_and_rank_1_at_2(group, v2, v3);
+  const auto errors = group.start_ranks();
+  ASSERT_EQ(errors, std::vector<std::string>(2));
+  EXPECT_EQ(group.rank(0).version(), 2u);
+  EXPECT_EQ(group.rank(0).history().count(3), 0u) << "the undecided version 3 is still in the history";
+  group.expect_everyone_holds(v2, "after the step back");
+  for (uint64_t v = 3; v <= 4; ++v) {
+    if (v > 3) model.step(4);
+    const auto reports = group.refit(model);
+    EXPECT_TRUE(reports[0].committed) << "version " << v << ": " << reports[0].abort_reason;
+    EXPECT_EQ(reports[0].version, v);
+    group.expect_everyone_holds(model, "at version " + std::to_string(v) + " after the step back");
+  }
+}
+
+// The coordinator dies right after its first COMMIT of version 3 left: one receiver holds 3, the
+// others roll it back. The ranks hold 2: stepping back would undo a version a user may have seen,
+// so the resumed group refuses to start, naming the receivers that hold 3, and no receiver's bits
+// change.
+TEST(ProducerGroup, CoordinatorLostAfterACommitLeftCannotStepBack) {
+  Model model = Model::make(59), v2 = model, v3 = model;
+  Group group(2, 4, TopologyKind::binary, model,
+              [](ReceiverOptions& ro) { ro.producer_loss_timeout = test_time::scaled(std::chrono::seconds(30)); });
+  coordinator_dies_at_commit_of_version_3(group, model, v2, v3, true);
+  if (HasFatalFailure()) return;
+  const uint64_t d2 = codec::StateDigest::full_scan(v2.weights()).combined();
+  const uint64_t d3 = codec::StateDigest::full_scan(v3.weights()).combined();
+  auto holders_of_3 = [&] {
+    uint32_t count = 0;
+    for (uint32_t r = 1; r <= 4; ++r) {
+      const uint64_t d = digest_of(group.buffers(r), v2.manifest);
+      EXPECT_TRUE(d == d2 || d == d3) << "receiver " << r << " holds neither version 2 nor 3";
+      count += d == d3;
+    }
+    return count;
+  };
+  std::this_thread::sleep_for(500ms);  // the others roll back
+  const uint32_t before = holders_of_3();
+  EXPECT_GE(before, 1u) << "the COMMIT that left reached nobody";
+  resume_coordinator_at_3_and_rank_1_at_2(group, v2, v3);
+  const auto errors = group.start_ranks();
+  EXPECT_NE(errors[0].find("the producer group cannot start"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("version 3 (its COMMIT reached them"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("version 3 (its COMMIT reached them"), std::string::npos)
+      << "rank 1 is told why: " << errors[1];
+  EXPECT_EQ(holders_of_3(), before);
 }
 
 // Bad input at start: a rank with another manifest is refused naming the rank and the manifest,

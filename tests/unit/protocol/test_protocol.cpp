@@ -147,6 +147,7 @@ void expect_same(const EpochUpdate& a, const EpochUpdate& b) {
   expect_same(a.dead, b.dead);
   expect_same(a.joined, b.joined);
   expect_same(a.moves, b.moves);
+  EXPECT_EQ(a.producer_urls, b.producer_urls);
 }
 void expect_same(const Report& a, const Report& b) {
   EXPECT_FIELD(rank);
@@ -306,7 +307,8 @@ std::vector<Message> sample_messages() {
       Bye{},
       EpochUpdate{{{3, FailureCause::silent}, {4, FailureCause::left}},
                   {{5, "tcp://10.0.0.6:1", "east", true}},
-                  {{6, 0, 1}, {7, 1, 0}}},
+                  {{6, 0, 1}, {7, 1, 0}},
+                  {"tcp://10.0.0.1:7", "tcp://10.0.0.9:7"}},
       Report{1, 3, 1, FailureCause::stalled, "no progress for 5000 ms"},
       Gap{1, 4, 0, 9, 31, {0, 2, 17}},
       Fenced{true, "new instance"},
@@ -433,7 +435,8 @@ Bytes expected_body(const Message& message) {
         } else if constexpr (std::is_same_v<M, EpochUpdate>) {
           b.u32(static_cast<uint32_t>(m.dead.size()));
           for (const auto& d : m.dead) b.u32(d.rank).u8(static_cast<uint8_t>(d.cause));
-          b.members(m.joined).edges(m.moves);
+          b.members(m.joined).edges(m.moves).u32(static_cast<uint32_t>(m.producer_urls.size()));
+          for (const auto& url : m.producer_urls) b.str(url);
         } else if constexpr (std::is_same_v<M, Report>) {
           b.u32(m.rank).u32(m.peer).u32(m.tree).u8(static_cast<uint8_t>(m.cause)).str(m.detail);
         } else if constexpr (std::is_same_v<M, Gap>) {
@@ -709,8 +712,8 @@ TEST(Protocol, OutOfRangeEnumsAndBoolsAreRefused) {
        Report{1, 2, 0, FailureCause::left, "x"},
        {0, 8, 9, 255}},
       {"dead member cause",
-       EpochUpdate{{{3, FailureCause::silent}}, {}, {}},
-       EpochUpdate{{{3, FailureCause::refused}}, {}, {}},
+       EpochUpdate{{{3, FailureCause::silent}}, {}, {}, {}},
+       EpochUpdate{{{3, FailureCause::refused}}, {}, {}, {}},
        {0, 8, 128}},
       {"catchup mode", Catchup{1, 2, CatchupMode::none, {}}, Catchup{1, 2, CatchupMode::snapshot, {}}, {3, 4, 255}},
       {"fetch mode", Fetch{1, CatchupMode::replay, 0, 1}, Fetch{1, CatchupMode::snapshot, 0, 1}, {3, 200}},

@@ -137,5 +137,63 @@ TEST(GroupAdmission, ARankThatComesBackIsCheckedAgainstTheRecordOfItsPart) {
   EXPECT_TRUE(group.in(0));
 }
 
+// A coordinator resumed at version 5 that knows version 4 (it was lost after deciding 5, before any
+// rank heard so): ranks holding 4 are in until the caller decides; every rank at 4: the group steps
+// back to 4, checked by the sum like any start, and from then on only 4 is admitted.
+TEST(GroupAdmission, EveryRankAtThePreviousVersionStepsTheGroupBack) {
+  GroupAdmission::Params p = params(4, 5);
+  p.committed_digest = 0xabcd;  // version 5's: no rank holds it
+  p.own_digest = part(0, 500);  // the coordinator's part of version 5
+  p.previous_version = 4;
+  GroupAdmission group(p);
+  for (uint32_t r = 1; r < 4; ++r) ASSERT_TRUE(group.hello(hello(r, 4, 4)).admitted()) << r;
+  EXPECT_TRUE(group.complete());
+  EXPECT_EQ(group.at_previous(), (std::vector<uint32_t>{1, 2, 3}));
+  EXPECT_EQ(group.check_sum(), "producer ranks 1, 2 and 3 hold version 4, not the committed version 5");
+  EXPECT_THROW(group.sum(), Error);
+  group.step_back(whole_digest(4), part(0));
+  EXPECT_EQ(group.committed_version(), 4u);
+  EXPECT_TRUE(group.at_previous().empty());
+  EXPECT_EQ(group.check_sum(), "");
+  ASSERT_NE(group.record(2), nullptr);
+  EXPECT_EQ(*group.record(2), part(2));
+  // A rank that comes back later: at version 4 with its part, in; at 5 or with other bits, refused.
+  group.lost(2);
+  expect_refused(group.hello(hello(2, 4, 5)), Errc::version_mismatch,
+                 "producer rank 2: holds version 5, the group's committed version is 4");
+  GroupHello other_bits = hello(2, 4, 4);
+  other_bits.held_digest = part(2, 9);
+  expect_refused(group.hello(other_bits), Errc::verify_failed, "producer rank 2: its part is not version 4's");
+  EXPECT_TRUE(group.hello(hello(2, 4, 4)).admitted());
+  EXPECT_EQ(group.check_sum(), "");
+}
+
+// Ranks 1 and 2 at the previous version, rank 3 at the committed one (the coordinator was lost
+// after rank 3 heard the commit): the group cannot step back (named); once settled, the ranks at
+// the previous version are out and refused as holding another version.
+TEST(GroupAdmission, RanksSplitBetweenTwoVersionsCannotStepBack) {
+  GroupAdmission::Params p = params(4, 5);
+  p.previous_version = 4;
+  GroupAdmission group(p);
+  ASSERT_TRUE(group.hello(hello(1, 4, 4)).admitted());
+  ASSERT_TRUE(group.hello(hello(2, 4, 4)).admitted());
+  ASSERT_TRUE(group.hello(hello(3, 4, 5)).admitted());
+  EXPECT_EQ(group.at_previous(), (std::vector<uint32_t>{1, 2}));
+  try {
+    group.step_back(whole_digest(4), part(0));
+    FAIL() << "stepped back with rank 3 at version 5";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("producer rank 3 does not hold version 4"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(group.committed_version(), 5u);
+  group.settle();
+  EXPECT_EQ(group.missing(), (std::vector<uint32_t>{1, 2}));
+  expect_refused(group.hello(hello(1, 4, 4)), Errc::version_mismatch,
+                 "producer rank 1: holds version 4, the group's committed version is 5");
+  // Without a previous version, a rank at 4 is refused from the start.
+  GroupAdmission plain(params(4, 5));
+  expect_refused(plain.hello(hello(1, 4, 4)), Errc::version_mismatch, "holds version 4");
+}
+
 }  // namespace
 }  // namespace deltacast::tree

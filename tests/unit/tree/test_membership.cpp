@@ -694,6 +694,29 @@ TEST(MembershipGroup, ARootJoinsTheProducerRankOfItsTree) {
   EXPECT_THROW(parent_url(members, urls, group, 0, 9), Error);
 }
 
+// A producer rank back at another data URL: the roots of its trees (and only those) are the
+// moves, parents unchanged, at a new epoch; members applying them keep the same forest.
+TEST(MembershipGroup, ReconnectRootsNamesTheRootsOfOneRanksTrees) {
+  Membership group(TopologyKind::double_binary, {"", "", "", "", "", ""}, "", 3);
+  Membership mirror =
+      Membership::from_welcome(TopologyKind::double_binary, group.epoch(), members_of(group), group.forest(), 3);
+  const auto forest = group.forest();
+  const uint64_t epoch = group.epoch();
+  const auto moves = group.reconnect_roots(1);
+  EXPECT_EQ(group.epoch(), epoch + 1);
+  ASSERT_EQ(moves.size(), 2u);  // rank 1 feeds trees 2 and 3
+  for (const auto& m : moves) {
+    EXPECT_EQ(group.producer_of(static_cast<int>(m.tree)), 1u);
+    EXPECT_EQ(m.parent, kProducerRank);
+    EXPECT_EQ(group.root(static_cast<int>(m.tree)), m.rank);
+  }
+  EXPECT_EQ(group.forest(), forest);
+  mirror.apply(group.epoch(), {}, {}, moves);
+  EXPECT_EQ(mirror.forest(), forest);
+  EXPECT_EQ(mirror.epoch(), group.epoch());
+  EXPECT_THROW(group.reconnect_roots(3), Error);
+}
+
 TEST(MembershipSequence, Deterministic) {
   for (const Sequence& s : sequences()) {
     std::vector<std::vector<TreeEdge>> a;
