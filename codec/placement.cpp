@@ -1,0 +1,196 @@
+#include "codec/placement.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "util/error.h"
+
+namespace deltacast::codec {
+namespace {
+
+uint64_t product(const std::vector<uint64_t>& dims, size_t from, size_t to) {
+  uint64_t n = 1;
+  for (size_t i = from; i < to; ++i) n *= dims[i];
+  return n;
+}
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// Throws for buffer `b`, part `k` (k < 0: the buffer itself).
+[[noreturn]] void refuse(const BufferPlacement& b, long k, const std::string& why) {
+  std::string where = "placement: buffer '" + b.name + "'";
+  if (k >= 0)
+    where += " part " + std::to_string(k) + " (" + b.parts[static_cast<size_t>(k)].tensor + " " +
+             std::to_string(b.parts[static_cast<size_t>(k)].start) + ":" +
+             std::to_string(b.parts[static_cast<size_t>(k)].stop) + " along dim " +
+             std::to_string(b.parts[static_cast<size_t>(k)].dim) + ")";
+  throw Error(Errc::invalid_argument, where + ": " + why);
+}
+
+// A part's slice: the tensor's shape with `dim` cut to stop - start.
+std::vector<uint64_t> slice_shape(const TensorInfo& t, const PlacementPart& p) {
+  std::vector<uint64_t> s = t.shape;
+  s[p.dim] = p.stop - p.start;
+  return s;
+}
+
+}  // namespace
+
+uint64_t Placement::buffer_units(uint32_t buffer) const {
+  return product(shapes_.at(buffer), 0, shapes_.at(buffer).size()) * dtype_units_per_element(dtypes_.at(buffer));
+}
+
+Placement Placement::compile(const Manifest& manifest, std::vector<BufferPlacement> buffers) {
+  Placement out;
+  out.by_tensor_.resize(manifest.size());
+  std::set<std::string> names;
+  for (uint32_t bi = 0; bi < buffers.size(); ++bi) {
+    const BufferPlacement& b = buffers[bi];
+    if (b.name.empty()) throw Error(Errc::invalid_argument, "placement: buffer " + std::to_string(bi) + " has no name");
+    if (!names.insert(b.name).second) refuse(b, -1, "named twice");
+    if (b.parts.empty()) refuse(b, -1, "has no parts");
+    // Each part against its tensor; then the parts against each other.
+    std::vector<const TensorInfo*> infos;
+    std::vector<uint32_t> indexes;
+    for (size_t k = 0; k < b.parts.size(); ++k) {
+      const PlacementPart& p = b.parts[k];
+      const auto index = manifest.find(p.tensor);
+      if (!index) refuse(b, static_cast<long>(k), "the checkpoint has no tensor of that name");
+      const TensorInfo& t = manifest.at(*index);
+      if (p.dim >= t.shape.size())
+        refuse(b, static_cast<long>(k),
+               "the tensor has " + std::to_string(t.shape.size()) + " dimensions " + shape_text(t.shape) + ": no dim " +
+                   std::to_string(p.dim));
+      if (p.start >= p.stop || p.stop > t.shape[p.dim])
+        refuse(b, static_cast<long>(k),
+               "slice out of range: the tensor's dim " + std::to_string(p.dim) + " has " +
+                   std::to_string(t.shape[p.dim]) + " (shape " + shape_text(t.shape) + ")");
+      if (k > 0 && t.dtype != infos[0]->dtype)
+        refuse(b, static_cast<long>(k),
+               "dtype mismatch: the tensor is " + std::string(dtype_name(t.dtype)) + ", part 0's " +
+                   std::string(dtype_name(infos[0]->dtype)));
+      if (k > 0 && p.dim != b.parts[0].dim)
+        refuse(b, static_cast<long>(k),
+               "parts do not concatenate: it slices dim " + std::to_string(p.dim) + ", part 0 dim " +
+                   std::to_string(b.parts[0].dim));
+      infos.push_back(&t);
+      indexes.push_back(*index);
+    }
+    const uint32_t dim = b.parts[0].dim;
+    const std::vector<uint64_t> first = slice_shape(*infos[0], b.parts[0]);
+    // Where each part lies along the buffer's dimension: [begin, end).
+    std::vector<std::pair<uint64_t, uint64_t>> spans;
+    uint64_t next = 0;
+    for (size_t k = 0; k < b.parts.size(); ++k) {
+      const PlacementPart& p = b.parts[k];
+      const std::vector<uint64_t> s = slice_shape(*infos[k], p);
+      const uint64_t width = b.stack ? 1 : s[dim];
+      bool fits = s.size() == first.size();
+      for (size_t i = 0; fits && i < s.size(); ++i) fits = b.stack ? s[i] == first[i] : (i == dim || s[i] == first[i]);
+      if (!fits)
+        refuse(
+            b, static_cast<long>(k),
+            "parts do not " + std::string(b.stack ? "stack" : "concatenate") + ": its slice is " + shape_text(s) +
+                ", part 0's " + shape_text(first) +
+                (b.stack ? " (stacked parts have one shape)" : " (only dim " + std::to_string(dim) + " may differ)"));
+      const uint64_t at = p.at.value_or(next);
+      spans.emplace_back(at, at + width);
+      next = at + width;
+    }
+    // Overlaps: sorted by where they begin.
+    std::vector<size_t> order(spans.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return spans[x] < spans[y]; });
+    for (size_t i = 1; i < order.size(); ++i)
+      if (spans[order[i]].first < spans[order[i - 1]].second)
+        refuse(b, static_cast<long>(std::max(order[i], order[i - 1])),
+               "overlaps part " + std::to_string(std::min(order[i], order[i - 1])) + " at " +
+                   std::to_string(spans[order[i]].first) + " along the buffer's " +
+                   (b.stack ? "stacking dimension" : "dim " + std::to_string(dim)));
+    uint64_t extent = 0;
+    for (const auto& s : spans) extent = std::max(extent, s.second);
+    // The buffer's shape: the parts' (stacked: a new leading dimension), or the given one.
+    std::vector<uint64_t> shape = first;
+    if (b.stack)
+      shape.insert(shape.begin(), extent);
+    else
+      shape[dim] = extent;
+    const size_t along = b.stack ? 0 : dim;
+    if (!b.shape.empty()) {
+      bool same = b.shape.size() == shape.size();
+      for (size_t i = 0; same && i < shape.size(); ++i) same = i == along || b.shape[i] == shape[i];
+      if (!same)
+        refuse(b, -1,
+               "its shape " + shape_text(b.shape) + " does not hold its parts " + shape_text(shape) + " (only dim " +
+                   std::to_string(along) + " may be larger: padding)");
+      if (b.shape[along] < extent)
+        refuse(b, -1,
+               "its parts reach " + std::to_string(extent) + " along dim " + std::to_string(along) +
+                   ", past its shape " + shape_text(b.shape));
+      shape = b.shape;
+    }
+    const DType dtype = infos[0]->dtype;
+    const uint64_t want = product(shape, 0, shape.size()) * dtype_size(dtype);
+    if (b.bytes != 0 && b.bytes != want)
+      refuse(b, -1,
+             "wrong size: " + std::to_string(b.bytes) + " bytes, its shape " + shape_text(shape) + " of " +
+                 std::string(dtype_name(dtype)) + " is " + std::to_string(want));
+    // Compile each part.
+    const uint64_t upe = dtype_units_per_element(dtype);
+    for (size_t k = 0; k < b.parts.size(); ++k) {
+      const PlacementPart& p = b.parts[k];
+      const TensorInfo& t = *infos[k];
+      const uint64_t inner = product(t.shape, p.dim + 1, t.shape.size()) * upe;
+      PartMap m;
+      m.buffer = bi;
+      m.block = t.shape[p.dim] * inner;
+      m.lo = p.start * inner;
+      m.hi = p.stop * inner;
+      m.outer = product(t.shape, 0, p.dim);
+      if (b.stack) {
+        m.stride = (p.stop - p.start) * inner;
+        m.base = spans[k].first * product(first, 0, first.size()) * upe;
+      } else {
+        m.stride = shape[dim] * inner;
+        m.base = spans[k].first * inner;
+      }
+      out.by_tensor_[indexes[k]].push_back(m);
+    }
+    out.shapes_.push_back(std::move(shape));
+    out.dtypes_.push_back(dtype);
+  }
+  out.buffers_ = std::move(buffers);
+  return out;
+}
+
+std::vector<PlacedUnit> Placement::locate(uint32_t tensor, uint64_t unit) const {
+  std::vector<PlacedUnit> out;
+  if (tensor >= by_tensor_.size()) return out;
+  for (const PartMap& m : by_tensor_[tensor]) {
+    const uint64_t o = unit / m.block;
+    const uint64_t r = unit - o * m.block;
+    if (o < m.outer && r >= m.lo && r < m.hi) out.push_back({m.buffer, m.base + o * m.stride + (r - m.lo)});
+  }
+  return out;
+}
+
+void Placement::for_each_run(uint32_t tensor, uint64_t first, uint64_t last,
+                             const std::function<void(const PlacedRun&)>& f) const {
+  if (tensor >= by_tensor_.size() || first >= last) return;
+  for (const PartMap& m : by_tensor_[tensor]) {
+    const uint64_t end = std::min(m.outer, (last - 1) / m.block + 1);
+    for (uint64_t o = first / m.block; o < end; ++o) {
+      const uint64_t from = std::max(first, o * m.block + m.lo);
+      const uint64_t to = std::min(last, o * m.block + m.hi);
+      if (from >= to) continue;
+      f({from, m.buffer, m.base + o * m.stride + (from - o * m.block - m.lo), to - from});
+    }
+  }
+}
+
+}  // namespace deltacast::codec

@@ -1,0 +1,114 @@
+#pragma once
+// A receiver's placement (docs/placement.md): which slices of which canonical tensors each of its
+// own buffers holds, as an inference engine shards and fuses them (tensor-parallel row or column
+// slices, a vocabulary range, fused q/k/v or gate/up, experts stacked into one tensor). Pure: no
+// I/O, no threads.
+//
+// A buffer holds its parts side by side along one dimension `dim` of the canonical tensors'
+// shapes: part k is the slice start:stop along `dim` of tensor `tensor`, and lies at offset `at`
+// along that dimension of the buffer (default: right after the previous part; the first at 0).
+// Every other dimension of a part equals the buffer's. Rows of the buffer that no part fills (a
+// padded vocabulary: `shape` larger than the parts) are never written. A `stack` buffer instead
+// puts its parts one after another along a new leading dimension (MoE experts: [E, ...] from E
+// expert tensors, each sliced alike), `at` then being the index along that dimension.
+//
+// Placement::compile validates everything before anything is written, throwing
+// Error(invalid_argument) that names the buffer and the part: an unknown tensor, a slice out of
+// range, parts whose shapes do not fit side by side (or, stacked, differ), parts of another dtype
+// than the buffer's, two parts overlapping within one buffer, a part outside the buffer's shape,
+// or a buffer whose byte size is not its shape's.
+//
+// Coordinates are codec units (TensorInfo::units: an 8-byte element is two), as in frames and
+// digests: a canonical unit index maps to (buffer, unit index in the buffer) by locate(), and a
+// range of canonical units to the runs the receiver holds by for_each_run(). Unit tests and a
+// property test against a dense apply followed by slicing: tests/unit/codec/test_placement.cpp.
+#include <compare>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec/manifest.h"
+
+namespace deltacast::codec {
+
+// One part of a buffer: the slice start:stop along `dim` of canonical tensor `tensor`.
+struct PlacementPart {
+  std::string tensor;
+  uint32_t dim = 0;
+  uint64_t start = 0;
+  uint64_t stop = 0;
+  // Where along the buffer's dimension the part lies (stack: its index along the new leading
+  // dimension); absent: right after the previous part (0 for the first).
+  std::optional<uint64_t> at;
+};
+
+// One of the receiver's buffers.
+struct BufferPlacement {
+  std::string name;                  // the buffer's name (the engine's parameter name)
+  std::vector<PlacementPart> parts;  // at least one; every part of one buffer has the same dtype and dim
+  bool stack = false;                // parts along a new leading dimension
+  // The buffer's shape in elements; empty: exactly what the parts fill (the last part's end along
+  // the dimension). Larger than the parts only along their dimension (padding, never written).
+  std::vector<uint64_t> shape;
+  uint64_t bytes = 0;  // the buffer's size, checked against its shape (0: not checked)
+};
+
+// Where one canonical unit lies in the receiver's buffers.
+struct PlacedUnit {
+  uint32_t buffer = 0;  // index in the placement's buffers
+  uint64_t unit = 0;    // unit index within that buffer (row-major)
+  auto operator<=>(const PlacedUnit&) const = default;
+};
+
+// A run of canonical units [unit, unit + count) of one tensor, held contiguously in a buffer from
+// `buffer_unit` on.
+struct PlacedRun {
+  uint64_t unit = 0;
+  uint32_t buffer = 0;
+  uint64_t buffer_unit = 0;
+  uint64_t count = 0;
+};
+
+class Placement {
+ public:
+  // Validates `buffers` against `manifest` (see above). Throws Error(invalid_argument) naming the
+  // buffer and the part.
+  static Placement compile(const Manifest& manifest, std::vector<BufferPlacement> buffers);
+
+  const std::vector<BufferPlacement>& buffers() const noexcept { return buffers_; }
+  // The buffer's shape (as given, or what its parts fill) and its dtype.
+  const std::vector<uint64_t>& shape(uint32_t buffer) const { return shapes_.at(buffer); }
+  DType dtype(uint32_t buffer) const { return dtypes_.at(buffer); }
+  uint64_t buffer_units(uint32_t buffer) const;
+  // Whether any part names canonical tensor `tensor` (a tensor no part names is not needed here).
+  bool needs(uint32_t tensor) const { return tensor < by_tensor_.size() && !by_tensor_[tensor].empty(); }
+  // Every place canonical unit `unit` of tensor `tensor` is held (a tensor placed in two buffers:
+  // both; none: an element this receiver does not hold). Ascending by buffer.
+  std::vector<PlacedUnit> locate(uint32_t tensor, uint64_t unit) const;
+  // Calls f for each run of canonical units of `tensor` within [first, last) that a buffer holds,
+  // in ascending canonical order per part (parts in buffer order). Cost: proportional to the runs
+  // in the range, not to its units.
+  void for_each_run(uint32_t tensor, uint64_t first, uint64_t last,
+                    const std::function<void(const PlacedRun&)>& f) const;
+
+ private:
+  // One part, compiled: canonical unit u of its tensor, with o = u / block and r = u - o * block,
+  // is held iff lo <= r < hi, at buffer unit base + o * stride + (r - lo).
+  struct PartMap {
+    uint32_t buffer = 0;
+    uint64_t block = 0;       // units of one step of the dimensions before `dim` (shape[dim] * inner)
+    uint64_t lo = 0, hi = 0;  // start * inner, stop * inner
+    uint64_t base = 0;        // the buffer unit of the part's first unit
+    uint64_t stride = 0;      // buffer units of one step of the dimensions before `dim`
+    uint64_t outer = 0;       // steps of the dimensions before `dim`
+  };
+
+  std::vector<BufferPlacement> buffers_;
+  std::vector<std::vector<uint64_t>> shapes_;
+  std::vector<DType> dtypes_;
+  std::vector<std::vector<PartMap>> by_tensor_;  // [canonical tensor]
+};
+
+}  // namespace deltacast::codec
