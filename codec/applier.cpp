@@ -105,6 +105,8 @@ class UndoLog {
     segments_.push_back(s);
     return segments_.size() - 1;
   }
+  // A placed receiver's segment wrote only `count` of its reserved entries (mu held).
+  void set_count(size_t segment, size_t count) { segments_[segment].count = count; }
   // Forgets segments [first, first + n): their writes were undone by their writer (mu held).
   void drop_segments(size_t first, size_t n) {
     for (size_t i = first; i < first + n; ++i) segments_[i].count = 0;
@@ -218,6 +220,8 @@ struct DecodeScratch {
   size_t first_undo_segment = 0;
   std::vector<std::pair<uint32_t, uint64_t>> digest_delta;  // (tensor, digest change)
   ScratchBuffer staged_base;  // staged mode: the segment's base bits, written instead of the buffers
+  std::vector<PlacedRun> runs;  // placed: the runs of the segment being checked or written
+  std::vector<size_t> written;  // placed: undo entries each segment wrote (<= its changes)
   static DecodeScratch& local() {
     thread_local DecodeScratch scratch;
     return scratch;
@@ -246,6 +250,9 @@ void write_positions(const ScanVector<uint32_t>& positions, const SegmentWrite& 
 struct DeltaApplier::Impl {
   const Manifest* manifest;
   MutableWeights weights;
+  // A placed receiver (PlacedWeights): its placement and buffers; `digest` is then per flat part.
+  std::shared_ptr<const Placement> placement;
+  std::vector<std::span<std::byte>> buffers;
   Mode mode = Mode::in_place;
   // Staged mode: committed versions not in the buffers yet (oldest first), and what the buffers
   // hold. Guarded by buffers_mu, which writers of the buffers hold exclusively (apply_next_staged,
@@ -266,6 +273,7 @@ struct DeltaApplier::Impl {
   std::vector<bool> applied;
   uint32_t applied_n = 0;
   std::optional<std::vector<uint64_t>> seal_digests;
+  std::vector<SliceDigest> seal_slices;  // the seal's slice table (what a placed receiver checks)
   bool verified = false;
   UndoLog undo;
   mutable std::mutex mu;
@@ -358,6 +366,57 @@ struct DeltaApplier::Impl {
     }
     if (!locs.empty()) throw Error(Errc::corrupt_frame, "locations stream holds bytes past the last segment");
     values.expect_consumed();
+    if (placement)
+      for (size_t i = 0; i < sc.segment_count; ++i) check_placed_classes(sc.segments[i], sc.runs);
+  }
+
+  // A placed receiver: whether it holds any element a chunk's segments cover.
+  bool holds_any(const FrameView& view) const {
+    return std::any_of(view.segments.begin(), view.segments.end(), [&](const SegmentInfo& s) {
+      return placement->holds_any(s.tensor_index, s.element_begin, s.element_begin + s.element_count);
+    });
+  }
+  // A chunk a placed receiver holds nothing of: its segments as ranges without changes (so the
+  // overlap and replay checks still see them), nothing decoded.
+  void skip_chunk(const FrameView& view, DecodeScratch& sc) const {
+    if (sc.segments.size() < view.segments.size()) sc.segments.resize(view.segments.size());
+    sc.segment_count = view.segments.size();
+    sc.changes = 0;
+    for (size_t i = 0; i < view.segments.size(); ++i) {
+      const auto& s = view.segments[i];
+      const auto& info = manifest->at(s.tensor_index);  // throws not_found for an unknown tensor
+      if (s.element_begin > info.units() || s.element_count > info.units() - s.element_begin || s.element_count == 0)
+        throw Error(Errc::corrupt_frame, "segment range out of bounds for tensor '" + info.name + "'");
+      SegmentDecode& d = sc.segments[i];
+      d.tensor = s.tensor_index;
+      d.element_begin = s.element_begin;
+      d.element_count = s.element_count;
+      d.changes = 0;
+    }
+  }
+  // A placed receiver: the runs of segment d it holds, in `runs` (cleared first).
+  void collect_runs(const SegmentDecode& d, std::vector<PlacedRun>& runs) const {
+    runs.clear();
+    placement->for_each_run(d.tensor, d.element_begin, d.element_begin + d.element_count,
+                            [&](const PlacedRun& r) { runs.push_back(r); });
+  }
+  // A run holding all of segment d, or null.
+  static const PlacedRun* whole_run(const SegmentDecode& d, const std::vector<PlacedRun>& runs) {
+    for (const PlacedRun& r : runs)
+      if (r.unit == d.element_begin && r.count == d.element_count) return &r;
+    return nullptr;
+  }
+  // A segment coded by class needs the old bits of all its elements: refused when this placed
+  // receiver holds some of them but no buffer holds all (the producer did not know its placement).
+  void check_placed_classes(const SegmentDecode& d, std::vector<PlacedRun>& runs) const {
+    if (d.locations.coding != LocationCoding::classed_gaps || !placement->needs(d.tensor)) return;
+    collect_runs(d, runs);
+    if (!runs.empty() && whole_run(d, runs) == nullptr)
+      throw Error(Errc::unsupported, "segment of tensor '" + manifest->at(d.tensor).name + "' units [" +
+                                         std::to_string(d.element_begin) + ", " +
+                                         std::to_string(d.element_begin + d.element_count) +
+                                         ") is coded by class, and this receiver holds only part of it: the producer "
+                                         "does not know its placement");
   }
 
   // Writes the decoded segments of sc into the weights, recording each element's base bits in the
@@ -372,6 +431,7 @@ struct DeltaApplier::Impl {
     UndoEntry* run = sc.undo;
     size_t i = 0;
     SegmentLog log;
+    if (placement) return write_placed(sc);
     if (mode == Mode::staged) {
       for (; i < sc.segment_count; ++i) {
         const SegmentDecode& d = sc.segments[i];
@@ -400,6 +460,168 @@ struct DeltaApplier::Impl {
       }
       throw;
     }
+  }
+  // write() for a placed receiver (in place): each segment's changes that fall in its buffers,
+  // its undo entries (canonical positions, written once per element even when two buffers hold
+  // it) counted in sc.written, digest changes per part. On an error every write of the chunk is
+  // undone, as in write().
+  void write_placed(DecodeScratch& sc) const {
+    UndoEntry* run = sc.undo;
+    sc.written.assign(sc.segment_count, 0);
+    size_t i = 0;
+    SegmentLog log;
+    try {
+      for (; i < sc.segment_count; ++i) {
+        const SegmentDecode& d = sc.segments[i];
+        log = SegmentLog{run, 0, d.tensor, d.element_begin, 0};
+        write_placed_segment(d, log, sc);
+        sc.written[i] = log.written;
+        run += d.changes;
+      }
+    } catch (...) {
+      restore_placed(sc.segments[i].tensor, sc.segments[i].element_begin, log.undo, log.written);
+      for (size_t j = i; j-- > 0;) {
+        run -= sc.segments[j].changes;
+        restore_placed(sc.segments[j].tensor, sc.segments[j].element_begin, run, sc.written[j]);
+      }
+      throw;
+    }
+  }
+  std::byte* run_base(const PlacedRun& r, unsigned width) const {
+    return buffers[r.buffer].data() + r.buffer_unit * width;
+  }
+  void write_placed_segment(const SegmentDecode& d, SegmentLog& log, DecodeScratch& sc) const {
+    if (d.changes == 0 || !placement->needs(d.tensor)) return;
+    collect_runs(d, sc.runs);
+    if (sc.runs.empty()) return;
+    if (const PlacedRun* whole = whole_run(d, sc.runs)) {
+      // One buffer holds the whole segment: today's writers (classed included), based there; then
+      // any other copy takes the same new bits.
+      write_segment(d, log, run_base(*whole, d.width));
+      sc.digest_delta.emplace_back(whole->part, log.digest);
+      for (const PlacedRun& r : sc.runs)
+        if (&r != whole) mirror_run(d, log, *whole, r, sc);
+      return;
+    }
+    // Held partly (decode refused a classed coding): positions ascend, so each run's changes are
+    // one stretch of them.
+    if (placement->parts_of(d.tensor) == 1) {  // one part: its runs ascend
+      switch (d.width) {
+        case 1:
+          write_runs<uint8_t>(d, log, sc.runs);
+          break;
+        case 2:
+          write_runs<uint16_t>(d, log, sc.runs);
+          break;
+        default:
+          write_runs<uint32_t>(d, log, sc.runs);
+          break;
+      }
+      sc.digest_delta.emplace_back(sc.runs.front().part, log.digest);
+      return;
+    }
+    const uint32_t* positions = d.locations.positions.data();
+    const size_t n = d.locations.positions.size();
+    ChangeBatch batch;
+    for (size_t ri = 0; ri < sc.runs.size(); ++ri) {
+      const PlacedRun& r = sc.runs[ri];
+      const uint64_t first = r.unit - d.element_begin;
+      size_t k = static_cast<size_t>(std::lower_bound(positions, positions + n, first) - positions);
+      std::byte* base = run_base(r, d.width);
+      uint64_t delta = 0;
+      size_t count = 0;
+      for (; k < n && positions[k] < first + r.count; ++k) {
+        const uint32_t p = positions[k];
+        const uint32_t at = static_cast<uint32_t>(p - first);
+        const uint32_t old_bits = load_bits(base, d.width, at);
+        const uint32_t new_bits = apply_value_token(d.mode, d.width, d.is_float, old_bits, d.tokens[k]);
+        store_bits(base, d.width, at, new_bits);
+        batch.positions[count] = p;
+        batch.old_bits[count] = old_bits;
+        batch.new_bits[count] = new_bits;
+        if (!held_by_earlier_part(sc.runs, ri, d.element_begin + p)) log.undo[log.written++] = {p, old_bits};
+        if (++count == kChangeBatch) {
+          delta +=
+              changes_digest_delta(d.tensor, d.element_begin, batch.positions, batch.old_bits, batch.new_bits, count);
+          count = 0;
+        }
+      }
+      delta += changes_digest_delta(d.tensor, d.element_begin, batch.positions, batch.old_bits, batch.new_bits, count);
+      sc.digest_delta.emplace_back(r.part, delta);
+    }
+  }
+  // The changes of positions-coded segment d that fall in `runs` (ascending, of one part), written
+  // where the runs lie; undo entries and digest through `log`.
+  template <class T>
+  void write_runs(const SegmentDecode& d, SegmentLog& log, const std::vector<PlacedRun>& runs) const noexcept {
+    ChangeBatch batch;
+    with_value_mode(d.mode, d.is_float, [&]<ValueMode M, bool kFloat>() {
+      const ChangeLog cl{&SegmentLog::flush, &log};
+      const uint32_t* positions = d.locations.positions.data();
+      const size_t n = d.locations.positions.size();
+      size_t count = 0, k = 0;
+      for (const PlacedRun& r : runs) {
+        const uint64_t first = r.unit - d.element_begin, end = first + r.count;
+        while (k < n && positions[k] < first) ++k;
+        T* elements = reinterpret_cast<T*>(run_base(r, sizeof(T)));  // aligned: check_placed_buffers
+        for (; k < n && positions[k] < end; ++k) {
+          const uint32_t p = positions[k];
+          T& e = elements[p - first];
+          const uint32_t old_bits = e;
+          const uint32_t new_bits = apply_value_token(M, sizeof(T), kFloat, old_bits, d.tokens[k]);
+          e = static_cast<T>(new_bits);
+          batch.positions[count] = p;
+          batch.old_bits[count] = old_bits;
+          batch.new_bits[count] = new_bits;
+          if (++count == kChangeBatch) {
+            cl.flush(cl.ctx, batch.positions, batch.old_bits, batch.new_bits, count);
+            count = 0;
+          }
+        }
+        if (k == n) break;
+      }
+      if (count > 0) cl.flush(cl.ctx, batch.positions, batch.old_bits, batch.new_bits, count);
+    });
+  }
+  // Whether a run before runs[ri], of another part, holds canonical unit u (a tensor placed twice).
+  static bool held_by_earlier_part(const std::vector<PlacedRun>& runs, size_t ri, uint64_t u) {
+    for (size_t j = 0; j < ri; ++j)
+      if (runs[j].part != runs[ri].part && u >= runs[j].unit && u < runs[j].unit + runs[j].count) return true;
+    return false;
+  }
+  // Copies into run `to` the new bits of the changes `from` (which holds the whole segment) took,
+  // with its own digest change.
+  void mirror_run(const SegmentDecode& d, const SegmentLog& log, const PlacedRun& from, const PlacedRun& to,
+                  DecodeScratch& sc) const {
+    const std::byte* src = run_base(from, d.width);
+    std::byte* dst = run_base(to, d.width);
+    const uint64_t first = to.unit - d.element_begin;
+    ChangeBatch batch;
+    uint64_t delta = 0;
+    size_t count = 0;
+    for (size_t k = 0; k < log.written; ++k) {
+      const uint32_t p = log.undo[k].position;
+      if (p < first || p >= first + to.count) continue;
+      const uint32_t at = static_cast<uint32_t>(p - first);
+      batch.positions[count] = p;
+      batch.old_bits[count] = load_bits(dst, d.width, at);
+      batch.new_bits[count] = load_bits(src, d.width, p);
+      store_bits(dst, d.width, at, batch.new_bits[count]);
+      if (++count == kChangeBatch) {
+        delta +=
+            changes_digest_delta(d.tensor, d.element_begin, batch.positions, batch.old_bits, batch.new_bits, count);
+        count = 0;
+      }
+    }
+    delta += changes_digest_delta(d.tensor, d.element_begin, batch.positions, batch.old_bits, batch.new_bits, count);
+    sc.digest_delta.emplace_back(to.part, delta);
+  }
+  // Puts back entries[count-1], ..., entries[0] of a placed segment into every buffer holding them.
+  void restore_placed(uint32_t tensor, uint64_t element_begin, const UndoEntry* entries, size_t count) const {
+    const unsigned width = static_cast<unsigned>(dtype_unit_size(manifest->at(tensor).dtype));
+    for (size_t k = count; k-- > 0;)
+      for (const PlacedUnit& at : placement->locate(tensor, element_begin + entries[k].position))
+        store_bits(buffers[at.buffer].data() + at.unit * width, width, 0, entries[k].bits);
   }
   std::byte* segment_base(const SegmentDecode& d) const {
     return weights.tensors[d.tensor].data() + d.element_begin * d.width;
@@ -530,6 +752,24 @@ struct DeltaApplier::Impl {
     return buffers_version;
   }
 
+  // A placed receiver's verify (mu held): each part's digest against the seal's slice table.
+  void verify_parts() const {
+    const auto& have = digest.per_tensor();
+    for (uint32_t q = 0; q < placement->part_count(); ++q) {
+      const SliceDigest& key = placement->slice(q);
+      const auto it =
+          std::find_if(seal_slices.begin(), seal_slices.end(), [&](const SliceDigest& s) { return s.same_slice(key); });
+      const std::string what = "slice " + std::to_string(key.start) + ":" + std::to_string(key.stop) + " along dim " +
+                               std::to_string(key.dim) + " of tensor '" + manifest->at(key.tensor).name + "'";
+      if (it == seal_slices.end())
+        throw Error(Errc::verify_failed, "verify: the seal of version " + std::to_string(*pending) +
+                                             " carries no digest of " + what +
+                                             " (the producer does not know this receiver's placement)");
+      if (it->digest != have[q])
+        throw Error(Errc::verify_failed,
+                    "verify: " + what + " differs from the producer's version " + std::to_string(*pending));
+    }
+  }
   // After a failed write (mu held): the chunk's undo segments are void (their writer restored
   // them), the chunk is not applied, and a version this chunk began with nothing else in it is
   // abandoned, so the applier is in the state it was in before the frame.
@@ -567,6 +807,30 @@ DeltaApplier::DeltaApplier(const Manifest& manifest, MutableWeights weights, uin
   im.base_combined = im.base_digest.combined();
 }
 
+DeltaApplier::DeltaApplier(const Manifest& manifest, PlacedWeights weights, uint64_t version, uint64_t version_combined,
+                           std::vector<uint64_t> part_digests, Mode mode)
+    : impl_(std::make_unique<Impl>()) {
+  if (!weights.placement) throw Error(Errc::invalid_argument, "applier: placed weights without a placement");
+  if (mode == Mode::staged)
+    throw Error(Errc::unsupported, "applier: the apply gate (staged mode) over placed buffers is not built yet");
+  check_placed_buffers(*weights.placement, weights.buffers);
+  if (part_digests.size() != weights.placement->part_count())
+    throw Error(Errc::invalid_argument, "applier: " + std::to_string(part_digests.size()) + " part digests for " +
+                                            std::to_string(weights.placement->part_count()) + " parts");
+  auto& im = *impl_;
+  im.manifest = &manifest;
+  im.weights.manifest = &manifest;
+  im.placement = std::move(weights.placement);
+  im.buffers = std::move(weights.buffers);
+  im.mode = mode;
+  im.version = version;
+  im.buffers_version = version;
+  im.digest = StateDigest(std::move(part_digests));
+  im.buffers_digest = im.digest;
+  im.base_digest = im.digest;
+  im.base_combined = version_combined;
+}
+
 DeltaApplier::~DeltaApplier() = default;
 
 ApplyResult DeltaApplier::apply(std::span<const std::byte> frame) {
@@ -584,6 +848,7 @@ ApplyResult DeltaApplier::apply(const FrameView& view) {
     if (im.pending && im.seal_digests) throw Error(Errc::replayed, "seal of version " + std::to_string(h.new_version) + " already received");
     im.begin(h);
     im.seal_digests = view.tensor_digests;
+    im.seal_slices = view.slice_digests;
     return ApplyResult{FrameKind::seal, 0, 0};
   }
   const auto key = std::make_pair(h.new_version, h.chunk_index);
@@ -599,7 +864,10 @@ ApplyResult DeltaApplier::apply(const FrameView& view) {
   lock.unlock();
   DecodeScratch& sc = DecodeScratch::local();
   try {
-    im.decode_chunk(view, sc);  // validates everything before any write
+    if (im.placement && !im.holds_any(view))
+      im.skip_chunk(view, sc);  // nothing to write here: its bytes were checksummed, and are relayed
+    else
+      im.decode_chunk(view, sc);  // validates everything before any write
   } catch (...) {
     lock.lock();
     done_decoding();
@@ -638,10 +906,18 @@ ApplyResult DeltaApplier::apply(const FrameView& view) {
   }
   lock.lock();
   auto& per = im.digest.per_tensor();
-  for (const auto& [t, d] : sc.digest_delta) per[t] += d;
+  for (const auto& [t, d] : sc.digest_delta) per[t] += d;  // placed: t is a part
+  size_t written = n;
+  if (im.placement) {
+    written = 0;
+    for (size_t i = 0; i < sc.segment_count; ++i) {
+      im.undo.set_count(sc.first_undo_segment + i, sc.written[i]);
+      written += sc.written[i];
+    }
+  }
   ++im.applied_n;
   if (--im.writers == 0) im.writers_done.notify_all();
-  return ApplyResult{FrameKind::chunk, h.chunk_index, n};
+  return ApplyResult{FrameKind::chunk, h.chunk_index, written};
 }
 
 bool DeltaApplier::complete() const noexcept {
@@ -666,7 +942,8 @@ void DeltaApplier::verify() const {
                                    std::to_string(im.chunk_count) + " chunks" + (im.seal_digests ? "" : ", no seal") + ")");
     const auto& want = *im.seal_digests;
     const auto& have = im.digest.per_tensor();
-    for (uint32_t t = 0; t < want.size(); ++t)
+    if (im.placement) im.verify_parts();
+    for (uint32_t t = 0; !im.placement && t < want.size(); ++t)
       if (want[t] != have[t])
         throw Error(Errc::verify_failed, "verify: tensor '" + im.manifest->at(t).name +
                                              "' differs from the producer's version " + std::to_string(*im.pending));
@@ -679,6 +956,11 @@ void DeltaApplier::audit(unsigned threads) const {
   // other way round: a commit and an audit on two threads could deadlock; found by TSan).
   std::lock_guard lock(impl_->mu);
   std::shared_lock buffers(impl_->buffers_mu);
+  if (impl_->placement) {
+    if (placed_part_digests(*impl_->manifest, *impl_->placement, impl_->buffers) != impl_->digest.per_tensor())
+      throw Error(Errc::verify_failed, "audit: the placed buffers do not match the maintained digests");
+    return;
+  }
   const StateDigest scanned = StateDigest::full_scan(impl_->weights.as_const(), threads);
   const auto& have = (impl_->mode == Mode::staged ? impl_->buffers_digest : impl_->digest).per_tensor();
   for (uint32_t t = 0; t < have.size(); ++t)
@@ -702,10 +984,14 @@ void DeltaApplier::rollback() {
   auto& im = *impl_;
   std::unique_lock lock(im.mu);
   im.wait_for_writers(lock);
-  if (im.mode == Mode::in_place) im.undo.for_each_segment_reverse([&](const UndoSegment& s) {
-    restore_entries(im.segment_base(s), static_cast<unsigned>(dtype_unit_size(im.manifest->at(s.tensor).dtype)), s.entries,
-                    s.count);
-  });
+  if (im.placement)
+    im.undo.for_each_segment_reverse(
+        [&](const UndoSegment& s) { im.restore_placed(s.tensor, s.element_begin, s.entries, s.count); });
+  else if (im.mode == Mode::in_place)
+    im.undo.for_each_segment_reverse([&](const UndoSegment& s) {
+      restore_entries(im.segment_base(s), static_cast<unsigned>(dtype_unit_size(im.manifest->at(s.tensor).dtype)),
+                      s.entries, s.count);
+    });
   im.undo.clear();
   im.digest = im.base_digest;
   im.pending.reset();
@@ -723,7 +1009,8 @@ void DeltaApplier::commit() {
   if (im.mode == Mode::staged) im.stage_version();
   im.version = *im.pending;
   im.base_digest = im.digest;
-  im.base_combined = im.base_digest.combined();
+  // The whole state's name: the seal's digests (verify proved them ours; placed, our parts').
+  im.base_combined = StateDigest(*im.seal_digests).combined();
   im.undo.clear();
   im.pending.reset();
   im.applied.clear();
@@ -770,6 +1057,7 @@ void DeltaApplier::rebind(uint32_t tensor, std::span<std::byte> memory) {
   auto& im = *impl_;
   std::unique_lock lock(im.mu);
   im.wait_for_writers(lock);
+  if (im.placement) throw Error(Errc::unsupported, "rebind: placed buffers cannot be re-pointed yet");
   if (im.pending && im.mode == Mode::in_place)
     throw Error(Errc::state, "rebind: version " + std::to_string(*im.pending) + " is being written into the buffers");
   const auto& info = im.manifest->at(tensor);

@@ -31,8 +31,16 @@
 #include "codec/digest.h"
 #include "codec/frame.h"
 #include "codec/manifest.h"
+#include "codec/placement.h"
 
 namespace deltacast::codec {
+
+// A receiver that holds only slices of the canonical tensors (codec/placement.h,
+// docs/placement.md): buffers[k] holds placement buffer k.
+struct PlacedWeights {
+  std::shared_ptr<const Placement> placement;
+  std::vector<std::span<std::byte>> buffers;
+};
 
 struct ApplyResult {
   FrameKind kind = FrameKind::chunk;
@@ -47,6 +55,18 @@ class DeltaApplier {
   enum class Mode { in_place, staged };
   DeltaApplier(const Manifest& manifest, MutableWeights weights, uint64_t version,
                StateDigest digest, Mode mode = Mode::in_place);
+  // A placed receiver: it holds only weights.placement's slices, at `version`, whose whole state's
+  // combined digest (StateDigest::combined, as frames name their base) is `version_combined`;
+  // part_digests: placed_part_digests of the buffers (or carried over from the last commit). It
+  // decodes every frame but writes only the changes that fall in its buffers (each copy of a tensor
+  // placed twice), keeps one digest per part (digest(): per flat part, not per tensor), and
+  // verify() checks each against the seal's slice table. A segment coded by class that it holds
+  // only partly is refused (Error(unsupported), nothing written): the producer must know its
+  // placement (EncodeOptions::held_slices). In place only: Mode::staged, rebind() are
+  // Error(unsupported) for now. Throws Error(invalid_argument) for buffers that do not match the
+  // placement (count, byte size, alignment) or a digest count that is not the part count.
+  DeltaApplier(const Manifest& manifest, PlacedWeights weights, uint64_t version, uint64_t version_combined,
+               std::vector<uint64_t> part_digests, Mode mode = Mode::in_place);
   ~DeltaApplier();
   DeltaApplier(const DeltaApplier&) = delete;
   DeltaApplier& operator=(const DeltaApplier&) = delete;
@@ -77,8 +97,9 @@ class DeltaApplier {
   std::optional<uint64_t> pending_version() const noexcept;  // in-flight version, if any
 
   // Proves the bits equal the producer's: compares the incrementally maintained per-tensor digests
-  // with the seal's. Requires complete(). Throws Error(verify_failed) naming the first differing
-  // tensor (state unchanged: the caller decides to roll back).
+  // with the seal's (placed: each part's with the seal's slice table). Requires complete(). Throws
+  // Error(verify_failed) naming the first differing tensor or part, or a slice the seal lacks
+  // (state unchanged: the caller decides to roll back).
   void verify() const;
   // Full-scan audit: recomputes the digest from the bytes and compares with the maintained one.
   // Throws Error(verify_failed).

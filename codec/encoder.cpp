@@ -27,6 +27,26 @@ void DeltaStats::add(const DeltaStats& o) {
 }
 
 namespace {
+// Segments shorter than this are not coded by class (the classes' thresholds would not pay).
+constexpr uint64_t kClassedMinElements = 4096;
+
+// A chunk's slices cut where a member's long run of held units begins or ends (a TP row slice's
+// edges): each piece is then held wholly or not at all by such a member, so it keeps its classed
+// coding, and a member skips writing what it does not hold. Short runs (a column slice's rows)
+// cut nothing: their segments are coded by positions (HeldSlices::splits).
+std::vector<Slice> cut_at_held_runs(const std::vector<Slice>& chunk, const HeldSlices& held) {
+  std::vector<Slice> out;
+  for (const Slice& s : chunk) {
+    uint64_t at = s.begin;
+    for (const uint64_t cut : held.cuts(s.tensor, s.begin, s.begin + s.count, kClassedMinElements)) {
+      out.push_back({s.tensor, at, cut - at});
+      at = cut;
+    }
+    out.push_back({s.tensor, at, s.begin + s.count - at});
+  }
+  return out;
+}
+
 // The digest of a base slice, summed over the stretches the scan reports (digest terms add, so the
 // sum equals slice_digest of the whole slice, whatever the stretches).
 struct BaseDigestTap {
@@ -95,6 +115,8 @@ struct DeltaEncoder::Impl {
     ids = version_ids;
     options = std::move(opts);
     chunks = group_part ? plan_chunks(m, group_part->ranges, options.chunk_bytes) : plan_chunks(m, options.chunk_bytes);
+    if (options.held_slices && !options.held_slices->empty())
+      for (auto& chunk : chunks) chunk = cut_at_held_runs(chunk, *options.held_slices);
     if (chunks.size() >= UINT32_MAX) throw Error(Errc::invalid_argument, "encode: too many chunks");
     if (group_part && (group_part->first_chunk > group_part->total_chunks ||
                        chunks.size() > group_part->total_chunks - group_part->first_chunk))
@@ -116,7 +138,7 @@ struct DeltaEncoder::Impl {
   // at least 1 in 8 blocks of a small segment, enough to rank exponents by change rate; the exact
   // cost comparison after the scan guards the choice). 0: no classes.
   unsigned class_stride(const TensorInfo& info, uint64_t n) const {
-    if (!options.allow_classed || !dtype_codes_as_float(info.dtype) || n < 4096) return 0;
+    if (!options.allow_classed || !dtype_codes_as_float(info.dtype) || n < kClassedMinElements) return 0;
     const uint64_t samples = std::min<uint64_t>(8192, std::max<uint64_t>(4096, n / 8));
     return static_cast<unsigned>(std::max<uint64_t>(1, n / samples));
   }
@@ -263,17 +285,20 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     const bool is_float = dtype_codes_as_float(info.dtype);
     const bool overwrite = !im.options.overwrite_tensors.empty() && im.options.overwrite_tensors[s.tensor];
     const ValueMode mode = overwrite ? ValueMode::overwrite : im.options.xor_safe_mode;
-    // Classes come from the receiver's base bits, which overwrite tensors do not promise.
+    // Classes come from the receiver's base bits of the whole segment, which overwrite tensors do
+    // not promise and a member holding the segment partly lacks.
+    const bool classed =
+        !overwrite && !(im.options.held_slices && im.options.held_slices->splits(s.tensor, s.begin, s.begin + s.count));
     ClassSpec classes;
     if (im.next_reader != nullptr) {
-      if (!overwrite) classes = im.pick_classes_read(info, s);
+      if (classed) classes = im.pick_classes_read(info, s);
       uint64_t base_sum = 0;
       im.scan_read(info, s, classes.count > 1 ? &classes : nullptr, scan, &base_sum);
       if (im.scan_base) im.base_parts[index].emplace_back(s.tensor, base_sum);
     } else {
       const std::byte* o = im.base.tensors[s.tensor].data() + s.begin * w;
       const std::byte* nw = im.next.tensors[s.tensor].data() + s.begin * w;
-      if (!overwrite) classes = im.pick_classes(info, o, nw, s.count);
+      if (classed) classes = im.pick_classes(info, o, nw, s.count);
       scan.clear();
       // One pass: the base's digest is taken stretch by stretch right behind the scan, while the
       // stretch is still in the cache (a digest of the whole slice after it would read it again).
@@ -349,16 +374,20 @@ DeltaEncoder::PartDigests DeltaEncoder::part_digests() {
 }
 
 std::vector<std::byte> seal_frame(const Manifest& manifest, VersionIds ids, uint64_t base_combined,
-                                  uint32_t chunk_count, const StateDigest& new_digest) {
+                                  uint32_t chunk_count, const StateDigest& new_digest,
+                                  const std::vector<SliceDigest>& slice_digests) {
   if (new_digest.per_tensor().size() != manifest.size())
     throw Error(Errc::invalid_argument, "seal: the digest has the wrong number of tensors");
+  for (const SliceDigest& d : slice_digests)
+    if (d.tensor >= manifest.size() || d.start >= d.stop)
+      throw Error(Errc::invalid_argument, "seal: a slice digest names no slice of this model");
   FrameHeader h;
   h.manifest_digest = manifest.digest();
   h.base_version = ids.base_version;
   h.base_digest = base_combined;
   h.new_version = ids.new_version;
   h.chunk_count = chunk_count;
-  return build_seal_frame(h, new_digest.per_tensor());
+  return build_seal_frame(h, new_digest.per_tensor(), slice_digests);
 }
 
 GroupChunks group_chunks(const Manifest& manifest, const Partition& partition, uint64_t chunk_bytes) {
@@ -455,6 +484,18 @@ EncodedDelta encode_delta(const ConstWeights& base, const WeightsReader& next, c
                           VersionIds ids, const EncodeOptions& options) {
   DeltaEncoder encoder(base, next, base_digest, ids, options);
   return encode_all(encoder, options);
+}
+
+std::vector<SliceDigest> slice_digests(const ConstWeights& weights, std::span<const SliceDigest> slices) {
+  check_weights(weights);
+  std::vector<SliceDigest> out(slices.begin(), slices.end());
+  for (SliceDigest& d : out) {
+    if (d.tensor >= weights.manifest->size())
+      throw Error(Errc::invalid_argument,
+                  "slice digests: tensor index " + std::to_string(d.tensor) + " is not in the model");
+    d.digest = canonical_slice_digest(*weights.manifest, d, weights.tensors[d.tensor]);
+  }
+  return out;
 }
 
 }  // namespace deltacast::codec

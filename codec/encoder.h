@@ -5,12 +5,14 @@
 // in parallel, sent in any order, and applied in any order.
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "codec/digest.h"
 #include "codec/frame.h"
 #include "codec/manifest.h"
 #include "codec/partition.h"
+#include "codec/placement.h"
 
 namespace deltacast::codec {
 
@@ -26,6 +28,9 @@ struct EncodeOptions {
   int zstd_level = 1;
   // Allow LocationCoding::classed_gaps (the receiver-side context model). Off for ablations.
   bool allow_classed = true;
+  // The members' placements (docs/placement.md): a segment some member holds only partly is not
+  // coded by class. Null: every member holds every tensor whole.
+  std::shared_ptr<const HeldSlices> held_slices;
   // Threads used by encode_delta (0 = hardware concurrency).
   unsigned threads = 1;
 };
@@ -79,8 +84,14 @@ GroupChunks group_chunks(const Manifest& manifest, const Partition& partition, u
 // The seal frame of a version of `chunk_count` chunks whose new state has `new_digest`, on a base
 // whose combined digest is `base_combined` (what a single encoder's seal() returns; a group's
 // coordinator builds it from the sum of the parts' digests).
+// `slice_digests`: the seal's slice table (frame.h, SliceDigest), for members that hold slices.
 std::vector<std::byte> seal_frame(const Manifest& manifest, VersionIds ids, uint64_t base_combined,
-                                  uint32_t chunk_count, const StateDigest& new_digest);
+                                  uint32_t chunk_count, const StateDigest& new_digest,
+                                  const std::vector<SliceDigest>& slice_digests = {});
+
+// The slice table of `slices` (their digest fields ignored) over the version `weights` holds: a
+// scan of each slice's bytes. Throws Error(invalid_argument) for a slice outside its tensor.
+std::vector<SliceDigest> slice_digests(const ConstWeights& weights, std::span<const SliceDigest> slices);
 
 class DeltaEncoder {
  public:

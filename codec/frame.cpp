@@ -112,10 +112,27 @@ FrameView parse_frame(std::span<const std::byte> frame) {
   const auto body = frame.subspan(kFrameHeaderSize, v.header.body_size);
   ByteReader r(body, "frame body");
   if (v.header.kind == FrameKind::seal) {
-    if (v.header.body_size != uint64_t{v.header.item_count} * 8)
+    // Per-tensor digests, then (optional) a slice table: u32 count, u32 0, count entries.
+    const uint64_t tensors_size = uint64_t{v.header.item_count} * 8;
+    const uint64_t table_size = v.header.body_size > tensors_size ? v.header.body_size - tensors_size : 0;
+    if (v.header.body_size < tensors_size || (table_size != 0 && table_size < 8))
       throw Error(Errc::corrupt_frame, "seal frame: body size does not match its tensor count");
     v.tensor_digests.resize(v.header.item_count);
     for (auto& d : v.tensor_digests) d = r.get<uint64_t>();
+    if (table_size == 0) return v;
+    const uint32_t count = r.get<uint32_t>();
+    if (r.get<uint32_t>() != 0 || table_size != 8 + uint64_t{count} * kSliceDigestEntrySize)
+      throw Error(Errc::corrupt_frame, "seal frame: slice digest table does not match its count");
+    v.slice_digests.resize(count);
+    for (auto& d : v.slice_digests) {
+      d.tensor = r.get<uint32_t>();
+      d.dim = r.get<uint32_t>();
+      d.start = r.get<uint64_t>();
+      d.stop = r.get<uint64_t>();
+      d.digest = r.get<uint64_t>();
+      if (d.tensor >= v.header.item_count || d.start >= d.stop)
+        throw Error(Errc::corrupt_frame, "seal frame: a slice digest names no slice of a tensor of this model");
+    }
     return v;
   }
   if (v.header.chunk_index >= v.header.chunk_count)
@@ -270,16 +287,29 @@ std::vector<std::byte> build_chunk_frame(FrameHeader header, const std::vector<S
   return out;
 }
 
-std::vector<std::byte> build_seal_frame(FrameHeader header, const std::vector<uint64_t>& tensor_digests) {
+std::vector<std::byte> build_seal_frame(FrameHeader header, const std::vector<uint64_t>& tensor_digests,
+                                        const std::vector<SliceDigest>& slice_digests) {
   header.kind = FrameKind::seal;
   header.chunk_index = 0;
   header.item_count = static_cast<uint32_t>(tensor_digests.size());
   header.body_size = tensor_digests.size() * 8;
+  if (!slice_digests.empty()) header.body_size += 8 + slice_digests.size() * kSliceDigestEntrySize;
   std::vector<std::byte> out;
   out.reserve(kFrameHeaderSize + header.body_size + kFrameTrailerSize);
   write_header(out, header);
   ByteWriter w(out);
   for (uint64_t d : tensor_digests) w.u64(d);
+  if (!slice_digests.empty()) {
+    w.u32(static_cast<uint32_t>(slice_digests.size()));
+    w.u32(0);
+    for (const SliceDigest& d : slice_digests) {
+      w.u32(d.tensor);
+      w.u32(d.dim);
+      w.u64(d.start);
+      w.u64(d.stop);
+      w.u64(d.digest);
+    }
+  }
   seal_trailer(out);
   return out;
 }

@@ -87,12 +87,29 @@ struct SectionInfo {
   uint64_t offset = 0;  // from the start of the frame
 };
 
+// The digest of one slice of a canonical tensor (codec/placement.h): the sum of the digest terms
+// of units [start, stop) along dimension `dim` of tensor `tensor`, every other dimension whole.
+// Seals carry them for the slices members hold (docs/frame-format.md, "Seal body").
+struct SliceDigest {
+  uint32_t tensor = 0;
+  uint32_t dim = 0;
+  uint64_t start = 0;
+  uint64_t stop = 0;
+  uint64_t digest = 0;
+  bool same_slice(const SliceDigest& o) const noexcept {
+    return tensor == o.tensor && dim == o.dim && start == o.start && stop == o.stop;
+  }
+  bool operator==(const SliceDigest&) const = default;
+};
+inline constexpr size_t kSliceDigestEntrySize = 32;
+
 // A validated, parsed frame. Spans point into the caller's bytes.
 struct FrameView {
   FrameHeader header;
   std::vector<SegmentInfo> segments;    // chunk frames
   std::vector<SectionInfo> sections;    // chunk frames
   std::vector<uint64_t> tensor_digests; // seal frames: per-tensor digests of the new version
+  std::vector<SliceDigest> slice_digests;  // seal frames: digests of members' slices (may be empty)
   std::span<const std::byte> bytes;     // the whole frame
 };
 

@@ -19,6 +19,7 @@ std::vector<std::byte> build_chunk_frame(FrameHeader header, const std::vector<S
                                          std::vector<std::pair<StreamId, std::vector<std::byte>>> streams,
                                          int zstd_level, SectionSizes* sizes = nullptr);
 
-std::vector<std::byte> build_seal_frame(FrameHeader header, const std::vector<uint64_t>& tensor_digests);
+std::vector<std::byte> build_seal_frame(FrameHeader header, const std::vector<uint64_t>& tensor_digests,
+                                        const std::vector<SliceDigest>& slice_digests = {});
 
 }  // namespace deltacast::codec

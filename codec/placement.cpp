@@ -1,9 +1,11 @@
 #include "codec/placement.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <set>
 
+#include "codec/digest.h"
 #include "util/error.h"
 
 namespace deltacast::codec {
@@ -152,6 +154,8 @@ Placement Placement::compile(const Manifest& manifest, std::vector<BufferPlaceme
       m.lo = p.start * inner;
       m.hi = p.stop * inner;
       m.outer = product(t.shape, 0, p.dim);
+      m.part = static_cast<uint32_t>(out.slices_.size());
+      out.slices_.push_back(SliceDigest{indexes[k], p.dim, p.start, p.stop, 0});
       if (b.stack) {
         m.stride = (p.stop - p.start) * inner;
         m.base = spans[k].first * product(first, 0, first.size()) * upe;
@@ -188,9 +192,119 @@ void Placement::for_each_run(uint32_t tensor, uint64_t first, uint64_t last,
       const uint64_t from = std::max(first, o * m.block + m.lo);
       const uint64_t to = std::min(last, o * m.block + m.hi);
       if (from >= to) continue;
-      f({from, m.buffer, m.base + o * m.stride + (from - o * m.block - m.lo), to - from});
+      f({from, m.buffer, m.base + o * m.stride + (from - o * m.block - m.lo), to - from, m.part});
     }
   }
+}
+
+bool Placement::holds_any(uint32_t tensor, uint64_t first, uint64_t last) const {
+  if (tensor >= by_tensor_.size() || first >= last) return false;
+  for (const PartMap& m : by_tensor_[tensor]) {
+    const uint64_t o0 = first / m.block;
+    const uint64_t o1 = std::min(m.outer - 1, (last - 1) / m.block);
+    if (o0 > o1) continue;
+    if (o1 - o0 >= 2) return true;  // a whole step of the outer dimensions lies between
+    for (const uint64_t o : {o0, o1})
+      if (std::max(first, o * m.block + m.lo) < std::min(last, o * m.block + m.hi)) return true;
+  }
+  return false;
+}
+
+std::vector<SliceDigest> HeldSlices::slices() const {
+  std::vector<SliceDigest> out;
+  for (const Placement& p : placements_)
+    for (uint32_t q = 0; q < p.part_count(); ++q)
+      if (std::none_of(out.begin(), out.end(), [&](const SliceDigest& s) { return s.same_slice(p.slice(q)); }))
+        out.push_back(p.slice(q));
+  return out;
+}
+
+std::vector<uint64_t> HeldSlices::cuts(uint32_t tensor, uint64_t begin, uint64_t end, uint64_t min_run) const {
+  std::vector<uint64_t> out;
+  for (const Placement& p : placements_)
+    p.for_each_run(tensor, begin, end, [&](const PlacedRun& r) {
+      if (r.count < min_run) return;
+      if (r.unit > begin) out.push_back(r.unit);
+      if (r.unit + r.count < end) out.push_back(r.unit + r.count);
+    });
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+bool HeldSlices::splits(uint32_t tensor, uint64_t begin, uint64_t end) const {
+  if (begin >= end) return false;
+  std::vector<std::pair<uint64_t, uint64_t>> runs;
+  for (const Placement& p : placements_) {
+    if (!p.needs(tensor)) continue;
+    runs.clear();
+    p.for_each_run(tensor, begin, end, [&](const PlacedRun& r) { runs.emplace_back(r.unit, r.unit + r.count); });
+    // The units held (a tensor in two buffers: its runs may overlap): the union's length.
+    std::sort(runs.begin(), runs.end());
+    uint64_t held = 0, reach = begin;
+    for (const auto& [from, to] : runs) {
+      if (to <= reach) continue;
+      held += to - std::max(from, reach);
+      reach = to;
+    }
+    if (held > 0 && held < end - begin) return true;
+  }
+  return false;
+}
+
+uint64_t canonical_slice_digest(const Manifest& manifest, const SliceDigest& slice,
+                                std::span<const std::byte> tensor_bytes) {
+  const TensorInfo& t = manifest.at(slice.tensor);
+  if (tensor_bytes.size() != t.nbytes())
+    throw Error(Errc::invalid_argument, "slice digest: tensor '" + t.name + "' needs " + std::to_string(t.nbytes()) +
+                                            " bytes, got " + std::to_string(tensor_bytes.size()));
+  if (slice.dim >= t.shape.size() || slice.start >= slice.stop || slice.stop > t.shape[slice.dim])
+    throw Error(Errc::invalid_argument, "slice digest: " + std::to_string(slice.start) + ":" +
+                                            std::to_string(slice.stop) + " along dim " + std::to_string(slice.dim) +
+                                            " is not a slice of tensor '" + t.name + "' " + shape_text(t.shape));
+  const uint64_t width = dtype_unit_size(t.dtype);
+  const uint64_t inner = product(t.shape, slice.dim + 1, t.shape.size()) * dtype_units_per_element(t.dtype);
+  const uint64_t block = t.shape[slice.dim] * inner;
+  const uint64_t lo = slice.start * inner, n = (slice.stop - slice.start) * inner;
+  uint64_t sum = 0;
+  for (uint64_t o = 0, outer = product(t.shape, 0, slice.dim); o < outer; ++o) {
+    const uint64_t first = o * block + lo;
+    sum += slice_digest(slice.tensor, t.dtype, first, tensor_bytes.subspan(first * width, n * width));
+  }
+  return sum;
+}
+
+void check_placed_buffers(const Placement& placement, std::span<const std::span<std::byte>> buffers) {
+  if (buffers.size() != placement.buffers().size())
+    throw Error(Errc::invalid_argument, "placement: " + std::to_string(placement.buffers().size()) +
+                                            " buffers placed, " + std::to_string(buffers.size()) + " given");
+  for (uint32_t b = 0; b < buffers.size(); ++b) {
+    const uint64_t want = placement.buffer_units(b) * dtype_unit_size(placement.dtype(b));
+    if (buffers[b].size() != want)
+      throw Error(Errc::invalid_argument, "placement: buffer '" + placement.buffers()[b].name + "' has " +
+                                              std::to_string(buffers[b].size()) + " bytes, its shape " +
+                                              shape_text(placement.shape(b)) + " needs " + std::to_string(want));
+    if (reinterpret_cast<uintptr_t>(buffers[b].data()) % dtype_unit_size(placement.dtype(b)) != 0)
+      throw Error(Errc::invalid_argument,
+                  "placement: buffer '" + placement.buffers()[b].name + "' is not aligned to its element size");
+  }
+}
+
+std::vector<uint64_t> placed_part_digests(const Manifest& manifest, const Placement& placement,
+                                          std::span<const std::span<std::byte>> buffers) {
+  check_placed_buffers(placement, buffers);
+  std::vector<uint64_t> out(placement.part_count(), 0);
+  for (uint32_t tensor = 0; tensor < manifest.size(); ++tensor) {
+    if (!placement.needs(tensor)) continue;
+    const TensorInfo& t = manifest.at(tensor);
+    const uint64_t width = dtype_unit_size(t.dtype);
+    placement.for_each_run(tensor, 0, t.units(), [&](const PlacedRun& r) {
+      out[r.part] +=
+          slice_digest(tensor, t.dtype, r.unit,
+                       std::span<const std::byte>(buffers[r.buffer]).subspan(r.buffer_unit * width, r.count * width));
+    });
+  }
+  return out;
 }
 
 }  // namespace deltacast::codec

@@ -29,6 +29,9 @@
 #include <string>
 #include <vector>
 
+#include <span>
+
+#include "codec/frame.h"
 #include "codec/manifest.h"
 
 namespace deltacast::codec {
@@ -69,6 +72,7 @@ struct PlacedRun {
   uint32_t buffer = 0;
   uint64_t buffer_unit = 0;
   uint64_t count = 0;
+  uint32_t part = 0;  // the part holding it (flat index: every buffer's parts in order)
 };
 
 class Placement {
@@ -92,6 +96,14 @@ class Placement {
   // in the range, not to its units.
   void for_each_run(uint32_t tensor, uint64_t first, uint64_t last,
                     const std::function<void(const PlacedRun&)>& f) const;
+  // Whether any buffer holds any unit of `tensor` in [first, last). Cost: O(parts of the tensor).
+  bool holds_any(uint32_t tensor, uint64_t first, uint64_t last) const;
+  // Parts, numbered flat (buffer 0's parts in order, then buffer 1's, ...): how many, and the
+  // canonical slice part `part` holds (digest 0), as a seal's slice table names it.
+  uint32_t part_count() const noexcept { return static_cast<uint32_t>(slices_.size()); }
+  const SliceDigest& slice(uint32_t part) const { return slices_.at(part); }
+  // How many parts name canonical tensor `tensor` (almost always 0 or 1; 2 for a tied copy).
+  size_t parts_of(uint32_t tensor) const { return tensor < by_tensor_.size() ? by_tensor_[tensor].size() : 0; }
 
  private:
   // One part, compiled: canonical unit u of its tensor, with o = u / block and r = u - o * block,
@@ -103,12 +115,53 @@ class Placement {
     uint64_t base = 0;        // the buffer unit of the part's first unit
     uint64_t stride = 0;      // buffer units of one step of the dimensions before `dim`
     uint64_t outer = 0;       // steps of the dimensions before `dim`
+    uint32_t part = 0;        // flat part index
   };
 
   std::vector<BufferPlacement> buffers_;
   std::vector<std::vector<uint64_t>> shapes_;
   std::vector<DType> dtypes_;
   std::vector<std::vector<PartMap>> by_tensor_;  // [canonical tensor]
+  std::vector<SliceDigest> slices_;              // [flat part]: its canonical slice
+};
+
+// The digest of slice `slice` (its digest field ignored) of canonical tensor slice.tensor, whose
+// whole bytes are `tensor_bytes` (what a producer that holds the tensor sends in a seal). Cost: a
+// scan of the slice's bytes. Throws Error(invalid_argument) for a slice outside the tensor or
+// bytes of the wrong size.
+uint64_t canonical_slice_digest(const Manifest& manifest, const SliceDigest& slice,
+                                std::span<const std::byte> tensor_bytes);
+
+// Throws Error(invalid_argument) unless buffers[k] is a buffer of placement buffer k's byte size,
+// aligned to its element width, for every k (and no more).
+void check_placed_buffers(const Placement& placement, std::span<const std::span<std::byte>> buffers);
+
+// The digest of what each part of `placement` holds, read from the receiver's buffers
+// (buffers[k]: placement buffer k, its byte size checked): per flat part, the same value as
+// canonical_slice_digest of its slice over the canonical tensor. Throws Error(invalid_argument)
+// for a buffer count or size that does not match.
+std::vector<uint64_t> placed_part_digests(const Manifest& manifest, const Placement& placement,
+                                          std::span<const std::span<std::byte>> buffers);
+
+// What the producer knows of its members' placements (each distinct one added once): where some
+// member holds a range of canonical units only partly. The encoder must not code such a segment's
+// locations by class (classed_gaps: the classes come from the old bits of the whole segment,
+// which that member lacks; docs/placement.md, "Apply through the placement").
+class HeldSlices {
+ public:
+  void add(Placement placement) { placements_.push_back(std::move(placement)); }
+  bool empty() const noexcept { return placements_.empty(); }
+  // Where, strictly inside [begin, end) of `tensor`, a run of at least `min_run` units that some
+  // placement holds begins or ends: ascending, each once.
+  std::vector<uint64_t> cuts(uint32_t tensor, uint64_t begin, uint64_t end, uint64_t min_run) const;
+  // Every distinct slice the placements hold (digest 0): what the seal's slice table covers.
+  std::vector<SliceDigest> slices() const;
+  // True when some placement holds some but not all of units [begin, end) of `tensor`. Cost: the
+  // runs the placements hold in the range.
+  bool splits(uint32_t tensor, uint64_t begin, uint64_t end) const;
+
+ private:
+  std::vector<Placement> placements_;
 };
 
 }  // namespace deltacast::codec

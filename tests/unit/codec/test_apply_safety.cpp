@@ -249,6 +249,48 @@ struct ClassedFixture : Fixture {
   }
 };
 
+// A member that holds rows 0:300 of w (a placement): the encoder keeps classed locations for the
+// chunk wholly inside that slice (rows 0..255) and cuts the one that straddles its edge at row 300,
+// into two segments held wholly or not at all, both classed. With a column slice (every row held
+// partly) no segment is classed: they are coded by positions, which that member can decode
+// without the elements it lacks. A whole-model receiver applies the frames to exactly the new
+// bits.
+TEST_F(ClassedFixture, SegmentsAMemberHoldsPartlyAreNotCodedByClass) {
+  auto coding_of = [](const std::vector<std::byte>& frame) {
+    return parse_frame(frame).segments.at(0).location_coding;
+  };
+  for (const bool by_rows : {true, false}) {
+    auto held = std::make_shared<HeldSlices>();
+    held->add(Placement::compile(
+        cm, {BufferPlacement{"w_shard", {PlacementPart{"w", by_rows ? 0u : 1u, 0, 300, std::nullopt}}, false, {}, 0}}));
+    EncodeOptions opts;
+    opts.chunk_bytes = uint64_t{256} << 10;
+    opts.held_slices = held;
+    const EncodedDelta placed =
+        encode_delta(cbase.view(), cnext.view(), StateDigest::full_scan(cbase.view()), {5, 6}, opts);
+    ASSERT_EQ(placed.frames.size(), 3u);
+    EXPECT_EQ(coding_of(cdelta.frames[0]), LocationCoding::classed_gaps);
+    EXPECT_EQ(coding_of(cdelta.frames[1]), LocationCoding::classed_gaps);
+    const auto straddling = parse_frame(placed.frames[1]).segments;
+    if (by_rows) {
+      EXPECT_EQ(coding_of(placed.frames[0]), LocationCoding::classed_gaps) << "rows 0..255 are held whole";
+      ASSERT_EQ(straddling.size(), 2u);
+      EXPECT_EQ(straddling[1].element_begin, 300u * 512) << "cut at the slice's edge";
+      for (const auto& seg : straddling) EXPECT_EQ(seg.location_coding, LocationCoding::classed_gaps);
+    } else {
+      EXPECT_NE(coding_of(placed.frames[0]), LocationCoding::classed_gaps) << "every row is held partly";
+      ASSERT_EQ(straddling.size(), 1u) << "a column slice's short runs cut nothing";
+      EXPECT_NE(straddling[0].location_coding, LocationCoding::classed_gaps);
+    }
+    OwnedWeights target = cbase;
+    DeltaApplier applier(cm, target.mut(), 5, StateDigest::full_scan(target.view()));
+    for (const auto& frame : placed.frames) applier.apply(frame);
+    applier.verify();
+    applier.commit();
+    EXPECT_TRUE(target == cnext);
+  }
+}
+
 // A frame whose class ranks turn out impossible only once its writes have started is refused,
 // and the elements it wrote are restored: bit-exact base as the first frame of a version (the
 // applier is idle again), and the first chunk untouched as the second (the version goes on).

@@ -7,16 +7,21 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "codec/tp_placement.h"
+#include "placement_reference.h"
 #include "util/error.h"
 
 namespace deltacast::codec {
 namespace {
+
+using testing::slices_of;
 
 Manifest manifest_of(std::vector<TensorInfo> tensors) { return Manifest(std::move(tensors)); }
 
@@ -206,57 +211,100 @@ TEST(Placement, EveryValidationErrorNamesTheBufferAndPart) {
   EXPECT_EQ(error_of(m, {buf("x", {part("a", 0, 0, 2), part("b", 0, 0, 2)})}), "") << "a valid placement";
 }
 
+// Where some member holds a range only partly: row slices split only the ranges that straddle
+// their edges, column slices every range of more than one row's worth; whole tensors, unheld
+// tensors and tied copies (the union counts) split nothing.
+TEST(HeldSlices, SplitsOnlyRangesAMemberHoldsPartly) {
+  const Manifest m = manifest_of({{"w", DType::bf16, {8, 4}}, {"v", DType::bf16, {8, 4}}});
+  HeldSlices none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_FALSE(none.splits(0, 0, 32));
+  HeldSlices rows;
+  rows.add(Placement::compile(m, {buf("w_shard", {part("w", 0, 2, 6)})}));  // units 8..23
+  EXPECT_FALSE(rows.empty());
+  EXPECT_TRUE(rows.splits(0, 0, 32));
+  EXPECT_TRUE(rows.splits(0, 4, 12)) << "straddles the slice's first row";
+  EXPECT_TRUE(rows.splits(0, 20, 28)) << "straddles its end";
+  EXPECT_FALSE(rows.splits(0, 8, 24)) << "wholly held";
+  EXPECT_FALSE(rows.splits(0, 10, 12));
+  EXPECT_FALSE(rows.splits(0, 0, 8)) << "wholly outside";
+  EXPECT_FALSE(rows.splits(0, 24, 32));
+  EXPECT_FALSE(rows.splits(1, 0, 32)) << "a tensor this member does not need";
+  HeldSlices columns;
+  columns.add(Placement::compile(m, {buf("w_cols", {part("w", 1, 0, 2)})}));
+  EXPECT_TRUE(columns.splits(0, 0, 32));
+  EXPECT_TRUE(columns.splits(0, 1, 3));
+  EXPECT_FALSE(columns.splits(0, 4, 6)) << "one row's held columns";
+  EXPECT_FALSE(columns.splits(0, 6, 8)) << "one row's other columns";
+  HeldSlices whole;
+  whole.add(Placement::compile(m, {buf("w", {part("w", 0, 0, 8)})}));
+  EXPECT_FALSE(whole.splits(0, 0, 32));
+  // Two buffers holding rows 0:4 and 2:8 of v hold all of it: nothing split.
+  HeldSlices tied;
+  tied.add(Placement::compile(m, {buf("a", {part("v", 0, 0, 4)}), buf("b", {part("v", 0, 2, 8)})}));
+  EXPECT_FALSE(tied.splits(1, 0, 32));
+  // Several members: any one that holds a range partly splits it.
+  rows.add(Placement::compile(m, {buf("w_rest", {part("w", 0, 6, 8)})}));
+  EXPECT_TRUE(rows.splits(0, 20, 32)) << "the first member holds 20..23 only";
+}
+
+// The vLLM-style helper: fused and split as the engine shards, the vocabulary padded to 64.
+TEST(LlamaTpPlacement, FusesAndSplitsAsVllmAndPadsTheVocabulary) {
+  const std::string l = "model.layers.0.";
+  const Manifest m = manifest_of({{"model.embed_tokens.weight", DType::bf16, {100, 8}},
+                                  {l + "input_layernorm.weight", DType::bf16, {8}},
+                                  {l + "self_attn.q_proj.weight", DType::bf16, {8, 8}},
+                                  {l + "self_attn.k_proj.weight", DType::bf16, {4, 8}},
+                                  {l + "self_attn.v_proj.weight", DType::bf16, {4, 8}},
+                                  {l + "self_attn.o_proj.weight", DType::bf16, {8, 8}},
+                                  {l + "mlp.gate_proj.weight", DType::bf16, {16, 8}},
+                                  {l + "mlp.up_proj.weight", DType::bf16, {16, 8}},
+                                  {l + "mlp.down_proj.weight", DType::bf16, {8, 16}},
+                                  {"lm_head.weight", DType::bf16, {100, 8}}});
+  auto find = [](const std::vector<BufferPlacement>& b, const std::string& name) {
+    const auto it = std::find_if(b.begin(), b.end(), [&](const BufferPlacement& x) { return x.name == name; });
+    return it == b.end() ? nullptr : &*it;
+  };
+  auto same = [](const PlacementPart& p, const std::string& t, uint32_t dim, uint64_t start, uint64_t stop) {
+    return p.tensor == t && p.dim == dim && p.start == start && p.stop == stop;
+  };
+  const auto r1 = llama_tp_placement(m, 1, 2);
+  const Placement compiled = Placement::compile(m, r1);  // valid as given
+  const auto* qkv = find(r1, l + "self_attn.qkv_proj.weight");
+  ASSERT_NE(qkv, nullptr);
+  ASSERT_EQ(qkv->parts.size(), 3u);
+  EXPECT_TRUE(same(qkv->parts[0], l + "self_attn.q_proj.weight", 0, 4, 8));
+  EXPECT_TRUE(same(qkv->parts[1], l + "self_attn.k_proj.weight", 0, 2, 4));
+  EXPECT_TRUE(same(qkv->parts[2], l + "self_attn.v_proj.weight", 0, 2, 4));
+  const auto* gate_up = find(r1, l + "mlp.gate_up_proj.weight");
+  ASSERT_NE(gate_up, nullptr);
+  EXPECT_TRUE(same(gate_up->parts[0], l + "mlp.gate_proj.weight", 0, 8, 16));
+  EXPECT_TRUE(same(gate_up->parts[1], l + "mlp.up_proj.weight", 0, 8, 16));
+  EXPECT_TRUE(same(find(r1, l + "self_attn.o_proj.weight")->parts[0], l + "self_attn.o_proj.weight", 1, 4, 8));
+  EXPECT_TRUE(same(find(r1, l + "mlp.down_proj.weight")->parts[0], l + "mlp.down_proj.weight", 1, 8, 16));
+  EXPECT_TRUE(same(find(r1, l + "input_layernorm.weight")->parts[0], l + "input_layernorm.weight", 0, 0, 8));
+  EXPECT_EQ(find(r1, l + "self_attn.k_proj.weight"), nullptr);  // fused, not a buffer of its own
+  // Vocabulary 100 padded to 128: rank 1 of 2 holds rows 64:100 of a 64-row buffer.
+  const auto* embed = find(r1, "model.embed_tokens.weight");
+  EXPECT_TRUE(same(embed->parts[0], "model.embed_tokens.weight", 0, 64, 100));
+  EXPECT_EQ(embed->shape, (std::vector<uint64_t>{64, 8}));
+  for (uint32_t b = 0; b < compiled.buffers().size(); ++b)
+    if (compiled.buffers()[b].name == "lm_head.weight") EXPECT_EQ(compiled.buffer_units(b), 64u * 8);
+  // Rank 7 of 8: rows 112:128 are all padding, so it has no buffer for the vocabulary.
+  const auto r7 = llama_tp_placement(m, 7, 8);
+  EXPECT_EQ(find(r7, "lm_head.weight"), nullptr);
+  EXPECT_EQ(find(r7, l + "self_attn.qkv_proj.weight")->parts[1].stop, 4u);
+  // A split the engine would refuse names the tensor.
+  try {
+    llama_tp_placement(m, 0, 3);
+    FAIL() << "3 ways";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q_proj.weight' dim 0 does not split 3 ways"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(llama_tp_placement(m, 2, 2), Error);
+}
+
 // --- Property: random manifests and placements, random changes ---------------------------------
-
-std::vector<uint64_t> unravel(uint64_t flat, const std::vector<uint64_t>& shape) {
-  std::vector<uint64_t> idx(shape.size());
-  for (size_t i = shape.size(); i-- > 0;) {
-    idx[i] = flat % shape[i];
-    flat /= shape[i];
-  }
-  return idx;
-}
-uint64_t ravel(const std::vector<uint64_t>& idx, const std::vector<uint64_t>& shape) {
-  uint64_t flat = 0;
-  for (size_t i = 0; i < shape.size(); ++i) flat = flat * shape[i] + idx[i];
-  return flat;
-}
-
-// The buffers a placement's engine holds of `weights` (padding: 0xEE), built element by element
-// from multi-indices: the reference the placement's mapping is compared against.
-std::vector<std::vector<std::byte>> slices_of(const Placement& p, const Manifest& m,
-                                              const std::vector<std::vector<std::byte>>& weights) {
-  std::vector<std::vector<std::byte>> out;
-  for (uint32_t b = 0; b < p.buffers().size(); ++b) {
-    const BufferPlacement& spec = p.buffers()[b];
-    const size_t esize = dtype_size(p.dtype(b));
-    std::vector<std::byte> buf(p.buffer_units(b) / dtype_units_per_element(p.dtype(b)) * esize, std::byte{0xEE});
-    uint64_t next = 0;
-    for (const auto& part : spec.parts) {
-      const TensorInfo& t = m.at(*m.find(part.tensor));
-      std::vector<uint64_t> slice = t.shape;
-      slice[part.dim] = part.stop - part.start;
-      const uint64_t at = part.at.value_or(next);
-      next = at + (spec.stack ? 1 : slice[part.dim]);
-      uint64_t n = 1;
-      for (uint64_t d : slice) n *= d;
-      for (uint64_t e = 0; e < n; ++e) {
-        std::vector<uint64_t> idx = unravel(e, slice);
-        std::vector<uint64_t> canonical = idx;
-        canonical[part.dim] += part.start;
-        std::vector<uint64_t> in_buffer = idx;
-        if (spec.stack)
-          in_buffer.insert(in_buffer.begin(), at);
-        else
-          in_buffer[part.dim] += at;
-        std::memcpy(buf.data() + ravel(in_buffer, p.shape(b)) * esize,
-                    weights[*m.find(part.tensor)].data() + ravel(canonical, t.shape) * esize, esize);
-      }
-    }
-    out.push_back(std::move(buf));
-  }
-  return out;
-}
 
 TEST(PlacementProperty, ApplyingThroughThePlacementEqualsADenseApplyThenSlicing) {
   std::mt19937_64 rng(20261206);

@@ -1,0 +1,170 @@
+// Apply time of a tensor-parallel receiver that holds 1/T of the model (codec::PlacedWeights,
+// docs/placement.md) against a receiver that holds it whole, on the same frames, in the same run
+// (issue 33's goal: <= 1/T + 15% of the whole receiver's time at T = 2, 4, 8). The frames are one
+// simulator step, encoded for a fleet of vLLM-style TP workers (codec::llama_tp_placement), with
+// the seal's slice table. Each round times, interleaved: the whole receiver, TP rank 0 and TP rank
+// T-1 and a receiver holding only the final norm (what decoding alone costs), each applying every frame and verifying
+// (one thread), then rolling back (not timed). Prints per receiver the median and range over rounds, and the ratio to
+// the whole receiver's time of the same round (range over rounds). Usage: dc_bench_placed_apply [--params 100M]
+// [--lr 1.3e-6] [--rounds 5]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codec/applier.h"
+#include "codec/encoder.h"
+#include "codec/owned_weights.h"
+#include "codec/placement.h"
+#include "codec/tp_placement.h"
+#include "sim/model_shape.h"
+#include "sim/trainer_simulator.h"
+
+using namespace deltacast;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A receiver's buffers for `placement`, filled from the whole version `w` through the placement's
+// runs.
+std::vector<std::vector<std::byte>> placed_buffers(const codec::Placement& p, const codec::ConstWeights& w) {
+  std::vector<std::vector<std::byte>> out;
+  for (uint32_t b = 0; b < p.buffers().size(); ++b)
+    out.emplace_back(p.buffer_units(b) * codec::dtype_unit_size(p.dtype(b)));
+  for (uint32_t t = 0; t < w.manifest->size(); ++t) {
+    const auto& info = w.manifest->at(t);
+    const size_t width = codec::dtype_unit_size(info.dtype);
+    p.for_each_run(t, 0, info.units(), [&](const codec::PlacedRun& r) {
+      std::memcpy(out[r.buffer].data() + r.buffer_unit * width, w.tensors[t].data() + r.unit * width, r.count * width);
+    });
+  }
+  return out;
+}
+
+struct Range {
+  std::vector<double> v;
+  double median() {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+  double lo() const { return *std::min_element(v.begin(), v.end()); }
+  double hi() const { return *std::max_element(v.begin(), v.end()); }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string params = "100M";
+  double lr = 1.3e-6;
+  int rounds = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (a == "--params")
+      params = next();
+    else if (a == "--lr")
+      lr = std::stod(next());
+    else if (a == "--rounds")
+      rounds = std::stoi(next());
+    else {
+      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
+      return 2;
+    }
+  }
+  sim::SimConfig cfg;
+  cfg.params = sim::parse_param_count(params);
+  cfg.lr = static_cast<float>(lr);
+  cfg.seed = 1;
+  cfg.threads = 2;
+  sim::TrainerSimulator trainer(cfg);
+  trainer.step();
+  const codec::OwnedWeights a(trainer.bf16_weights());
+  trainer.step();
+  const codec::OwnedWeights b(trainer.bf16_weights());
+  const auto& m = a.manifest();
+  const auto base_digest = codec::StateDigest::full_scan(a.view(), 2);
+  codec::OwnedWeights whole(a.view());
+
+  std::printf("%s params, one step at lr %g; %d interleaved rounds; apply + verify on one thread\n\n", params.c_str(),
+              lr, rounds);
+  std::printf("| T | receiver | changes written | ms: median (range) | vs whole: median (range) | goal |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  for (const uint32_t t : {2u, 4u, 8u}) {
+    auto held = std::make_shared<codec::HeldSlices>();
+    std::vector<std::shared_ptr<const codec::Placement>> placements;
+    for (uint32_t r = 0; r < t; ++r) {
+      placements.push_back(
+          std::make_shared<const codec::Placement>(codec::Placement::compile(m, codec::llama_tp_placement(m, r, t))));
+      held->add(*placements.back());
+    }
+    codec::EncodeOptions o;
+    o.threads = 2;
+    o.held_slices = held;
+    auto delta = codec::encode_delta(a.view(), b.view(), base_digest, {0, 1}, o);
+    delta.frames.back() =
+        codec::seal_frame(m, {0, 1}, base_digest.combined(), static_cast<uint32_t>(delta.frames.size() - 1),
+                          delta.new_digest, codec::slice_digests(b.view(), held->slices()));
+    // The receivers: whole, TP rank 0, TP rank t-1.
+    struct Receiver {
+      std::string name;
+      std::vector<std::vector<std::byte>> buffers;
+      std::unique_ptr<codec::DeltaApplier> applier;
+      Range ms, ratio;
+      uint64_t written = 0;
+    };
+    std::vector<Receiver> receivers;
+    receivers.push_back(
+        {"whole", {}, std::make_unique<codec::DeltaApplier>(m, whole.mutable_view(), 0, base_digest), {}, {}});
+    // And the floor: a receiver that holds only the final norm decodes the chunks holding it.
+    const auto norm_only = std::make_shared<const codec::Placement>(codec::Placement::compile(
+        m, {{"norm",
+             {{"model.norm.weight", 0, 0, m.at(*m.find("model.norm.weight")).shape[0], std::nullopt}},
+             false,
+             {},
+             0}}));
+    for (uint32_t r : {0u, t - 1, t}) {
+      const auto& p = r < t ? placements[r] : norm_only;
+      Receiver x{r < t ? "rank " + std::to_string(r) + " of " + std::to_string(t) : "final norm only",
+                 placed_buffers(*p, a.view()),
+                 {},
+                 {},
+                 {}};
+      std::vector<std::span<std::byte>> spans;
+      for (auto& buf : x.buffers) spans.emplace_back(buf.data(), buf.size());
+      auto digests = codec::placed_part_digests(m, *p, spans);
+      x.applier = std::make_unique<codec::DeltaApplier>(m, codec::PlacedWeights{p, spans}, 0, base_digest.combined(),
+                                                        std::move(digests));
+      receivers.push_back(std::move(x));
+    }
+    for (int round = 0; round < rounds; ++round) {
+      double whole_ms = 0;
+      for (auto& x : receivers) {
+        uint64_t written = 0;
+        const auto t0 = Clock::now();
+        for (const auto& f : delta.frames) written += x.applier->apply(f).changes;
+        x.applier->verify();
+        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        x.applier->rollback();
+        x.written = written;
+        x.ms.v.push_back(ms);
+        if (x.name == "whole") whole_ms = ms;
+        x.ratio.v.push_back(ms / whole_ms);
+      }
+    }
+    for (auto& x : receivers) {
+      const double med = x.ms.median();
+      const double ratio = x.ratio.median();
+      std::printf("| %u | %s | %llu | %.1f (%.1f-%.1f) | %.3f (%.3f-%.3f) | %s |\n", t, x.name.c_str(),
+                  static_cast<unsigned long long>(x.written), med, x.ms.lo(), x.ms.hi(), ratio, x.ratio.lo(),
+                  x.ratio.hi(),
+                  x.name.starts_with("rank") ? ("<= " + std::to_string(1.0 / t + 0.15).substr(0, 5)).c_str() : "");
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
