@@ -14,6 +14,7 @@
 #include "codec/location_coding.h"
 #include "codec/scratch.h"
 #include "codec/value_coding.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 namespace deltacast::codec {
@@ -344,6 +345,11 @@ struct DeltaApplier::Impl {
     ValueDecoder values(sec.get(StreamId::sign_bits), sec.get(StreamId::mag_flags), sec.get(StreamId::mag_bytes),
                         sec.get(StreamId::mag_wide), planes);
     auto locs = sec.get(StreamId::locations);
+    // A placed receiver with the producer's location index skips the segments it holds nothing of
+    // without decoding their locations (their values are still read: the streams are sequential).
+    const auto index_bytes = sec.get(StreamId::location_index);
+    ByteReader index(index_bytes, "location index");
+    const bool indexed = !index_bytes.empty();
     if (sc.segments.size() < view.segments.size()) sc.segments.resize(view.segments.size());
     sc.segment_count = view.segments.size();
     sc.changes = 0;
@@ -359,11 +365,26 @@ struct DeltaApplier::Impl {
       d.abs_mask = abs_mask_of(info.dtype);
       d.is_float = dtype_codes_as_float(info.dtype);
       d.mode = s.value_mode;
-      decode_locations(s.location_coding, s.element_count, s.change_count, d.abs_mask, locs, d.locations);
+      const uint64_t length = indexed ? index.leb128() : 0;
       d.tokens.resize(s.change_count);
+      if (indexed && placement &&
+          !placement->holds_any(s.tensor_index, s.element_begin, s.element_begin + s.element_count)) {
+        if (length > locs.size()) throw Error(Errc::corrupt_frame, "location index: a segment reaches past the stream");
+        locs = locs.subspan(length);
+        values.next_tokens(s.value_mode, d.width, d.tokens.data(), s.change_count);
+        d.changes = 0;  // nothing here is held: nothing to write
+        d.locations.coding = LocationCoding::none;
+        continue;
+      }
+      const size_t before = locs.size();
+      decode_locations(s.location_coding, s.element_count, s.change_count, d.abs_mask, locs, d.locations);
+      if (indexed && before - locs.size() != length)
+        throw Error(Errc::corrupt_frame, "location index: a segment's length differs from its locations");
       values.next_tokens(s.value_mode, d.width, d.tokens.data(), s.change_count);
       sc.changes += s.change_count;
     }
+    if (indexed && !index.at_end())
+      throw Error(Errc::corrupt_frame, "location index holds entries past the last segment");
     if (!locs.empty()) throw Error(Errc::corrupt_frame, "locations stream holds bytes past the last segment");
     values.expect_consumed();
     if (placement)

@@ -12,6 +12,7 @@
 #include "codec/location_coding.h"
 #include "codec/scan.h"
 #include "codec/value_coding.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 namespace deltacast::codec {
@@ -276,6 +277,9 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
   ValueEncoder values;
   std::vector<std::byte> locations;
   std::vector<SegmentInfo> segments;
+  // Members hold slices: each segment's location bytes are indexed, so they skip what they lack.
+  const bool indexed = im.options.held_slices && !im.options.held_slices->empty();
+  std::vector<std::byte> location_index;
   DeltaStats local;
   auto& deltas = im.digest_deltas[index];
   deltas.clear();
@@ -307,7 +311,9 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
       scan_changes(w, abs_mask_of(info.dtype), o, nw, s.count, classes.count > 1 ? &classes : nullptr, scan, tap);
       if (im.scan_base) im.base_parts[index].emplace_back(s.tensor, digest.sum);
     }
+    const size_t locations_before = locations.size();
     const LocationPlan plan = encode_locations(SegmentChanges{s.count, &scan, classes}, locations);
+    if (indexed) ByteWriter(location_index).leb128(locations.size() - locations_before);
     const size_t c = scan.positions.size();
     // The digest delta does not depend on the order: one sequential pass in position order. The
     // values follow the coding order (class by class for classed locations).
@@ -325,6 +331,10 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
   std::vector<std::pair<StreamId, std::vector<std::byte>>> streams;
   if (!locations.empty()) streams.emplace_back(StreamId::locations, std::move(locations));
   for (auto& s : values.finish()) streams.push_back(std::move(s));
+  if (indexed && !streams.empty() && streams.front().first == StreamId::locations) {
+    streams.emplace_back(StreamId::location_index, std::move(location_index));
+    std::stable_sort(streams.begin(), streams.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  }
   FrameHeader h;
   h.manifest_digest = m.digest();
   h.base_version = im.ids.base_version;

@@ -65,7 +65,7 @@ FrameHeader read_header(std::span<const std::byte> bytes) {
 }
 
 bool known_stream(uint8_t id) {
-  return (id >= static_cast<uint8_t>(StreamId::locations) && id <= static_cast<uint8_t>(StreamId::mag_wide)) ||
+  return (id >= static_cast<uint8_t>(StreamId::locations) && id <= static_cast<uint8_t>(StreamId::location_index)) ||
          (id >= static_cast<uint8_t>(StreamId::plane0) && id <= static_cast<uint8_t>(StreamId::plane3));
 }
 
@@ -245,7 +245,9 @@ std::vector<std::byte> build_chunk_frame(FrameHeader header, const std::vector<S
     } else {
       stored.push_back({id, SectionCodec::raw, raw.size(), 0, raw.size()});
     }
-    if (sizes) (id == StreamId::locations ? sizes->location_bytes : sizes->value_bytes) += stored.back().stored_size;
+    if (sizes)
+      (id == StreamId::locations || id == StreamId::location_index ? sizes->location_bytes : sizes->value_bytes) +=
+          stored.back().stored_size;
   }
   uint64_t body = segments.size() * kSegmentEntrySize + 8 + stored.size() * kSectionEntrySize;
   for (const auto& s : stored) body += s.stored_size;

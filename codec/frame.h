@@ -45,11 +45,13 @@ const char* value_mode_name(ValueMode mode) noexcept;
 // Streams (sections) of a chunk frame; each is stored raw or as one standard zstd frame.
 enum class StreamId : uint8_t {
   locations = 1,
-  sign_bits = 2,   // ulp_delta: one bit per change, 1 = negative
-  mag_flags = 3,   // ulp_delta: one bit per change, 1 = |delta| > 1
-  mag_bytes = 4,   // ulp_delta: |delta| - 2 for flagged changes, 255 = escape to mag_wide
-  mag_wide = 5,    // ulp_delta: |delta| as u32 LE for escaped changes
-  plane0 = 8,      // xor_bits/overwrite: byte j of each value goes to plane j (j < element size)
+  sign_bits = 2,       // ulp_delta: one bit per change, 1 = negative
+  mag_flags = 3,       // ulp_delta: one bit per change, 1 = |delta| > 1
+  mag_bytes = 4,       // ulp_delta: |delta| - 2 for flagged changes, 255 = escape to mag_wide
+  mag_wide = 5,        // ulp_delta: |delta| as u32 LE for escaped changes
+  location_index = 6,  // optional: per segment, its locations' byte length (LEB128), so a member
+                       // holding only slices skips the segments it does not hold undecoded
+  plane0 = 8,          // xor_bits/overwrite: byte j of each value goes to plane j (j < element size)
   plane1 = 9,
   plane2 = 10,
   plane3 = 11,

@@ -263,14 +263,8 @@ LocationPlan encode_locations(const SegmentChanges& changes, std::vector<std::by
     plan.order = std::move(class_order);
   } else if (best == varint_bytes && varint_bytes < gaps_bytes) {
     plan.coding = LocationCoding::gap_varint;
-    for (size_t i = 0; i < c; ++i) {
-      uint32_t g = gaps[i];
-      while (g >= 0x80) {
-        out.push_back(static_cast<std::byte>((g & 0x7F) | 0x80));
-        g >>= 7;
-      }
-      out.push_back(static_cast<std::byte>(g));
-    }
+    ByteWriter varints(out);
+    for (size_t i = 0; i < c; ++i) varints.leb128(gaps[i]);
   } else if (best == gaps_bytes) {
     plan.coding = LocationCoding::gaps;
     ByteWriter(out).u8(static_cast<uint8_t>(gap_k));

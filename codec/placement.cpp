@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <set>
 
@@ -49,6 +50,7 @@ uint64_t Placement::buffer_units(uint32_t buffer) const {
 
 Placement Placement::compile(const Manifest& manifest, std::vector<BufferPlacement> buffers) {
   Placement out;
+  out.manifest_digest_ = manifest.digest();
   out.by_tensor_.resize(manifest.size());
   std::set<std::string> names;
   for (uint32_t bi = 0; bi < buffers.size(); ++bi) {
@@ -305,6 +307,23 @@ std::vector<uint64_t> placed_part_digests(const Manifest& manifest, const Placem
     });
   }
   return out;
+}
+
+void gather_placed(const Placement& placement, const ConstWeights& weights,
+                   std::span<const std::span<std::byte>> buffers) {
+  check_placed_buffers(placement, buffers);
+  check_weights(weights);
+  if (weights.manifest->digest() != placement.manifest_digest())
+    throw Error(Errc::invalid_argument, "placement: compiled against another manifest than the weights'");
+  for (uint32_t tensor = 0; tensor < weights.manifest->size(); ++tensor) {
+    if (!placement.needs(tensor)) continue;
+    const TensorInfo& t = weights.manifest->at(tensor);
+    const uint64_t width = dtype_unit_size(t.dtype);
+    placement.for_each_run(tensor, 0, t.units(), [&](const PlacedRun& r) {
+      std::memcpy(buffers[r.buffer].data() + r.buffer_unit * width, weights.tensors[tensor].data() + r.unit * width,
+                  r.count * width);
+    });
+  }
 }
 
 }  // namespace deltacast::codec

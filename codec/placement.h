@@ -104,6 +104,8 @@ class Placement {
   const SliceDigest& slice(uint32_t part) const { return slices_.at(part); }
   // How many parts name canonical tensor `tensor` (almost always 0 or 1; 2 for a tied copy).
   size_t parts_of(uint32_t tensor) const { return tensor < by_tensor_.size() ? by_tensor_[tensor].size() : 0; }
+  // Manifest::digest() of the manifest it was compiled against.
+  uint64_t manifest_digest() const noexcept { return manifest_digest_; }
 
  private:
   // One part, compiled: canonical unit u of its tensor, with o = u / block and r = u - o * block,
@@ -119,6 +121,7 @@ class Placement {
   };
 
   std::vector<BufferPlacement> buffers_;
+  uint64_t manifest_digest_ = 0;
   std::vector<std::vector<uint64_t>> shapes_;
   std::vector<DType> dtypes_;
   std::vector<std::vector<PartMap>> by_tensor_;  // [canonical tensor]
@@ -142,6 +145,14 @@ void check_placed_buffers(const Placement& placement, std::span<const std::span<
 // for a buffer count or size that does not match.
 std::vector<uint64_t> placed_part_digests(const Manifest& manifest, const Placement& placement,
                                           std::span<const std::span<std::byte>> buffers);
+
+// Copies what each buffer of `placement` holds out of the whole canonical tensors `weights` (the
+// placement's manifest): buffers[k] is placement buffer k (byte size checked). Units no part covers
+// (padding) are left as they are. Cost: one copy of the held bytes, a run at a time. Throws
+// Error(invalid_argument) for a buffer count or size that does not match, or `weights` that are
+// not one span of the right size per tensor of the manifest the placement was compiled against.
+void gather_placed(const Placement& placement, const ConstWeights& weights,
+                   std::span<const std::span<std::byte>> buffers);
 
 // What the producer knows of its members' placements (each distinct one added once): where some
 // member holds a range of canonical units only partly. The encoder must not code such a segment's

@@ -15,6 +15,7 @@
 #include <yaml-cpp/yaml.h>
 #include <nlohmann/json.hpp>
 
+#include "config/yaml_walk.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -199,47 +200,13 @@ const Setter* find_setter(std::string_view key) {
 
 // ---- YAML walking ----
 
-std::string where(const std::string& source, const YAML::Mark& mark) {
-  return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
-}
-
-[[noreturn]] void fail_at(const std::string& source, const YAML::Node& node, const std::string& message) {
-  throw Error(Errc::config, where(source, node.Mark()) + ": " + message);
-}
-
-const char* type_name(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: return "a mapping";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Scalar: return "a scalar";
-    case YAML::NodeType::Null: return "nothing";
-    case YAML::NodeType::Undefined: return "nothing";
-  }
-  return "nothing";
-}
+using yaml::fail_at;
+using yaml::for_each_entry;
+using yaml::type_name;
+using yaml::where;
 
 void require_map(const std::string& source, const YAML::Node& node, const std::string& key) {
   if (!node.IsMap()) fail_at(source, node, "key '" + key + "' expects a mapping, got " + type_name(node));
-}
-
-// Calls visit(key, value) for each entry; rejects duplicate keys and keys outside `allowed`.
-template <typename Visit>
-void for_each_entry(const std::string& source, const YAML::Node& map, const std::string& prefix,
-                    const std::set<std::string>& allowed, Visit visit) {
-  std::set<std::string> seen;
-  for (const auto& entry : map) {
-    const YAML::Node& key_node = entry.first;
-    if (!key_node.IsScalar()) fail_at(source, key_node, "keys must be plain names");
-    const std::string key = key_node.Scalar();
-    const std::string full = prefix.empty() ? key : prefix + "." + key;
-    if (!allowed.count(key)) {
-      std::string list;
-      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
-      fail_at(source, key_node, "unknown key '" + full + "' (known here: " + list + ")");
-    }
-    if (!seen.insert(key).second) fail_at(source, key_node, "duplicate key '" + full + "'");
-    visit(full, entry.second);
-  }
 }
 
 void set_scalar(Config& config, const std::string& source, const std::string& key, const YAML::Node& value) {
@@ -479,12 +446,7 @@ void apply_flag_overrides(Config& config, const std::vector<std::string>& assign
 }
 
 Config parse_config(std::string_view yaml_text, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml_text));
-  } catch (const YAML::ParserException& e) {
-    throw Error(Errc::config, where(source, e.mark) + ": malformed YAML: " + e.msg);
-  }
+  const YAML::Node root = yaml::load(yaml_text, source);
   Config config;
   parse_document(config, source, root);
   return config;

@@ -66,6 +66,14 @@ class ByteWriter {
   void u64(uint64_t value) { put(value); }
   void bytes(std::span<const std::byte> data) { out_->insert(out_->end(), data.begin(), data.end()); }
   void zeros(size_t count) { out_->resize(out_->size() + count); }
+  // An unsigned LEB128 varint: 7 bits a byte, low first, the top bit set on all but the last.
+  void leb128(uint64_t value) {
+    while (value >= 0x80) {
+      out_->push_back(static_cast<std::byte>((value & 0x7F) | 0x80));
+      value >>= 7;
+    }
+    out_->push_back(static_cast<std::byte>(value));
+  }
 
   // Rewrites the sizeof(T) bytes at `offset`, which must already have been written.
   template <std::integral T>
@@ -84,6 +92,8 @@ class ByteWriter {
 // Throws Error(corrupt_frame, "<what>: truncated (needs <n> more bytes at offset <at>, has <has>)").
 // Out of line so that the inline read paths stay small.
 [[noreturn]] void throw_truncated(const char* what, uint64_t needed, size_t at, size_t has);
+// Throws Error(corrupt_frame, "<what>: varint longer than 64 bits").
+[[noreturn]] void throw_overlong(const char* what);
 
 // Sequential, bounds-checked reader over a byte span. `what` names the structure in errors and
 // must outlive the reader (a string literal).
@@ -110,6 +120,17 @@ class ByteReader {
     return out;
   }
   void skip(uint64_t n) { (void)take(n); }
+  // An unsigned LEB128 varint (ByteWriter::leb128). Throws corrupt_frame when truncated or longer
+  // than a 64-bit value takes.
+  uint64_t leb128() {
+    uint64_t value = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (shift > 63) throw_overlong(what_);
+      const uint8_t b = u8();
+      value |= uint64_t{b & 0x7Fu} << shift;
+      if (!(b & 0x80)) return value;
+    }
+  }
 
   size_t position() const noexcept { return pos_; }
   size_t remaining() const noexcept { return bytes_.size() - pos_; }

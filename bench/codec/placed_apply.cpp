@@ -3,16 +3,17 @@
 // (issue 33's goal: <= 1/T + 15% of the whole receiver's time at T = 2, 4, 8). The frames are one
 // simulator step, encoded for a fleet of vLLM-style TP workers (codec::llama_tp_placement), with
 // the seal's slice table. Each round times, interleaved: the whole receiver, TP rank 0 and TP rank
-// T-1 and a receiver holding only the final norm (what decoding alone costs), each applying every frame and verifying
-// (one thread), then rolling back (not timed). Prints per receiver the median and range over rounds, and the ratio to
-// the whole receiver's time of the same round (range over rounds). Usage: dc_bench_placed_apply [--params 100M]
-// [--lr 1.3e-6] [--rounds 5]
+// T-1, a receiver holding only the final norm, and a whole receiver of a fleet without slices (on
+// that fleet's frames: what the sliced members cost the others), each applying every frame and
+// verifying (one thread), then rolling back (not timed). Prints per receiver the median and range
+// over rounds, and the ratio to the whole receiver's time of the same round (range over rounds).
+// Usage: dc_bench_placed_apply [--params 100M] [--lr 1.3e-6] [--rounds 5]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,19 +31,14 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A receiver's buffers for `placement`, filled from the whole version `w` through the placement's
-// runs.
+// A receiver's buffers for `placement`, filled from the whole version `w`.
 std::vector<std::vector<std::byte>> placed_buffers(const codec::Placement& p, const codec::ConstWeights& w) {
   std::vector<std::vector<std::byte>> out;
+  std::vector<std::span<std::byte>> spans;
   for (uint32_t b = 0; b < p.buffers().size(); ++b)
     out.emplace_back(p.buffer_units(b) * codec::dtype_unit_size(p.dtype(b)));
-  for (uint32_t t = 0; t < w.manifest->size(); ++t) {
-    const auto& info = w.manifest->at(t);
-    const size_t width = codec::dtype_unit_size(info.dtype);
-    p.for_each_run(t, 0, info.units(), [&](const codec::PlacedRun& r) {
-      std::memcpy(out[r.buffer].data() + r.buffer_unit * width, w.tensors[t].data() + r.unit * width, r.count * width);
-    });
-  }
+  for (auto& o : out) spans.emplace_back(o);
+  codec::gather_placed(p, w, spans);
   return out;
 }
 
@@ -88,7 +84,10 @@ int main(int argc, char** argv) {
   const codec::OwnedWeights b(trainer.bf16_weights());
   const auto& m = a.manifest();
   const auto base_digest = codec::StateDigest::full_scan(a.view(), 2);
-  codec::OwnedWeights whole(a.view());
+  codec::OwnedWeights whole(a.view()), whole_alone(a.view());
+  codec::EncodeOptions plain_options;
+  plain_options.threads = 2;
+  const auto plain = codec::encode_delta(a.view(), b.view(), base_digest, {0, 1}, plain_options);
 
   std::printf("%s params, one step at lr %g; %d interleaved rounds; apply + verify on one thread\n\n", params.c_str(),
               lr, rounds);
@@ -116,10 +115,19 @@ int main(int argc, char** argv) {
       std::unique_ptr<codec::DeltaApplier> applier;
       Range ms, ratio;
       uint64_t written = 0;
+      const std::vector<std::vector<std::byte>>* frames = nullptr;  // null: the fleet's frames
     };
     std::vector<Receiver> receivers;
     receivers.push_back(
         {"whole", {}, std::make_unique<codec::DeltaApplier>(m, whole.mutable_view(), 0, base_digest), {}, {}});
+    // A whole receiver of a fleet without slices (no cuts, no index): what slicing costs others.
+    receivers.push_back({"whole, frames of a whole fleet",
+                         {},
+                         std::make_unique<codec::DeltaApplier>(m, whole_alone.mutable_view(), 0, base_digest),
+                         {},
+                         {},
+                         0,
+                         &plain.frames});
     // And the floor: a receiver that holds only the final norm decodes the chunks holding it.
     const auto norm_only = std::make_shared<const codec::Placement>(codec::Placement::compile(
         m, {{"norm",
@@ -146,7 +154,7 @@ int main(int argc, char** argv) {
       for (auto& x : receivers) {
         uint64_t written = 0;
         const auto t0 = Clock::now();
-        for (const auto& f : delta.frames) written += x.applier->apply(f).changes;
+        for (const auto& f : x.frames ? *x.frames : delta.frames) written += x.applier->apply(f).changes;
         x.applier->verify();
         const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
         x.applier->rollback();

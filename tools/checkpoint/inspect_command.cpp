@@ -40,6 +40,8 @@ const char* stream_name(codec::StreamId s) {
       return "plane2";
     case codec::StreamId::plane3:
       return "plane3";
+    case codec::StreamId::location_index:
+      return "location_index";
   }
   return "?";
 }

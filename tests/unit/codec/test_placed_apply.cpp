@@ -12,10 +12,12 @@
 #include <vector>
 
 #include <xxhash.h>
+#include <zstd.h>
 #include "codec/frame_writer.h"
 #include "codec/wire.h"
 #include "codec_test_util.h"
 #include "placement_reference.h"
+#include "util/bytes.h"
 #include "util/error.h"
 
 namespace deltacast::codec {
@@ -364,6 +366,81 @@ TEST_F(ClassedModel, BuffersThatDoNotMatchThePlacementAreRefused) {
             Errc::invalid_argument);  // odd-aligned
   EXPECT_EQ(make(spans, {digests[0]}, DeltaApplier::Mode::in_place), Errc::invalid_argument);
   EXPECT_EQ(make(spans, digests, DeltaApplier::Mode::staged), Errc::unsupported);
+}
+
+// --- The location index ---------------------------------------------------------------------------
+
+// A chunk frame rebuilt with its location index replaced by `index` (other streams as they were).
+std::vector<std::byte> with_location_index(const std::vector<std::byte>& frame, const std::vector<std::byte>& index) {
+  const FrameView v = parse_frame(frame);
+  std::vector<std::pair<StreamId, std::vector<std::byte>>> streams;
+  for (const auto& sec : v.sections) {
+    if (sec.stream == StreamId::location_index) continue;
+    std::vector<std::byte> raw(sec.raw_size);
+    const auto stored = v.bytes.subspan(sec.offset, sec.stored_size);
+    if (sec.codec == SectionCodec::raw)
+      std::memcpy(raw.data(), stored.data(), stored.size());
+    else
+      EXPECT_EQ(ZSTD_decompress(raw.data(), raw.size(), stored.data(), stored.size()), raw.size());
+    streams.emplace_back(sec.stream, std::move(raw));
+  }
+  streams.emplace_back(StreamId::location_index, index);
+  std::sort(streams.begin(), streams.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+  return build_chunk_frame(v.header, v.segments, std::move(streams), 1);
+}
+// The index entries of a frame (decoded from its section).
+std::vector<uint64_t> index_of(const std::vector<std::byte>& frame) {
+  const FrameView v = parse_frame(frame);
+  for (const auto& sec : v.sections)
+    if (sec.stream == StreamId::location_index) {
+      std::vector<std::byte> raw(sec.raw_size);
+      const auto stored = v.bytes.subspan(sec.offset, sec.stored_size);
+      if (sec.codec == SectionCodec::raw)
+        std::memcpy(raw.data(), stored.data(), stored.size());
+      else
+        ZSTD_decompress(raw.data(), raw.size(), stored.data(), stored.size());
+      ByteReader r(raw, "index");
+      std::vector<uint64_t> out;
+      while (!r.at_end()) out.push_back(r.leb128());
+      return out;
+    }
+  return {};
+}
+std::vector<std::byte> index_bytes(const std::vector<uint64_t>& entries) {
+  std::vector<std::byte> out;
+  for (uint64_t e : entries) ByteWriter(out).leb128(e);
+  return out;
+}
+
+TEST_F(ClassedModel, TheLocationIndexIsWrittenForSlicedFleetsAndEveryReceiverChecksIt) {
+  const auto r = rows();
+  EncodeOptions plain;
+  plain.chunk_bytes = 256 * 1024;
+  const EncodedDelta whole_fleet =
+      encode_delta(base.view(), next.view(), StateDigest::full_scan(base.view()), {0, 1}, plain);
+  EXPECT_TRUE(index_of(whole_fleet.frames[0]).empty()) << "no sliced member: today's frames";
+  const EncodedDelta d = encode_for(base, next, held_of({r}), {0, 1}, 256 * 1024);
+  const auto entries = index_of(d.frames[1]);
+  ASSERT_EQ(entries.size(), parse_frame(d.frames[1]).segments.size());
+  // The frame rebuilt with its own index applies; a wrong length, an entry too many or too few is
+  // refused by a whole receiver and by a placed one, neither writing anything.
+  ASSERT_EQ(with_location_index(d.frames[1], index_bytes(entries)), d.frames[1]);
+  auto off = entries;
+  off[0] += 1;
+  auto more = entries;
+  more.push_back(0);
+  auto fewer = entries;
+  fewer.pop_back();
+  for (const auto& bad : {off, more, fewer}) {
+    const auto frame = with_location_index(d.frames[1], index_bytes(bad));
+    OwnedWeights target = base;
+    DeltaApplier whole(m, target.mut(), 0, StateDigest::full_scan(base.view()));
+    EXPECT_EQ(errc_of([&] { whole.apply(frame); }), Errc::corrupt_frame);
+    EXPECT_TRUE(target == base);
+    PlacedMember member(m, r, base, 0);
+    EXPECT_EQ(errc_of([&] { member.applier->apply(frame); }), Errc::corrupt_frame);
+    EXPECT_TRUE(member.holds(m, base));
+  }
 }
 
 // --- The seal's slice table on the wire ------------------------------------------------------------

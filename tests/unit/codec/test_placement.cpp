@@ -175,6 +175,19 @@ TEST(Placement, ATensorInTwoBuffersIsHeldInBoth) {
   EXPECT_EQ(at[1], (PlacedUnit{1, 1}));
 }
 
+TEST(Placement, GatherRefusesWeightsOfAnotherManifest) {
+  const Manifest m = manifest_of({{"w", DType::bf16, {6, 4}}});
+  const Manifest other = manifest_of({{"w", DType::bf16, {4, 6}}});
+  const Placement p = Placement::compile(m, {buf("w_shard", {part("w", 1, 0, 2)})});
+  std::vector<std::byte> whole(48), shard(24);
+  std::vector<std::span<std::byte>> buffers{shard};
+  EXPECT_NO_THROW(gather_placed(p, ConstWeights{&m, {whole}}, buffers));
+  EXPECT_THROW(gather_placed(p, ConstWeights{&other, {whole}}, buffers), Error);
+  std::vector<std::byte> short_shard(22);
+  std::vector<std::span<std::byte>> short_buffers{short_shard};
+  EXPECT_THROW(gather_placed(p, ConstWeights{&m, {whole}}, short_buffers), Error);
+}
+
 TEST(Placement, EveryValidationErrorNamesTheBufferAndPart) {
   const Manifest m = manifest_of(
       {{"a", DType::bf16, {4, 6}}, {"b", DType::bf16, {2, 6}}, {"f", DType::f32, {4, 6}}, {"s", DType::bf16, {}}});
@@ -254,8 +267,8 @@ TEST(LlamaTpPlacement, FusesAndSplitsAsVllmAndPadsTheVocabulary) {
   const Manifest m = manifest_of({{"model.embed_tokens.weight", DType::bf16, {100, 8}},
                                   {l + "input_layernorm.weight", DType::bf16, {8}},
                                   {l + "self_attn.q_proj.weight", DType::bf16, {8, 8}},
-                                  {l + "self_attn.k_proj.weight", DType::bf16, {4, 8}},
-                                  {l + "self_attn.v_proj.weight", DType::bf16, {4, 8}},
+                                  {l + "self_attn.k_proj.weight", DType::bf16, {8, 8}},
+                                  {l + "self_attn.v_proj.weight", DType::bf16, {8, 8}},
                                   {l + "self_attn.o_proj.weight", DType::bf16, {8, 8}},
                                   {l + "mlp.gate_proj.weight", DType::bf16, {16, 8}},
                                   {l + "mlp.up_proj.weight", DType::bf16, {16, 8}},
@@ -274,8 +287,8 @@ TEST(LlamaTpPlacement, FusesAndSplitsAsVllmAndPadsTheVocabulary) {
   ASSERT_NE(qkv, nullptr);
   ASSERT_EQ(qkv->parts.size(), 3u);
   EXPECT_TRUE(same(qkv->parts[0], l + "self_attn.q_proj.weight", 0, 4, 8));
-  EXPECT_TRUE(same(qkv->parts[1], l + "self_attn.k_proj.weight", 0, 2, 4));
-  EXPECT_TRUE(same(qkv->parts[2], l + "self_attn.v_proj.weight", 0, 2, 4));
+  EXPECT_TRUE(same(qkv->parts[1], l + "self_attn.k_proj.weight", 0, 4, 8));
+  EXPECT_TRUE(same(qkv->parts[2], l + "self_attn.v_proj.weight", 0, 4, 8));
   const auto* gate_up = find(r1, l + "mlp.gate_up_proj.weight");
   ASSERT_NE(gate_up, nullptr);
   EXPECT_TRUE(same(gate_up->parts[0], l + "mlp.gate_proj.weight", 0, 8, 16));
@@ -289,11 +302,13 @@ TEST(LlamaTpPlacement, FusesAndSplitsAsVllmAndPadsTheVocabulary) {
   EXPECT_TRUE(same(embed->parts[0], "model.embed_tokens.weight", 0, 64, 100));
   EXPECT_EQ(embed->shape, (std::vector<uint64_t>{64, 8}));
   for (uint32_t b = 0; b < compiled.buffers().size(); ++b)
-    if (compiled.buffers()[b].name == "lm_head.weight") EXPECT_EQ(compiled.buffer_units(b), 64u * 8);
+    if (compiled.buffers()[b].name == "lm_head.weight") {
+      EXPECT_EQ(compiled.buffer_units(b), 64u * 8);
+    }
   // Rank 7 of 8: rows 112:128 are all padding, so it has no buffer for the vocabulary.
   const auto r7 = llama_tp_placement(m, 7, 8);
   EXPECT_EQ(find(r7, "lm_head.weight"), nullptr);
-  EXPECT_EQ(find(r7, l + "self_attn.qkv_proj.weight")->parts[1].stop, 4u);
+  EXPECT_TRUE(same(find(r7, l + "self_attn.qkv_proj.weight")->parts[1], l + "self_attn.k_proj.weight", 0, 7, 8));
   // A split the engine would refuse names the tensor.
   try {
     llama_tp_placement(m, 0, 3);
@@ -376,6 +391,18 @@ TEST(PlacementProperty, ApplyingThroughThePlacementEqualsADenseApplyThenSlicing)
           std::memcpy(buffers_now[at.buffer].data() + at.unit * unit, new_w[t].data() + u * unit, unit);
       }
     ASSERT_EQ(buffers_now, slices_of(p, m, new_w)) << "trial " << trial;
+    // gather_placed copies the same out of the whole tensors (padding untouched: 0xEE as the reference's).
+    {
+      std::vector<std::vector<std::byte>> gathered;
+      std::vector<std::span<std::byte>> spans;
+      for (uint32_t b = 0; b < p.buffers().size(); ++b)
+        gathered.emplace_back(p.buffer_units(b) * dtype_unit_size(p.dtype(b)), std::byte{0xEE});
+      for (auto& g : gathered) spans.emplace_back(g);
+      ConstWeights whole{&m, {}};
+      for (const auto& t : new_w) whole.tensors.emplace_back(t);
+      gather_placed(p, whole, spans);
+      ASSERT_EQ(gathered, slices_of(p, m, new_w)) << "trial " << trial;
+    }
     // for_each_run over random ranges gives exactly what locate() gives.
     for (uint32_t t = 0; t < infos.size(); ++t) {
       const uint64_t units = infos[t].units();
