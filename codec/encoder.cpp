@@ -75,6 +75,11 @@ struct DeltaEncoder::Impl {
   std::vector<std::vector<std::pair<uint32_t, uint64_t>>> digest_deltas;  // per chunk: (tensor, delta)
   std::vector<char> encoded;
   StateDigest new_digest;
+  // The members' slices (options.base_slice_digests): per chunk, the digest deltas of its changes
+  // in each slice; the new table once every chunk is in.
+  SliceDigestDeltas slices;
+  std::vector<SliceDigestDeltas::Deltas> slice_deltas;
+  std::vector<SliceDigest> new_slices;
   bool sealed = false;
   // No base digest given: each chunk adds its base slices' digest contributions while their bytes
   // are in cache from the scan (one pass over the data instead of two), and the chunk frames carry
@@ -125,6 +130,8 @@ struct DeltaEncoder::Impl {
                                               std::to_string(group_part->first_chunk) + " do not fit a version of " +
                                               std::to_string(group_part->total_chunks));
     digest_deltas.resize(chunks.size());
+    if (!options.base_slice_digests.empty()) slices = SliceDigestDeltas(m, options.base_slice_digests);
+    slice_deltas.resize(chunks.size());
     encoded.assign(chunks.size(), 0);
   }
 
@@ -283,6 +290,8 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
   DeltaStats local;
   auto& deltas = im.digest_deltas[index];
   deltas.clear();
+  auto& slice_deltas = im.slice_deltas[index];
+  slice_deltas.clear();
   for (const Slice& s : im.chunks[index]) {
     const auto& info = m.at(s.tensor);
     const unsigned w = static_cast<unsigned>(dtype_unit_size(info.dtype));
@@ -322,6 +331,9 @@ std::vector<std::byte> DeltaEncoder::encode_chunk(uint32_t index, DeltaStats* st
     values.add(mode, w, is_float, scan.old_bits.data(), scan.new_bits.data(),
                plan.order.empty() ? nullptr : plan.order.data(), c);
     if (c) deltas.emplace_back(s.tensor, digest_delta);
+    if (!im.slices.empty())
+      im.slices.add_segment(s.tensor, s.begin, scan.positions.data(), scan.old_bits.data(), scan.new_bits.data(), c,
+                            slice_deltas);
     segments.push_back(SegmentInfo{s.tensor, info.dtype, mode, plan.coding, s.begin, s.count, c});
     local.elements += s.count;
     local.checkpoint_bytes += s.count * w;
@@ -366,6 +378,7 @@ void DeltaEncoder::Impl::finish_digests(const char* what) {
   for (const auto& chunk : digest_deltas)
     for (const auto& [t, d] : chunk) per[t] += d;
   new_digest = StateDigest(std::move(per));
+  if (!slices.empty()) new_slices = slices.advance(slice_deltas);
   sealed = true;
 }
 
@@ -373,14 +386,20 @@ std::vector<std::byte> DeltaEncoder::seal() {
   auto& im = *impl_;
   if (im.group_part) throw Error(Errc::state, "seal: a part encoder does not seal (the group's coordinator does)");
   im.finish_digests("seal");
-  return seal_frame(*im.manifest, im.ids, im.base_digest.combined(), chunk_count(), im.new_digest);
+  return seal_frame(*im.manifest, im.ids, im.base_digest.combined(), chunk_count(), im.new_digest, im.new_slices);
 }
 
 DeltaEncoder::PartDigests DeltaEncoder::part_digests() {
   auto& im = *impl_;
   if (!im.group_part) throw Error(Errc::state, "part_digests: not a part encoder");
   im.finish_digests("part_digests");
-  return {im.base_digest, im.new_digest};
+  std::vector<uint64_t> slice_deltas;
+  if (!im.slices.empty()) {
+    slice_deltas.assign(im.options.base_slice_digests.size(), 0);
+    for (const auto& chunk : im.slice_deltas)
+      for (const auto& [slice, delta] : chunk) slice_deltas[slice] += delta;
+  }
+  return {im.base_digest, im.new_digest, std::move(slice_deltas)};
 }
 
 std::vector<std::byte> seal_frame(const Manifest& manifest, VersionIds ids, uint64_t base_combined,
@@ -425,6 +444,11 @@ const StateDigest& DeltaEncoder::base_digest() const {
 const StateDigest& DeltaEncoder::new_digest() const {
   if (!impl_->sealed) throw Error(Errc::state, "new_digest: the version is not sealed yet");
   return impl_->new_digest;
+}
+
+const std::vector<SliceDigest>& DeltaEncoder::new_slice_digests() const {
+  if (!impl_->sealed) throw Error(Errc::state, "new_slice_digests: the version is not sealed yet");
+  return impl_->new_slices;
 }
 
 namespace {
@@ -500,9 +524,7 @@ std::vector<SliceDigest> slice_digests(const ConstWeights& weights, std::span<co
   check_weights(weights);
   std::vector<SliceDigest> out(slices.begin(), slices.end());
   for (SliceDigest& d : out) {
-    if (d.tensor >= weights.manifest->size())
-      throw Error(Errc::invalid_argument,
-                  "slice digests: tensor index " + std::to_string(d.tensor) + " is not in the model");
+    slice_stripes(*weights.manifest, d);  // refuses a tensor index outside the model before it is used
     d.digest = canonical_slice_digest(*weights.manifest, d, weights.tensors[d.tensor]);
   }
   return out;

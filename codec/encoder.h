@@ -13,6 +13,7 @@
 #include "codec/manifest.h"
 #include "codec/partition.h"
 #include "codec/placement.h"
+#include "codec/slice_digest_delta.h"
 
 namespace deltacast::codec {
 
@@ -31,6 +32,10 @@ struct EncodeOptions {
   // The members' placements (docs/placement.md): a segment some member holds only partly is not
   // coded by class. Null: every member holds every tensor whole.
   std::shared_ptr<const HeldSlices> held_slices;
+  // The base version's slice table (digests included; frame.h, SliceDigest): the slices members
+  // hold. The seal then carries the new version's, kept up to date from the changes the scans find
+  // (codec/slice_digest_delta.h: no scan of the slices). Empty: the seal has no slice table.
+  std::vector<SliceDigest> base_slice_digests;
   // Threads used by encode_delta (0 = hardware concurrency).
   unsigned threads = 1;
 };
@@ -139,10 +144,16 @@ class DeltaEncoder {
   struct PartDigests {
     StateDigest base;
     StateDigest next;
+    // Per slice of options.base_slice_digests: the digest change of the part's changes inside it
+    // (the group's new table: the base's plus every part's). Empty without a slice table.
+    std::vector<uint64_t> slice_deltas;
   };
   PartDigests part_digests();
   // Digest of the new version; valid after seal().
   const StateDigest& new_digest() const;
+  // The new version's slice table (options.base_slice_digests advanced by the changes); valid
+  // after seal(), empty without a base table.
+  const std::vector<SliceDigest>& new_slice_digests() const;
   // Digest of the base: the one given, or (scanning) the one computed, valid after seal().
   const StateDigest& base_digest() const;
 

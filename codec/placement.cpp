@@ -254,24 +254,31 @@ bool HeldSlices::splits(uint32_t tensor, uint64_t begin, uint64_t end) const {
   return false;
 }
 
+SliceStripes slice_stripes(const Manifest& manifest, const SliceDigest& slice) {
+  if (slice.tensor >= manifest.size())
+    throw Error(Errc::invalid_argument, "slice: tensor index " + std::to_string(slice.tensor) + " is not in the model");
+  const TensorInfo& t = manifest.at(slice.tensor);
+  if (slice.dim >= t.shape.size() || slice.start >= slice.stop || slice.stop > t.shape[slice.dim])
+    throw Error(Errc::invalid_argument, "slice: " + std::to_string(slice.start) + ":" + std::to_string(slice.stop) +
+                                            " along dim " + std::to_string(slice.dim) + " is not a slice of tensor '" +
+                                            t.name + "' " + shape_text(t.shape));
+  const uint64_t inner = product(t.shape, slice.dim + 1, t.shape.size()) * dtype_units_per_element(t.dtype);
+  return SliceStripes{t.shape[slice.dim] * inner, slice.start * inner, slice.stop * inner,
+                      product(t.shape, 0, slice.dim)};
+}
+
 uint64_t canonical_slice_digest(const Manifest& manifest, const SliceDigest& slice,
                                 std::span<const std::byte> tensor_bytes) {
+  const SliceStripes st = slice_stripes(manifest, slice);
   const TensorInfo& t = manifest.at(slice.tensor);
   if (tensor_bytes.size() != t.nbytes())
     throw Error(Errc::invalid_argument, "slice digest: tensor '" + t.name + "' needs " + std::to_string(t.nbytes()) +
                                             " bytes, got " + std::to_string(tensor_bytes.size()));
-  if (slice.dim >= t.shape.size() || slice.start >= slice.stop || slice.stop > t.shape[slice.dim])
-    throw Error(Errc::invalid_argument, "slice digest: " + std::to_string(slice.start) + ":" +
-                                            std::to_string(slice.stop) + " along dim " + std::to_string(slice.dim) +
-                                            " is not a slice of tensor '" + t.name + "' " + shape_text(t.shape));
   const uint64_t width = dtype_unit_size(t.dtype);
-  const uint64_t inner = product(t.shape, slice.dim + 1, t.shape.size()) * dtype_units_per_element(t.dtype);
-  const uint64_t block = t.shape[slice.dim] * inner;
-  const uint64_t lo = slice.start * inner, n = (slice.stop - slice.start) * inner;
   uint64_t sum = 0;
-  for (uint64_t o = 0, outer = product(t.shape, 0, slice.dim); o < outer; ++o) {
-    const uint64_t first = o * block + lo;
-    sum += slice_digest(slice.tensor, t.dtype, first, tensor_bytes.subspan(first * width, n * width));
+  for (uint64_t o = 0; o < st.outer; ++o) {
+    const uint64_t first = o * st.block + st.lo;
+    sum += slice_digest(slice.tensor, t.dtype, first, tensor_bytes.subspan(first * width, (st.hi - st.lo) * width));
   }
   return sum;
 }

@@ -128,6 +128,14 @@ class Placement {
   std::vector<SliceDigest> slices_;              // [flat part]: its canonical slice
 };
 
+// Where slice `slice` (its digest field ignored) lies among its tensor's canonical units: `outer`
+// stripes, stripe o being units [o * block + lo, o * block + hi) (a slice along dim 0: one stripe).
+// Throws Error(invalid_argument) for a tensor not in the manifest or a slice outside its tensor.
+struct SliceStripes {
+  uint64_t block = 0, lo = 0, hi = 0, outer = 0;
+};
+SliceStripes slice_stripes(const Manifest& manifest, const SliceDigest& slice);
+
 // The digest of slice `slice` (its digest field ignored) of canonical tensor slice.tensor, whose
 // whole bytes are `tensor_bytes` (what a producer that holds the tensor sends in a seal). Cost: a
 // scan of the slice's bytes. Throws Error(invalid_argument) for a slice outside the tensor or

@@ -8,6 +8,7 @@
 #include <set>
 
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "config/yaml_walk.h"
 #include "util/error.h"
@@ -27,8 +28,19 @@ uint64_t number(const std::string& source, const YAML::Node& node, const std::st
   return value;
 }
 
+// Names are UTF-8, as safetensors headers (JSON) hold them: nlohmann::json's dump() checks it.
+bool is_utf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
 std::string name(const std::string& source, const YAML::Node& node, const std::string& what) {
   if (!node.IsScalar() || node.Scalar().empty()) fail_at(source, node, what + " expects a tensor name");
+  if (!is_utf8(node.Scalar())) fail_at(source, node, what + " is not UTF-8");
   return node.Scalar();
 }
 
@@ -83,6 +95,7 @@ std::vector<codec::PlacementPart> parse_parts(const std::string& source, const Y
 }  // namespace placement_file
 
 using placement_file::fail_at;
+using placement_file::is_utf8;
 using placement_file::number;
 using placement_file::parse_parts;
 
@@ -97,6 +110,7 @@ std::vector<codec::BufferPlacement> parse_placement(std::string_view text, const
   for (const auto& entry : root) {
     if (!entry.first.IsScalar() || entry.first.Scalar().empty())
       fail_at(source, entry.first, "buffer names must be plain names");
+    if (!is_utf8(entry.first.Scalar())) fail_at(source, entry.first, "buffer names must be UTF-8");
     codec::BufferPlacement b;
     b.name = entry.first.Scalar();
     if (!names.insert(b.name).second) fail_at(source, entry.first, "buffer '" + b.name + "' is named twice");
@@ -146,12 +160,12 @@ std::string placement_yaml(const std::vector<codec::BufferPlacement>& buffers) {
   YAML::Emitter out;
   out << YAML::BeginMap;
   for (const auto& b : buffers) {
-    out << YAML::Key << b.name << YAML::Value;
+    out << YAML::Key << YAML::DoubleQuoted << b.name << YAML::Value;
     const bool options = b.stack || !b.shape.empty() || b.bytes != 0;
     if (options) out << YAML::BeginMap << YAML::Key << "parts" << YAML::Value;
     out << YAML::BeginSeq;
     for (const auto& p : b.parts) {
-      out << YAML::Flow << YAML::BeginSeq << p.tensor << p.dim << p.start << p.stop;
+      out << YAML::Flow << YAML::BeginSeq << YAML::DoubleQuoted << p.tensor << p.dim << p.start << p.stop;
       if (p.at) out << *p.at;
       out << YAML::EndSeq;
     }

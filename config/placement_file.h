@@ -32,8 +32,8 @@ std::vector<codec::BufferPlacement> parse_placement(std::string_view text, const
 // parse_placement.
 std::vector<codec::BufferPlacement> load_placement_file(const std::string& path);
 
-// The placement as a YAML document that parse_placement reads back equal: parts in flow form,
-// options (shape, stack, bytes) only where set.
+// The placement as a YAML document that parse_placement reads back equal: names double-quoted,
+// parts in flow form, options (shape, stack, bytes) only where set.
 std::string placement_yaml(const std::vector<codec::BufferPlacement>& buffers);
 
 }  // namespace deltacast::config

@@ -19,7 +19,6 @@ const char* type_name(const YAML::Node& node) {
     case YAML::NodeType::Scalar:
       return "a scalar";
     case YAML::NodeType::Null:
-      return "nothing";
     case YAML::NodeType::Undefined:
       return "nothing";
   }

@@ -15,7 +15,7 @@ seconds="$1"
 shift
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-  names=(frame_apply locations tree_message raw_header safetensors_header config)
+  names=(frame_apply locations tree_message raw_header safetensors_header config placement)
 fi
 bash "$root/scripts/install-deps.sh" --test --fuzz
 

@@ -8,10 +8,7 @@
 // verifying (one thread), then rolling back (not timed). Prints per receiver the median and range
 // over rounds, and the ratio to the whole receiver's time of the same round (range over rounds).
 // Usage: dc_bench_placed_apply [--params 100M] [--lr 1.3e-6] [--rounds 5]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,95 +16,51 @@
 
 #include "codec/applier.h"
 #include "codec/encoder.h"
-#include "codec/owned_weights.h"
-#include "codec/placement.h"
-#include "codec/tp_placement.h"
-#include "sim/model_shape.h"
-#include "sim/trainer_simulator.h"
+#include "tp_fleet.h"
 
 using namespace deltacast;
+using bench::Clock;
+using bench::Range;
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // A receiver's buffers for `placement`, filled from the whole version `w`.
 std::vector<std::vector<std::byte>> placed_buffers(const codec::Placement& p, const codec::ConstWeights& w) {
   std::vector<std::vector<std::byte>> out;
-  std::vector<std::span<std::byte>> spans;
+  out.reserve(p.buffers().size());
   for (uint32_t b = 0; b < p.buffers().size(); ++b)
     out.emplace_back(p.buffer_units(b) * codec::dtype_unit_size(p.dtype(b)));
-  for (auto& o : out) spans.emplace_back(o);
+  const std::vector<std::span<std::byte>> spans(out.begin(), out.end());
   codec::gather_placed(p, w, spans);
   return out;
 }
 
-struct Range {
-  std::vector<double> v;
-  double median() {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }
-  double lo() const { return *std::min_element(v.begin(), v.end()); }
-  double hi() const { return *std::max_element(v.begin(), v.end()); }
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string params = "100M";
-  double lr = 1.3e-6;
-  int rounds = 5;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--params")
-      params = next();
-    else if (a == "--lr")
-      lr = std::stod(next());
-    else if (a == "--rounds")
-      rounds = std::stoi(next());
-    else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
-  sim::SimConfig cfg;
-  cfg.params = sim::parse_param_count(params);
-  cfg.lr = static_cast<float>(lr);
-  cfg.seed = 1;
-  cfg.threads = 2;
-  sim::TrainerSimulator trainer(cfg);
-  trainer.step();
-  const codec::OwnedWeights a(trainer.bf16_weights());
-  trainer.step();
-  const codec::OwnedWeights b(trainer.bf16_weights());
-  const auto& m = a.manifest();
-  const auto base_digest = codec::StateDigest::full_scan(a.view(), 2);
+  const bench::StepArgs args(argc, argv, "100M");
+  const bench::SimStep step(args.params, args.lr);
+  const codec::OwnedWeights &a = *step.a, &b = *step.b;
+  const auto& m = step.manifest();
+  const auto& base_digest = step.base_digest;
+  const int rounds = args.rounds;
   codec::OwnedWeights whole(a.view()), whole_alone(a.view());
   codec::EncodeOptions plain_options;
   plain_options.threads = 2;
   const auto plain = codec::encode_delta(a.view(), b.view(), base_digest, {0, 1}, plain_options);
 
-  std::printf("%s params, one step at lr %g; %d interleaved rounds; apply + verify on one thread\n\n", params.c_str(),
-              lr, rounds);
+  std::printf("%s params, one step at lr %g; %d interleaved rounds; apply + verify on one thread\n\n",
+              args.params.c_str(), args.lr, rounds);
   std::printf("| T | receiver | changes written | ms: median (range) | vs whole: median (range) | goal |\n");
   std::printf("| --- | --- | --- | --- | --- | --- |\n");
   for (const uint32_t t : {2u, 4u, 8u}) {
-    auto held = std::make_shared<codec::HeldSlices>();
-    std::vector<std::shared_ptr<const codec::Placement>> placements;
-    for (uint32_t r = 0; r < t; ++r) {
-      placements.push_back(
-          std::make_shared<const codec::Placement>(codec::Placement::compile(m, codec::llama_tp_placement(m, r, t))));
-      held->add(*placements.back());
-    }
+    const auto placements = bench::tp_placements(m, t);
+    const auto held = bench::held_by(placements);
     codec::EncodeOptions o;
     o.threads = 2;
     o.held_slices = held;
-    auto delta = codec::encode_delta(a.view(), b.view(), base_digest, {0, 1}, o);
-    delta.frames.back() =
-        codec::seal_frame(m, {0, 1}, base_digest.combined(), static_cast<uint32_t>(delta.frames.size() - 1),
-                          delta.new_digest, codec::slice_digests(b.view(), held->slices()));
+    o.base_slice_digests = codec::slice_digests(a.view(), held->slices());
+    const auto delta = codec::encode_delta(a.view(), b.view(), base_digest, {0, 1}, o);
     // The receivers: whole, TP rank 0, TP rank t-1.
     struct Receiver {
       std::string name;
@@ -156,7 +109,7 @@ int main(int argc, char** argv) {
         const auto t0 = Clock::now();
         for (const auto& f : x.frames ? *x.frames : delta.frames) written += x.applier->apply(f).changes;
         x.applier->verify();
-        const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        const double ms = bench::ms_since(t0);
         x.applier->rollback();
         x.written = written;
         x.ms.v.push_back(ms);

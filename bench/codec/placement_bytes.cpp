@@ -7,59 +7,26 @@
 // the data: no timing, nothing to repeat.
 // Usage: dc_bench_placement_bytes [--params 200M] [--lr 1.3e-6] [--lr-high 5e-6]
 #include <cstdio>
-#include <memory>
 #include <string>
-#include <vector>
 
 #include "codec/encoder.h"
-#include "codec/owned_weights.h"
-#include "codec/placement.h"
-#include "codec/tp_placement.h"
-#include "sim/model_shape.h"
-#include "sim/trainer_simulator.h"
+#include "tp_fleet.h"
 
 using namespace deltacast;
 
 int main(int argc, char** argv) {
-  std::string params = "200M";
-  double lrs[2] = {1.3e-6, 5e-6};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--params")
-      params = next();
-    else if (a == "--lr")
-      lrs[0] = std::stod(next());
-    else if (a == "--lr-high")
-      lrs[1] = std::stod(next());
-    else {
-      std::fprintf(stderr, "unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
+  const bench::StepArgs args(argc, argv, "200M");
   std::printf("| changed %% | receivers | B/change | vs whole | classed segments |\n| --- | --- | --- | --- | --- |\n");
-  for (const double lr : lrs) {
-    sim::SimConfig cfg;
-    cfg.params = sim::parse_param_count(params);
-    cfg.lr = static_cast<float>(lr);
-    cfg.seed = 1;
-    cfg.threads = 2;
-    sim::TrainerSimulator trainer(cfg);
-    trainer.step();
-    const codec::OwnedWeights a(trainer.bf16_weights());
-    trainer.step();
-    const codec::OwnedWeights b(trainer.bf16_weights());
-    const auto& m = a.manifest();
-    const auto base_digest = codec::StateDigest::full_scan(a.view(), 2);
+  for (const double lr : {args.lr, args.lr_high}) {
+    const bench::SimStep step(args.params, lr);
+    const codec::OwnedWeights &a = *step.a, &b = *step.b;
+    const auto& m = step.manifest();
+    const auto& base_digest = step.base_digest;
     double whole = 0;
     for (const uint32_t t : {1u, 2u, 4u, 8u}) {
       codec::EncodeOptions o;
       o.threads = 2;
-      if (t > 1) {
-        auto held = std::make_shared<codec::HeldSlices>();
-        for (uint32_t r = 0; r < t; ++r) held->add(codec::Placement::compile(m, codec::llama_tp_placement(m, r, t)));
-        o.held_slices = held;
-      }
+      if (t > 1) o.held_slices = bench::held_by(bench::tp_placements(m, t));
       const auto stats = codec::encode_delta(a.view(), b.view(), base_digest, {0, 1}, o).stats;
       const double per_change = static_cast<double>(stats.frame_bytes) / static_cast<double>(stats.changes);
       if (t == 1) whole = per_change;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #define FUZZ_CHECK(cond, what)                                                                      \
@@ -31,6 +32,22 @@ namespace deltacast::fuzz {
 inline void quiet_logs() {
   static const bool once = [] { return setenv("DELTACAST_LOG_LEVEL", "off", 1) == 0; }();
   (void)once;
+}
+
+// Whether `message` starts "SOURCE:LINE:COL: " with LINE and COL numbers from 1 (where config's
+// YAML readers say a problem lies).
+inline bool has_source_location(std::string_view message, std::string_view source) {
+  const std::string prefix = std::string(source) + ":";
+  if (message.substr(0, prefix.size()) != prefix) return false;
+  size_t at = prefix.size();
+  for (int field = 0; field < 2; ++field) {
+    const size_t start = at;
+    while (at < message.size() && message[at] >= '0' && message[at] <= '9') ++at;
+    if (at == start || at >= message.size() || message[at] != ':') return false;
+    if (std::stoul(std::string(message.substr(start, at - start))) == 0) return false;
+    ++at;
+  }
+  return message.substr(at, 1) == " ";
 }
 
 // `size` bytes between two guard zones of a fixed pattern.

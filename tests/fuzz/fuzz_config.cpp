@@ -7,7 +7,6 @@
 //   * a config that parses either validates, or validate() throws Error(config); one that
 //     validates has a member list of distinct ranks 0..n-1, and validates again (idempotent);
 //   * parsing is deterministic: the same text parses to the same member list again.
-#include <cctype>
 #include <string>
 #include <string_view>
 
@@ -19,21 +18,6 @@ namespace deltacast::fuzz {
 namespace {
 
 constexpr const char* kSource = "fuzz.yaml";
-
-// "fuzz.yaml:LINE:COL: ..." with LINE, COL >= 1.
-bool has_location(std::string_view message) {
-  const std::string_view prefix = "fuzz.yaml:";
-  if (message.substr(0, prefix.size()) != prefix) return false;
-  size_t at = prefix.size();
-  for (int field = 0; field < 2; ++field) {
-    const size_t start = at;
-    while (at < message.size() && std::isdigit(static_cast<unsigned char>(message[at]))) ++at;
-    if (at == start || at >= message.size() || message[at] != ':') return false;
-    if (std::stoul(std::string(message.substr(start, at - start))) == 0) return false;
-    ++at;
-  }
-  return message.substr(at, 1) == " ";
-}
 
 bool same_members(const std::vector<config::MemberConfig>& a, const std::vector<config::MemberConfig>& b) {
   if (a.size() != b.size()) return false;
@@ -53,7 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     config = config::parse_config(text, fuzz::kSource);
   } catch (const Error& e) {
     FUZZ_CHECK(e.code() == Errc::config, std::string("parse_config threw ") + e.what());
-    FUZZ_CHECK(fuzz::has_location(e.what()), std::string("message without SOURCE:LINE:COL: ") + e.what());
+    FUZZ_CHECK(fuzz::has_source_location(e.what(), fuzz::kSource),
+               std::string("message without SOURCE:LINE:COL: ") + e.what());
     return 0;
   }
   try {

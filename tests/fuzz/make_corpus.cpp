@@ -19,6 +19,8 @@
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "codec/location_coding.h"
+#include "codec/placement.h"
+#include "config/placement_file.h"
 #include "fuzz_models.h"
 #include "tree/protocol.h"
 #include "util/bytes.h"
@@ -382,6 +384,32 @@ secret_file: /etc/deltacast/secret
   seed("config", "anchors", as_bytes("base: &b {count: 2}\nmembers: *b\n"));
 }
 
+// ---- fuzz_placement ----
+
+void placement_seeds() {
+  // Buffers of the target's model (fuzz_placement.cpp): fused rows, a column slice, stacked
+  // experts, 8-byte units placed with `at`, a padded buffer; then as placement_yaml writes it.
+  const std::vector<codec::BufferPlacement> buffers = {
+      {"qk", {{"q", 0, 2, 6, {}}, {"k", 0, 0, 2, {}}}, false, {}, 0},
+      {"o_cols", {{"o", 1, 4, 8, {}}}, false, {}, 0},
+      {"experts", {{"e0", 1, 0, 1, {}}, {"e1", 1, 0, 1, {}}}, true, {}, 0},
+      {"d", {{"d", 0, 1, 5, 2}}, false, {8}, 64},
+      {"n", {{"n", 0, 0, 4, {}}}, false, {6}, 0}};
+  seed("placement", "written", as_bytes(config::placement_yaml(buffers)));
+  seed("placement", "lists", as_bytes("qk:\n  - [q, 0, 2, 6]\n  - [k, 0, 0, 2]\no_cols: [[o, 1, 4, 8]]\n"));
+  seed("placement", "mappings", as_bytes(R"(experts:
+  stack: true
+  parts:
+    - {tensor: e0, dim: 1, start: 0, stop: 1}
+    - {tensor: e1, dim: 1, start: 0, stop: 1, at: 1}
+n: {parts: [[n, 0, 0, 4]], shape: [6], bytes: 12}
+)"));
+  seed("placement", "json",
+       as_bytes(R"({"qk": [["q", 0, 2, 6], ["k", 0, 0, 2]], "d": {"parts": [["d", 0, 1, 5, 2]], "shape": [8]}})"));
+  seed("placement", "overlap", as_bytes("x: [[q, 0, 0, 4, 0], [k, 0, 0, 4, 2]]\n"));
+  seed("placement", "anchors", as_bytes("a: &p [[q, 0, 0, 8]]\nb: *p\n"));
+}
+
 }  // namespace
 }  // namespace deltacast::fuzz
 
@@ -402,6 +430,7 @@ int main(int argc, char** argv) {
     raw_header_seeds();
     safetensors_seeds(scratch);
     config_seeds(source);
+    placement_seeds();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_corpus: %s\n", e.what());
     fs::remove_all(scratch);

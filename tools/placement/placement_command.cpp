@@ -118,12 +118,13 @@ void run_check(const CheckOptions& o) {
     throw Error(Errc::invalid_argument, "placement check: --extract needs --checkpoint (the bytes to cut)");
   std::vector<codec::TensorInfo> infos;
   std::vector<std::vector<std::byte>> bytes;
-  std::vector<std::span<std::byte>> spans;
+  infos.reserve(p.buffers().size());
+  bytes.reserve(p.buffers().size());
   for (uint32_t b = 0; b < p.buffers().size(); ++b) {
     infos.push_back({p.buffers()[b].name, p.dtype(b), p.shape(b)});
     bytes.emplace_back(p.buffer_units(b) * codec::dtype_unit_size(p.dtype(b)));  // padding: zero
   }
-  for (auto& x : bytes) spans.emplace_back(x);
+  const std::vector<std::span<std::byte>> spans(bytes.begin(), bytes.end());
   codec::gather_placed(p, model.checkpoint->weights(), spans);
   const codec::Manifest shard(infos);
   codec::ConstWeights out{&shard, {}};
@@ -156,6 +157,7 @@ void setup(CLI::App& parent) {
   c->callback([check] { run_check(*check); });
 }
 
+// NOLINTNEXTLINE(cert-err58-cpp): registration at start-up, as in every cmd_*.cpp
 const CommandRegistrar registrar{"placement", &setup};
 
 }  // namespace

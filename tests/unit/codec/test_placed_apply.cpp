@@ -56,16 +56,18 @@ struct PlacedMember {
 };
 
 // base -> next for members whose placements `held` lists: chunk frames, then the seal with the
-// slice table of every distinct slice they hold.
+// slice table of every distinct slice they hold, which the encoder keeps up to date from the
+// changes (two threads): checked here against a scan of the new version's slices.
 EncodedDelta encode_for(const OwnedWeights& base, const OwnedWeights& next, std::shared_ptr<const HeldSlices> held,
                         VersionIds ids, uint64_t chunk_bytes) {
   EncodeOptions o;
   o.chunk_bytes = chunk_bytes;
   o.held_slices = held;
+  o.base_slice_digests = slice_digests(base.view(), held->slices());
+  o.threads = 2;
   EncodedDelta d = encode_delta(base.view(), next.view(), StateDigest::full_scan(base.view()), ids, o);
-  d.frames.back() =
-      seal_frame(*base.manifest, ids, d.base_digest.combined(), static_cast<uint32_t>(d.frames.size() - 1),
-                 d.new_digest, slice_digests(next.view(), held->slices()));
+  EXPECT_EQ(parse_frame(d.frames.back()).slice_digests, slice_digests(next.view(), held->slices()))
+      << "the slice table kept from the changes differs from a scan of the new version";
   return d;
 }
 
@@ -220,7 +222,7 @@ struct ClassedModel : ::testing::Test {
 
 TEST_F(ClassedModel, RowAndColumnMembersTheProducerKnowsApplyExactly) {
   const auto r = rows(), c = columns();
-  const EncodedDelta d = encode_for(base, next, held_of({r, c}), {0, 1}, 256 * 1024);
+  const EncodedDelta d = encode_for(base, next, held_of({r, c}), {0, 1}, uint64_t{256} << 10);
   PlacedMember row_member(m, r, base, 0), column_member(m, c, base, 0);
   for (auto* member : {&row_member, &column_member}) {
     for (const auto& f : d.frames) member->applier->apply(f);
@@ -230,7 +232,7 @@ TEST_F(ClassedModel, RowAndColumnMembersTheProducerKnowsApplyExactly) {
   }
   // The chunk wholly inside the row slice stayed classed (the member wrote it with the classed
   // writer, based in its buffer); the column slice's segments are not classed.
-  const EncodedDelta rows_only = encode_for(base, next, held_of({r}), {0, 1}, 256 * 1024);
+  const EncodedDelta rows_only = encode_for(base, next, held_of({r}), {0, 1}, uint64_t{256} << 10);
   EXPECT_GE(classed_segments(rows_only), 1u);
   EXPECT_EQ(classed_segments(d), 0u);
 }
@@ -239,7 +241,7 @@ TEST_F(ClassedModel, AMemberTheProducerDoesNotKnowRefusesAPartlyHeldClassedSegme
   const auto r = rows();
   // The producer knows another member only (a column slice of norm's size): it codes w by class.
   const auto stranger = compile(m, {{"n", {part("norm", 0, 0, 100)}, false, {}, 0}});
-  const EncodedDelta d = encode_for(base, next, held_of({stranger}), {0, 1}, 256 * 1024);
+  const EncodedDelta d = encode_for(base, next, held_of({stranger}), {0, 1}, uint64_t{256} << 10);
   ASSERT_GE(classed_segments(d), 2u);
   PlacedMember member(m, r, base, 0);
   const auto before = member.buffers;
@@ -279,7 +281,7 @@ TEST_F(ClassedModel, ATensorHeldTwiceIsWrittenAndRolledBackInBothCopies) {
 
 TEST_F(ClassedModel, AWrongBitInTheMembersShardFailsVerifyNamingTheSlice) {
   const auto r = rows();
-  const EncodedDelta d = encode_for(base, next, held_of({r}), {0, 1}, 256 * 1024);
+  const EncodedDelta d = encode_for(base, next, held_of({r}), {0, 1}, uint64_t{256} << 10);
   OwnedWeights corrupt = base;
   corrupt.bytes[0][2 * 512 * 299 + 7] ^= std::byte{0x01};  // row 299: the slice's last row
   PlacedMember member(m, r, corrupt, 0, &base);
@@ -297,7 +299,7 @@ TEST_F(ClassedModel, AWrongBitInTheMembersShardFailsVerifyNamingTheSlice) {
 
 TEST_F(ClassedModel, ASealWithoutTheMembersSliceFailsVerify) {
   const auto r = rows();
-  EncodedDelta d = encode_for(base, next, held_of({r}), {0, 1}, 256 * 1024);
+  EncodedDelta d = encode_for(base, next, held_of({r}), {0, 1}, uint64_t{256} << 10);
   d.frames.back() =
       seal_frame(m, {0, 1}, d.base_digest.combined(), static_cast<uint32_t>(d.frames.size() - 1), d.new_digest);
   PlacedMember member(m, r, base, 0);
@@ -320,14 +322,14 @@ TEST_F(ClassedModel, AVersionChangingNothingInTheSliceCommitsAndTheNextAppliesOn
   const auto held = held_of({r});
   PlacedMember member(m, r, base, 0);
   const auto before = member.buffers;
-  const EncodedDelta d1 = encode_for(base, v1, held, {0, 1}, 256 * 1024);
+  const EncodedDelta d1 = encode_for(base, v1, held, {0, 1}, uint64_t{256} << 10);
   for (const auto& f : d1.frames) member.applier->apply(f);
   member.applier->verify();
   member.applier->commit();
   EXPECT_EQ(member.buffers, before);
   EXPECT_TRUE(member.holds(m, v1));
   // v2 on top of v1 (its frames name v1's whole state as their base).
-  const EncodedDelta d2 = encode_for(v1, next, held, {1, 2}, 256 * 1024);
+  const EncodedDelta d2 = encode_for(v1, next, held, {1, 2}, uint64_t{256} << 10);
   for (const auto& f : d2.frames) member.applier->apply(f);
   member.applier->verify();
   member.applier->commit();
@@ -336,7 +338,7 @@ TEST_F(ClassedModel, AVersionChangingNothingInTheSliceCommitsAndTheNextAppliesOn
 
 TEST_F(ClassedModel, ReplaysAndWrongBasesAreRefusedWritingNothing) {
   const auto r = rows();
-  const EncodedDelta d = encode_for(base, next, held_of({r}), {0, 1}, 256 * 1024);
+  const EncodedDelta d = encode_for(base, next, held_of({r}), {0, 1}, uint64_t{256} << 10);
   PlacedMember member(m, r, base, 0);
   member.applier->apply(d.frames[0]);
   const auto after_one = member.buffers;
@@ -344,7 +346,7 @@ TEST_F(ClassedModel, ReplaysAndWrongBasesAreRefusedWritingNothing) {
   EXPECT_EQ(member.buffers, after_one);
   OwnedWeights other = base;
   other.bytes[1][0] ^= std::byte{1};
-  const EncodedDelta wrong = encode_for(other, next, held_of({r}), {0, 1}, 256 * 1024);
+  const EncodedDelta wrong = encode_for(other, next, held_of({r}), {0, 1}, uint64_t{256} << 10);
   member.applier->rollback();
   EXPECT_EQ(errc_of([&] { member.applier->apply(wrong.frames[0]); }), Errc::version_mismatch);
   EXPECT_TRUE(member.holds(m, base));
@@ -415,11 +417,11 @@ std::vector<std::byte> index_bytes(const std::vector<uint64_t>& entries) {
 TEST_F(ClassedModel, TheLocationIndexIsWrittenForSlicedFleetsAndEveryReceiverChecksIt) {
   const auto r = rows();
   EncodeOptions plain;
-  plain.chunk_bytes = 256 * 1024;
+  plain.chunk_bytes = uint64_t{256} << 10;
   const EncodedDelta whole_fleet =
       encode_delta(base.view(), next.view(), StateDigest::full_scan(base.view()), {0, 1}, plain);
   EXPECT_TRUE(index_of(whole_fleet.frames[0]).empty()) << "no sliced member: today's frames";
-  const EncodedDelta d = encode_for(base, next, held_of({r}), {0, 1}, 256 * 1024);
+  const EncodedDelta d = encode_for(base, next, held_of({r}), {0, 1}, uint64_t{256} << 10);
   const auto entries = index_of(d.frames[1]);
   ASSERT_EQ(entries.size(), parse_frame(d.frames[1]).segments.size());
   // The frame rebuilt with its own index applies; a wrong length, an entry too many or too few is
@@ -444,6 +446,26 @@ TEST_F(ClassedModel, TheLocationIndexIsWrittenForSlicedFleetsAndEveryReceiverChe
 }
 
 // --- The seal's slice table on the wire ------------------------------------------------------------
+
+TEST_F(ClassedModel, ASliceTableNamingNoSliceOfTheModelIsRefusedBeforeEncoding) {
+  for (const SliceDigest& bad : {SliceDigest{2, 0, 0, 1, 0}, SliceDigest{0, 1, 0, 513, 0}, SliceDigest{0, 2, 0, 1, 0},
+                                 SliceDigest{1, 0, 7, 7, 0}}) {
+    EncodeOptions o;
+    o.base_slice_digests = {bad};
+    EXPECT_EQ(errc_of([&] {
+                DeltaEncoder(base.view(), next.view(), StateDigest::full_scan(base.view()), {0, 1}, o);
+              }),
+              Errc::invalid_argument)
+        << bad.tensor << " " << bad.dim << " " << bad.start << ":" << bad.stop;
+  }
+  // A column slice whose stripes the changes skip: the deltas of the rows that change only.
+  EncodeOptions o;
+  const std::vector<SliceDigest> slices = {{0, 1, 500, 512, 0}, {0, 0, 511, 512, 0}, {1, 0, 0, 512, 0}};
+  o.base_slice_digests = slice_digests(base.view(), slices);
+  const EncodedDelta d = encode_delta(base.view(), next.view(), StateDigest::full_scan(base.view()), {0, 1}, o);
+  EXPECT_EQ(parse_frame(d.frames.back()).slice_digests, slice_digests(next.view(), slices));
+  EXPECT_NE(slice_digests(next.view(), slices)[0], o.base_slice_digests[0]) << "the column slice changed";
+}
 
 TEST(SealSliceTable, RoundTripsAndMalformedTablesAreRefused) {
   FrameHeader h;

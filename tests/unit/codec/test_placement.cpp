@@ -394,10 +394,10 @@ TEST(PlacementProperty, ApplyingThroughThePlacementEqualsADenseApplyThenSlicing)
     // gather_placed copies the same out of the whole tensors (padding untouched: 0xEE as the reference's).
     {
       std::vector<std::vector<std::byte>> gathered;
-      std::vector<std::span<std::byte>> spans;
+      gathered.reserve(p.buffers().size());
       for (uint32_t b = 0; b < p.buffers().size(); ++b)
         gathered.emplace_back(p.buffer_units(b) * dtype_unit_size(p.dtype(b)), std::byte{0xEE});
-      for (auto& g : gathered) spans.emplace_back(g);
+      const std::vector<std::span<std::byte>> spans(gathered.begin(), gathered.end());
       ConstWeights whole{&m, {}};
       for (const auto& t : new_w) whole.tensors.emplace_back(t);
       gather_placed(p, whole, spans);

@@ -255,6 +255,7 @@ struct GroupVersion {
   std::vector<std::byte> seal;                 // the coordinator's
   std::vector<uint32_t> rank_of_frame;
   StateDigest base_sum, next_sum;
+  std::vector<SliceDigest> slices;  // options.base_slice_digests with every part's deltas added
 };
 
 // Rank `part`'s digest of `w`: per tensor, the sums over its ranges (what its BaselineStore keeps).
@@ -292,11 +293,31 @@ GroupVersion encode_group(const Versions& v, uint32_t ranks, const EncodeOptions
       base_sum[t] += digests.base.per_tensor()[t];
       next_sum[t] += digests.next.per_tensor()[t];
     }
+    EXPECT_EQ(digests.slice_deltas.size(), options.base_slice_digests.size());
+    if (out.slices.empty()) out.slices = options.base_slice_digests;
+    for (size_t k = 0; k < digests.slice_deltas.size(); ++k) out.slices[k].digest += digests.slice_deltas[k];
   }
   out.base_sum = StateDigest(base_sum);
   out.next_sum = StateDigest(next_sum);
-  out.seal = seal_frame(v.m, {4, 5}, base_combined, numbering.total(), out.next_sum);
+  out.seal = seal_frame(v.m, {4, 5}, base_combined, numbering.total(), out.next_sum, out.slices);
   return out;
+}
+
+TEST(ProducerGroup, ThePartsSliceDeltasAddUpToTheNewVersionsSliceTable) {
+  const Versions v(33);
+  EncodeOptions options;
+  options.chunk_bytes = 16 << 10;  // parts and chunks cut the slices anywhere
+  const std::vector<SliceDigest> slices = {
+      {0, 0, 1000, 250000, 0}, {3, 0, 0, 1003, 0}, {4, 0, 1, 2, 0}, {8, 0, 4000, 4097, 0}, {11, 0, 5, 20011, 0}};
+  options.base_slice_digests = slice_digests(v.base.view(), slices);
+  const auto want = slice_digests(v.next.view(), slices);
+  ASSERT_NE(want, options.base_slice_digests);
+  for (uint32_t ranks = 1; ranks <= 8; ++ranks) {
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const GroupVersion g = encode_group(v, ranks, options);
+    EXPECT_EQ(g.slices, want);
+    EXPECT_EQ(parse_frame(g.seal).slice_digests, want);
+  }
 }
 
 TEST(ProducerGroup, ForOneToEightRanksTheReceiverEndsWithTheNewVersionsBitsExactly) {

@@ -55,11 +55,14 @@ std::string refusal(const std::string& text) {
   return "";
 }
 
-const std::vector<BufferPlacement> kExpected = {
-    {"qkv", {{"q", 0, 0, 4, {}}, {"k", 0, 2, 4, {}}}, false, {}, 0},
-    {"embed", {{"e", 0, 64, 100, 0}}, false, {64, 8}, 64 * 8 * 2},
-    {"experts", {{"x0", 1, 0, 3, {}}, {"x1", 1, 0, 3, {}}}, true, {}, 0},
-};
+// What the documents below describe.
+std::vector<BufferPlacement> expected() {
+  return {
+      {"qkv", {{"q", 0, 0, 4, {}}, {"k", 0, 2, 4, {}}}, false, {}, 0},
+      {"embed", {{"e", 0, 64, 100, 0}}, false, {64, 8}, uint64_t{64} * 8 * 2},
+      {"experts", {{"x0", 1, 0, 3, {}}, {"x1", 1, 0, 3, {}}}, true, {}, 0},
+  };
+}
 
 TEST(PlacementFile, ReadsTheListAndMappingFormsInYamlAndJson) {
   const std::string yaml_text = R"(# a receiver's buffers
@@ -76,16 +79,16 @@ experts:
     - [x0, 1, 0, 3]
     - {tensor: x1, stop: 3, start: 0, dim: 1}
 )";
-  expect_same(parse_placement(yaml_text, "p.yaml"), kExpected);
+  expect_same(parse_placement(yaml_text, "p.yaml"), expected());
   // What Python's json.dumps({buffer: [(tensor, dim, start, stop), ...]}) writes, options beside.
   const std::string json_text = R"({"qkv": [["q", 0, 0, 4], ["k", 0, 2, 4]],)"
                                 R"( "embed": {"parts": [["e", 0, 64, 100, 0]], "shape": [64, 8], "bytes": 1024},)"
                                 R"( "experts": {"parts": [["x0", 1, 0, 3], ["x1", 1, 0, 3]], "stack": true}})";
-  expect_same(parse_placement(json_text, "p.json"), kExpected);
+  expect_same(parse_placement(json_text, "p.json"), expected());
 }
 
 TEST(PlacementFile, WritesWhatItReadsBack) {
-  expect_same(parse_placement(placement_yaml(kExpected), "written"), kExpected);
+  expect_same(parse_placement(placement_yaml(expected()), "written"), expected());
   // A vLLM-style TP rank of a small Llama-like manifest: fused, split by rows and columns, padded.
   const std::string l = "model.layers.0.";
   const codec::Manifest m({{"model.embed_tokens.weight", DType::bf16, {100, 8}},
@@ -141,16 +144,20 @@ TEST(PlacementFile, RefusesBadInputNamingTheLine) {
   EXPECT_NE(refusal("a:\n  parts: [[q, 0, 0, 4]]\n  shape: 4\n").find("shape expects a list"), std::string::npos);
   EXPECT_NE(refusal("a: [[q, 0, 0, 4]]\na: [[k, 0, 0, 4]]\n").find("p.yaml:2:1: buffer 'a' is named twice"),
             std::string::npos);
+  EXPECT_NE(refusal("a: [[q\xf8\xf8, 0, 0, 4]]\n").find("p.yaml:1:6: buffer 'a' part 0 tensor is not UTF-8"),
+            std::string::npos);
+  EXPECT_NE(refusal("\xc3(: [[q, 0, 0, 4]]\n").find("p.yaml:1:1: buffer names must be UTF-8"), std::string::npos);
   EXPECT_EQ(refusal("a: [[q, 0, 0, 4]]\n"), "");
+  EXPECT_EQ(refusal("\xc3\xa9: [[\xc3\xa9, 0, 0, 4]]\n"), "") << "UTF-8 names are names";
 }
 
 TEST(PlacementFile, LoadsAFileAndNamesOneItCannotRead) {
   const auto path = std::filesystem::temp_directory_path() / ("placement_" + std::to_string(::getpid()) + ".yaml");
   {
     std::ofstream out(path);
-    out << placement_yaml(kExpected);
+    out << placement_yaml(expected());
   }
-  expect_same(load_placement_file(path.string()), kExpected);
+  expect_same(load_placement_file(path.string()), expected());
   std::filesystem::remove(path);
   try {
     load_placement_file(path.string());
