@@ -57,6 +57,9 @@ Rules:
     version must be the binding's (deltacast._lib.EXPECTED_MAJOR). `import deltacast` raises
     ImportError (LibraryNotFoundError) saying where it looked when none is found.
 
+Placements (a TP worker holding only its shard; docs/embedding.md): deltacast.placement builds
+them (llama_tp_placement); the receiver's attach(..., placement=) comes with the tree's support.
+
 Not here yet: gated apply (a receiver that holds a verified version until the server applies it:
 Receiver(gated=True), pending(), apply()) and reattach (a server that reallocated a tensor) come
 when the C API offers them.
