@@ -316,21 +316,36 @@ std::vector<uint64_t> placed_part_digests(const Manifest& manifest, const Placem
   return out;
 }
 
+uint64_t scatter_placed(const Placement& placement, const Manifest& manifest, uint32_t tensor, uint64_t byte_offset,
+                        std::span<const std::byte> bytes, std::span<const std::span<std::byte>> buffers) {
+  if (manifest.digest() != placement.manifest_digest())
+    throw Error(Errc::invalid_argument, "placement: compiled against another manifest");
+  if (tensor >= manifest.size())
+    throw Error(Errc::invalid_argument, "placement: tensor index " + std::to_string(tensor) + " is not in the model");
+  const TensorInfo& t = manifest.at(tensor);
+  const uint64_t width = dtype_unit_size(t.dtype);
+  if (byte_offset % width != 0 || bytes.size() % width != 0 || byte_offset > t.nbytes() ||
+      bytes.size() > t.nbytes() - byte_offset)
+    throw Error(Errc::invalid_argument, "placement: bytes " + std::to_string(byte_offset) + "+" +
+                                            std::to_string(bytes.size()) + " are not whole units of tensor '" + t.name +
+                                            "'");
+  if (!placement.needs(tensor) || bytes.empty()) return 0;
+  const uint64_t first = byte_offset / width;
+  uint64_t written = 0;
+  placement.for_each_run(tensor, first, first + bytes.size() / width, [&](const PlacedRun& r) {
+    std::memcpy(buffers[r.buffer].data() + r.buffer_unit * width, bytes.data() + (r.unit - first) * width,
+                r.count * width);
+    written += r.count;
+  });
+  return written;
+}
+
 void gather_placed(const Placement& placement, const ConstWeights& weights,
                    std::span<const std::span<std::byte>> buffers) {
   check_placed_buffers(placement, buffers);
   check_weights(weights);
-  if (weights.manifest->digest() != placement.manifest_digest())
-    throw Error(Errc::invalid_argument, "placement: compiled against another manifest than the weights'");
-  for (uint32_t tensor = 0; tensor < weights.manifest->size(); ++tensor) {
-    if (!placement.needs(tensor)) continue;
-    const TensorInfo& t = weights.manifest->at(tensor);
-    const uint64_t width = dtype_unit_size(t.dtype);
-    placement.for_each_run(tensor, 0, t.units(), [&](const PlacedRun& r) {
-      std::memcpy(buffers[r.buffer].data() + r.buffer_unit * width, weights.tensors[tensor].data() + r.unit * width,
-                  r.count * width);
-    });
-  }
+  for (uint32_t tensor = 0; tensor < weights.manifest->size(); ++tensor)
+    scatter_placed(placement, *weights.manifest, tensor, 0, weights.tensors[tensor], buffers);
 }
 
 }  // namespace deltacast::codec

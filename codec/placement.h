@@ -154,6 +154,15 @@ void check_placed_buffers(const Placement& placement, std::span<const std::span<
 std::vector<uint64_t> placed_part_digests(const Manifest& manifest, const Placement& placement,
                                           std::span<const std::span<std::byte>> buffers);
 
+// Copies what the buffers hold of canonical bytes [byte_offset, byte_offset + bytes.size()) of
+// tensor `tensor` (a RAW piece of a bootstrap or a snapshot: whole units) into them; units outside
+// every part are dropped. Returns the units written (a tensor held twice: counted in each copy).
+// The buffers must have passed check_placed_buffers. Throws Error(invalid_argument) for a tensor
+// outside the manifest the placement was compiled against, a range outside the tensor or one
+// that splits a unit; nothing is written then.
+uint64_t scatter_placed(const Placement& placement, const Manifest& manifest, uint32_t tensor, uint64_t byte_offset,
+                        std::span<const std::byte> bytes, std::span<const std::span<std::byte>> buffers);
+
 // Copies what each buffer of `placement` holds out of the whole canonical tensors `weights` (the
 // placement's manifest): buffers[k] is placement buffer k (byte size checked). Units no part covers
 // (padding) are left as they are. Cost: one copy of the held bytes, a run at a time. Throws

@@ -175,7 +175,7 @@ TEST(Placement, ATensorInTwoBuffersIsHeldInBoth) {
   EXPECT_EQ(at[1], (PlacedUnit{1, 1}));
 }
 
-TEST(Placement, GatherRefusesWeightsOfAnotherManifest) {
+TEST(Placement, GatherAndScatterRefuseWhatDoesNotFitAndScatterLandsRawPieces) {
   const Manifest m = manifest_of({{"w", DType::bf16, {6, 4}}});
   const Manifest other = manifest_of({{"w", DType::bf16, {4, 6}}});
   const Placement p = Placement::compile(m, {buf("w_shard", {part("w", 1, 0, 2)})});
@@ -183,6 +183,20 @@ TEST(Placement, GatherRefusesWeightsOfAnotherManifest) {
   std::vector<std::span<std::byte>> buffers{shard};
   EXPECT_NO_THROW(gather_placed(p, ConstWeights{&m, {whole}}, buffers));
   EXPECT_THROW(gather_placed(p, ConstWeights{&other, {whole}}, buffers), Error);
+  // A RAW piece that splits a unit, lies past the tensor or names no tensor: refused, nothing written.
+  std::fill(shard.begin(), shard.end(), std::byte{0x5A});
+  const std::vector<std::byte> before = shard;
+  EXPECT_THROW(scatter_placed(p, m, 0, 1, std::span(whole).first(4), buffers), Error);
+  EXPECT_THROW(scatter_placed(p, m, 0, 46, std::span(whole).first(4), buffers), Error);
+  EXPECT_THROW(scatter_placed(p, m, 1, 0, std::span(whole).first(4), buffers), Error);
+  EXPECT_THROW(scatter_placed(p, other, 0, 0, std::span(whole).first(4), buffers), Error);
+  EXPECT_EQ(shard, before);
+  // Row 1 of w (bytes 8..16): its columns 0:2 land at shard row 1.
+  for (size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<std::byte>(i);
+  EXPECT_EQ(scatter_placed(p, m, 0, 8, std::span(whole).subspan(8, 8), buffers), 2u);
+  EXPECT_EQ(shard[4], std::byte{8});
+  EXPECT_EQ(shard[7], std::byte{11});
+  EXPECT_EQ(shard[8], std::byte{0x5A}) << "row 2 untouched";
   std::vector<std::byte> short_shard(22);
   std::vector<std::span<std::byte>> short_buffers{short_shard};
   EXPECT_THROW(gather_placed(p, ConstWeights{&m, {whole}}, short_buffers), Error);
@@ -402,6 +416,26 @@ TEST(PlacementProperty, ApplyingThroughThePlacementEqualsADenseApplyThenSlicing)
       for (const auto& t : new_w) whole.tensors.emplace_back(t);
       gather_placed(p, whole, spans);
       ASSERT_EQ(gathered, slices_of(p, m, new_w)) << "trial " << trial;
+      // scatter_placed lands the same from RAW pieces: each tensor cut at random units, the
+      // pieces in random order.
+      for (auto& g : gathered) std::fill(g.begin(), g.end(), std::byte{0xEE});
+      struct Piece {
+        uint32_t tensor;
+        uint64_t offset, size;
+      };
+      std::vector<Piece> pieces;
+      const uint64_t unit_bytes = dtype_unit_size(dtype);
+      for (uint32_t t = 0; t < infos.size(); ++t)
+        for (uint64_t u = 0, units = infos[t].units(); u < units;) {
+          const uint64_t n = 1 + pick(units - u);
+          pieces.push_back({t, u * unit_bytes, n * unit_bytes});
+          u += n;
+        }
+      std::shuffle(pieces.begin(), pieces.end(), rng);
+      for (const Piece& piece : pieces)
+        scatter_placed(p, m, piece.tensor, piece.offset,
+                       std::span<const std::byte>(new_w[piece.tensor]).subspan(piece.offset, piece.size), spans);
+      ASSERT_EQ(gathered, slices_of(p, m, new_w)) << "trial " << trial << ": scattered pieces";
     }
     // for_each_run over random ranges gives exactly what locate() gives.
     for (uint32_t t = 0; t < infos.size(); ++t) {
