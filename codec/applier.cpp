@@ -221,8 +221,9 @@ struct DecodeScratch {
   size_t first_undo_segment = 0;
   std::vector<std::pair<uint32_t, uint64_t>> digest_delta;  // (tensor, digest change)
   ScratchBuffer staged_base;  // staged mode: the segment's base bits, written instead of the buffers
-  std::vector<PlacedRun> runs;  // placed: the runs of the segment being checked or written
-  std::vector<size_t> written;  // placed: undo entries each segment wrote (<= its changes)
+  std::vector<PlacedRun> runs;   // placed: the runs of the segment being checked or written
+  std::vector<size_t> written;   // placed: undo entries each segment wrote (<= its changes)
+  std::vector<UndoEntry> order;  // placed, staged: a segment's undo entries by position
   static DecodeScratch& local() {
     thread_local DecodeScratch scratch;
     return scratch;
@@ -487,6 +488,7 @@ struct DeltaApplier::Impl {
   // it) counted in sc.written, digest changes per part. On an error every write of the chunk is
   // undone, as in write().
   void write_placed(DecodeScratch& sc) const {
+    if (mode == Mode::staged) return write_placed_staged(sc);
     UndoEntry* run = sc.undo;
     sc.written.assign(sc.segment_count, 0);
     size_t i = 0;
@@ -506,6 +508,99 @@ struct DeltaApplier::Impl {
         restore_placed(sc.segments[j].tensor, sc.segments[j].element_begin, run, sc.written[j]);
       }
       throw;
+    }
+  }
+  // write() for a placed receiver in staged mode: each segment is written into a canonical copy of
+  // the units it holds as the buffers will hold them once every staged version is written (its
+  // runs gathered from the buffers, then each staged version's changes); the buffers are only
+  // read. Undo entries (canonical positions, once per element) end up holding the new bits; each
+  // part's digest moves by the changes in its runs. An error (a class rank beyond its class)
+  // leaves only the copy written.
+  void write_placed_staged(DecodeScratch& sc) const {
+    UndoEntry* run = sc.undo;
+    sc.written.assign(sc.segment_count, 0);
+    for (size_t i = 0; i < sc.segment_count; ++i) {
+      const SegmentDecode& d = sc.segments[i];
+      SegmentLog log{run, 0, d.tensor, d.element_begin, 0};
+      run += d.changes;
+      if (d.changes == 0 || !placement->needs(d.tensor)) continue;
+      collect_runs(d, sc.runs);
+      if (sc.runs.empty()) continue;
+      std::byte* base = stage_base_placed(d, sc);
+      if (whole_run(d, sc.runs) != nullptr) {
+        write_segment(d, log, base);  // every change is held: today's writers, classed included
+      } else {
+        // Held partly: positions ascend; each held position once, whichever runs hold it.
+        const auto& positions = d.locations.positions;
+        size_t ri = 0;
+        std::vector<PlacedRun>& runs = sc.runs;
+        std::sort(runs.begin(), runs.end(), [](const PlacedRun& a, const PlacedRun& b) { return a.unit < b.unit; });
+        uint64_t covered_end = 0;  // end of the union of the runs started so far
+        for (size_t k = 0; k < positions.size(); ++k) {
+          const uint64_t u = d.element_begin + positions[k];
+          for (; ri < runs.size() && runs[ri].unit <= u; ++ri)
+            covered_end = std::max(covered_end, runs[ri].unit + runs[ri].count);
+          if (u >= covered_end) continue;
+          const uint32_t old_bits = load_bits(base, d.width, positions[k]);
+          store_bits(base, d.width, positions[k],
+                     apply_value_token(d.mode, d.width, d.is_float, old_bits, d.tokens[k]));
+          log.undo[log.written++] = {positions[k], old_bits};
+        }
+      }
+      // Each part's digest: the changes in its runs (entries sorted by position to find them).
+      sc.order.assign(log.undo, log.undo + log.written);
+      std::sort(sc.order.begin(), sc.order.end(),
+                [](const UndoEntry& a, const UndoEntry& b) { return a.position < b.position; });
+      for (const PlacedRun& r : sc.runs) {
+        const uint32_t first = static_cast<uint32_t>(r.unit - d.element_begin);
+        auto k = std::lower_bound(sc.order.begin(), sc.order.end(), first,
+                                  [](const UndoEntry& e, uint32_t p) { return e.position < p; });
+        ChangeBatch batch;
+        uint64_t delta = 0;
+        size_t count = 0;
+        for (; k != sc.order.end() && k->position < first + r.count; ++k) {
+          batch.positions[count] = k->position;
+          batch.old_bits[count] = k->bits;
+          batch.new_bits[count] = load_bits(base, d.width, k->position);
+          if (++count == kChangeBatch) {
+            delta +=
+                changes_digest_delta(d.tensor, d.element_begin, batch.positions, batch.old_bits, batch.new_bits, count);
+            count = 0;
+          }
+        }
+        delta +=
+            changes_digest_delta(d.tensor, d.element_begin, batch.positions, batch.old_bits, batch.new_bits, count);
+        sc.digest_delta.emplace_back(r.part, delta);
+      }
+      for (size_t k = 0; k < log.written; ++k) log.undo[k].bits = load_bits(base, d.width, log.undo[k].position);
+      sc.written[i] = log.written;
+    }
+  }
+  // Staged mode, placed: segment d's units as the buffers will hold them once every staged
+  // version is written, at their canonical offsets (units no run holds are left unset).
+  std::byte* stage_base_placed(const SegmentDecode& d, DecodeScratch& sc) const {
+    std::byte* out = sc.staged_base.get(d.element_count * d.width);
+    const uint64_t end = d.element_begin + d.element_count;
+    std::shared_lock lock(buffers_mu);
+    for (const PlacedRun& r : sc.runs)
+      std::memcpy(out + (r.unit - d.element_begin) * d.width, run_base(r, d.width), r.count * d.width);
+    overlay_staged(d.tensor, d.element_begin, end, d.width, out);
+    return out;
+  }
+  // Writes each staged version's changes to units [begin, end) of `tensor` into `out` (which holds
+  // unit `begin` first), oldest first (buffers_mu held).
+  void overlay_staged(uint32_t tensor, uint64_t begin, uint64_t end, unsigned width, std::byte* out) const {
+    for (const StagedVersion& v : staged) {
+      auto it = std::lower_bound(v.segments.begin(), v.segments.end(), std::make_pair(tensor, begin),
+                                 [](const UndoSegment& s, const std::pair<uint32_t, uint64_t>& x) {
+                                   return s.tensor != x.first ? s.tensor < x.first : s.element_end <= x.second;
+                                 });
+      for (; it != v.segments.end() && it->tensor == tensor && it->element_begin < end; ++it)
+        for (size_t k = 0; k < it->count; ++k) {
+          const uint64_t element = it->element_begin + it->entries[k].position;
+          if (element >= begin && element < end)
+            store_bits(out, width, static_cast<uint32_t>(element - begin), it->entries[k].bits);
+        }
     }
   }
   std::byte* run_base(const PlacedRun& r, unsigned width) const {
@@ -654,20 +749,9 @@ struct DeltaApplier::Impl {
   // version is written (the buffers' bits, then each staged version's changes, oldest first).
   std::byte* stage_base(const SegmentDecode& d, ScratchBuffer& scratch) const {
     std::byte* out = scratch.get(d.element_count * d.width);
-    const uint64_t end = d.element_begin + d.element_count;
     std::shared_lock lock(buffers_mu);
     std::memcpy(out, segment_base(d), d.element_count * d.width);
-    for (const StagedVersion& v : staged) {
-      auto it = std::lower_bound(v.segments.begin(), v.segments.end(), d, [](const UndoSegment& s, const SegmentDecode& x) {
-        return s.tensor != x.tensor ? s.tensor < x.tensor : s.element_end <= x.element_begin;
-      });
-      for (; it != v.segments.end() && it->tensor == d.tensor && it->element_begin < end; ++it)
-        for (size_t k = 0; k < it->count; ++k) {
-          const uint64_t element = it->element_begin + it->entries[k].position;
-          if (element >= d.element_begin && element < end)
-            store_bits(out, d.width, static_cast<uint32_t>(element - d.element_begin), it->entries[k].bits);
-        }
-    }
+    overlay_staged(d.tensor, d.element_begin, d.element_begin + d.element_count, d.width, out);
     return out;
   }
   void write_segment(const SegmentDecode& d, SegmentLog& log, std::byte* base) const {
@@ -760,6 +844,18 @@ struct DeltaApplier::Impl {
     StagedVersion& v = staged.front();
     for (const UndoSegment& s : v.segments) {
       const unsigned width = static_cast<unsigned>(dtype_unit_size(manifest->at(s.tensor).dtype));
+      if (placement) {  // every copy of each element
+        for (size_t k = 0; k < s.count; ++k) {
+          const uint64_t element = s.element_begin + s.entries[k].position;
+          const auto places = placement->locate(s.tensor, element);
+          for (size_t c = 0; c < places.size(); ++c) {
+            std::byte* at = buffers[places[c].buffer].data() + places[c].unit * width;
+            if (c == 0 && before) before(s.tensor, element, load_bits(at, width, 0));
+            store_bits(at, width, 0, s.entries[k].bits);
+          }
+        }
+        continue;
+      }
       std::byte* base = segment_base(s);
       for (size_t k = 0; k < s.count; ++k) {
         if (before) before(s.tensor, s.element_begin + s.entries[k].position, load_bits(base, width, s.entries[k].position));
@@ -832,8 +928,6 @@ DeltaApplier::DeltaApplier(const Manifest& manifest, PlacedWeights weights, uint
                            std::vector<uint64_t> part_digests, Mode mode)
     : impl_(std::make_unique<Impl>()) {
   if (!weights.placement) throw Error(Errc::invalid_argument, "applier: placed weights without a placement");
-  if (mode == Mode::staged)
-    throw Error(Errc::unsupported, "applier: the apply gate (staged mode) over placed buffers is not built yet");
   check_placed_buffers(*weights.placement, weights.buffers);
   if (part_digests.size() != weights.placement->part_count())
     throw Error(Errc::invalid_argument, "applier: " + std::to_string(part_digests.size()) + " part digests for " +
@@ -978,7 +1072,8 @@ void DeltaApplier::audit(unsigned threads) const {
   std::lock_guard lock(impl_->mu);
   std::shared_lock buffers(impl_->buffers_mu);
   if (impl_->placement) {
-    if (placed_part_digests(*impl_->manifest, *impl_->placement, impl_->buffers) != impl_->digest.per_tensor())
+    const auto& have = (impl_->mode == Mode::staged ? impl_->buffers_digest : impl_->digest).per_tensor();
+    if (placed_part_digests(*impl_->manifest, *impl_->placement, impl_->buffers) != have)
       throw Error(Errc::verify_failed, "audit: the placed buffers do not match the maintained digests");
     return;
   }
@@ -1005,10 +1100,12 @@ void DeltaApplier::rollback() {
   auto& im = *impl_;
   std::unique_lock lock(im.mu);
   im.wait_for_writers(lock);
-  if (im.placement)
+  if (im.mode == Mode::staged) {
+    // nothing was written into the buffers (the undo entries hold new bits)
+  } else if (im.placement)
     im.undo.for_each_segment_reverse(
         [&](const UndoSegment& s) { im.restore_placed(s.tensor, s.element_begin, s.entries, s.count); });
-  else if (im.mode == Mode::in_place)
+  else
     im.undo.for_each_segment_reverse([&](const UndoSegment& s) {
       restore_entries(im.segment_base(s), static_cast<unsigned>(dtype_unit_size(im.manifest->at(s.tensor).dtype)),
                       s.entries, s.count);

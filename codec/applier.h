@@ -62,9 +62,10 @@ class DeltaApplier {
   // placed twice), keeps one digest per part (digest(): per flat part, not per tensor), and
   // verify() checks each against the seal's slice table. A segment coded by class that it holds
   // only partly is refused (Error(unsupported), nothing written): the producer must know its
-  // placement (EncodeOptions::held_slices). In place only: Mode::staged, rebind() are
-  // Error(unsupported) for now. Throws Error(invalid_argument) for buffers that do not match the
-  // placement (count, byte size, alignment) or a digest count that is not the part count.
+  // placement (EncodeOptions::held_slices). Mode::staged works as for whole buffers (each segment
+  // staged in a canonical copy of the units it holds; apply_next_staged writes every copy);
+  // rebind() is Error(unsupported) for now. Throws Error(invalid_argument) for buffers that do not
+  // match the placement (count, byte size, alignment) or a digest count that is not the part count.
   DeltaApplier(const Manifest& manifest, PlacedWeights weights, uint64_t version, uint64_t version_combined,
                std::vector<uint64_t> part_digests, Mode mode = Mode::in_place);
   ~DeltaApplier();

@@ -42,13 +42,13 @@ struct PlacedMember {
   // `version` names the whole state `named` holds (what the producer says it is); the buffers take
   // their slices of `at` (the same, unless a test corrupts them).
   PlacedMember(const Manifest& m, std::shared_ptr<const Placement> p, const OwnedWeights& at, uint64_t version,
-               const OwnedWeights* named = nullptr)
+               const OwnedWeights* named = nullptr, DeltaApplier::Mode mode = DeltaApplier::Mode::in_place)
       : placement(std::move(p)), buffers(slices_of(*placement, m, at.bytes)) {
     auto spans = spans_of(buffers);
     auto digests = placed_part_digests(m, *placement, spans);
     applier = std::make_unique<DeltaApplier>(m, PlacedWeights{placement, spans}, version,
                                              StateDigest::full_scan((named ? *named : at).view()).combined(),
-                                             std::move(digests));
+                                             std::move(digests), mode);
   }
   bool holds(const Manifest& m, const OwnedWeights& version) const {
     return buffers == slices_of(*placement, m, version.bytes);
@@ -100,12 +100,15 @@ void sprinkle_specials(OwnedWeights& w, std::mt19937_64& rng) {
 
 // --- The property: random models, placements and versions -----------------------------------
 
-TEST(PlacedApplyProperty, EveryVersionLeavesExactlyTheProducersSlices) {
-  std::mt19937_64 rng(20261206);
+// Staged (the apply gate): a committed version waits in the queue, the buffers untouched, until
+// apply_next_staged writes it; versions may queue up. In place: each commit is in the buffers.
+void placed_property(DeltaApplier::Mode mode, uint64_t seed) {
+  const bool staged = mode == DeltaApplier::Mode::staged;
+  std::mt19937_64 rng(seed);
   auto pick = [&](uint64_t n) { return static_cast<uint64_t>(rng() % n); };
   const DType dtypes[] = {DType::bf16, DType::f32, DType::f64, DType::u8, DType::f16, DType::i32};
   const uint64_t dims[] = {1, 2, 3, 5, 8, 17, 40};
-  int rolled_back = 0, tied = 0, partial_segments = 0;
+  int rolled_back = 0, tied = 0, partial_segments = 0, stacked = 0;  // stacked: a version staged on a queued one
   for (int trial = 0; trial < 120; ++trial) {
     const DType dtype = dtypes[pick(std::size(dtypes))];
     std::vector<TensorInfo> infos;
@@ -151,7 +154,17 @@ TEST(PlacedApplyProperty, EveryVersionLeavesExactlyTheProducersSlices) {
     OwnedWeights base(m);
     testing::fill_random(base, rng);
     sprinkle_specials(base, rng);
-    PlacedMember member(m, mine, base, 0);
+    PlacedMember member(m, mine, base, 0, nullptr, mode);
+    std::vector<OwnedWeights> queued;  // staged: committed versions not in the buffers yet, oldest first
+    OwnedWeights in_buffers = base;
+    auto drain_one = [&] {
+      const uint64_t want = member.applier->buffers_version() + 1;  // versions stage one after another
+      ASSERT_EQ(member.applier->apply_next_staged(), std::optional<uint64_t>(want));
+      in_buffers = queued.front();
+      queued.erase(queued.begin());
+      ASSERT_TRUE(member.holds(m, in_buffers)) << "trial " << trial << ": a staged version written";
+      ASSERT_NO_THROW(member.applier->audit());
+    };
     for (uint64_t v = 0; v < 3; ++v) {
       OwnedWeights next = base;
       const double densities[] = {0.0, 0.01, 0.3, 1.0};
@@ -173,20 +186,41 @@ TEST(PlacedApplyProperty, EveryVersionLeavesExactlyTheProducersSlices) {
       if (pick(3) == 0) {  // half of the frames, then a rollback: the base's slices again
         for (size_t i = 0; i < order.size() / 2; ++i) member.applier->apply(d.frames[order[i]]);
         member.applier->rollback();
-        ASSERT_TRUE(member.holds(m, base)) << "trial " << trial << " version " << v << ": rollback";
+        ASSERT_TRUE(member.holds(m, staged ? in_buffers : base))
+            << "trial " << trial << " version " << v << ": rollback";
         ++rolled_back;
       }
       for (size_t i : order) member.applier->apply(d.frames[i]);
       ASSERT_NO_THROW(member.applier->verify()) << "trial " << trial << " version " << v;
       member.applier->commit();
-      ASSERT_TRUE(member.holds(m, next)) << "trial " << trial << " version " << v;
-      ASSERT_NO_THROW(member.applier->audit());
+      if (staged) {
+        ASSERT_TRUE(member.holds(m, in_buffers)) << "trial " << trial << " version " << v << ": staged, not written";
+        stacked += !queued.empty();
+        queued.push_back(next);
+        if (pick(2) == 0) drain_one();  // else it waits, and the next version stages on top of it
+      } else {
+        ASSERT_TRUE(member.holds(m, next)) << "trial " << trial << " version " << v;
+        ASSERT_NO_THROW(member.applier->audit());
+      }
       base.bytes = next.bytes;
     }
+    while (!queued.empty()) drain_one();
+    ASSERT_TRUE(member.holds(m, base)) << "trial " << trial;
   }
   EXPECT_GT(rolled_back, 30);
   EXPECT_GT(tied, 10);
   EXPECT_GT(partial_segments, 100);
+  if (staged) {
+    EXPECT_GT(stacked, 50);
+  }
+}
+
+TEST(PlacedApplyProperty, EveryVersionLeavesExactlyTheProducersSlices) {
+  placed_property(DeltaApplier::Mode::in_place, 20261206);
+}
+
+TEST(PlacedApplyProperty, StagedVersionsQueueAndEachWriteLeavesExactlyItsSlices) {
+  placed_property(DeltaApplier::Mode::staged, 20261207);
 }
 
 // --- Class-coded segments: the common BF16 case --------------------------------------------------
@@ -367,7 +401,10 @@ TEST_F(ClassedModel, BuffersThatDoNotMatchThePlacementAreRefused) {
   EXPECT_EQ(make({spans[0].subspan(1, spans[0].size() - 2), spans[1]}, digests, DeltaApplier::Mode::in_place),
             Errc::invalid_argument);  // odd-aligned
   EXPECT_EQ(make(spans, {digests[0]}, DeltaApplier::Mode::in_place), Errc::invalid_argument);
-  EXPECT_EQ(make(spans, digests, DeltaApplier::Mode::staged), Errc::unsupported);
+  EXPECT_EQ(make(spans, digests, DeltaApplier::Mode::staged), Errc::ok);
+  // Re-pointing a placed buffer is not built: refused, nothing changed.
+  DeltaApplier a(m, PlacedWeights{r, spans}, 0, 0, digests);
+  EXPECT_EQ(errc_of([&] { a.rebind(0, spans[0]); }), Errc::unsupported);
 }
 
 // --- The location index ---------------------------------------------------------------------------
