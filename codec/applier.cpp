@@ -527,8 +527,10 @@ struct DeltaApplier::Impl {
       collect_runs(d, sc.runs);
       if (sc.runs.empty()) continue;
       std::byte* base = stage_base_placed(d, sc);
-      if (whole_run(d, sc.runs) != nullptr) {
+      const PlacedRun* whole = whole_run(d, sc.runs);
+      if (whole != nullptr) {
         write_segment(d, log, base);  // every change is held: today's writers, classed included
+        sc.digest_delta.emplace_back(whole->part, log.digest);
       } else {
         // Held partly: positions ascend; each held position once, whichever runs hold it.
         const auto& positions = d.locations.positions;
@@ -547,18 +549,25 @@ struct DeltaApplier::Impl {
           log.undo[log.written++] = {positions[k], old_bits};
         }
       }
-      // Each part's digest: the changes in its runs (entries sorted by position to find them).
-      sc.order.assign(log.undo, log.undo + log.written);
-      std::sort(sc.order.begin(), sc.order.end(),
-                [](const UndoEntry& a, const UndoEntry& b) { return a.position < b.position; });
+      // Every other run's part: the digest change of the changes in the run. Entries ascend by
+      // position unless written class by class; those are sorted (a copy) to find each run's.
+      const UndoEntry* entries = log.undo;
+      if (whole != nullptr && sc.runs.size() > 1 && d.locations.coding == LocationCoding::classed_gaps) {
+        sc.order.assign(log.undo, log.undo + log.written);
+        std::sort(sc.order.begin(), sc.order.end(),
+                  [](const UndoEntry& a, const UndoEntry& b) { return a.position < b.position; });
+        entries = sc.order.data();
+      }
+      const UndoEntry* const entries_end = entries + log.written;
       for (const PlacedRun& r : sc.runs) {
+        if (&r == whole) continue;
         const uint32_t first = static_cast<uint32_t>(r.unit - d.element_begin);
-        auto k = std::lower_bound(sc.order.begin(), sc.order.end(), first,
-                                  [](const UndoEntry& e, uint32_t p) { return e.position < p; });
+        const UndoEntry* k = std::lower_bound(entries, entries_end, first,
+                                              [](const UndoEntry& e, uint32_t p) { return e.position < p; });
         ChangeBatch batch;
         uint64_t delta = 0;
         size_t count = 0;
-        for (; k != sc.order.end() && k->position < first + r.count; ++k) {
+        for (; k != entries_end && k->position < first + r.count; ++k) {
           batch.positions[count] = k->position;
           batch.old_bits[count] = k->bits;
           batch.new_bits[count] = load_bits(base, d.width, k->position);
@@ -736,8 +745,9 @@ struct DeltaApplier::Impl {
   void restore_placed(uint32_t tensor, uint64_t element_begin, const UndoEntry* entries, size_t count) const {
     const unsigned width = static_cast<unsigned>(dtype_unit_size(manifest->at(tensor).dtype));
     for (size_t k = count; k-- > 0;)
-      for (const PlacedUnit& at : placement->locate(tensor, element_begin + entries[k].position))
+      placement->for_each_place(tensor, element_begin + entries[k].position, [&](const PlacedUnit& at) {
         store_bits(buffers[at.buffer].data() + at.unit * width, width, 0, entries[k].bits);
+      });
   }
   std::byte* segment_base(const SegmentDecode& d) const {
     return weights.tensors[d.tensor].data() + d.element_begin * d.width;
@@ -847,12 +857,13 @@ struct DeltaApplier::Impl {
       if (placement) {  // every copy of each element
         for (size_t k = 0; k < s.count; ++k) {
           const uint64_t element = s.element_begin + s.entries[k].position;
-          const auto places = placement->locate(s.tensor, element);
-          for (size_t c = 0; c < places.size(); ++c) {
-            std::byte* at = buffers[places[c].buffer].data() + places[c].unit * width;
-            if (c == 0 && before) before(s.tensor, element, load_bits(at, width, 0));
+          bool first = true;
+          placement->for_each_place(s.tensor, element, [&](const PlacedUnit& place) {
+            std::byte* at = buffers[place.buffer].data() + place.unit * width;
+            if (first && before) before(s.tensor, element, load_bits(at, width, 0));
+            first = false;
             store_bits(at, width, 0, s.entries[k].bits);
-          }
+          });
         }
         continue;
       }

@@ -393,13 +393,7 @@ DeltaEncoder::PartDigests DeltaEncoder::part_digests() {
   auto& im = *impl_;
   if (!im.group_part) throw Error(Errc::state, "part_digests: not a part encoder");
   im.finish_digests("part_digests");
-  std::vector<uint64_t> slice_deltas;
-  if (!im.slices.empty()) {
-    slice_deltas.assign(im.options.base_slice_digests.size(), 0);
-    for (const auto& chunk : im.slice_deltas)
-      for (const auto& [slice, delta] : chunk) slice_deltas[slice] += delta;
-  }
-  return {im.base_digest, im.new_digest, std::move(slice_deltas)};
+  return {im.base_digest, im.new_digest, im.slices.totals(im.slice_deltas)};
 }
 
 std::vector<std::byte> seal_frame(const Manifest& manifest, VersionIds ids, uint64_t base_combined,

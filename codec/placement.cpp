@@ -176,12 +176,7 @@ Placement Placement::compile(const Manifest& manifest, std::vector<BufferPlaceme
 
 std::vector<PlacedUnit> Placement::locate(uint32_t tensor, uint64_t unit) const {
   std::vector<PlacedUnit> out;
-  if (tensor >= by_tensor_.size()) return out;
-  for (const PartMap& m : by_tensor_[tensor]) {
-    const uint64_t o = unit / m.block;
-    const uint64_t r = unit - o * m.block;
-    if (o < m.outer && r >= m.lo && r < m.hi) out.push_back({m.buffer, m.base + o * m.stride + (r - m.lo)});
-  }
+  for_each_place(tensor, unit, [&](const PlacedUnit& at) { out.push_back(at); });
   return out;
 }
 

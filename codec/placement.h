@@ -91,6 +91,17 @@ class Placement {
   // Every place canonical unit `unit` of tensor `tensor` is held (a tensor placed in two buffers:
   // both; none: an element this receiver does not hold). Ascending by buffer.
   std::vector<PlacedUnit> locate(uint32_t tensor, uint64_t unit) const;
+  // The same places, each passed to f(PlacedUnit) in the same order, without building a vector
+  // (for per-element loops: rollback, writing a staged version).
+  template <class F>
+  void for_each_place(uint32_t tensor, uint64_t unit, F&& f) const {
+    if (tensor >= by_tensor_.size()) return;
+    for (const PartMap& m : by_tensor_[tensor]) {
+      const uint64_t o = unit / m.block;
+      const uint64_t r = unit - o * m.block;
+      if (o < m.outer && r >= m.lo && r < m.hi) f(PlacedUnit{m.buffer, m.base + o * m.stride + (r - m.lo)});
+    }
+  }
   // Calls f for each run of canonical units of `tensor` within [first, last) that a buffer holds,
   // in ascending canonical order per part (parts in buffer order). Cost: proportional to the runs
   // in the range, not to its units.

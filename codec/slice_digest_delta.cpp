@@ -47,10 +47,17 @@ void SliceDigestDeltas::add_segment(uint32_t tensor, uint64_t first, const uint3
   }
 }
 
+std::vector<uint64_t> SliceDigestDeltas::totals(const std::vector<Deltas>& chunks) const {
+  std::vector<uint64_t> out(base_.size(), 0);
+  for (const auto& chunk : chunks)
+    for (const auto& [slice, delta] : chunk) out.at(slice) += delta;
+  return out;
+}
+
 std::vector<SliceDigest> SliceDigestDeltas::advance(const std::vector<Deltas>& chunks) const {
   std::vector<SliceDigest> out = base_;
-  for (const auto& chunk : chunks)
-    for (const auto& [slice, delta] : chunk) out.at(slice).digest += delta;
+  const auto sums = totals(chunks);
+  for (size_t i = 0; i < out.size(); ++i) out[i].digest += sums[i];
   return out;
 }
 

@@ -30,6 +30,8 @@ class SliceDigestDeltas {
   // Cost: per slice of the tensor, a binary search per stripe the changes span.
   void add_segment(uint32_t tensor, uint64_t first, const uint32_t* positions, const uint32_t* old_bits,
                    const uint32_t* new_bits, size_t count, Deltas& out) const;
+  // Per slice of the base table, the sum of its deltas in `chunks` (a group part's share).
+  std::vector<uint64_t> totals(const std::vector<Deltas>& chunks) const;
   // The base table with every delta of `chunks` added: the new version's slice table.
   std::vector<SliceDigest> advance(const std::vector<Deltas>& chunks) const;
 

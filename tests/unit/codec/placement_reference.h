@@ -3,11 +3,29 @@
 // a set of canonical tensors, built element by element from multi-indices (independently of
 // codec/placement.cpp's mapping).
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "codec/placement.h"
 
 namespace deltacast::codec::testing {
+
+// One layer of a Llama-like model, tiny (vocabulary 100, hidden 8): what the TP helper's tests
+// shard.
+inline Manifest tiny_llama_manifest() {
+  const std::string l = "model.layers.0.";
+  return Manifest({{"model.embed_tokens.weight", DType::bf16, {100, 8}},
+                   {l + "input_layernorm.weight", DType::bf16, {8}},
+                   {l + "self_attn.q_proj.weight", DType::bf16, {8, 8}},
+                   {l + "self_attn.k_proj.weight", DType::bf16, {8, 8}},
+                   {l + "self_attn.v_proj.weight", DType::bf16, {8, 8}},
+                   {l + "self_attn.o_proj.weight", DType::bf16, {8, 8}},
+                   {l + "mlp.gate_proj.weight", DType::bf16, {16, 8}},
+                   {l + "mlp.up_proj.weight", DType::bf16, {16, 8}},
+                   {l + "mlp.down_proj.weight", DType::bf16, {8, 16}},
+                   {"model.norm.weight", DType::bf16, {8}},
+                   {"lm_head.weight", DType::bf16, {100, 8}}});
+}
 
 inline std::vector<uint64_t> unravel(uint64_t flat, const std::vector<uint64_t>& shape) {
   std::vector<uint64_t> idx(shape.size());

@@ -278,16 +278,7 @@ TEST(HeldSlices, SplitsOnlyRangesAMemberHoldsPartly) {
 // The vLLM-style helper: fused and split as the engine shards, the vocabulary padded to 64.
 TEST(LlamaTpPlacement, FusesAndSplitsAsVllmAndPadsTheVocabulary) {
   const std::string l = "model.layers.0.";
-  const Manifest m = manifest_of({{"model.embed_tokens.weight", DType::bf16, {100, 8}},
-                                  {l + "input_layernorm.weight", DType::bf16, {8}},
-                                  {l + "self_attn.q_proj.weight", DType::bf16, {8, 8}},
-                                  {l + "self_attn.k_proj.weight", DType::bf16, {8, 8}},
-                                  {l + "self_attn.v_proj.weight", DType::bf16, {8, 8}},
-                                  {l + "self_attn.o_proj.weight", DType::bf16, {8, 8}},
-                                  {l + "mlp.gate_proj.weight", DType::bf16, {16, 8}},
-                                  {l + "mlp.up_proj.weight", DType::bf16, {16, 8}},
-                                  {l + "mlp.down_proj.weight", DType::bf16, {8, 16}},
-                                  {"lm_head.weight", DType::bf16, {100, 8}}});
+  const Manifest m = testing::tiny_llama_manifest();
   auto find = [](const std::vector<BufferPlacement>& b, const std::string& name) {
     const auto it = std::find_if(b.begin(), b.end(), [&](const BufferPlacement& x) { return x.name == name; });
     return it == b.end() ? nullptr : &*it;

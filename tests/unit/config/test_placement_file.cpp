@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../codec/placement_reference.h"
 #include "codec/manifest.h"
 #include "codec/placement.h"
 #include "codec/tp_placement.h"
@@ -90,18 +91,7 @@ experts:
 TEST(PlacementFile, WritesWhatItReadsBack) {
   expect_same(parse_placement(placement_yaml(expected()), "written"), expected());
   // A vLLM-style TP rank of a small Llama-like manifest: fused, split by rows and columns, padded.
-  const std::string l = "model.layers.0.";
-  const codec::Manifest m({{"model.embed_tokens.weight", DType::bf16, {100, 8}},
-                           {l + "input_layernorm.weight", DType::bf16, {8}},
-                           {l + "self_attn.q_proj.weight", DType::bf16, {8, 8}},
-                           {l + "self_attn.k_proj.weight", DType::bf16, {8, 8}},
-                           {l + "self_attn.v_proj.weight", DType::bf16, {8, 8}},
-                           {l + "self_attn.o_proj.weight", DType::bf16, {8, 8}},
-                           {l + "mlp.gate_proj.weight", DType::bf16, {16, 8}},
-                           {l + "mlp.up_proj.weight", DType::bf16, {16, 8}},
-                           {l + "mlp.down_proj.weight", DType::bf16, {8, 16}},
-                           {"model.norm.weight", DType::bf16, {8}},
-                           {"lm_head.weight", DType::bf16, {100, 8}}});
+  const codec::Manifest m = codec::testing::tiny_llama_manifest();
   for (uint32_t rank : {0u, 1u}) {
     const auto placement = codec::llama_tp_placement(m, rank, 2);
     const auto text = placement_yaml(placement);
