@@ -1157,6 +1157,19 @@ const StateDigest& DeltaApplier::digest() const noexcept { return impl_->digest;
 
 DeltaApplier::Mode DeltaApplier::mode() const noexcept { return impl_->mode; }
 
+uint64_t DeltaApplier::version_combined() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->base_combined;
+}
+
+uint64_t DeltaApplier::pending_combined() const {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->seal_digests) throw Error(Errc::state, "pending_combined: no seal of an in-flight version");
+  return StateDigest(*impl_->seal_digests).combined();
+}
+
+bool DeltaApplier::placed() const noexcept { return impl_->placement != nullptr; }
+
 std::vector<uint64_t> DeltaApplier::staged_versions() const {
   std::shared_lock lock(impl_->buffers_mu);
   std::vector<uint64_t> out;

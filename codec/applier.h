@@ -120,6 +120,15 @@ class DeltaApplier {
   // version's changes so far (staged).
   const StateDigest& digest() const noexcept;
   Mode mode() const noexcept;
+  // The combined StateDigest that names the committed version (what frames name as their base):
+  // whole, digest().combined() of that version; placed, the whole version's (given at
+  // construction, then each committed seal's). Thread-safe.
+  uint64_t version_combined() const;
+  // The combined StateDigest of the in-flight version as its seal names it (what an ACK carries).
+  // Throws Error(state) before the seal arrived. Thread-safe.
+  uint64_t pending_combined() const;
+  // Whether this applier holds placed buffers (PlacedWeights).
+  bool placed() const noexcept;
 
   // Staged mode. Committed versions whose changes are not in the buffers yet, oldest first (always
   // empty in place). Thread-safe.

@@ -139,6 +139,20 @@ StateDigest StateDigest::full_scan(const ConstWeights& weights, unsigned threads
   return part_scan(weights, whole, threads);
 }
 
+StateDigest StateDigest::zeros(const Manifest& manifest) {
+  const std::vector<std::byte> zero(size_t{1} << 20);
+  std::vector<uint64_t> per(manifest.size(), 0);
+  for (uint32_t t = 0; t < manifest.size(); ++t) {
+    const auto dtype = manifest.at(t).dtype;
+    const uint64_t width = dtype_unit_size(dtype);
+    const uint64_t block = zero.size() / width;
+    const uint64_t units = manifest.at(t).units();
+    for (uint64_t first = 0; first < units; first += block)
+      per[t] += digest_range(t, dtype, zero.data(), first, std::min(block, units - first));
+  }
+  return StateDigest(std::move(per));
+}
+
 StateDigest StateDigest::part_scan(const ConstWeights& weights, std::span<const PartRange> ranges, unsigned threads) {
   if (weights.manifest == nullptr) throw Error(Errc::invalid_argument, "digest: weights without a manifest");
   const auto& m = *weights.manifest;

@@ -43,6 +43,9 @@ class StateDigest {
   explicit StateDigest(std::vector<uint64_t> per_tensor) : per_tensor_(std::move(per_tensor)) {}
   // Full scan of every tensor (the audit). Uses `threads` threads (0 = hardware concurrency).
   static StateDigest full_scan(const ConstWeights& weights, unsigned threads = 1);
+  // The digest of the all-zero version 0 of `manifest`, with no buffers (a placed member, which
+  // holds only slices, still names the whole version). Cost: a full scan's hashing.
+  static StateDigest zeros(const Manifest& manifest);
   // A producer group rank's share (codec/partition.h): per tensor, the digest sums over `ranges`
   // only (disjoint units; the tensors they name must be whole in `weights`, the others may be
   // empty). A partition's parts add up (per tensor, mod 2^64) to full_scan. Throws

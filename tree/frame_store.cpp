@@ -33,6 +33,16 @@ void FrameStore::landed(uint64_t attempt, uint32_t chunk, std::span<const std::b
   it->second.body_owner = std::move(owner);
 }
 
+void FrameStore::passed_on(uint64_t attempt, uint32_t chunk) {
+  std::lock_guard lock(mutex_);
+  if (attempt != attempt_) return;
+  auto it = in_flight_.find(chunk);
+  if (it == in_flight_.end()) return;
+  if (it->second.message) kept_bytes_ -= it->second.message->size();
+  it->second.message = nullptr;
+  it->second.passed = true;
+}
+
 void FrameStore::forget(uint64_t attempt, uint32_t chunk) {
   std::lock_guard lock(mutex_);
   if (attempt != attempt_) return;
@@ -64,7 +74,7 @@ FrameStore::ResumePlan FrameStore::plan_resume(int tree, uint64_t attempt,
     if (same && chunk < have.size() && have[chunk]) continue;
     // A RAW piece whose body is still landing here is forwarded once it landed, to every child
     // this member has then (the new one included): neither send it nor call it a gap.
-    if (stored.raw && stored.body.empty()) continue;
+    if (stored.raw && stored.body.empty() && !stored.passed) continue;
     if (stored.message)
       plan.send.push_back(stored);
     else

@@ -26,6 +26,7 @@ struct StoredMessage {
   std::span<const std::byte> body;    // RAW: the piece's bytes (empty until landed)
   SharedBytes body_owner;             // RAW: keeps `body` alive when it is a copy, not the weights
   bool raw = false;                   // a RAW piece (its body follows the message)
+  bool passed = false;                // RAW: landed and passed on, body not kept (passed_on)
 };
 
 class FrameStore {
@@ -38,6 +39,10 @@ class FrameStore {
   // RAW: the piece's body is at `body` (servable from now on): where it landed in the weights, or
   // a copy `owner` keeps alive (a piece this member refused but passes on).
   void landed(uint64_t attempt, uint32_t chunk, std::span<const std::byte> body, SharedBytes owner = nullptr);
+  // RAW: the piece landed and went on to the children, but its body is not kept (a placed member:
+  // it landed in a bounce buffer, not in the weights; docs/placement.md). A child that lacks it
+  // later is sent a GAP (the producer re-sends it).
+  void passed_on(uint64_t attempt, uint32_t chunk);
   // Forgets a sighting (a RAW body cut short: the piece may arrive again).
   void forget(uint64_t attempt, uint32_t chunk);
 

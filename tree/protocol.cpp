@@ -85,6 +85,12 @@ struct Schema<RawChunkHeader> {
                  field("byte_count", &RawChunkHeader::byte_count)};
 };
 
+template <>
+struct Schema<HeldSlice> {
+  static constexpr auto fields = std::tuple{field("tensor", &HeldSlice::tensor), field("dim", &HeldSlice::dim),
+                                            field("start", &HeldSlice::start), field("stop", &HeldSlice::stop)};
+};
+
 // Control messages: the alternatives of Message, each with its type byte.
 template <>
 struct Schema<Hello> {
@@ -95,7 +101,8 @@ struct Schema<Hello> {
                                             field("held_version", &Hello::held_version),
                                             field("held_digest", &Hello::held_digest),
                                             field("attempt_floor", &Hello::attempt_floor),
-                                            field("instance", &Hello::instance)};
+                                            field("instance", &Hello::instance),
+                                            field("slices", &Hello::slices)};
 };
 template <>
 struct Schema<Welcome> {
@@ -287,6 +294,11 @@ struct Schema<GroupDecided> {
       std::tuple{field("version", &GroupDecided::version), field("attempt", &GroupDecided::attempt),
                  field("committed", &GroupDecided::committed), field("reason", &GroupDecided::reason),
                  field("digest", &GroupDecided::digest)};
+};
+template <>
+struct Schema<Placed> {
+  static constexpr MessageType type = MessageType::placed;
+  static constexpr auto fields = std::tuple{field("slices", &Placed::slices)};
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -605,6 +617,7 @@ const char* message_type_name(MessageType type) noexcept {
     case MessageType::group_begin: return "group_begin";
     case MessageType::group_sent: return "group_sent";
     case MessageType::group_decided: return "group_decided";
+    case MessageType::placed: return "placed";
   }
   return "unknown";
 }

@@ -54,6 +54,7 @@ enum class MessageType : uint8_t {
   group_begin = 29,
   group_sent = 30,
   group_decided = 31,
+  placed = 32,  // member -> producer: the slices it holds, stated after WELCOME (docs/placement.md)
 };
 
 // Why a member left the live set, or why a link is reported (REPORT, EPOCH, the report's
@@ -94,6 +95,15 @@ struct DeadMember {
 };
 
 // member -> producer, first message of a control link.
+// A canonical slice a member holds (docs/placement.md): start:stop along `dim` of the tensor named
+// `tensor` (by name: at HELLO the member has no manifest yet).
+struct HeldSlice {
+  std::string tensor;
+  uint32_t dim = 0;
+  uint64_t start = 0;
+  uint64_t stop = 0;
+  bool operator==(const HeldSlice&) const = default;
+};
 struct Hello {
   uint32_t rank = 0;
   std::string data_url;
@@ -102,6 +112,8 @@ struct Hello {
   uint64_t held_digest = 0;   // its combined StateDigest
   uint64_t attempt_floor = 0; // highest attempt id the member saw end (COMMIT/ABORT)
   uint64_t instance = 0;      // random per process: a new instance of a rank fences the old one
+  // The distinct canonical slices its placement holds (empty: every tensor whole).
+  std::vector<HeldSlice> slices;
 };
 // A name and its bytes: one `__metadata__` entry of a shard, or one small file that lies beside
 // the shards (config.json, tokenizer files).
@@ -346,11 +358,18 @@ struct GroupDecided {
   uint64_t digest = 0;  // committed: the version's combined digest (a rank's state file keeps it)
 };
 
+// member -> producer, on the control link before the READY that follows a WELCOME: the member
+// holds only these canonical slices (it learnt its placement after HELLO: an engine that reads
+// the manifest first). Replaces what HELLO said; checked as HELLO's are (a refusal fences it).
+struct Placed {
+  std::vector<HeldSlice> slices;
+};
+
 // A decoded control message. FRAME and RAW messages are not decoded into this: use
 // decode_frame_message() / decode_raw_message().
 using Message = std::variant<Hello, Welcome, Join, Ready, Ack, Nack, Commit, Abort, Active, Resume, Bye, EpochUpdate,
                              Report, Gap, Fenced, Refused, Catchup, Fetch, FetchEnd, Delegate, Decided, LayoutUpdate,
-                             GroupHello, GroupReady, GroupBegin, GroupSent, GroupDecided>;
+                             GroupHello, GroupReady, GroupBegin, GroupSent, GroupDecided, Placed>;
 
 struct MessageHeader {
   MessageType type = MessageType::bye;

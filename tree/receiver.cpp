@@ -13,6 +13,27 @@
 #include "tree/session.h"
 
 namespace deltacast::tree {
+namespace {
+
+bool same_placement(const std::vector<codec::BufferPlacement>& a, const std::vector<codec::BufferPlacement>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto& x = a[i];
+    const auto& y = b[i];
+    if (x.name != y.name || x.stack != y.stack || x.shape != y.shape || x.bytes != y.bytes ||
+        x.parts.size() != y.parts.size())
+      return false;
+    for (size_t k = 0; k < x.parts.size(); ++k) {
+      const auto& p = x.parts[k];
+      const auto& q = y.parts[k];
+      if (p.tensor != q.tensor || p.dim != q.dim || p.start != q.start || p.stop != q.stop || p.at != q.at)
+        return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 Receiver::Impl::Impl(transport::Transport& t, ReceiverOptions o, std::atomic<uint64_t>& active)
     : transport(t),
@@ -25,9 +46,16 @@ Receiver::Impl::Impl(transport::Transport& t, ReceiverOptions o, std::atomic<uin
 // refusal as an Error.
 void Receiver::Impl::hello(std::chrono::milliseconds patience, bool rejoin) {
   const HeldWeights::Held h = held.held();
-  auto [welcome, epoch] =
-      producer.hello(Hello{options.rank, relay.listen_url(), options.cluster, h.version, h.digest, h.attempt_floor, 0},
-                     patience, rejoin);
+  Hello said{options.rank, relay.listen_url(), options.cluster, h.version, h.digest, h.attempt_floor, 0, {}};
+  // A placed member states each distinct canonical slice its buffers hold.
+  const auto& placement = held.placed().placement ? held.placed().placement->buffers() : options.placement;
+  for (const auto& buffer : placement)
+    for (const auto& part : buffer.parts) {
+      HeldSlice slice{part.tensor, part.dim, part.start, part.stop};
+      if (std::find(said.slices.begin(), said.slices.end(), slice) == said.slices.end()) said.slices.push_back(slice);
+    }
+  slices_stated = !said.slices.empty();
+  auto [welcome, epoch] = producer.hello(std::move(said), patience, rejoin);
   take_welcome(std::move(welcome), epoch);
 }
 
@@ -156,14 +184,20 @@ bool Receiver::Impl::fetch_replay(const Member& source, uint64_t version) {
 
 // Receives a peer's snapshot of its committed version straight into this member's buffers (it is
 // not live: nobody reads them), then checks every byte with a full-scan digest against the one the
-// peer announced; later replays check it again against the producer's frames. A snapshot that
-// breaks off leaves the buffers zeroed at version 0, a state that is true. Returns false then.
+// peer announced; later replays check it again against the producer's frames. A placed member
+// receives each piece into a bounce buffer, adds it to the whole version's digest and keeps the
+// units it holds (codec::scatter_placed): it checks the whole snapshot as a whole member does. A
+// snapshot that breaks off leaves the buffers zeroed at version 0, a state that is true. Returns
+// false then.
 bool Receiver::Impl::fetch_snapshot(const Member& source) {
   const auto buffers_lock = held.lock_buffers();  // no reattach while pieces land
   codec::MutableWeights& weights = held.buffers();
+  const codec::PlacedWeights& placed = held.placed();
   const codec::Manifest& manifest = *held.manifest();
   Session& session = *held.session();
   std::vector<bool> have;
+  std::vector<uint64_t> placed_digest(manifest.size(), 0);  // placed: the whole version's, per tensor
+  std::vector<std::byte> bounce;
   try {
     const FetchEnd end = fetch(
         source, Fetch{options.rank, CatchupMode::snapshot, 0, 0}, [&](std::span<const std::byte> bytes, auto& receive) {
@@ -181,27 +215,50 @@ bool Receiver::Impl::fetch_snapshot(const Member& source) {
                      h.byte_count <= info.nbytes() - h.byte_offset;
           }
           if (!inside) throw Error(Errc::corrupt_frame, "a snapshot piece lies outside its tensor");
-          auto into = weights.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
+          std::span<std::byte> into;
+          if (placed.placement) {
+            bounce.resize(h.byte_count);
+            into = std::span(bounce);
+          } else {
+            into = weights.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
+          }
           if (receive(into) != h.byte_count)
             throw Error(Errc::corrupt_frame, "a snapshot piece is shorter than announced");
+          if (placed.placement) {
+            const auto dtype = manifest.at(h.tensor).dtype;
+            placed_digest[h.tensor] +=
+                codec::slice_digest(h.tensor, dtype, h.byte_offset / codec::dtype_unit_size(dtype), into);
+            codec::scatter_placed(*placed.placement, manifest, h.tensor, h.byte_offset, into, placed.buffers);
+          }
           have[h.chunk_index] = true;
           return true;
         });
     if (have.empty() || std::count(have.begin(), have.end(), false) != 0)
       throw Error(Errc::corrupt_frame, "the snapshot misses pieces");
-    auto digest = codec::StateDigest::full_scan(weights.as_const(), 1);
-    if (digest.combined() != end.digest)
+    std::optional<codec::StateDigest> digest;
+    const uint64_t combined = placed.placement
+                                  ? codec::StateDigest(placed_digest).combined()
+                                  : digest.emplace(codec::StateDigest::full_scan(weights.as_const(), 1)).combined();
+    if (combined != end.digest)
       throw Error(Errc::verify_failed, "the snapshot's bits do not match the digest rank " +
                                            std::to_string(source.rank) + " announced for version " +
                                            std::to_string(end.version));
-    session.install(end.version, std::move(digest));
+    if (placed.placement)
+      session.install_placed(end.version, end.digest);
+    else
+      session.install(end.version, std::move(*digest));
     log->info("{}: took a snapshot of version {} from rank {}", who(), end.version, source.rank);
     return true;
   } catch (const Error& e) {
     log->warn("{}: snapshot from rank {} failed: {}", who(), source.rank, e.what());
     if (!have.empty()) {
-      for (auto& t : weights.tensors) std::memset(t.data(), 0, t.size());
-      session.install(0, codec::StateDigest::full_scan(weights.as_const(), 1));
+      if (placed.placement) {
+        for (const auto& b : placed.buffers) std::memset(b.data(), 0, b.size());
+        session.install_placed(0, codec::StateDigest::zeros(manifest).combined());
+      } else {
+        for (auto& t : weights.tensors) std::memset(t.data(), 0, t.size());
+        session.install(0, codec::StateDigest::full_scan(weights.as_const(), 1));
+      }
     }
     return false;
   }
@@ -235,12 +292,35 @@ void Receiver::attach(codec::MutableWeights weights, uint64_t version,
                       std::optional<codec::StateDigest> digest) {
   auto& d = *impl_;
   if (!d.held.manifest()) throw Error(Errc::state, "Receiver::attach before join()");
+  if (!d.options.placement.empty())
+    throw Error(Errc::state, "Receiver::attach: this member stated a placement at join; use attach_placed()");
   weights.manifest = d.held.manifest();
   codec::check_weights(weights.as_const());
   if (!digest) digest = codec::StateDigest::full_scan(weights.as_const());
   d.held.attach(std::move(weights), version, std::move(*digest), d.options);
   active_version_ = version;
 }
+
+void Receiver::attach_placed(std::vector<codec::BufferPlacement> placement, std::vector<std::span<std::byte>> buffers,
+                             uint64_t version, uint64_t version_digest) {
+  auto& d = *impl_;
+  if (!d.held.manifest()) throw Error(Errc::state, "Receiver::attach_placed before join()");
+  if (d.held.session()) throw Error(Errc::state, "Receiver::attach_placed: already attached");
+  if (!d.options.placement.empty() && !same_placement(placement, d.options.placement))
+    throw Error(Errc::invalid_argument,
+                "Receiver::attach_placed: the placement differs from the one this member stated at join");
+  codec::PlacedWeights placed;
+  placed.placement =
+      std::make_shared<const codec::Placement>(codec::Placement::compile(*d.held.manifest(), std::move(placement)));
+  codec::check_placed_buffers(*placed.placement, buffers);
+  placed.buffers = std::move(buffers);
+  // Version 0 is all zeros by definition: its name is the all-zero model's digest.
+  const uint64_t combined = version == 0 ? codec::StateDigest::zeros(*d.held.manifest()).combined() : version_digest;
+  d.held.attach_placed(std::move(placed), version, combined, d.options);
+  active_version_ = version;
+}
+
+std::shared_ptr<const codec::Placement> Receiver::placement() const { return impl_->held.placed().placement; }
 
 RunSummary Receiver::run() {
   auto& d = *impl_;

@@ -26,6 +26,7 @@
 
 #include "codec/digest.h"
 #include "codec/manifest.h"
+#include "codec/placement.h"
 #include "transport/transport.h"
 #include "tree/protocol.h"
 
@@ -58,6 +59,11 @@ struct ReceiverOptions {
   // Start even though listen_url or producer_url is reachable from other machines and the
   // transport has no shared secret (config allow_insecure; docs/security.md). Off: refused.
   bool allow_insecure = false;
+  // A placed member whose placement is known before join() (docs/placement.md): HELLO states its
+  // distinct slices at once. attach_placed() must then be given the same placement. Empty: the
+  // placement, if any, comes with attach_placed() (stated to the producer by PLACED before this
+  // member's first READY).
+  std::vector<codec::BufferPlacement> placement;
   // Called on the control thread after a version became active: committed, or reached by catching
   // up (a snapshot and/or replayed versions) when this member rejoined; layout() is already that
   // version's. Optional.
@@ -108,6 +114,22 @@ class Receiver {
   // Error(invalid_argument) when the buffers do not match the manifest, Error(state) before join().
   void attach(codec::MutableWeights weights, uint64_t version,
               std::optional<codec::StateDigest> digest = std::nullopt);
+  // A placed member (docs/placement.md): gives the receiver the host's buffers, which hold only
+  // the slices `placement` names (buffers[k]: placement buffer k) of `version` (version 0: their
+  // content does not matter; the bootstrap or a snapshot writes every held unit, never padding),
+  // whose whole state's combined digest is `version_digest` (what digest() said when that version
+  // was committed here; ignored at version 0). The placement is compiled against the manifest
+  // first: Error(invalid_argument) naming the buffer and the part (an unknown tensor, a slice out
+  // of range, parts that do not fit side by side, a dtype mismatch, overlapping parts, a buffer of
+  // the wrong size, a placement other than options.placement), and nothing is written.
+  // Error(state) before join() or after an attach. The member applies only the changes in its
+  // slices and checks them against the seals' slice table; it relays every frame, serves replays
+  // but no snapshots, and catches up by snapshot from a whole peer or the producer. reattach() is
+  // not supported.
+  void attach_placed(std::vector<codec::BufferPlacement> placement, std::vector<std::span<std::byte>> buffers,
+                     uint64_t version, uint64_t version_digest = 0);
+  // The compiled placement (null before attach_placed()).
+  std::shared_ptr<const codec::Placement> placement() const;
   // Before attach(): turns the apply gate (options.gated) on or off. A host that learns only at
   // attach time that it needs the gate (CUDA tensors served through host mirrors) sets it here.
   // Error(state) after attach().

@@ -43,6 +43,9 @@ struct Receiver::Impl {
   VersionEvents versions;                   // the active version, on_active/on_aborted, counts
   ControlInbox inbox;                       // the control thread's queue and the readers feeding it
   std::optional<CommitLinks> commit_links;  // delegated commit, while serving a producer connection
+  // This link's HELLO stated the placement's slices; else a placed member states them by PLACED
+  // before its first READY on the link (serve()).
+  bool slices_stated = false;
 
   // `active` is the Receiver's version().
   Impl(transport::Transport& t, ReceiverOptions o, std::atomic<uint64_t>& active);

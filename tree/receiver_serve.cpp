@@ -2,6 +2,8 @@
 // the commit links of a delegated commit (docs/protocol.md, "Delegated commit").
 #include "tree/receiver_impl.h"
 
+#include <algorithm>
+
 namespace deltacast::tree {
 
 void Receiver::Impl::start_edges() {
@@ -151,6 +153,18 @@ std::optional<Ending> Receiver::Impl::handle_input(ControlInput& input) {
 }
 
 Ending Receiver::Impl::serve() {
+  // A placement attached after join(): the producer learns its slices before any READY.
+  if (const auto& placement = held.placed().placement; placement && !slices_stated) {
+    Placed placed;
+    for (uint32_t p = 0; p < placement->part_count(); ++p) {
+      const auto& s = placement->slice(p);
+      HeldSlice slice{held.manifest()->at(s.tensor).name, s.dim, s.start, s.stop};
+      if (std::find(placed.slices.begin(), placed.slices.end(), slice) == placed.slices.end())
+        placed.slices.push_back(std::move(slice));
+    }
+    producer.send(placed);
+    slices_stated = true;
+  }
   if (!producer.membership().live(options.rank)) {
     if (!catch_up()) return Ending::bye;
     // Caught up (a snapshot and/or replayed versions): the host holds a committed version now.

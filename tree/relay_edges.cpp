@@ -596,9 +596,10 @@ bool RelayEdges::handle_raw(int tree, transport::Connection& parent, uint64_t ge
     first = store_.first_sight(attempt, h.version, h.chunk_index, tree, header);
   }
   std::optional<std::span<std::byte>> target;
+  SharedBytes bounce;  // a placed member's: the body lands there, not in the weights
   if (first) {
     std::optional<Message> refusal;
-    target = session_.claim_piece(attempt, h, refusal);
+    target = session_.claim_piece(attempt, h, refusal, &bounce);
     if (refusal) {
       count(&RelayStats::frames_refused);
       report(*refusal);
@@ -627,8 +628,13 @@ bool RelayEdges::handle_raw(int tree, transport::Connection& parent, uint64_t ge
       size_t forwarded;
       {
         std::lock_guard lock(mutex_);
-        store_.landed(attempt, h.chunk_index, body);
-        forwarded = forward_locked(tree, true, h.envelope.route, header, body, nullptr);
+        // A placed member keeps no body (a whole checkpoint of bounce buffers): a child that
+        // lacks the piece later gets a GAP (docs/placement.md, "Bootstrap and catch-up").
+        if (bounce)
+          store_.passed_on(attempt, h.chunk_index);
+        else
+          store_.landed(attempt, h.chunk_index, body);
+        forwarded = forward_locked(tree, true, h.envelope.route, header, body, bounce);
       }
       count(&RelayStats::frames_forwarded, forwarded);
     } else {

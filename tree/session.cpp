@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "util/log.h"
@@ -15,13 +16,14 @@ class DeltaVersion final : public VersionApplier {
   explicit DeltaVersion(codec::DeltaApplier& applier) : applier_(applier) {}
   uint64_t apply_frame(const codec::FrameView& view) override { return applier_.apply(view).changes; }
   bool complete() const override { return applier_.complete(); }
+  // The seal's combined digest: verify() proved the bits (placed: the parts) equal to it.
   uint64_t verify() override {
     applier_.verify();
-    return applier_.digest().combined();
+    return applier_.pending_combined();
   }
   uint64_t commit() override {
     applier_.commit();
-    return applier_.digest().combined();
+    return applier_.version_combined();
   }
   void rollback() override {
     if (applier_.pending_version()) applier_.rollback();
@@ -31,22 +33,20 @@ class DeltaVersion final : public VersionApplier {
   codec::DeltaApplier& applier_;
 };
 
-// The bootstrap: version 1's raw bytes into the all-zero version 0. Each piece is claimed before
-// its body lands straight in the weights and hashed where it landed; the version is verified by
-// the sum of the pieces' hashes (order-free). Rollback is a memset to zero.
-class RawBootstrap final : public VersionApplier {
+// Which pieces of the bootstrap (version 1's raw bytes into the all-zero version 0) were claimed
+// and which landed, and the sum of the landed pieces' hashes: the version is verified by that sum
+// (order-free). Callers hold their own lock.
+class PieceLedger {
  public:
-  RawBootstrap(const codec::Manifest& manifest, codec::MutableWeights weights)
-      : manifest_(manifest), weights_(std::move(weights)) {}
-
-  std::span<std::byte> claim_piece(const RawChunkHeader& h) override {
-    std::lock_guard lock(mutex_);
+  // Checks piece `h` against the manifest and claims it. Throws Error(version_mismatch,
+  // corrupt_frame, replayed).
+  void claim(const codec::Manifest& manifest, const RawChunkHeader& h) {
     if (h.version != 1)
       throw Error(Errc::version_mismatch, "raw bootstrap of version " + std::to_string(h.version) +
                                               " needs the all-zero version 0 and version 1");
-    bool inside = h.tensor < manifest_.size();
+    bool inside = h.tensor < manifest.size();
     if (inside) {
-      const auto& info = manifest_.at(h.tensor);
+      const auto& info = manifest.at(h.tensor);
       const uint64_t w = codec::dtype_size(info.dtype);
       inside = h.byte_offset % w == 0 && h.byte_count % w == 0 && h.byte_offset <= info.nbytes() &&
                h.byte_count <= info.nbytes() - h.byte_offset;
@@ -54,7 +54,7 @@ class RawBootstrap final : public VersionApplier {
     if (!inside)
       throw Error(Errc::corrupt_frame, "raw chunk " + std::to_string(h.chunk_index) +
                                            " lies outside its tensor or splits an element");
-    if (h.chunk_count > max_raw_chunk_count(manifest_))
+    if (h.chunk_count > max_raw_chunk_count(manifest))
       throw Error(Errc::corrupt_frame, "raw chunk count " + std::to_string(h.chunk_count) +
                                            " is more pieces than the checkpoint has elements");
     if (claimed_.empty()) {
@@ -66,57 +66,166 @@ class RawBootstrap final : public VersionApplier {
     if (claimed_[h.chunk_index])
       throw Error(Errc::replayed, "raw chunk " + std::to_string(h.chunk_index) + " arrived twice");
     claimed_[h.chunk_index] = true;
-    return weights_.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
   }
-
-  void land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash) override {
-    std::lock_guard lock(mutex_);
-    if (h.chunk_index >= have_.size()) return;
-    if (!hash) {  // cut short: the piece may come again (a resumed or re-sent copy)
-      claimed_[h.chunk_index] = false;
-      return;
+  // Piece `chunk` landed with `hash`, or was cut short (nullopt: it may be claimed again).
+  // False when the ledger does not know it.
+  bool land(uint32_t chunk, std::optional<uint64_t> hash) {
+    if (chunk >= have_.size()) return false;
+    if (!hash) {
+      claimed_[chunk] = false;
+      return true;
     }
     hash_ += *hash;
-    have_[h.chunk_index] = true;
+    have_[chunk] = true;
     ++received_;
+    return true;
   }
-
-  bool complete() const override {
-    std::lock_guard lock(mutex_);
-    return !have_.empty() && received_ == have_.size();
-  }
-  // Every piece was hashed where it lies in the buffers; the producer hashed the same pieces of
-  // its checkpoint, so equal sums mean equal bits (a misplaced piece hashes differently).
-  uint64_t verify() override {
-    std::lock_guard lock(mutex_);
-    return hash_;
-  }
-  uint64_t commit() override {
-    std::lock_guard lock(mutex_);
-    const uint64_t digest = hash_;
-    reset_locked();
-    return digest;
-  }
-  void rollback() override {
-    std::lock_guard lock(mutex_);
-    for (auto& t : weights_.tensors) std::memset(t.data(), 0, t.size());
-    reset_locked();
-  }
-
- private:
-  void reset_locked() {
+  bool complete() const { return !have_.empty() && received_ == have_.size(); }
+  uint64_t hash_sum() const { return hash_; }
+  void reset() {
     claimed_.clear();
     have_.clear();
     received_ = 0;
     hash_ = 0;
   }
 
-  const codec::Manifest& manifest_;
-  codec::MutableWeights weights_;
-  mutable std::mutex mutex_;
+ private:
   std::vector<bool> claimed_, have_;
   uint32_t received_ = 0;
   uint64_t hash_ = 0;
+};
+
+// The bootstrap of a whole member. Each piece is claimed before its body lands straight in the
+// weights and hashed where it landed. Rollback is a memset to zero.
+class RawBootstrap final : public VersionApplier {
+ public:
+  RawBootstrap(const codec::Manifest& manifest, codec::MutableWeights weights)
+      : manifest_(manifest), weights_(std::move(weights)) {}
+
+  std::span<std::byte> claim_piece(const RawChunkHeader& h, SharedBytes&) override {
+    std::lock_guard lock(mutex_);
+    ledger_.claim(manifest_, h);
+    return weights_.tensors[h.tensor].subspan(h.byte_offset, h.byte_count);
+  }
+  void land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash) override {
+    std::lock_guard lock(mutex_);
+    ledger_.land(h.chunk_index, hash);
+  }
+  bool complete() const override {
+    std::lock_guard lock(mutex_);
+    return ledger_.complete();
+  }
+  // Every piece was hashed where it lies in the buffers; the producer hashed the same pieces of
+  // its checkpoint, so equal sums mean equal bits (a misplaced piece hashes differently).
+  uint64_t verify() override {
+    std::lock_guard lock(mutex_);
+    return ledger_.hash_sum();
+  }
+  uint64_t commit() override {
+    std::lock_guard lock(mutex_);
+    const uint64_t digest = ledger_.hash_sum();
+    ledger_.reset();
+    return digest;
+  }
+  void rollback() override {
+    std::lock_guard lock(mutex_);
+    for (auto& t : weights_.tensors) std::memset(t.data(), 0, t.size());
+    ledger_.reset();
+  }
+
+ private:
+  const codec::Manifest& manifest_;
+  codec::MutableWeights weights_;
+  mutable std::mutex mutex_;
+  PieceLedger ledger_;
+};
+
+// The bootstrap of a placed member (docs/placement.md, "Bootstrap and catch-up"). A piece's body
+// lands in a bounce buffer (the relay passes it on to the children from there); once it landed,
+// the units the placement holds are copied into the buffers (codec::scatter_placed), and the
+// piece's share of the whole version's StateDigest is added up: a placed member sees every byte
+// of version 1 go by, so it learns the name (combined digest) of the version it holds, as a
+// whole member does by its full scan. Rollback zeroes the held units.
+class PlacedBootstrap final : public VersionApplier {
+ public:
+  PlacedBootstrap(const codec::Manifest& manifest, codec::PlacedWeights weights)
+      : manifest_(manifest), weights_(std::move(weights)), per_tensor_(manifest.size(), 0) {}
+
+  std::span<std::byte> claim_piece(const RawChunkHeader& h, SharedBytes& bounce) override {
+    std::lock_guard lock(mutex_);
+    ledger_.claim(manifest_, h);
+    auto buffer = std::make_shared<std::vector<std::byte>>(h.byte_count);
+    bodies_[h.chunk_index] = buffer;
+    bounce = buffer;
+    return std::span(*buffer);
+  }
+  void land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash) override {
+    std::shared_ptr<std::vector<std::byte>> body;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = bodies_.find(h.chunk_index);
+      if (it == bodies_.end()) return;
+      body = std::move(it->second);
+      bodies_.erase(it);
+      if (!hash) {
+        ledger_.land(h.chunk_index, std::nullopt);
+        return;
+      }
+    }
+    // Outside the lock: pieces cover disjoint canonical ranges, so their held units are disjoint.
+    codec::scatter_placed(*weights_.placement, manifest_, h.tensor, h.byte_offset, *body, weights_.buffers);
+    const auto dtype = manifest_.at(h.tensor).dtype;
+    const uint64_t share = codec::slice_digest(h.tensor, dtype, h.byte_offset / codec::dtype_unit_size(dtype), *body);
+    std::lock_guard lock(mutex_);
+    per_tensor_[h.tensor] += share;
+    ledger_.land(h.chunk_index, hash);
+  }
+  bool complete() const override {
+    std::lock_guard lock(mutex_);
+    return ledger_.complete();
+  }
+  uint64_t verify() override {
+    std::lock_guard lock(mutex_);
+    return ledger_.hash_sum();
+  }
+  uint64_t commit() override {
+    std::lock_guard lock(mutex_);
+    const uint64_t digest = ledger_.hash_sum();
+    committed_ = codec::StateDigest(per_tensor_);
+    reset_locked();
+    return digest;
+  }
+  std::optional<codec::StateDigest> committed_state() const override {
+    std::lock_guard lock(mutex_);
+    return committed_;
+  }
+  void rollback() override {
+    std::lock_guard lock(mutex_);
+    const auto& placement = *weights_.placement;
+    for (uint32_t t = 0; t < manifest_.size(); ++t) {
+      if (!placement.needs(t)) continue;
+      const uint64_t width = codec::dtype_unit_size(manifest_.at(t).dtype);
+      placement.for_each_run(t, 0, manifest_.at(t).units(), [&](const codec::PlacedRun& run) {
+        std::memset(weights_.buffers[run.buffer].data() + run.buffer_unit * width, 0, run.count * width);
+      });
+    }
+    reset_locked();
+  }
+
+ private:
+  void reset_locked() {
+    ledger_.reset();
+    bodies_.clear();
+    std::fill(per_tensor_.begin(), per_tensor_.end(), 0);
+  }
+
+  const codec::Manifest& manifest_;
+  codec::PlacedWeights weights_;
+  mutable std::mutex mutex_;
+  PieceLedger ledger_;
+  std::map<uint32_t, std::shared_ptr<std::vector<std::byte>>> bodies_;  // claimed, not landed
+  std::vector<uint64_t> per_tensor_;                                    // StateDigest of what landed
+  std::optional<codec::StateDigest> committed_;
 };
 
 }  // namespace
@@ -126,7 +235,7 @@ uint64_t VersionApplier::apply_frame(const codec::FrameView& view) {
                                           " arrived during a raw bootstrap");
 }
 
-std::span<std::byte> VersionApplier::claim_piece(const RawChunkHeader& h) {
+std::span<std::byte> VersionApplier::claim_piece(const RawChunkHeader& h, SharedBytes&) {
   throw Error(Errc::version_mismatch, "raw bootstrap of version " + std::to_string(h.version) +
                                           " needs the all-zero version 0");
 }
@@ -143,6 +252,34 @@ Session::Session(const codec::Manifest& manifest, codec::MutableWeights weights,
   committed_digest_ = digest.combined();
   reset_delta_locked(version, std::move(digest));
   raw_ = std::make_unique<RawBootstrap>(manifest_, weights_);
+}
+
+Session::Session(const codec::Manifest& manifest, codec::PlacedWeights weights, uint64_t version,
+                 uint64_t version_combined, uint32_t rank, bool gated)
+    : manifest_(manifest),
+      placed_(std::move(weights)),
+      rank_(rank),
+      delta_mode_(gated ? codec::DeltaApplier::Mode::staged : codec::DeltaApplier::Mode::in_place),
+      committed_version_(version) {
+  if (!placed_->placement) throw Error(Errc::invalid_argument, "placed buffers without a placement");
+  codec::check_placed_buffers(*placed_->placement, placed_->buffers);
+  committed_digest_ = version_combined;
+  reset_placed_locked(version, version_combined);
+  name_committed_locked(version, version_combined);
+  raw_ = std::make_unique<PlacedBootstrap>(manifest_, *placed_);
+}
+
+void Session::reset_placed_locked(uint64_t version, uint64_t version_combined) {
+  auto parts = codec::placed_part_digests(manifest_, *placed_->placement, placed_->buffers);
+  delta_applier_ = std::make_unique<codec::DeltaApplier>(manifest_, *placed_, version, version_combined,
+                                                         std::move(parts), delta_mode_);
+  delta_ = std::make_unique<DeltaVersion>(*delta_applier_);
+}
+
+void Session::name_committed_locked(uint64_t version, uint64_t combined) {
+  if (!placed_) return;
+  names_[version] = combined;
+  names_.erase(names_.begin(), names_.lower_bound(delta_applier_->buffers_version()));
 }
 
 void Session::reset_delta_locked(uint64_t version, codec::StateDigest digest) {
@@ -234,7 +371,7 @@ Session::Outcome Session::apply_frame(uint64_t attempt, const codec::FrameView& 
 }
 
 std::optional<std::span<std::byte>> Session::claim_piece(uint64_t attempt, const RawChunkHeader& h,
-                                                         std::optional<Message>& reply) {
+                                                         std::optional<Message>& reply, SharedBytes* bounce) {
   // The shared lock stays held until land_piece: commit/abort wait for bodies still landing.
   data_mutex_.lock_shared();
   VersionApplier* applier = nullptr;
@@ -251,7 +388,10 @@ std::optional<std::span<std::byte>> Session::claim_piece(uint64_t attempt, const
       throw Error(Errc::version_mismatch, "raw bootstrap of version " + std::to_string(h.version) +
                                               " needs the all-zero version 0; this member holds " +
                                               std::to_string(committed_version_));
-    return applier->claim_piece(h);
+    SharedBytes owner;
+    auto body = applier->claim_piece(h, owner);
+    if (bounce) *bounce = std::move(owner);
+    return body;
   } catch (const Error& e) {
     if (e.code() != Errc::replayed) {
       std::lock_guard lock(state_mutex_);
@@ -264,11 +404,17 @@ std::optional<std::span<std::byte>> Session::claim_piece(uint64_t attempt, const
 
 std::optional<Message> Session::land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash) {
   std::optional<Message> reply;
+  VersionApplier* applier = nullptr;
   {
     std::lock_guard lock(state_mutex_);
-    VersionApplier* applier = in_flight_ ? applier_locked(in_flight_->kind) : nullptr;
-    if (applier) {
-      applier->land_piece(h, hash);
+    applier = in_flight_ ? applier_locked(in_flight_->kind) : nullptr;
+  }
+  // Outside the state lock (a placed member copies and hashes the piece here); the shared data
+  // lock taken by claim_piece keeps the applier and the attempt in place meanwhile.
+  if (applier) applier->land_piece(h, hash);
+  {
+    std::lock_guard lock(state_mutex_);
+    if (applier && in_flight_) {
       if (hash && !in_flight_->acked && !in_flight_->nacked && applier->complete()) {
         in_flight_->acked = true;
         reply = Ack{rank_, h.version, applier->verify(), 0, in_flight_->attempt};
@@ -318,17 +464,25 @@ void Session::commit(const Commit& commit, const std::function<void(const Messag
   {
     std::lock_guard lock(state_mutex_);
     committed_version_ = commit.version;
-    committed_digest_ = bootstrap ? active_digest : delta_applier_->digest().combined();
+    committed_digest_ = bootstrap ? active_digest : delta_applier_->version_combined();
     committed_attempt_ = commit.attempt;
     committed_answer_ = active_digest;
     end_in_flight_locked(commit.attempt);
+    if (!bootstrap) name_committed_locked(commit.version, committed_digest_);
   }
   send(Active{rank_, commit.version, active_digest});
   // Idle-time work, before the data lock is released so that frames of the next version wait:
   // after a bootstrap, a fresh delta applier whose StateDigest is a full scan of the buffers (the
   // session says version 1 only with that digest); then the undo log's page faults (room for
   // ~1.6% of the elements; it grows if needed).
-  if (bootstrap) {
+  // A placed member learnt the version's StateDigest from the pieces (it holds only its slices).
+  if (bootstrap && placed_) {
+    const uint64_t combined = applier->committed_state().value_or(codec::StateDigest{}).combined();
+    std::lock_guard lock(state_mutex_);
+    committed_digest_ = combined;
+    reset_placed_locked(commit.version, combined);
+    name_committed_locked(commit.version, combined);
+  } else if (bootstrap) {
     auto digest = codec::StateDigest::full_scan(weights_.as_const(), 1);
     std::lock_guard lock(state_mutex_);
     committed_digest_ = digest.combined();
@@ -403,7 +557,8 @@ bool Session::replay_frame(const codec::FrameView& view) {
   std::lock_guard lock(state_mutex_);
   committed_version_ = delta_applier_->version();
   committed_attempt_ = 0;
-  committed_digest_ = delta_applier_->digest().combined();
+  committed_digest_ = delta_applier_->version_combined();
+  name_committed_locked(committed_version_, committed_digest_);
   return true;
 }
 
@@ -411,16 +566,31 @@ void Session::install(uint64_t version, codec::StateDigest digest) {
   std::unique_lock data(data_mutex_);
   std::lock_guard lock(state_mutex_);
   if (in_flight_) throw Error(Errc::state, "a snapshot installed while a version is in flight");
+  if (placed_) throw Error(Errc::internal, "Session::install on a placed member (install_placed)");
   committed_version_ = version;
   committed_attempt_ = 0;
   committed_digest_ = digest.combined();
   reset_delta_locked(version, std::move(digest));  // pending gated versions are superseded
 }
 
+void Session::install_placed(uint64_t version, uint64_t version_combined) {
+  std::unique_lock data(data_mutex_);
+  std::lock_guard lock(state_mutex_);
+  if (in_flight_) throw Error(Errc::state, "a snapshot installed while a version is in flight");
+  if (!placed_) throw Error(Errc::internal, "Session::install_placed on a whole member (install)");
+  committed_version_ = version;
+  committed_attempt_ = 0;
+  committed_digest_ = version_combined;
+  reset_placed_locked(version, version_combined);  // pending gated versions are superseded
+  names_.clear();
+  name_committed_locked(version, version_combined);
+}
+
 std::unique_ptr<Session::SnapshotReader> Session::begin_snapshot() {
   std::shared_lock data(data_mutex_);  // not in the middle of a commit (its digest is final)
   std::lock_guard lock(state_mutex_);
   if (committed_version_ == 0) throw Error(Errc::state, "a member at version 0 has no snapshot to serve");
+  if (placed_) throw Error(Errc::unsupported, "a placed member holds only its slices: it serves no snapshots");
   // Gated with versions pending: the buffers hold an older committed version; serve that one (the
   // fetcher replays the rest from the retained frames). apply_pending() keeps it consistent.
   const bool older = !delta_applier_->staged_versions().empty();
@@ -456,6 +626,12 @@ uint64_t Session::applied_version() const {
 
 uint64_t Session::applied_digest() const {
   std::shared_lock data(data_mutex_);
+  if (placed_) {  // the whole version's name: the part digests do not add up to it
+    const uint64_t held = delta_applier_->buffers_version();
+    std::lock_guard lock(state_mutex_);
+    const auto it = names_.find(held);
+    return it == names_.end() ? 0 : it->second;
+  }
   return delta_applier_->buffers_digest().combined();
 }
 
@@ -489,6 +665,7 @@ uint64_t Session::apply_pending(const std::function<void(uint32_t, uint64_t, uin
 void Session::rebind(uint32_t tensor, std::span<std::byte> memory) {
   std::unique_lock data(data_mutex_);
   std::lock_guard lock(state_mutex_);
+  if (placed_) throw Error(Errc::unsupported, "rebind of placed buffers is not supported");
   if (committed_version_ == 0 || (in_flight_ && in_flight_->kind == DataKind::raw))
     throw Error(Errc::state, "a tensor can be re-registered once the bootstrap committed");
   if (tensor >= manifest_.size()) throw Error(Errc::not_found, "no tensor " + std::to_string(tensor));

@@ -18,6 +18,7 @@
 // claim_piece/land_piece) run concurrently with each other; commit, abort and drop wait for them.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -36,6 +37,8 @@
 
 namespace deltacast::tree {
 
+using SharedBytes = std::shared_ptr<const std::vector<std::byte>>;  // as in tree/relay_link.h
+
 // Where one version's data lands. Implementations keep the contract of codec::DeltaApplier: on a
 // refusal the weights are as before the call; rollback() restores the committed bits exactly.
 class VersionApplier {
@@ -45,8 +48,10 @@ class VersionApplier {
   // (corrupt_frame, version_mismatch, replayed); this default refuses FRAME data.
   virtual uint64_t apply_frame(const codec::FrameView& view);
   // Claims raw piece `h` and returns where its body must land. Concurrent with other pieces.
-  // Throws Error when the piece is refused; this default refuses RAW data.
-  virtual std::span<std::byte> claim_piece(const RawChunkHeader& h);
+  // `bounce` is set when that is a buffer of the applier's own (a placed member), which the caller
+  // keeps alive while it passes the body on; unset when the body lands in the weights. Throws
+  // Error when the piece is refused; this default refuses RAW data.
+  virtual std::span<std::byte> claim_piece(const RawChunkHeader& h, SharedBytes& bounce);
   // A claimed piece landed with `hash` (raw_piece_hash of its bytes), or was cut short (nullopt:
   // the claim is released and the piece may arrive again).
   virtual void land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash);
@@ -58,6 +63,9 @@ class VersionApplier {
   virtual uint64_t commit() = 0;
   // Restores the committed bits exactly; idle afterwards.
   virtual void rollback() = 0;
+  // After commit(): the whole version's StateDigest when the applier learnt it on the way (a placed
+  // member's bootstrap); nullopt: the session takes it from the buffers.
+  virtual std::optional<codec::StateDigest> committed_state() const { return std::nullopt; }
 };
 
 class Session {
@@ -69,6 +77,14 @@ class Session {
   // by apply_pending() at the host's safe point; the bootstrap and snapshots are never gated.
   Session(const codec::Manifest& manifest, codec::MutableWeights weights, uint64_t version,
           codec::StateDigest digest, uint32_t rank, bool gated = false);
+  // A placed member (docs/placement.md): its buffers hold weights.placement's slices of `version`,
+  // whose whole state's combined digest is `version_combined` (what frames name as their base).
+  // Deltas go through the placed codec::DeltaApplier (checked against the seal's slice table), the
+  // bootstrap lands in bounce buffers and is scattered into the held units. It serves no
+  // snapshots (begin_snapshot: Error(unsupported)) and cannot rebind. Throws
+  // Error(invalid_argument) for buffers that do not match the placement.
+  Session(const codec::Manifest& manifest, codec::PlacedWeights weights, uint64_t version, uint64_t version_combined,
+          uint32_t rank, bool gated = false);
   ~Session();
 
   // Whether a data message of `attempt` creating `version` belongs to the in-flight attempt
@@ -89,9 +105,11 @@ class Session {
   };
   Outcome apply_frame(uint64_t attempt, const codec::FrameView& view);
   // RAW: claims a piece of the in-flight attempt; the span is where its body lands, nullopt when
-  // refused (the NACK, if any, is in `reply`).
+  // refused (the NACK, if any, is in `reply`). `bounce`, when given, is set to the owner of that
+  // span when it is not the weights (a placed member): keep it alive while passing the body on,
+  // and keep no reference to the span once the piece landed.
   std::optional<std::span<std::byte>> claim_piece(uint64_t attempt, const RawChunkHeader& h,
-                                                  std::optional<Message>& reply);
+                                                  std::optional<Message>& reply, SharedBytes* bounce = nullptr);
   // RAW: the claimed piece landed (hash) or was cut short (nullopt). Returns the ACK once complete.
   std::optional<Message> land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash);
 
@@ -114,6 +132,11 @@ class Session {
   // Catch-up by snapshot (idle only): the buffers now hold `version`, whose StateDigest is
   // `digest` (the caller checked it with a full scan). Throws Error(state) while in flight.
   void install(uint64_t version, codec::StateDigest digest);
+  // The same for a placed member: its buffers now hold its slices of `version`, whose whole
+  // state's combined digest is `version_combined` (the caller checked the snapshot's pieces).
+  void install_placed(uint64_t version, uint64_t version_combined);
+  // Whether this session holds placed buffers.
+  bool placed() const noexcept { return placed_.has_value(); }
 
   // A consistent read of the committed version while refits go on (a snapshot served to a peer):
   // what it reads are that version's bits, whatever was applied or committed since. Before each
@@ -150,7 +173,8 @@ class Session {
   uint64_t applied_version() const;
   // The combined StateDigest of what the buffers hold (applied_version()'s).
   uint64_t applied_digest() const;
-  // Its per-tensor digests (a CUDA host mirror checks its device copy against them).
+  // Its per-tensor digests (a CUDA host mirror checks its device copy against them); placed: one
+  // per part of the placement.
   codec::StateDigest applied_state_digest() const;
   // Writes every pending version into the buffers, oldest first, while refits keep flowing (the
   // next version's staging waits only while the buffers are written); open snapshot readers keep
@@ -189,7 +213,8 @@ class Session {
   void end_in_flight_locked(uint64_t attempt);
 
   const codec::Manifest& manifest_;
-  codec::MutableWeights weights_;
+  codec::MutableWeights weights_;               // whole members
+  std::optional<codec::PlacedWeights> placed_;  // placed members
   const uint32_t rank_;
   // Data calls hold it shared, commit/abort/drop exclusively (they wait for bodies still landing).
   mutable std::shared_mutex data_mutex_;
@@ -200,6 +225,12 @@ class Session {
   const codec::DeltaApplier::Mode delta_mode_;
   // A fresh delta applier over the buffers holding `version` (data and state locks held).
   void reset_delta_locked(uint64_t version, codec::StateDigest digest);
+  // The same for placed buffers: their part digests are read from them.
+  void reset_placed_locked(uint64_t version, uint64_t version_combined);
+  // Placed, gated: the combined digest of each committed version the buffers may still hold
+  // (what applied_digest() names), from the buffers' version on (state lock).
+  std::map<uint64_t, uint64_t> names_;
+  void name_committed_locked(uint64_t version, uint64_t combined);
   std::optional<InFlight> in_flight_;
   uint64_t floor_ = 0;
   std::vector<SnapshotReader*> snapshots_;  // open readers (state lock)

@@ -251,7 +251,9 @@ void tree_message_seeds(const fs::path& golden) {
   layout.index_metadata_json = R"({"total_size":132})";
   layout.files = {{"config.json", R"({"model_type": "llama"})"}, {"generation_config.json", R"({"top_p": 0.9})"}};
   const std::vector<std::pair<const char*, Message>> messages = {
-      {"hello", Hello{3, "tcp://10.0.0.4:7000", "west", 7, 0x9999888877776666ull, 12, 0xabcdef0123456789ull}},
+      {"hello", Hello{3, "tcp://10.0.0.4:7000", "west", 7, 0x9999888877776666ull, 12, 0xabcdef0123456789ull, {}}},
+      {"hello_placed", Hello{4, "tcp://10.0.0.5:7000", "", 0, 0, 0, 1, {{"lm_head.weight", 0, 512, 1000}}}},
+      {"placed", Placed{{{"lm_head.weight", 0, 512, 1000}, {"model.norm.weight", 0, 0, 4096}}}},
       {"welcome", welcome},
       {"join", Join{5, 1}},
       {"ready", Ready{5, 8, 0x77}},

@@ -102,6 +102,31 @@ StartReport Producer::Impl::place_members_at_start() {
   return report;
 }
 
+std::string Producer::Impl::record_slices(uint32_t rank, const std::vector<HeldSlice>& slices) {
+  if (!slices.empty() && group)
+    return "holds slices (a placement); a producer group does not serve placed members yet: use one producer";
+  try {
+    fleet_slices.state(rank, slices);
+  } catch (const Error& e) {
+    return std::string("placement: ") + e.what();
+  }
+  return {};
+}
+
+void Producer::Impl::handle_placed(uint32_t rank, const Placed& placed, Clock::time_point at) {
+  const std::string why = record_slices(rank, placed.slices);
+  if (why.empty()) {
+    log->info("producer: rank {} holds {} slices (a placement); the next version is cut for them", rank,
+              placed.slices.size());
+    return;
+  }
+  log->warn("producer: refused rank {}'s PLACED: {}", rank, why);
+  if (membership && membership->live(rank))
+    fail(rank, FailureCause::refused, why, at);
+  else
+    close_control(rank);
+}
+
 // A HELLO after start: a restarted member (same rank), a member that was fenced and kept its
 // memory, or a member that lost and found the producer again. The digest it holds is checked
 // against the producer's record of that version before anything else happens.
@@ -123,7 +148,16 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
                   "rank " + std::to_string(h.rank) + " is not in 1.." + std::to_string(control.size() - 1));
   if (replaced[h.rank].count(h.instance))
     return refuse(Errc::state, "this instance of rank " + std::to_string(h.rank) + " was replaced by a newer one");
+  // A placed member's slices (docs/placement.md): checked against the manifest before anything
+  // else; the next version is cut for them. Refused at start, it counts as answered.
   auto& link = control[h.rank];
+  if (const std::string why = record_slices(h.rank, h.slices); !why.empty()) {
+    if (!membership && !link.connection) {
+      members[h.rank] = Member{h.rank, h.data_url, h.cluster, false};
+      start_hellos[h.rank] = StartHello{h.held_version, h.held_digest, h.attempt_floor, true, why};
+    }
+    return refuse(group ? Errc::unsupported : Errc::invalid_argument, "rank " + std::to_string(h.rank) + " " + why);
+  }
   if (!membership) {  // start: every rank once
     if (link.connection) return refuse(Errc::invalid_argument, "rank " + std::to_string(h.rank) + " said HELLO twice");
     // What it holds decides its place once every rank said HELLO (place_members_at_start); what

@@ -185,6 +185,8 @@ void Producer::Impl::handle_control(const ControlEvent& e) {
     handle_ready(e.rank, *ready, e.epoch);
   } else if (auto* report = std::get_if<Report>(&m)) {
     handle_report(e.rank, *report, e.at);
+  } else if (auto* placed = std::get_if<Placed>(&m)) {
+    handle_placed(e.rank, *placed, e.at);
   } else if (auto* gap = std::get_if<Gap>(&m)) {
     if (f && gap->attempt == f->attempt && membership->live(gap->child)) {
       // In a group, each rank re-sends its own chunks (the coordinator's: its own and the seal).

@@ -23,6 +23,7 @@
 #include "tree/membership.h"
 #include "tree/producer.h"
 #include "tree/producer/baseline_store.h"
+#include "tree/producer/fleet_slices.h"
 #include "tree/producer/group_admission.h"
 #include "tree/producer/raw_pieces.h"
 #include "tree/producer/version_round.h"
@@ -166,6 +167,9 @@ struct Producer::Impl {
     std::string why;  // refused
   };
   std::vector<StartHello> start_hellos;
+  // The placed members' slices and the seals' slice table (docs/placement.md). One producer only:
+  // a group refuses placed members.
+  FleetSlices fleet_slices{manifest};
 
   // ---- a producer group (group.cpp, group_rank.cpp); absent for one producer ----
   std::optional<ProducerGroup> group;
@@ -261,6 +265,11 @@ struct Producer::Impl {
   // member holds the committed version.
   StartReport place_members_at_start();
   void handle_hello(ProducerEvent& event);
+  // PLACED: the member's slices, stated after its HELLO (checked as HELLO's are; a refusal fails
+  // it, or ends its catch-up).
+  void handle_placed(uint32_t rank, const Placed& placed, Clock::time_point at);
+  // Why a member stating `slices` cannot be served (empty: it can; they are recorded).
+  std::string record_slices(uint32_t rank, const std::vector<HeldSlice>& slices);
   void handle_root_join(ProducerEvent& event);
   void handle_ready(uint32_t rank, const Ready& ready, uint64_t epoch);
   // Tells a member that is not live how to reach the committed version from `held` (CATCHUP).
@@ -307,7 +316,9 @@ struct Producer::Impl {
   // The layout of a refit: null when `wanted` is absent or equal to the committed one. Throws
   // Error(invalid_argument) when it does not pass check_layout.
   std::shared_ptr<const CheckpointLayout> changed_layout(const std::optional<CheckpointLayout>& wanted) const;
-  codec::EncodeOptions refit_encode_options(const RefitOptions& refit_options) const;
+  // The encoder's options for the next delta (fleet_slices: the placed members' cuts and the
+  // slice table of the committed version, scanning a slice it lacks).
+  codec::EncodeOptions refit_encode_options(const RefitOptions& refit_options);
   // Throws Error(state) before start(), or once the baseline was lost (baseline.lost()).
   void check_can_refit() const;
   // refit's common part: sends what `encoder` encodes as version+1 (with `new_layout` when it

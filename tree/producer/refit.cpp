@@ -20,8 +20,9 @@ std::shared_ptr<const CheckpointLayout> Producer::Impl::changed_layout(
   return std::make_shared<const CheckpointLayout>(*wanted);
 }
 
-codec::EncodeOptions Producer::Impl::refit_encode_options(const RefitOptions& refit_options) const {
+codec::EncodeOptions Producer::Impl::refit_encode_options(const RefitOptions& refit_options) {
   codec::EncodeOptions encode = options.encode;
+  if (!group) fleet_slices.prepare(encode, version, baseline->weights());
   // From the all-zero state an XOR mask is the value itself; ulp distances would be huge.
   if (version == 0) encode.xor_safe_mode = codec::ValueMode::xor_bits;
   if (refit_options.value_mode) encode.xor_safe_mode = *refit_options.value_mode;
@@ -208,6 +209,7 @@ RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared
       refit_options.dry_run,
       [&] {
         d.version = new_version;  // what the members hold, even if the baseline cannot follow
+        d.fleet_slices.committed(new_version, encoder.new_slice_digests());
         const auto adopt_start = Clock::now();
         adopt(new_version, new_digest);
         d.log->debug("version {}: the baseline took it in {:.3f} s", new_version, seconds_since(adopt_start));

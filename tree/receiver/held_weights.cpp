@@ -16,6 +16,14 @@ void HeldWeights::attach(codec::MutableWeights weights, uint64_t version, codec:
   store_ = std::make_unique<FrameStore>(options.retain_bytes, options.retain_versions);
 }
 
+void HeldWeights::attach_placed(codec::PlacedWeights weights, uint64_t version, uint64_t version_combined,
+                                const ReceiverOptions& options) {
+  placed_ = weights;
+  session_ =
+      std::make_unique<Session>(*manifest_, std::move(weights), version, version_combined, options.rank, options.gated);
+  store_ = std::make_unique<FrameStore>(options.retain_bytes, options.retain_versions);
+}
+
 HeldWeights::Held HeldWeights::held() const {
   if (!session_) return told_;
   return Held{session_->version(), session_->digest(), session_->attempt_floor()};

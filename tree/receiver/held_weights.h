@@ -40,6 +40,12 @@ class HeldWeights {
   // `weights` (their manifest set to manifest()) hold exactly `version` with `digest`.
   void attach(codec::MutableWeights weights, uint64_t version, codec::StateDigest digest,
               const ReceiverOptions& options);
+  // A placed member: `weights` (compiled against manifest()) hold their slices of `version`, whose
+  // whole state's combined digest is `version_combined`.
+  void attach_placed(codec::PlacedWeights weights, uint64_t version, uint64_t version_combined,
+                     const ReceiverOptions& options);
+  // A placed member's buffers and placement (placement null: a whole member); under lock_buffers().
+  const codec::PlacedWeights& placed() const { return placed_; }
 
   const codec::Manifest* manifest() const { return manifest_ ? &*manifest_ : nullptr; }  // null before join
   Session* session() const { return session_.get(); }                                    // null before attach
@@ -57,6 +63,7 @@ class HeldWeights {
   std::optional<codec::Manifest> manifest_;
   std::mutex buffers_mutex_;
   codec::MutableWeights buffers_;
+  codec::PlacedWeights placed_;
   std::unique_ptr<Session> session_;
   std::unique_ptr<FrameStore> store_;
 };

@@ -135,6 +135,11 @@ class LoopCluster {
     return ro;
   }
   virtual std::unique_ptr<Receiver> make_receiver(uint32_t r) = 0;
+  // Member r's life: joins, attaches its buffers (kept in `buffers`) and serves (join_and_serve by
+  // default). What it throws is kept as its failure.
+  virtual void serve_member(uint32_t /*r*/, Receiver& receiver, std::vector<Bytes>& buffers) {
+    join_and_serve(receiver, buffers);
+  }
   // Drops what the subclass recorded about member r's previous life (restart()).
   virtual void forget(uint32_t /*r*/) {}
   std::string producer_url() const { return "loop://" + name_ + "-producer"; }
@@ -147,7 +152,7 @@ class LoopCluster {
   }
   void serve(uint32_t r) {
     try {
-      join_and_serve(*receivers_[r], buffers_[r]);
+      serve_member(r, *receivers_[r], buffers_[r]);
     } catch (const std::exception& e) {
       failures_[r] = e.what();
     }

@@ -78,6 +78,7 @@ void expect_same(const Hello& a, const Hello& b) {
   EXPECT_FIELD(held_digest);
   EXPECT_FIELD(attempt_floor);
   EXPECT_FIELD(instance);
+  EXPECT_FIELD(slices);
 }
 void expect_same(const Welcome& a, const Welcome& b) {
   EXPECT_FIELD(session);
@@ -245,6 +246,7 @@ void expect_same(const GroupDecided& a, const GroupDecided& b) {
   EXPECT_FIELD(reason);
   EXPECT_FIELD(digest);
 }
+void expect_same(const Placed& a, const Placed& b) { EXPECT_FIELD(slices); }
 void expect_same(const RawChunkHeader& a, const RawChunkHeader& b) {
   EXPECT_FIELD(envelope.attempt);
   EXPECT_FIELD(envelope.route);
@@ -294,7 +296,14 @@ Welcome sample_welcome() {
 
 std::vector<Message> sample_messages() {
   return {
-      Hello{3, "tcp://10.0.0.4:7000", "west", 7, 0x9999888877776666ull, 12, 0xabcdef0123456789ull},
+      Hello{3,
+            "tcp://10.0.0.4:7000",
+            "west",
+            7,
+            0x9999888877776666ull,
+            12,
+            0xabcdef0123456789ull,
+            {{"model.layers.0.self_attn.q_proj.weight", 0, 64, 128}, {"lm_head.weight", 1, 0, 4096}}},
       sample_welcome(),
       Join{5, 1},
       Ready{5, 8, 0x77},
@@ -331,6 +340,7 @@ std::vector<Message> sample_messages() {
       GroupBegin{10, 78, 0xfeedfacecafebeefull, true},
       GroupSent{3, 10, 78, 17, {5, 6, 7}, {8, 9, 10}, 123456, 789, 0, "", 0xfeed},
       GroupDecided{10, 78, false, "rank 2's group link failed", 0x0123456789abcdefULL},
+      Placed{{{"model.embed_tokens.weight", 0, 512, 1000}, {"model.norm.weight", 0, 0, 4096}}},
   };
 }
 
@@ -358,6 +368,11 @@ struct Body {
   Body& u64s(const std::vector<uint64_t>& vs) {
     u32(static_cast<uint32_t>(vs.size()));
     for (uint64_t v : vs) u64(v);
+    return *this;
+  }
+  Body& slices(const std::vector<HeldSlice>& ss) {
+    u32(static_cast<uint32_t>(ss.size()));
+    for (const auto& s : ss) str(s.tensor).u32(s.dim).u64(s.start).u64(s.stop);
     return *this;
   }
   Body& edges(const std::vector<TreeEdge>& es) {
@@ -396,7 +411,8 @@ Bytes expected_body(const Message& message) {
               .u64(m.held_version)
               .u64(m.held_digest)
               .u64(m.attempt_floor)
-              .u64(m.instance);
+              .u64(m.instance)
+              .slices(m.slices);
         } else if constexpr (std::is_same_v<M, Welcome>) {
           b.u64(m.session).u64(m.instance).str(m.topology).u64(m.max_message_bytes).members(m.members).edges(m.forest);
           b.u32(static_cast<uint32_t>(m.tensors.size()));
@@ -471,6 +487,8 @@ Bytes expected_body(const Message& message) {
           b.u64(m.frame_bytes).u64(m.changes).u32(m.errc).str(m.message).u64(m.raw_sum);
         } else if constexpr (std::is_same_v<M, GroupDecided>) {
           b.u64(m.version).u64(m.attempt).u8(m.committed ? 1 : 0).str(m.reason).u64(m.digest);
+        } else if constexpr (std::is_same_v<M, Placed>) {
+          b.slices(m.slices);
         } else {
           static_assert(sizeof(M) == 0, "a message type without an expected body");
         }
@@ -481,7 +499,7 @@ Bytes expected_body(const Message& message) {
 
 uint8_t expected_type(const Message& message) {
   static constexpr uint8_t kTypes[] = {1,  2,  3,  4,  6,  7,  8,  9,  10, 13, 14, 16, 17, 18,
-                                       19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+                                       19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
   static_assert(std::size(kTypes) == std::variant_size_v<Message>);
   return kTypes[message.index()];
 }
@@ -593,7 +611,7 @@ TEST(Protocol, HeaderCarriesTypeEpochAndBodySize) {
 TEST(Protocol, EmptyAndLargeValuesRoundTrip) {
   Welcome empty;
   expect_same(Message(empty), decode_message(encode_message(empty)));
-  Hello extremes{UINT32_MAX, std::string(70000, 'u'), std::string(1, '\0'), UINT64_MAX, 0, UINT64_MAX, 1};
+  Hello extremes{UINT32_MAX, std::string(70000, 'u'), std::string(1, '\0'), UINT64_MAX, 0, UINT64_MAX, 1, {}};
   expect_same(Message(extremes), decode_message(encode_message(extremes)));
   Gap many{1, 2, 3, 4, 5, {}};
   for (uint32_t i = 0; i < 5000; ++i) many.chunks.push_back(i * 3);
@@ -683,7 +701,7 @@ TEST(Protocol, UnknownAndRetiredTypesAreRefused) {
     EXPECT_NE(what.find("unknown type 1"), std::string::npos) << what;
     EXPECT_THROW(message_header(bytes), Error);
   }
-  for (unsigned type : {0u, 11u, 12u, 32u, 100u, 255u}) {
+  for (unsigned type : {0u, 11u, 12u, 33u, 100u, 255u}) {
     EXPECT_EQ(control_error(header_bytes(static_cast<uint8_t>(type), 0, 0)), Errc::corrupt_frame) << type;
     EXPECT_STREQ(message_type_name(static_cast<MessageType>(type)), "unknown");
   }
@@ -872,7 +890,8 @@ TEST(Protocol, Names) {
                                                        {MessageType::group_ready, "group_ready"},
                                                        {MessageType::group_begin, "group_begin"},
                                                        {MessageType::group_sent, "group_sent"},
-                                                       {MessageType::group_decided, "group_decided"}};
+                                                       {MessageType::group_decided, "group_decided"},
+                                                       {MessageType::placed, "placed"}};
   for (const auto& [type, name] : types) EXPECT_STREQ(message_type_name(type), name);
 }
 
