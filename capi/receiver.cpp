@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "capi/capi_common.h"
+#include "codec/placement.h"
+#include "config/placement_file.h"
 #include "codec/cuda/device_diff.h"
 #include "codec/cuda/device_sync.h"
 #include "transport/transport.h"
@@ -35,6 +37,11 @@ struct dc_receiver {
   std::unique_ptr<tree::Receiver> receiver;
   const codec::Manifest* manifest = nullptr;
   std::vector<std::span<std::byte>> buffers;  // [tensor]: the host's memory, empty until attached
+  // A placed receiver (dc_receiver_place): its placement, and its buffers by placement index
+  // (`buffers` then stays empty).
+  std::vector<codec::BufferPlacement> placement_spec;
+  std::optional<codec::Placement> placement;
+  std::vector<std::span<std::byte>> placed_buffers;
   std::thread runner;
 
   mutable std::mutex mutex;  // everything below
@@ -185,6 +192,41 @@ void check_described(const codec::TensorInfo& t, int dtype, int ndim, const int6
                                             " bytes; the buffer has " + std::to_string(nbytes));
 }
 
+int start_running(dc_receiver* r);
+
+// dc_receiver_attach of a placed receiver: `name` is one of its placement's buffers.
+int attach_placed_buffer(dc_receiver& r, const char* name, int dtype, int ndim, const int64_t* shape, void* data,
+                         size_t nbytes, int device, int device_id) {
+  capi::require(name, "name");
+  const auto& p = *r.placement;
+  uint32_t b = 0;
+  while (b < p.buffers().size() && p.buffers()[b].name != name) ++b;
+  if (b == p.buffers().size())
+    throw Error(Errc::not_found, std::string("no buffer '") + name + "' in this receiver's placement");
+  if (device == DC_DEVICE_CUDA)
+    throw Error(Errc::unsupported, std::string("buffer '") + name + "': placed CUDA buffers are not built");
+  capi::require_host(device, device_id);
+  if (capi::codec_dtype(dtype) != p.dtype(b))
+    throw Error(Errc::invalid_argument, std::string("buffer '") + name + "' is " + std::string(codec::dtype_name(p.dtype(b))) +
+                                            " in the placement, not " + dc_dtype_name(dtype));
+  const auto& want = p.shape(b);
+  bool same = ndim >= 0 && static_cast<size_t>(ndim) == want.size() && (ndim == 0 || shape);
+  for (int i = 0; same && i < ndim; ++i) same = shape[i] >= 0 && static_cast<uint64_t>(shape[i]) == want[i];
+  if (!same) {
+    std::string text = "[";
+    for (size_t i = 0; i < want.size(); ++i) text += (i ? ", " : "") + std::to_string(want[i]);
+    throw Error(Errc::invalid_argument, std::string("buffer '") + name + "' has shape " + text +
+                                            "] in the placement; the buffer's shape differs");
+  }
+  const uint64_t bytes = p.buffer_units(b) * codec::dtype_unit_size(p.dtype(b));
+  if (nbytes != bytes)
+    throw Error(Errc::invalid_argument, std::string("buffer '") + name + "' needs " + std::to_string(bytes) +
+                                            " bytes; the buffer has " + std::to_string(nbytes));
+  if (!data && nbytes > 0) throw Error(Errc::invalid_argument, std::string("buffer '") + name + "': data is NULL");
+  r.placed_buffers[b] = std::span<std::byte>(static_cast<std::byte*>(data), nbytes);
+  return DC_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -306,6 +348,7 @@ int dc_receiver_attach(dc_receiver* r, const char* name, int dtype, int ndim, co
   return capi::guarded([&]() -> int {
     capi::require(r, "receiver");
     r->require_phase(dc_receiver::Phase::joined, "dc_receiver_attach");
+    if (r->placement) return attach_placed_buffer(*r, name, dtype, ndim, shape, data, nbytes, device, device_id);
     const uint32_t index = tensor_index(*r->manifest, name);
     const auto& t = r->manifest->tensors()[index];
     if (device != DC_DEVICE_CUDA) capi::require_host(device, device_id);
@@ -331,6 +374,17 @@ int dc_receiver_start(dc_receiver* r) {
   return capi::guarded([&]() -> int {
     capi::require(r, "receiver");
     r->require_phase(dc_receiver::Phase::joined, "dc_receiver_start");
+    if (r->placement) {
+      std::string missing;
+      for (size_t b = 0; b < r->placed_buffers.size(); ++b)
+        if (r->placed_buffers[b].data() == nullptr && r->placement->buffer_units(static_cast<uint32_t>(b)) > 0)
+          missing += (missing.empty() ? "'" : ", '") + r->placement->buffers()[b].name + "'";
+      if (!missing.empty())
+        throw Error(Errc::state, "dc_receiver_start: placement buffers not attached: " + missing);
+      // A restarted server's held version is checked by the next seal's slice table.
+      r->receiver->attach_placed(r->placement_spec, r->placed_buffers, r->held_version, r->held_digest);
+      return start_running(r);
+    }
     std::string missing;
     size_t n_missing = 0;
     for (size_t i = 0; i < r->buffers.size(); ++i)
@@ -372,6 +426,16 @@ int dc_receiver_start(dc_receiver* r) {
                                              " (their digest differs from held_digest); nothing was written");
       r->receiver->attach(weights, r->held_version, std::move(digest));
     }
+    return start_running(r);
+  });
+}
+
+}  // extern "C"
+
+namespace {
+
+// The last step of dc_receiver_start: the receiver is attached; its threads start.
+int start_running(dc_receiver* r) {
     {
       std::lock_guard lock(r->mutex);
       r->phase = dc_receiver::Phase::started;
@@ -392,6 +456,25 @@ int dc_receiver_start(dc_receiver* r) {
       }
       r->emit(status == DC_OK ? DC_EVENT_ENDED : DC_EVENT_FAILED, r->receiver->version(), status, message, true);
     });
+    return DC_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+int dc_receiver_place(dc_receiver* r, const char* placement) {
+  return capi::guarded([&]() -> int {
+    capi::require(r, "receiver");
+    capi::require(placement, "placement");
+    r->require_phase(dc_receiver::Phase::joined, "dc_receiver_place");
+    if (r->placement) throw Error(Errc::state, "dc_receiver_place: this receiver has a placement already");
+    for (const auto& b : r->buffers)
+      if (b.data() != nullptr) throw Error(Errc::state, "dc_receiver_place after a tensor was attached whole");
+    auto spec = config::parse_placement(placement, "placement");
+    r->placement.emplace(codec::Placement::compile(*r->manifest, spec));
+    r->placement_spec = std::move(spec);
+    r->placed_buffers.assign(r->placement->buffers().size(), {});
     return DC_OK;
   });
 }

@@ -161,8 +161,24 @@ DC_API int dc_receiver_tensor(const dc_receiver* receiver, size_t index, const c
  * unknown name (DC_ERR_NOT_FOUND), CUDA memory without CUDA support or a device (DC_ERR_UNSUPPORTED). */
 DC_API int dc_receiver_attach(dc_receiver* receiver, const char* name, int dtype, int ndim, const int64_t* shape,
                               void* data, size_t nbytes, int device, int device_id);
+/* A placed receiver (docs/placement.md): its buffers hold only slices of the checkpoint's tensors,
+ * the way an inference engine shards and fuses them (tensor-parallel rows or columns, a padded
+ * vocabulary range, fused qkv / gate_up, stacked experts). `placement` is the text of a placement
+ * file (YAML or JSON: {buffer: [[tensor, dim, start, stop], ...]} or {buffer: {parts: [...],
+ * shape: [...], stack: true}}; docs/placement.md, "Placement files"). After join, before any
+ * attach. It is checked against the manifest before anything is written: DC_ERR_CONFIG for text
+ * that does not parse ("placement:LINE:COL: ..."), DC_ERR_INVALID_ARGUMENT naming the buffer and
+ * the part (an unknown tensor, a slice out of range, parts whose shapes do not fit side by side, a
+ * dtype mismatch, overlapping parts, a wrong `bytes`). Then dc_receiver_attach takes each
+ * placement buffer by its name, its dtype, shape (padding included) and size checked against the
+ * placement; every buffer must be attached before start. The receiver applies only the changes in
+ * its slices and verifies them against the producer's per-slice digests; it relays every frame to
+ * its children. Padding is never written. Not supported for placed receivers: CUDA buffers and
+ * dc_receiver_reattach (DC_ERR_UNSUPPORTED). */
+DC_API int dc_receiver_place(dc_receiver* receiver, const char* placement);
 /* Starts serving (returns at once): deltacast's threads connect to the tree, forward and apply
- * refits into the registered buffers. Every tensor must be attached. */
+ * refits into the registered buffers. Every tensor (a placed receiver: every placement buffer)
+ * must be attached. */
 DC_API int dc_receiver_start(dc_receiver* receiver);
 
 /* The committed version and its combined digest. Any thread, any time after create. */

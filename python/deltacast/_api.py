@@ -326,17 +326,34 @@ class Receiver(_HandleOwner):
         """The producer's manifest (after join), in checkpoint order; else None."""
         return None if self._manifest is None else list(self._manifest)
 
-    def attach(self, tensors, dtypes: Optional[Mapping[str, str]] = None) -> None:
+    def attach(self, tensors, dtypes: Optional[Mapping[str, str]] = None, placement: Optional[Mapping] = None) -> None:
         """Registers the caller's tensors (dict name -> torch.Tensor/numpy.ndarray) after join,
         before start: refits are written into them in place, and this Receiver keeps them
         referenced until close(). They must be contiguous, writable, on the CPU, of the manifest's
         dtype (or dtypes={name: "BF16"} for a uint16 array) and shape, and hold zeros at start
         (version 0: the bootstrap fills them). Every buffer is checked before any is attached; if
-        the C library then refuses one, the ones before it stay attached."""
+        the C library then refuses one, the ones before it stay attached.
+
+        placement= (docs/placement.md): the tensors are an engine's own buffers, each holding
+        slices of checkpoint tensors: {buffer: [(tensor, dim, start, stop), ...]} (parts side by
+        side along dim), or {buffer: {"parts": [...], "shape": [...]}} for a padded buffer, or
+        {"stack": True} for experts stacked along a new leading dim; deltacast.placement
+        .llama_tp_placement writes it for a vLLM-style tensor-parallel worker. `tensors` are then
+        keyed by buffer name, every buffer of the placement given at once. The placement is
+        checked against the manifest before anything is attached (deltacast.Error naming the
+        buffer and the part); refits write only the elements of each buffer's parts, never its
+        padding."""
         dtypes = dict(dtypes or {})
         buffers = [_buffers.as_buffer(name, obj, dtypes.get(name), writable=True)
                    for name, obj in _buffers.items(tensors)]
         with self._handle_use() as h:
+            if placement is not None:
+                text = json.dumps({str(name): _placement_entry(entry) for name, entry in dict(placement).items()})
+                _check(LIB.dc_receiver_place(h, text.encode()), "dc_receiver_place")
+                missing = [name for name in dict(placement) if name not in {b.name for b in buffers}]
+                if missing:
+                    raise Error("DC_ERR_INVALID_ARGUMENT",
+                                f"attach: placement buffers without a tensor: {', '.join(missing[:5])}")
             for b in buffers:
                 status = LIB.dc_receiver_attach(h, b.name.encode(), DTYPE_CODES[b.dtype], len(b.shape),
                                                 _shape_array(b.shape), b.address, b.nbytes, b.device, b.device_id)
@@ -493,6 +510,15 @@ class Receiver(_HandleOwner):
 
 
 # ---- producer ---------------------------------------------------------------------------------
+
+def _placement_entry(entry):
+    """One buffer of a placement as its JSON form: parts as [tensor, dim, start, stop(, at)]."""
+    if isinstance(entry, Mapping):
+        out = dict(entry)
+        out["parts"] = [list(p) if not isinstance(p, Mapping) else dict(p) for p in entry.get("parts", [])]
+        return out
+    return [list(p) if not isinstance(p, Mapping) else dict(p) for p in entry]
+
 
 def _placeholder(name: str, spec: "TensorSpec") -> _buffers.Buffer:
     """A manifest entry without data: a producer group's rank that holds none of this tensor (it

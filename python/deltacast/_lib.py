@@ -56,6 +56,7 @@ PROTOTYPES = {
     "dc_receiver_tensor": (_i, [_h, ctypes.c_size_t, _c_char_pp, _c_int_p, _c_int_p, _c_int64_p, _i]),
     "dc_receiver_attach": (_i, [_h, ctypes.c_char_p, _i, _i, _c_int64_p, ctypes.c_void_p, ctypes.c_size_t, _i,
                                 _i]),
+    "dc_receiver_place": (_i, [_h, ctypes.c_char_p]),
     "dc_receiver_start": (_i, [_h]),
     "dc_receiver_version": (_i, [_h, _c_uint64_p, _c_uint64_p]),
     "dc_receiver_wait_version": (_i, [_h, ctypes.c_uint64, ctypes.c_int64]),
