@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "capi/capi_common.h"
-#include "codec/placement.h"
-#include "config/placement_file.h"
 #include "codec/cuda/device_diff.h"
 #include "codec/cuda/device_sync.h"
+#include "codec/placement.h"
+#include "config/placement_file.h"
 #include "transport/transport.h"
 #include "tree/config_options.h"
 #include "tree/receiver.h"
@@ -207,8 +207,9 @@ int attach_placed_buffer(dc_receiver& r, const char* name, int dtype, int ndim, 
     throw Error(Errc::unsupported, std::string("buffer '") + name + "': placed CUDA buffers are not built");
   capi::require_host(device, device_id);
   if (capi::codec_dtype(dtype) != p.dtype(b))
-    throw Error(Errc::invalid_argument, std::string("buffer '") + name + "' is " + std::string(codec::dtype_name(p.dtype(b))) +
-                                            " in the placement, not " + dc_dtype_name(dtype));
+    throw Error(Errc::invalid_argument, std::string("buffer '") + name + "' is " +
+                                            std::string(codec::dtype_name(p.dtype(b))) + " in the placement, not " +
+                                            dc_dtype_name(dtype));
   const auto& want = p.shape(b);
   bool same = ndim >= 0 && static_cast<size_t>(ndim) == want.size() && (ndim == 0 || shape);
   for (int i = 0; same && i < ndim; ++i) same = shape[i] >= 0 && static_cast<uint64_t>(shape[i]) == want[i];
@@ -379,8 +380,7 @@ int dc_receiver_start(dc_receiver* r) {
       for (size_t b = 0; b < r->placed_buffers.size(); ++b)
         if (r->placed_buffers[b].data() == nullptr && r->placement->buffer_units(static_cast<uint32_t>(b)) > 0)
           missing += (missing.empty() ? "'" : ", '") + r->placement->buffers()[b].name + "'";
-      if (!missing.empty())
-        throw Error(Errc::state, "dc_receiver_start: placement buffers not attached: " + missing);
+      if (!missing.empty()) throw Error(Errc::state, "dc_receiver_start: placement buffers not attached: " + missing);
       // A restarted server's held version is checked by the next seal's slice table.
       r->receiver->attach_placed(r->placement_spec, r->placed_buffers, r->held_version, r->held_digest);
       return start_running(r);
@@ -436,27 +436,27 @@ namespace {
 
 // The last step of dc_receiver_start: the receiver is attached; its threads start.
 int start_running(dc_receiver* r) {
-    {
-      std::lock_guard lock(r->mutex);
-      r->phase = dc_receiver::Phase::started;
+  {
+    std::lock_guard lock(r->mutex);
+    r->phase = dc_receiver::Phase::started;
+  }
+  if (r->has_cuda()) r->device_thread = std::thread([r] { r->run_device_thread(); });
+  r->runner = std::thread([r] {
+    int status = DC_OK;
+    std::string message;
+    try {
+      const tree::RunSummary summary = r->receiver->run();
+      message = "ended at version " + std::to_string(summary.version);
+    } catch (const Error& e) {
+      status = capi::status_of(e.code());
+      message = e.what();
+    } catch (const std::exception& e) {
+      status = DC_ERR_INTERNAL;
+      message = e.what();
     }
-    if (r->has_cuda()) r->device_thread = std::thread([r] { r->run_device_thread(); });
-    r->runner = std::thread([r] {
-      int status = DC_OK;
-      std::string message;
-      try {
-        const tree::RunSummary summary = r->receiver->run();
-        message = "ended at version " + std::to_string(summary.version);
-      } catch (const Error& e) {
-        status = capi::status_of(e.code());
-        message = e.what();
-      } catch (const std::exception& e) {
-        status = DC_ERR_INTERNAL;
-        message = e.what();
-      }
-      r->emit(status == DC_OK ? DC_EVENT_ENDED : DC_EVENT_FAILED, r->receiver->version(), status, message, true);
-    });
-    return DC_OK;
+    r->emit(status == DC_OK ? DC_EVENT_ENDED : DC_EVENT_FAILED, r->receiver->version(), status, message, true);
+  });
+  return DC_OK;
 }
 
 }  // namespace

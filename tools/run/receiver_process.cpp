@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "codec/digest.h"
+#include "codec/placement.h"
+#include "config/placement_file.h"
 #include "tools/run/checkpoint_output.h"
 #include "tools/run/fault.h"
 #include "transport/transport.h"
@@ -113,7 +115,8 @@ void write_summary(const std::string& path, int rank, const tree::RunSummary& su
                       {"frames_received", summary.stats.frames_received},
                       {"frames_forwarded", summary.stats.frames_forwarded},
                       {"versions_committed", summary.stats.versions_committed},
-                      {"versions_aborted", summary.stats.versions_aborted}};
+                      {"versions_aborted", summary.stats.versions_aborted},
+                      {"peak_rss_bytes", peak_rss_bytes()}};
   if (writer) {
     const auto w = writer->stats();
     s["checkpoint_dir"] = {{"latest", w.latest}, {"written", w.written}, {"skipped", w.skipped}, {"failed", w.failed}};
@@ -121,10 +124,73 @@ void write_summary(const std::string& path, int rank, const tree::RunSummary& su
   write_json(path, s);
 }
 
+// The buffers of a placement as a model of their own (names, dtypes, shapes): what its shard is.
+codec::Manifest shard_manifest(const codec::Placement& placement) {
+  std::vector<codec::TensorInfo> infos;
+  for (uint32_t b = 0; b < placement.buffers().size(); ++b)
+    infos.push_back({placement.buffers()[b].name, placement.dtype(b), placement.shape(b)});
+  return codec::Manifest(std::move(infos));
+}
+
+// A receiver with a placement (--placement): it holds only its slices, in buffers of its own
+// (docs/placement.md), starting at version 0 (the bootstrap or a snapshot fills them).
+void run_placed_receiver(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o,
+                         const std::string& placement_path, const std::string& checkpoint_dir) {
+  auto log = logger("run");
+  const int rank = env.receiver_rank();
+  if (!checkpoint_dir.empty())
+    throw Error(Errc::config, "rank " + std::to_string(rank) +
+                                  ": --placement with output.checkpoint_dir: writing a placed receiver's shard is not "
+                                  "built yet");
+  std::vector<codec::BufferPlacement> spec = config::load_placement_file(placement_path);
+  auto transport = transport::make_transport(c.transport, tree::member_transport_options(c, env.member_rank()));
+  tree::ReceiverOptions options = receiver_options(c, env, o, /*gated=*/false);
+  options.placement = spec;
+  auto receiver = std::make_unique<tree::Receiver>(*transport, options);
+  const codec::Manifest& manifest = receiver->join();
+  const auto placement = codec::Placement::compile(manifest, spec);
+  const codec::Manifest shard = shard_manifest(placement);
+  std::vector<std::vector<std::byte>> buffers;
+  std::vector<std::span<std::byte>> spans;
+  for (const auto& t : shard.tensors()) buffers.emplace_back(t.nbytes());
+  spans.reserve(buffers.size());
+  for (auto& b : buffers) spans.emplace_back(b.data(), b.size());
+  receiver->attach_placed(std::move(spec), spans, 0);
+  log->info("rank {}: holds {} buffers ({} bytes) of the model's {} bytes ({})", rank, shard.size(),
+            shard.total_bytes(), manifest.total_bytes(), placement_path);
+  const tree::RunSummary summary = receiver->run();
+  receiver->apply_pending();
+  log->info("rank {}: active version {} (digest {:016x}), {} frames received, {} forwarded, {} committed, {} aborted",
+            rank, summary.version, summary.digest, summary.stats.frames_received, summary.stats.frames_forwarded,
+            summary.stats.versions_committed, summary.stats.versions_aborted);
+  if (!o.summary_path.empty()) {
+    codec::ConstWeights weights{&shard, {}};
+    for (const auto& b : buffers) weights.tensors.emplace_back(b.data(), b.size());
+    write_json(o.summary_path, nlohmann::json{{"rank", rank},
+                                              {"version", summary.version},
+                                              {"placement", placement_path},
+                                              {"buffers", shard.size()},
+                                              {"sha256", weights_sha256(weights)},  // of its buffers, in order
+                                              {"digest", hex64(summary.digest)},    // the whole version's name
+                                              {"started_at_version", 0},
+                                              {"frames_received", summary.stats.frames_received},
+                                              {"frames_forwarded", summary.stats.frames_forwarded},
+                                              {"versions_committed", summary.stats.versions_committed},
+                                              {"versions_aborted", summary.stats.versions_aborted},
+                                              {"peak_rss_bytes", peak_rss_bytes()}});
+  }
+  if (summary.stats.versions_aborted > 0 || summary.stats.versions_committed == 0)
+    throw Error(Errc::verify_failed, "rank " + std::to_string(rank) + ": " +
+                                         std::to_string(summary.stats.versions_aborted) + " versions aborted");
+}
+
 }  // namespace
 
 void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o) {
   auto log = logger("run");
+  if (!o.placement_path.empty())
+    return run_placed_receiver(c, env, o, config::checkpoint_dir_for_rank(o.placement_path, env.receiver_rank()),
+                               config::checkpoint_dir_for_rank(c.output.checkpoint_dir, env.receiver_rank()));
   auto transport = transport::make_transport(c.transport, tree::member_transport_options(c, env.member_rank()));
   const std::string checkpoint_dir = config::checkpoint_dir_for_rank(c.output.checkpoint_dir, env.receiver_rank());
   // Writing checkpoints: refits queue behind the apply gate, the writer thread applies them

@@ -92,6 +92,9 @@ void setup(CLI::App& parent) {
   cmd->add_flag("--resume", options->resume,
                 "Producer (rank 0): continue the version chain from <output.dir>/producer-state.json "
                 "after the producer process was lost; receivers rejoin by themselves");
+  cmd->add_option("--placement", options->placement_path,
+                  "A receiver's placement file (YAML or JSON, docs/placement.md; \"{rank}\" becomes the "
+                  "receiver's rank): it holds only those slices of the model, in buffers of its own");
   cmd->add_option("--fault", options->fault,
                   "TESTING AID: ACTION@VERSION[:N] with ACTION kill (SIGKILL) or stop (SIGSTOP): this "
                   "process kills or freezes itself once it has handled (a receiver) or sent (the "

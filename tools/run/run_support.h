@@ -26,6 +26,8 @@ struct RunOptions {
   std::string fault;                      // ACTION@VERSION[:N] (testing aid, tools/run/fault.h)
   bool resume = false;                    // producer: continue from <output.dir>/producer-state.json
   double slow_disk_bytes_per_second = 0;  // receiver, testing aid: output.checkpoint_dir writes this slow
+  // Receiver: a placement file ("{rank}": the receiver's rank); the receiver holds only its slices.
+  std::string placement_path;
 };
 
 // SHA-256 over every tensor's bytes in manifest order, as hex: an end-to-end bit-equality check

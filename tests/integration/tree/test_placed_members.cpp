@@ -168,6 +168,7 @@ class PlacedCluster {
       if (shards_[i].size) specs_[i] = codec::llama_tp_placement(model.manifest, shards_[i].rank, shards_[i].size);
       // Half the placed members state their slices at HELLO, the others by PLACED after WELCOME.
       if (i % 2 == 0) ro.placement = specs_[i];
+      ro.gated = gated(i);
       receivers_.push_back(std::make_unique<Receiver>(*transport_, ro));
     }
     for (uint32_t i = 0; i < shards_.size(); ++i) threads_.emplace_back([this, i] { serve(i); });
@@ -192,6 +193,9 @@ class PlacedCluster {
   Receiver& receiver(size_t i) { return *receivers_[i]; }
   size_t size() const { return receivers_.size(); }
   const std::string& failure(size_t i) const { return failures_[i]; }
+  // Member i runs the apply gate: its buffers change only in apply_pending() (member 3: a placed
+  // member stating its slices by PLACED).
+  static bool gated(size_t i) { return i == 3; }
   // Member i holds exactly its part of `model` (its shard, or every tensor whole).
   ::testing::AssertionResult holds(size_t i, const LlamaModel& model) const {
     if (shards_[i].size) return holds_shard(buffers_[i], specs_[i], model);
@@ -241,13 +245,20 @@ TEST_P(PlacedMembers, TensorParallelWorkersAreBitExactAfterEveryVersion) {
   ASSERT_TRUE(full.committed) << full.abort_reason;
   EXPECT_EQ(full.verified_receivers, n);
   for (size_t i = 0; i < n; ++i) EXPECT_TRUE(cluster.holds(i, model)) << "rank " << i + 1 << " after the bootstrap";
+  LlamaModel before = model;
   for (uint64_t v = 2; v <= 4; ++v) {
     model.step(100 + v, v == 3);
     RefitReport r = cluster.producer().refit(model.weights());
     ASSERT_TRUE(r.committed) << r.abort_reason;
     EXPECT_EQ(r.verified_receivers, n) << "version " << v;
     EXPECT_GT(r.changes, 0u);
+    // The gated member's buffers wait for its safe point: still the version before.
+    EXPECT_TRUE(cluster.holds(3, before)) << "the gated member's buffers changed before apply_pending";
+    EXPECT_EQ(cluster.receiver(3).pending(), std::vector<uint64_t>{v});
+    EXPECT_EQ(cluster.receiver(3).apply_pending(), v);
+    EXPECT_EQ(cluster.receiver(3).applied_digest(), cluster.receiver(1).digest()) << "version " << v;
     for (size_t i = 0; i < n; ++i) EXPECT_TRUE(cluster.holds(i, model)) << "rank " << i + 1 << " at version " << v;
+    before = model;
   }
   const uint64_t digest = cluster.receiver(1).digest();  // the whole member's
   cluster.finish();
