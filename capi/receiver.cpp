@@ -468,11 +468,11 @@ int dc_receiver_place(dc_receiver* r, const char* placement) {
     capi::require(r, "receiver");
     capi::require(placement, "placement");
     r->require_phase(dc_receiver::Phase::joined, "dc_receiver_place");
-    if (r->placement) throw Error(Errc::state, "dc_receiver_place: this receiver has a placement already");
     for (const auto& b : r->buffers)
       if (b.data() != nullptr) throw Error(Errc::state, "dc_receiver_place after a tensor was attached whole");
     auto spec = config::parse_placement(placement, "placement");
-    r->placement.emplace(codec::Placement::compile(*r->manifest, spec));
+    auto compiled = codec::Placement::compile(*r->manifest, spec);  // a refusal keeps the current one
+    r->placement.emplace(std::move(compiled));
     r->placement_spec = std::move(spec);
     r->placed_buffers.assign(r->placement->buffers().size(), {});
     return DC_OK;

@@ -165,11 +165,12 @@ DC_API int dc_receiver_attach(dc_receiver* receiver, const char* name, int dtype
  * the way an inference engine shards and fuses them (tensor-parallel rows or columns, a padded
  * vocabulary range, fused qkv / gate_up, stacked experts). `placement` is the text of a placement
  * file (YAML or JSON: {buffer: [[tensor, dim, start, stop], ...]} or {buffer: {parts: [...],
- * shape: [...], stack: true}}; docs/placement.md, "Placement files"). After join, before any
- * attach. It is checked against the manifest before anything is written: DC_ERR_CONFIG for text
- * that does not parse ("placement:LINE:COL: ..."), DC_ERR_INVALID_ARGUMENT naming the buffer and
- * the part (an unknown tensor, a slice out of range, parts whose shapes do not fit side by side, a
- * dtype mismatch, overlapping parts, a wrong `bytes`). Then dc_receiver_attach takes each
+ * shape: [...], stack: true}}; docs/placement.md, "Placement files"). After join, before a tensor
+ * is attached whole; called again before start, it replaces the placement and forgets the
+ * buffers attached for the previous one (a host retrying after a refused buffer). It is checked against the manifest
+ * before anything is written: DC_ERR_CONFIG for text that does not parse ("placement:LINE:COL: ..."),
+ * DC_ERR_INVALID_ARGUMENT naming the buffer and the part (an unknown tensor, a slice out of range, parts whose shapes
+ * do not fit side by side, a dtype mismatch, overlapping parts, a wrong `bytes`). Then dc_receiver_attach takes each
  * placement buffer by its name, its dtype, shape (padding included) and size checked against the
  * placement; every buffer must be attached before start. The receiver applies only the changes in
  * its slices and verifies them against the producer's per-slice digests; it relays every frame to

@@ -348,12 +348,13 @@ class Receiver(_HandleOwner):
                    for name, obj in _buffers.items(tensors)]
         with self._handle_use() as h:
             if placement is not None:
-                text = json.dumps({str(name): _placement_entry(entry) for name, entry in dict(placement).items()})
-                _check(LIB.dc_receiver_place(h, text.encode()), "dc_receiver_place")
                 missing = [name for name in dict(placement) if name not in {b.name for b in buffers}]
                 if missing:
                     raise Error("DC_ERR_INVALID_ARGUMENT",
                                 f"attach: placement buffers without a tensor: {', '.join(missing[:5])}")
+                # Installed again on every call: a retry after a refused buffer starts afresh.
+                text = json.dumps({str(name): _placement_entry(entry) for name, entry in dict(placement).items()})
+                _check(LIB.dc_receiver_place(h, text.encode()), "dc_receiver_place")
             for b in buffers:
                 status = LIB.dc_receiver_attach(h, b.name.encode(), DTYPE_CODES[b.dtype], len(b.shape),
                                                 _shape_array(b.shape), b.address, b.nbytes, b.device, b.device_id)
