@@ -163,6 +163,9 @@ std::optional<HeldCheckpoint> load_latest(const fs::path& dir, unsigned threads)
   HeldCheckpoint out;
   out.version = held["version"].get<uint64_t>();
   out.digest = std::stoull(held["digest"].get<std::string>(), nullptr, 16);
+  out.shard = held.contains("files_digest") && held["files_digest"].is_string();
+  const uint64_t files_digest =
+      out.shard ? std::stoull(held["files_digest"].get<std::string>(), nullptr, 16) : out.digest;
   out.path = target;
   const checkpoint::Checkpoint on_disk = checkpoint::Checkpoint::open(target);
   std::vector<codec::TensorInfo> infos;
@@ -182,9 +185,9 @@ std::optional<HeldCheckpoint> load_latest(const fs::path& dir, unsigned threads)
     owned.tensors.emplace_back(out.buffers.back().data(), out.buffers.back().size());
   }
   const uint64_t digest = codec::StateDigest::full_scan(owned, threads).combined();
-  if (digest != out.digest)
+  if (digest != files_digest)
     throw Error(Errc::verify_failed, target.string() + " holds bits with digest " + hex64(digest) + ", not version " +
-                                         std::to_string(out.version) + "'s " + hex64(out.digest));
+                                         std::to_string(out.version) + "'s " + hex64(files_digest));
   return out;
 }
 
@@ -347,7 +350,11 @@ void CheckpointDirWriter::check_free_space(const tree::CheckpointLayout& layout)
 void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest, const tree::CheckpointLayout& from) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  const checkpoint::Layout layout = disk_layout(from, *weights_.manifest);
+  const checkpoint::Layout layout = disk_layout(options_.shard ? tree::CheckpointLayout{} : from, *weights_.manifest);
+  // A shard is checked against its buffers' own digest (this thread applied every queued version:
+  // nothing else writes them now).
+  const uint64_t files_digest =
+      options_.shard ? codec::StateDigest::full_scan(weights_, options_.threads).combined() : digest;
   const std::string v = "v" + std::to_string(version);
   const fs::path partial = options_.dir / ("." + v + ".partial");
   const fs::path final_dir = options_.dir / v;
@@ -367,10 +374,10 @@ void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest, const
         checkpoint::write_file_atomically(partial / file.name, std::as_bytes(std::span(file.bytes)));
     Json names = Json::array();
     for (const auto& t : weights_.manifest->tensors()) names.push_back(t.name);
-    const std::string record =
-        Json{{"format", "deltacast.held_version"}, {"version", version}, {"digest", hex64(digest)}, {"manifest", names}}
-            .dump(2) +
-        "\n";
+    Json held{
+        {"format", "deltacast.held_version"}, {"version", version}, {"digest", hex64(digest)}, {"manifest", names}};
+    if (options_.shard) held["files_digest"] = hex64(files_digest);
+    const std::string record = held.dump(2) + "\n";
     checkpoint::write_file_atomically(partial / kHeldFileName, std::as_bytes(std::span(record)));
     // 2. Read back: the files must be the version (a snapshot that replaced the buffers meanwhile,
     // or a disk that lost a write, is caught here and nothing is exposed).
@@ -378,9 +385,9 @@ void CheckpointDirWriter::write_version(uint64_t version, uint64_t digest, const
       const checkpoint::Checkpoint back = checkpoint::Checkpoint::open(partial);
       const uint64_t found =
           codec::StateDigest::full_scan(weights_in_order(back, *weights_.manifest), options_.threads).combined();
-      if (found != digest)
+      if (found != files_digest)
         throw Error(Errc::verify_failed, "the files written for version " + std::to_string(version) + " have digest " +
-                                             hex64(found) + ", not " + hex64(digest));
+                                             hex64(found) + ", not " + hex64(files_digest));
     }
     if (options_.slow_disk_bytes_per_second > 0) {
       const double seconds =

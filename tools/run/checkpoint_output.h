@@ -72,14 +72,15 @@ checkpoint::Layout disk_layout(const tree::CheckpointLayout& layout, const codec
 // order when it wrote it).
 struct HeldCheckpoint {
   uint64_t version = 0;
-  uint64_t digest = 0;
+  uint64_t digest = 0;  // the whole version's (what HELLO names)
+  bool shard = false;   // a placed receiver's buffers (their own digest was checked)
   std::filesystem::path path;
   codec::Manifest manifest;
   std::vector<std::vector<std::byte>> buffers;  // manifest order
 };
 // nullopt when DIR/latest does not exist. Reads the checkpoint and checks its bits against the
-// recorded digest (a full scan). Throws Error(io | invalid_argument | verify_failed) naming what is
-// wrong: the caller then starts from scratch.
+// recorded digest (a full scan; a placed receiver's shard: against the shard's own digest). Throws Error(io |
+// invalid_argument | verify_failed) naming what is wrong: the caller then starts from scratch.
 std::optional<HeldCheckpoint> load_latest(const std::filesystem::path& dir, unsigned threads);
 
 class CheckpointDirWriter {
@@ -91,6 +92,11 @@ class CheckpointDirWriter {
     // this rate, as on a slow disk. 0: as fast as the disk goes.
     double slow_disk_bytes_per_second = 0;
     unsigned threads = 1;  // for the read-back digest
+    // The weights are a placed receiver's buffers (docs/placement.md): each version is written as
+    // one model.safetensors of its buffers (the trainer's layout names the canonical tensors, not
+    // these), plus the side files; the read-back is checked against the buffers' own digest,
+    // which deltacast.json records as `files_digest` beside the version's.
+    bool shard = false;
   };
   // Takes DIR (created; Error(io) when it cannot be, Error(state) when another process holds its
   // lock) and starts the writer thread. `receiver` must be gated and attached to `weights`.

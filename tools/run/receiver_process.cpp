@@ -28,6 +28,7 @@ namespace {
 struct Held {
   uint64_t version = 0;
   uint64_t digest = 0;
+  bool shard = false;                       // a placed receiver's buffers (--placement)
   std::optional<codec::Manifest> manifest;  // the order the buffers were recorded in
   std::vector<std::vector<std::byte>> buffers;
 };
@@ -39,7 +40,8 @@ Held held_at_start(const std::string& checkpoint_dir, int rank) {
     if (!latest) return {};
     logger("run")->info("rank {}: {} holds version {} (digest {:016x}, verified); rejoining with it", rank,
                         latest->path.string(), latest->version, latest->digest);
-    return Held{latest->version, latest->digest, std::move(latest->manifest), std::move(latest->buffers)};
+    return Held{latest->version, latest->digest, latest->shard, std::move(latest->manifest),
+                std::move(latest->buffers)};
   } catch (const Error& e) {
     logger("run")->warn("rank {}: cannot rejoin from {}/latest ({}); starting from version 0", rank, checkpoint_dir,
                         e.what());
@@ -80,6 +82,14 @@ tree::ReceiverOptions receiver_options(const config::Config& c, const tree::Laun
   return options;
 }
 
+// The buffers of a placement as a model of their own (names, dtypes, shapes): what its shard is.
+codec::Manifest shard_manifest(const codec::Placement& placement) {
+  std::vector<codec::TensorInfo> infos;
+  for (uint32_t b = 0; b < placement.buffers().size(); ++b)
+    infos.push_back({placement.buffers()[b].name, placement.dtype(b), placement.shape(b)});
+  return codec::Manifest(std::move(infos));
+}
+
 // Joins with what `held` holds. When the producer does not continue from it (another run, another
 // model), starts over from version 0 as a new member (`held` is reset; latest is replaced once the
 // bootstrap is written). Returns the producer's manifest, owned by `receiver`.
@@ -99,6 +109,35 @@ const codec::Manifest& join_with(std::unique_ptr<tree::Receiver>& receiver, tran
     receiver.reset();
     receiver = std::make_unique<tree::Receiver>(transport, options);
     return receiver->join();
+  }
+}
+
+// A placed receiver joins with the shard DIR/latest holds when it is this placement's buffers
+// (same names, dtypes and shapes) and the producer continues from its version; otherwise it starts
+// over from version 0 (`held` reset). Returns the compiled placement.
+codec::Placement join_placed(std::unique_ptr<tree::Receiver>& receiver, transport::Transport& transport,
+                             const tree::ReceiverOptions& options, Held& held, const std::string& checkpoint_dir) {
+  auto log = logger("run");
+  if (held.version > 0 && !held.shard) {
+    log->warn("rank {}: {}/latest holds the whole model, not this placement's buffers; starting from version 0",
+              options.rank, checkpoint_dir);
+    held = Held{};
+  }
+  for (;;) {
+    receiver = std::make_unique<tree::Receiver>(transport, options);
+    try {
+      const codec::Manifest& manifest = receiver->join(held.version, held.digest);
+      auto placement = codec::Placement::compile(manifest, options.placement);
+      if (held.version == 0 || held.manifest->digest() == shard_manifest(placement).digest()) return placement;
+      log->warn("rank {}: {}/latest holds other buffers than this placement's; rejoining from version 0", options.rank,
+                checkpoint_dir);
+    } catch (const Error& e) {
+      if (held.version == 0 || (e.code() != Errc::verify_failed && e.code() != Errc::version_mismatch)) throw;
+      log->warn("rank {}: the producer refused version {} from {}/latest: {}; rejoining from version 0", options.rank,
+                held.version, checkpoint_dir, e.what());
+    }
+    held = Held{};
+    receiver.reset();
   }
 }
 
@@ -124,62 +163,74 @@ void write_summary(const std::string& path, int rank, const tree::RunSummary& su
   write_json(path, s);
 }
 
-// The buffers of a placement as a model of their own (names, dtypes, shapes): what its shard is.
-codec::Manifest shard_manifest(const codec::Placement& placement) {
-  std::vector<codec::TensorInfo> infos;
-  for (uint32_t b = 0; b < placement.buffers().size(); ++b)
-    infos.push_back({placement.buffers()[b].name, placement.dtype(b), placement.shape(b)});
-  return codec::Manifest(std::move(infos));
-}
-
 // A receiver with a placement (--placement): it holds only its slices, in buffers of its own
-// (docs/placement.md), starting at version 0 (the bootstrap or a snapshot fills them).
+// (docs/placement.md). With output.checkpoint_dir it writes its buffers (its shard) as each version's
+// checkpoint, and a restart rejoins from the shard DIR/latest holds.
 void run_placed_receiver(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o,
                          const std::string& placement_path, const std::string& checkpoint_dir) {
   auto log = logger("run");
   const int rank = env.receiver_rank();
-  if (!checkpoint_dir.empty())
-    throw Error(Errc::config, "rank " + std::to_string(rank) +
-                                  ": --placement with output.checkpoint_dir: writing a placed receiver's shard is not "
-                                  "built yet");
-  std::vector<codec::BufferPlacement> spec = config::load_placement_file(placement_path);
   auto transport = transport::make_transport(c.transport, tree::member_transport_options(c, env.member_rank()));
-  tree::ReceiverOptions options = receiver_options(c, env, o, /*gated=*/false);
-  options.placement = spec;
-  auto receiver = std::make_unique<tree::Receiver>(*transport, options);
-  const codec::Manifest& manifest = receiver->join();
-  const auto placement = codec::Placement::compile(manifest, spec);
+  tree::ReceiverOptions options = receiver_options(c, env, o, /*gated=*/!checkpoint_dir.empty());
+  options.placement = config::load_placement_file(placement_path);
+  std::unique_ptr<tree::Receiver> receiver;  // declared first: the writer (which reads it) goes first
+  std::unique_ptr<CheckpointDirWriter> writer;
+  auto announce = std::make_shared<std::atomic<CheckpointDirWriter*>>(nullptr);
+  options.on_active = [announce, &receiver](uint64_t version) {
+    if (auto* w = announce->load()) w->committed(version, receiver->layout());
+  };
+  Held held = held_at_start(checkpoint_dir, rank);
+  const codec::Placement placement = join_placed(receiver, *transport, options, held, checkpoint_dir);
   const codec::Manifest shard = shard_manifest(placement);
   std::vector<std::vector<std::byte>> buffers;
+  if (held.version > 0) {
+    buffers = std::move(held.buffers);
+  } else {
+    for (const auto& t : shard.tensors()) buffers.emplace_back(t.nbytes());
+  }
   std::vector<std::span<std::byte>> spans;
-  for (const auto& t : shard.tensors()) buffers.emplace_back(t.nbytes());
   spans.reserve(buffers.size());
   for (auto& b : buffers) spans.emplace_back(b.data(), b.size());
-  receiver->attach_placed(std::move(spec), spans, 0);
-  log->info("rank {}: holds {} buffers ({} bytes) of the model's {} bytes ({})", rank, shard.size(),
-            shard.total_bytes(), manifest.total_bytes(), placement_path);
+  receiver->attach_placed(options.placement, spans, held.version, held.digest);
+  codec::ConstWeights weights{&shard, {}};
+  for (const auto& b : buffers) weights.tensors.emplace_back(b.data(), b.size());
+  log->info("rank {}: holds {} buffers ({} bytes) of its placement {}", rank, shard.size(), shard.total_bytes(),
+            placement_path);
+  if (!checkpoint_dir.empty())
+    writer = std::make_unique<CheckpointDirWriter>(
+        CheckpointDirWriter::Options{checkpoint_dir, c.output.keep, o.slow_disk_bytes_per_second,
+                                     std::max(1u, std::thread::hardware_concurrency()), /*shard=*/true},
+        *receiver, weights, held.version);
+  announce->store(writer.get());
   const tree::RunSummary summary = receiver->run();
+  announce->store(nullptr);
+  const uint64_t written = writer ? writer->finish() : 0;
   receiver->apply_pending();
-  log->info("rank {}: active version {} (digest {:016x}), {} frames received, {} forwarded, {} committed, {} aborted",
+  log->info("rank {}: active version {} (digest {:016x}), {} frames received, {} forwarded, {} committed, {} aborted{}",
             rank, summary.version, summary.digest, summary.stats.frames_received, summary.stats.frames_forwarded,
-            summary.stats.versions_committed, summary.stats.versions_aborted);
+            summary.stats.versions_committed, summary.stats.versions_aborted,
+            writer ? ", " + checkpoint_dir + "/latest = version " + std::to_string(written) : "");
   if (!o.summary_path.empty()) {
-    codec::ConstWeights weights{&shard, {}};
-    for (const auto& b : buffers) weights.tensors.emplace_back(b.data(), b.size());
-    write_json(o.summary_path, nlohmann::json{{"rank", rank},
-                                              {"version", summary.version},
-                                              {"placement", placement_path},
-                                              {"buffers", shard.size()},
-                                              {"sha256", weights_sha256(weights)},  // of its buffers, in order
-                                              {"digest", hex64(summary.digest)},    // the whole version's name
-                                              {"started_at_version", 0},
-                                              {"frames_received", summary.stats.frames_received},
-                                              {"frames_forwarded", summary.stats.frames_forwarded},
-                                              {"versions_committed", summary.stats.versions_committed},
-                                              {"versions_aborted", summary.stats.versions_aborted},
-                                              {"peak_rss_bytes", peak_rss_bytes()}});
+    nlohmann::json s{{"rank", rank},
+                     {"version", summary.version},
+                     {"placement", placement_path},
+                     {"buffers", shard.size()},
+                     {"sha256", weights_sha256(weights)},  // of its buffers, in placement order
+                     {"digest", hex64(summary.digest)},    // the whole version's name
+                     {"started_at_version", held.version},
+                     {"frames_received", summary.stats.frames_received},
+                     {"frames_forwarded", summary.stats.frames_forwarded},
+                     {"versions_committed", summary.stats.versions_committed},
+                     {"versions_aborted", summary.stats.versions_aborted},
+                     {"peak_rss_bytes", peak_rss_bytes()}};
+    if (writer) {
+      const auto w = writer->stats();
+      s["checkpoint_dir"] = {
+          {"latest", w.latest}, {"written", w.written}, {"skipped", w.skipped}, {"failed", w.failed}};
+    }
+    write_json(o.summary_path, s);
   }
-  if (summary.stats.versions_aborted > 0 || summary.stats.versions_committed == 0)
+  if (summary.stats.versions_aborted > 0 || (summary.stats.versions_committed == 0 && held.version == 0))
     throw Error(Errc::verify_failed, "rank " + std::to_string(rank) + ": " +
                                          std::to_string(summary.stats.versions_aborted) + " versions aborted");
 }

@@ -9,7 +9,10 @@ buffers end in padding rows), each started with `--placement p{rank}.yaml` writt
 placement tp`; rank 4 holds the whole model. Every step commits with 4 of 4 verified. At the end
 each placed receiver's buffers (its --summary's SHA-256, over its buffers in placement order) equal
 the shard `deltacast placement check --extract` cuts from the last checkpoint (padding zero), and
-the whole receiver's equal the checkpoint. A placement file with a slice outside the model makes
+the whole receiver's equal the checkpoint. Rank 1 also writes its shard as checkpoints
+(`output.checkpoint_dir`): after step 2 it is killed (SIGKILL) and restarted; it rejoins with the
+version its latest shard holds (started_at_version 3: by replay, not from scratch), and its last
+written shard equals the extract tensor by tensor. A placement file with a slice outside the model makes
 the receiver exit 1: the producer refuses its HELLO, naming the slice.
 Standard library only.
 """
@@ -17,6 +20,7 @@ Standard library only.
 import hashlib
 import json
 import shutil
+import time
 import struct
 import subprocess
 import sys
@@ -84,9 +88,21 @@ def main() -> None:
 
         job = dcfleet.JobConfig(receivers=4, chunk_bytes="256KiB", peer="5s", join="60s",
                                 trainer_yaml=f"  kind: watch\n  dir: {watch}\n  steps: {STEPS}\n")
+        ck1 = work / "ck1"
+
+        def extra(rank):
+            out = ["--placement", str(placements[rank])]
+            return out + ["--set", f"output.checkpoint_dir={ck1}"] if rank == 1 else out
+
+        def latest_version(directory):
+            try:
+                return json.loads((directory / "latest" / "deltacast.json").read_text())["version"]
+            except (OSError, ValueError, KeyError):
+                return 0
+
         with dcfleet.Fleet(dc, work / "job", job) as fleet:
             for rank in shards:
-                fleet.start_receiver(rank, extra=["--placement", str(placements[rank])])
+                fleet.start_receiver(rank, extra=extra(rank))
             fleet.start_receiver(4)
             fleet.start_producer()
             check(fleet.wait_line(r"full checkpoint \(version 1\)", 60), "no bootstrap:\n" + fleet.tail(0, 20))
@@ -95,6 +111,18 @@ def main() -> None:
                 (watch / f"ckpt-{s}.safetensors.tmp").rename(watch / f"ckpt-{s}.safetensors")
                 check(fleet.wait_line(rf"^step {s}: version {s + 1} .* verified 4/4", 60),
                       f"step {s} did not commit on every receiver:\n" + fleet.tail(0, 20) + fleet.tail(1, 20))
+                if s == 2:
+                    # Rank 1 wrote version 3's shard; killed and restarted, it rejoins from it.
+                    deadline = time.monotonic() + 30
+                    while latest_version(ck1) < 3:
+                        check(time.monotonic() < deadline, "rank 1 did not write version 3:\n" + fleet.tail(1, 20))
+                        time.sleep(0.1)
+                    fleet.kill(1)
+                    fleet.start_receiver(1, extra=extra(1))
+                    deadline = time.monotonic() + 60
+                    while "caught up to version 3" not in fleet.tail(1, 200):
+                        check(time.monotonic() < deadline, "rank 1 did not rejoin:\n" + fleet.tail(1, 30))
+                        time.sleep(0.1)
             check(fleet.wait_producer(60) == 0, "the producer did not exit 0:\n" + fleet.tail(0, 20))
             codes = fleet.wait_receivers(60)
             check(all(code == 0 for code in codes.values()),
@@ -113,6 +141,14 @@ def main() -> None:
                 check(summary["sha256"] == want,
                       f"rank {rank} (TP {shards[rank][0]} of {shards[rank][1]}) does not hold its shard of the last "
                       f"checkpoint: {summary['sha256']} != {want}")
+            check(fleet.summary(1)["started_at_version"] == 3,
+                  f"rank 1 did not rejoin from its latest shard: {fleet.summary(1)}")
+            record = json.loads((ck1 / "latest" / "deltacast.json").read_text())
+            check(record["version"] == STEPS + 1 and "files_digest" in record, f"rank 1's latest: {record}")
+            written = safetensors(ck1 / "latest" / "model.safetensors")
+            cut = safetensors(work / "cut1.safetensors")
+            check(sorted(written) == sorted(cut) and all(written[n] == cut[n] for n in cut),
+                  "rank 1's last written shard differs from the last checkpoint's")
             whole = fleet.summary(4)
             tensors = safetensors(last)
             want = sha256(tensors[name] for name in sorted(tensors, key=lambda s: s.encode()))
