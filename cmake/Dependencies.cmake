@@ -7,6 +7,8 @@ find_package(yaml-cpp REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(nlohmann_json 3 REQUIRED)
+find_package(CURL REQUIRED)     # objstore: HTTP and SigV4 signing (libcurl4-openssl-dev)
+find_package(pugixml REQUIRED)  # objstore: S3's XML answers (libpugixml-dev)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 

@@ -1,0 +1,307 @@
+// objstore::S3Client against a real S3 server: Ceph RGW on 127.0.0.1 (the s3_server fixture,
+// scripts/s3-server.sh), which checks every SigV4 signature and payload hash. Objects, ranges,
+// listings, multipart uploads completed and aborted, refusals that are never retried (a wrong
+// secret, a bucket that does not exist, a range outside the object), and a radosgw stopped in
+// the middle of a sequence of requests: retried until it is back.
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "objstore/s3_client.h"
+#include "objstore/version_store.h"
+#include "util/error.h"
+
+namespace deltacast::objstore {
+namespace {
+
+using namespace std::chrono_literals;
+
+// KEY=VALUE lines of the fixture's env file.
+std::map<std::string, std::string> server_env() {
+  const char* path = std::getenv("DELTACAST_S3_ENV");
+  if (!path) throw std::runtime_error("DELTACAST_S3_ENV is not set (run through ctest: the s3_server fixture)");
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(std::string("cannot read ") + path + " (did the s3_server fixture start?)");
+  std::map<std::string, std::string> out;
+  for (std::string line; std::getline(in, line);) {
+    const auto eq = line.find('=');
+    if (eq == std::string::npos || line[0] == '#') continue;
+    std::string value = line.substr(eq + 1);
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'')) value = value.substr(1, value.size() - 2);
+    out[line.substr(0, eq)] = value;
+  }
+  return out;
+}
+
+S3Options options_of(const std::map<std::string, std::string>& env) {
+  S3Options o;
+  o.endpoint = env.at("S3_ENDPOINT");
+  o.region = env.count("S3_REGION") ? env.at("S3_REGION") : "us-east-1";
+  o.bucket = env.at("S3_BUCKET");
+  o.backoff_base = 20ms;
+  return o;
+}
+
+S3Credentials credentials_of(const std::map<std::string, std::string>& env) {
+  return S3Credentials{env.at("AWS_ACCESS_KEY_ID"), env.at("AWS_SECRET_ACCESS_KEY"), ""};
+}
+
+std::vector<std::byte> random_bytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::byte> out(n);
+  for (auto& b : out) b = static_cast<std::byte>(rng());
+  return out;
+}
+
+std::string unique_prefix() {
+  return std::string("test-") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
+         std::to_string(std::random_device{}()) + "/";
+}
+
+class S3Server : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    env_ = server_env();
+    client_ = std::make_unique<S3Client>(options_of(env_), credentials_of(env_));
+    prefix_ = unique_prefix();
+  }
+  std::map<std::string, std::string> env_;
+  std::unique_ptr<S3Client> client_;
+  std::string prefix_;
+};
+
+TEST_F(S3Server, ObjectsRangesListingAndDelete) {
+  S3Client& s3 = *client_;
+  const auto a = random_bytes(100'003, 1);
+  const auto b = random_bytes(17, 2);
+  const auto etag = s3.put(prefix_ + "a.bin", a);
+  s3.put(prefix_ + "sub dir/b+c.bin", b);  // a key with a space and a '+': signed as encoded
+  EXPECT_EQ(s3.get(prefix_ + "a.bin"), a);
+  EXPECT_EQ(s3.get(prefix_ + "sub dir/b+c.bin"), b);
+  for (auto [first, count] : {std::pair<uint64_t, uint64_t>{0, 1}, {1, 1000}, {99'000, 1003}, {100'002, 1}}) {
+    const auto got = s3.get_range(prefix_ + "a.bin", first, count);
+    EXPECT_EQ(got, std::vector<std::byte>(a.begin() + first, a.begin() + first + count)) << first << "+" << count;
+  }
+  const auto head = s3.head(prefix_ + "a.bin");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->size, a.size());
+  EXPECT_EQ(head->etag, etag);
+  const auto listed = s3.list(prefix_);
+  ASSERT_EQ(listed.size(), 2u);
+  EXPECT_EQ(listed[0].key, prefix_ + "a.bin");
+  EXPECT_EQ(listed[0].size, a.size());
+  EXPECT_EQ(listed[1].key, prefix_ + "sub dir/b+c.bin");
+  s3.remove(prefix_ + "a.bin");
+  s3.remove(prefix_ + "a.bin");  // gone already: no error
+  EXPECT_FALSE(s3.head(prefix_ + "a.bin"));
+  try {
+    s3.get(prefix_ + "a.bin");
+    FAIL() << "a deleted object was read";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::not_found) << e.what();
+    EXPECT_NE(std::string(e.what()).find("NoSuchKey"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s3.list(prefix_).size(), 1u);
+}
+
+TEST_F(S3Server, MultipartCompletedAndAborted) {
+  S3Client& s3 = *client_;
+  const size_t part = size_t{5} << 20;  // S3's smallest part but the last
+  const auto p1 = random_bytes(part, 3), p2 = random_bytes(part, 4), p3 = random_bytes(12'345, 5);
+  const std::string key = prefix_ + "big.bin";
+  const std::string id = s3.create_multipart(key);
+  std::vector<std::string> etags{s3.upload_part(key, id, 1, p1), s3.upload_part(key, id, 2, p2),
+                                 s3.upload_part(key, id, 3, p3)};
+  bool pending = false;
+  for (const auto& u : s3.list_multipart(prefix_)) pending = pending || u.upload_id == id;
+  EXPECT_TRUE(pending) << "an upload in progress is not listed";
+  EXPECT_FALSE(s3.head(key)) << "an incomplete multipart upload is visible as an object";
+  s3.complete_multipart(key, id, etags);
+  std::vector<std::byte> whole(p1);
+  whole.insert(whole.end(), p2.begin(), p2.end());
+  whole.insert(whole.end(), p3.begin(), p3.end());
+  EXPECT_EQ(s3.get(key), whole);
+  // A range across the first part boundary.
+  EXPECT_EQ(s3.get_range(key, part - 3, 6), std::vector<std::byte>(whole.begin() + part - 3, whole.begin() + part + 3));
+  for (const auto& u : s3.list_multipart(prefix_)) EXPECT_NE(u.upload_id, id) << "a completed upload is still listed";
+
+  // Aborted: its parts are freed, no object appears.
+  const std::string orphan = prefix_ + "orphan.bin";
+  const std::string id2 = s3.create_multipart(orphan);
+  s3.upload_part(orphan, id2, 1, p1);
+  s3.abort_multipart(orphan, id2);
+  for (const auto& u : s3.list_multipart(prefix_)) EXPECT_NE(u.upload_id, id2) << "an aborted upload is still listed";
+  EXPECT_FALSE(s3.head(orphan));
+}
+
+TEST_F(S3Server, RefusalsAreNamedAndNeverRetried) {
+  S3Options o = options_of(env_);
+  {
+    S3Client wrong(o, S3Credentials{env_.at("AWS_ACCESS_KEY_ID"), "not-the-secret", ""});
+    try {
+      wrong.put(prefix_ + "x", random_bytes(10, 6));
+      FAIL() << "a wrong secret was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::auth) << e.what();
+      EXPECT_NE(std::string(e.what()).find("SignatureDoesNotMatch"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(wrong.stats().requests, 1u) << "a 403 was retried";
+  }
+  {
+    S3Options missing = o;
+    missing.bucket = "no-such-bucket-" + std::to_string(std::random_device{}());
+    S3Client none(missing, credentials_of(env_));
+    try {
+      none.get("x");
+      FAIL() << "a bucket that does not exist answered";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::not_found) << e.what();
+      EXPECT_NE(std::string(e.what()).find("NoSuchBucket"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(none.stats().requests, 1u);
+  }
+  S3Client& s3 = *client_;
+  s3.put(prefix_ + "small", random_bytes(10, 7));
+  EXPECT_THROW(s3.get_range(prefix_ + "small", 10, 5), Error);
+  EXPECT_THROW(s3.get_range(prefix_ + "small", 5, 10), Error);  // runs past the end: a short answer
+  s3.create_bucket();                                           // ours already: no error
+}
+
+// radosgw dies in the middle of a sequence of requests and comes back 1.5 s later: the client
+// retries (backoff) and every object is read intact; nothing half-done is visible meanwhile.
+TEST_F(S3Server, AStoreThatGoesAwayIsRetriedUntilItIsBack) {
+  const char* script = DELTACAST_S3_SERVER_SCRIPT;
+  const std::string dir = env_.at("S3_DIR");
+  S3Options o = options_of(env_);
+  o.max_attempts = 12;
+  o.backoff_base = 100ms;
+  o.backoff_max = 1000ms;
+  o.connect_timeout = 1000ms;
+  S3Client s3(o, credentials_of(env_));
+  const auto body = random_bytes(1 << 20, 8);
+  s3.put(prefix_ + "before", body);
+  ASSERT_EQ(std::system((std::string("bash ") + script + " kill-rgw " + dir).c_str()), 0);
+  std::thread back([&] {
+    std::this_thread::sleep_for(1500ms);
+    EXPECT_EQ(std::system((std::string("bash ") + script + " restart-rgw " + dir).c_str()), 0);
+  });
+  std::vector<std::byte> got;
+  try {
+    got = s3.get(prefix_ + "before");
+  } catch (...) {
+    back.join();
+    throw;
+  }
+  back.join();
+  EXPECT_EQ(got, body);
+  EXPECT_GT(s3.stats().retries, 0u) << "radosgw was down, yet nothing was retried";
+  s3.put(prefix_ + "after", body);
+  EXPECT_EQ(s3.get(prefix_ + "after"), body);
+}
+
+// ---- versions in the bucket (objstore/version_store.h) ----
+
+std::vector<std::vector<std::byte>> some_frames(size_t count, size_t each, uint64_t seed) {
+  std::vector<std::vector<std::byte>> out;
+  for (size_t i = 0; i < count; ++i) out.push_back(random_bytes(each + i * 13, seed + i));
+  return out;
+}
+
+std::vector<std::span<const std::byte>> spans_of(const std::vector<std::vector<std::byte>>& frames) {
+  return {frames.begin(), frames.end()};
+}
+
+// A small version (one PUT) and a large one (a multipart upload of 5 MiB parts, 3 at a time) are
+// read back frame by frame, exact; latest names the newest; prune keeps retain_versions.
+TEST_F(S3Server, VersionsPublishedAreReadBackExactAndPruned) {
+  VersionStoreOptions o{prefix_ + "run", uint64_t{5} << 20, 3, 2};
+  VersionWriter writer(*client_, o);
+  VersionReader reader(*client_, o);
+  EXPECT_FALSE(reader.latest());
+  const auto small = some_frames(5, 1000, 10);
+  const auto large = some_frames(4, 3 << 20, 20);  // 12 MiB: three parts
+  writer.publish(1, 0, 1, 0x11, spans_of(small), "snapshot");
+  EXPECT_EQ(reader.latest(), 1u);
+  writer.publish(2, 1, 1, 0x22, spans_of(large));
+  EXPECT_EQ(reader.latest(), 2u);
+  const VersionManifest m2 = reader.manifest(2);
+  EXPECT_EQ(m2.base_version, 1u);
+  EXPECT_EQ(m2.digest, 0x22u);
+  EXPECT_EQ(reader.frames(m2), large);
+  const VersionManifest m1 = reader.manifest(1);
+  EXPECT_EQ(m1.kind, "snapshot");
+  EXPECT_EQ(reader.frames(m1), small);
+  writer.publish(3, 2, 2, 0x33, spans_of(small));
+  EXPECT_EQ(writer.prune(), std::vector<uint64_t>{1});
+  EXPECT_THROW(reader.manifest(1), Error);
+  EXPECT_EQ(reader.frames(reader.manifest(3)), small);
+  EXPECT_EQ(writer.abort_orphans(), 0u);
+}
+
+// Bad bytes in the bucket are caught, never returned: an object overwritten with junk of the same
+// size (the frame named), a truncated object, a manifest that names an object that is gone, a
+// manifest of another version under this version's key.
+TEST_F(S3Server, DamagedVersionsAreRefusedNamingWhatIsWrong) {
+  VersionStoreOptions o{prefix_ + "run", uint64_t{5} << 20, 2, 4};
+  VersionWriter writer(*client_, o);
+  VersionReader reader(*client_, o);
+  const auto frames = some_frames(3, 4000, 30);
+  writer.publish(5, 4, 1, 0x55, spans_of(frames));
+  const VersionManifest m = reader.manifest(5);
+  auto expect_corrupt = [&](const char* what, const std::string& needle) {
+    try {
+      reader.frames(reader.manifest(5));
+      ADD_FAILURE() << what << ": read";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  const std::vector<std::byte> original = client_->get(m.object);
+  std::vector<std::byte> junk = original;
+  junk[m.frames[1].offset + 5] ^= std::byte{1};
+  client_->put(m.object, junk);
+  expect_corrupt("one flipped bit", "frame 1 of version 5");
+  junk = original;
+  junk.resize(m.frames[2].offset + 10);
+  client_->put(m.object, junk);
+  expect_corrupt("a truncated object", "bytes");
+  client_->remove(m.object);
+  expect_corrupt("a missing object", "NoSuchKey");
+  const std::string other = reader.manifest(5).to_json();
+  VersionManifest moved = VersionManifest::parse(other, "m");
+  moved.version = 6;
+  const std::string text = moved.to_json();
+  client_->put(manifest_key(o.prefix, 5), std::as_bytes(std::span(text)));
+  try {
+    reader.manifest(5);
+    ADD_FAILURE() << "a manifest of version 6 was taken for version 5";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::corrupt_frame) << e.what();
+  }
+}
+
+// A producer that dies after uploading some parts: no manifest, latest unchanged, the version
+// never seen; abort_orphans() frees the parts.
+TEST_F(S3Server, APartlyUploadedVersionIsNeverSeenAndItsPartsAreFreed) {
+  VersionStoreOptions o{prefix_ + "run", uint64_t{5} << 20, 2, 4};
+  VersionWriter writer(*client_, o);
+  VersionReader reader(*client_, o);
+  writer.publish(1, 0, 1, 0x1, spans_of(some_frames(2, 100, 40)));
+  const std::string key = frames_key(o.prefix, 2);
+  const std::string id = client_->create_multipart(key);
+  client_->upload_part(key, id, 1, random_bytes(size_t{5} << 20, 41));
+  EXPECT_EQ(reader.latest(), 1u);
+  EXPECT_THROW(reader.manifest(2), Error);
+  EXPECT_FALSE(client_->head(key));
+  EXPECT_EQ(writer.abort_orphans(), 1u);
+  EXPECT_TRUE(client_->list_multipart(o.prefix).empty());
+}
+
+}  // namespace
+}  // namespace deltacast::objstore
