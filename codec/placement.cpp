@@ -278,6 +278,39 @@ uint64_t canonical_slice_digest(const Manifest& manifest, const SliceDigest& sli
   return sum;
 }
 
+void zero_placed(const Placement& placement, const Manifest& manifest, std::span<const std::span<std::byte>> buffers) {
+  for (uint32_t t = 0; t < manifest.size(); ++t) {
+    if (!placement.needs(t)) continue;
+    const uint64_t width = dtype_unit_size(manifest.at(t).dtype);
+    placement.for_each_run(t, 0, manifest.at(t).units(), [&](const PlacedRun& run) {
+      std::memset(buffers[run.buffer].data() + run.buffer_unit * width, 0, run.count * width);
+    });
+  }
+}
+
+uint64_t part_slice_digest(const WeightsReader& reader, const SliceDigest& slice, std::span<const PartRange> ranges) {
+  const Manifest& manifest = reader.manifest();
+  const SliceStripes st = slice_stripes(manifest, slice);
+  const TensorInfo& t = manifest.at(slice.tensor);
+  const uint64_t width = dtype_unit_size(t.dtype);
+  uint64_t sum = 0;
+  std::vector<std::byte> bytes;
+  for (const PartRange& r : ranges) {
+    if (r.tensor != slice.tensor) continue;
+    // The stripes that meet [r.begin, r.end), each clipped to it.
+    const uint64_t first_stripe = r.begin / st.block;
+    for (uint64_t o = first_stripe; o < st.outer && o * st.block + st.lo < r.end; ++o) {
+      const uint64_t lo = std::max(o * st.block + st.lo, r.begin);
+      const uint64_t hi = std::min(o * st.block + st.hi, r.end);
+      if (lo >= hi) continue;
+      bytes.resize((hi - lo) * width);
+      reader.read(slice.tensor, lo * width, bytes);
+      sum += slice_digest(slice.tensor, t.dtype, lo, bytes);
+    }
+  }
+  return sum;
+}
+
 void check_placed_buffers(const Placement& placement, std::span<const std::span<std::byte>> buffers) {
   if (buffers.size() != placement.buffers().size())
     throw Error(Errc::invalid_argument, "placement: " + std::to_string(placement.buffers().size()) +

@@ -33,6 +33,7 @@
 
 #include "codec/frame.h"
 #include "codec/manifest.h"
+#include "codec/partition.h"
 
 namespace deltacast::codec {
 
@@ -154,6 +155,12 @@ SliceStripes slice_stripes(const Manifest& manifest, const SliceDigest& slice);
 uint64_t canonical_slice_digest(const Manifest& manifest, const SliceDigest& slice,
                                 std::span<const std::byte> tensor_bytes);
 
+// The share of slice `slice`'s digest that lies in `ranges` (a producer group rank's part,
+// codec/partition.h: disjoint unit ranges), read through `reader` (which holds at least those
+// ranges). The parts of a partition add up (mod 2^64) to canonical_slice_digest. Cost: a read and
+// a scan of the slice's units inside the ranges. Throws what slice_stripes and the reader throw.
+uint64_t part_slice_digest(const WeightsReader& reader, const SliceDigest& slice, std::span<const PartRange> ranges);
+
 // Throws Error(invalid_argument) unless buffers[k] is a buffer of placement buffer k's byte size,
 // aligned to its element width, for every k (and no more).
 void check_placed_buffers(const Placement& placement, std::span<const std::span<std::byte>> buffers);
@@ -173,6 +180,10 @@ std::vector<uint64_t> placed_part_digests(const Manifest& manifest, const Placem
 // that splits a unit; nothing is written then.
 uint64_t scatter_placed(const Placement& placement, const Manifest& manifest, uint32_t tensor, uint64_t byte_offset,
                         std::span<const std::byte> bytes, std::span<const std::span<std::byte>> buffers);
+
+// Zeroes every unit the buffers hold (the all-zero version 0 of what they hold); padding is left
+// as it is. The buffers must have passed check_placed_buffers.
+void zero_placed(const Placement& placement, const Manifest& manifest, std::span<const std::span<std::byte>> buffers);
 
 // Copies what each buffer of `placement` holds out of the whole canonical tensors `weights` (the
 // placement's manifest): buffers[k] is placement buffer k (byte size checked). Units no part covers

@@ -86,6 +86,11 @@ struct Schema<RawChunkHeader> {
 };
 
 template <>
+struct Schema<SliceRef> {
+  static constexpr auto fields = std::tuple{field("tensor", &SliceRef::tensor), field("dim", &SliceRef::dim),
+                                            field("start", &SliceRef::start), field("stop", &SliceRef::stop)};
+};
+template <>
 struct Schema<HeldSlice> {
   static constexpr auto fields = std::tuple{field("tensor", &HeldSlice::tensor), field("dim", &HeldSlice::dim),
                                             field("start", &HeldSlice::start), field("stop", &HeldSlice::stop)};
@@ -269,8 +274,10 @@ template <>
 struct Schema<GroupBegin> {
   static constexpr MessageType type = MessageType::group_begin;
   static constexpr auto fields =
-      std::tuple{field("version", &GroupBegin::version), field("attempt", &GroupBegin::attempt),
-                 field("base_digest", &GroupBegin::base_digest), field("new_layout", &GroupBegin::new_layout)};
+      std::tuple{field("version", &GroupBegin::version),         field("attempt", &GroupBegin::attempt),
+                 field("base_digest", &GroupBegin::base_digest), field("new_layout", &GroupBegin::new_layout),
+                 field("slices", &GroupBegin::slices),           field("set_slices", &GroupBegin::set_slices),
+                 field("set_ends", &GroupBegin::set_ends),       field("scan", &GroupBegin::scan)};
 };
 template <>
 struct Schema<GroupSent> {
@@ -285,7 +292,9 @@ struct Schema<GroupSent> {
                                             field("changes", &GroupSent::changes),
                                             field("errc", &GroupSent::errc),
                                             field("message", &GroupSent::message),
-                                            field("raw_sum", &GroupSent::raw_sum)};
+                                            field("raw_sum", &GroupSent::raw_sum),
+                                            field("slice_deltas", &GroupSent::slice_deltas),
+                                            field("slice_scans", &GroupSent::slice_scans)};
 };
 template <>
 struct Schema<GroupDecided> {

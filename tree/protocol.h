@@ -327,11 +327,26 @@ struct GroupReady {
 };
 // coordinator -> every rank: send your part of `version` as `attempt`, on the base whose combined
 // digest is `base_digest` (with a LAYOUT first when new_layout).
+// A canonical slice by manifest index (a producer group's plan of its placed members' slices).
+struct SliceRef {
+  uint32_t tensor = 0;
+  uint32_t dim = 0;
+  uint64_t start = 0;
+  uint64_t stop = 0;
+  bool operator==(const SliceRef&) const = default;
+};
 struct GroupBegin {
   uint64_t version = 0;
   uint64_t attempt = 0;
   uint64_t base_digest = 0;
   bool new_layout = false;
+  // Placed members (docs/placement.md): the seal's slice table in order (`slices`), the members'
+  // distinct slice sets (`set_slices`: indices into `slices`, set k ending before set_ends[k]), and
+  // the slices whose base digest each rank scans from its part (`scan`: indices). Empty: none.
+  std::vector<SliceRef> slices;
+  std::vector<uint32_t> set_slices;
+  std::vector<uint32_t> set_ends;
+  std::vector<uint32_t> scan;
 };
 // rank -> coordinator: its part of the attempt is out (errc 0: `chunks` frames or RAW pieces, with
 // the part's digests of the base and of the new version; RAW: raw_sum, the sum of its pieces'
@@ -348,6 +363,10 @@ struct GroupSent {
   uint32_t errc = 0;
   std::string message;
   uint64_t raw_sum = 0;
+  // Placed members: per slice of GROUP_BEGIN's table, the digest change of this part's changes in
+  // it, and per `scan` index its part's digest of that slice at the base.
+  std::vector<uint64_t> slice_deltas;
+  std::vector<uint64_t> slice_scans;
 };
 // coordinator -> every rank: how the attempt ended.
 struct GroupDecided {

@@ -253,7 +253,7 @@ bool Receiver::Impl::fetch_snapshot(const Member& source) {
     log->warn("{}: snapshot from rank {} failed: {}", who(), source.rank, e.what());
     if (!have.empty()) {
       if (placed.placement) {
-        for (const auto& b : placed.buffers) std::memset(b.data(), 0, b.size());
+        codec::zero_placed(*placed.placement, manifest, placed.buffers);
         session.install_placed(0, codec::StateDigest::zeros(manifest).combined());
       } else {
         for (auto& t : weights.tensors) std::memset(t.data(), 0, t.size());
@@ -314,6 +314,9 @@ void Receiver::attach_placed(std::vector<codec::BufferPlacement> placement, std:
       std::make_shared<const codec::Placement>(codec::Placement::compile(*d.held.manifest(), std::move(placement)));
   codec::check_placed_buffers(*placed.placement, buffers);
   placed.buffers = std::move(buffers);
+  // Version 0 is all zeros by definition: the held units are zeroed here (a version 1 sent as a
+  // delta from zeros applies on them); padding is left as it is.
+  if (version == 0) codec::zero_placed(*placed.placement, *d.held.manifest(), placed.buffers);
   // Version 0 is all zeros by definition: its name is the all-zero model's digest.
   const uint64_t combined = version == 0 ? codec::StateDigest::zeros(*d.held.manifest()).combined() : version_digest;
   d.held.attach_placed(std::move(placed), version, combined, d.options);

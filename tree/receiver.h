@@ -115,8 +115,8 @@ class Receiver {
   void attach(codec::MutableWeights weights, uint64_t version,
               std::optional<codec::StateDigest> digest = std::nullopt);
   // A placed member (docs/placement.md): gives the receiver the host's buffers, which hold only
-  // the slices `placement` names (buffers[k]: placement buffer k) of `version` (version 0: their
-  // content does not matter; the bootstrap or a snapshot writes every held unit, never padding),
+  // the slices `placement` names (buffers[k]: placement buffer k) of `version` (version 0: the
+  // held units are zeroed here, as version 0 is all zeros; padding is never written),
   // whose whole state's combined digest is `version_digest` (what digest() said when that version
   // was committed here; ignored at version 0). The placement is compiled against the manifest
   // first: Error(invalid_argument) naming the buffer and the part (an unknown tensor, a slice out

@@ -201,14 +201,7 @@ class PlacedBootstrap final : public VersionApplier {
   }
   void rollback() override {
     std::lock_guard lock(mutex_);
-    const auto& placement = *weights_.placement;
-    for (uint32_t t = 0; t < manifest_.size(); ++t) {
-      if (!placement.needs(t)) continue;
-      const uint64_t width = codec::dtype_unit_size(manifest_.at(t).dtype);
-      placement.for_each_run(t, 0, manifest_.at(t).units(), [&](const codec::PlacedRun& run) {
-        std::memset(weights_.buffers[run.buffer].data() + run.buffer_unit * width, 0, run.count * width);
-      });
-    }
+    codec::zero_placed(*weights_.placement, manifest_, weights_.buffers);
     reset_locked();
   }
 

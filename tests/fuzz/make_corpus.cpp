@@ -281,8 +281,8 @@ void tree_message_seeds(const fs::path& golden) {
       {"layout-committed", LayoutUpdate{41, 0, CheckpointLayout{false, {{"model.safetensors", {0, 1}, {}}}, "", {}}}},
       {"group_hello", GroupHello{2, 4, 0x1111, 0x2222, 9, {1, 2, 3}, "tcp://10.0.0.9:7002", 0x42}},
       {"group_ready", GroupReady{3, 10, true}},
-      {"group_begin", GroupBegin{10, 78, 0x77, false}},
-      {"group_sent", GroupSent{3, 10, 78, 17, {5, 6}, {8, 9}, 4096, 12, 0, "", 0xfeed}},
+      {"group_begin", GroupBegin{10, 78, 0x77, false, {{1, 0, 0, 8}}, {0}, {1}, {0}}},
+      {"group_sent", GroupSent{3, 10, 78, 17, {5, 6}, {8, 9}, 4096, 12, 0, "", 0xfeed, {7}, {9}}},
       {"group_decided", GroupDecided{10, 78, true, ""}},
   };
   for (const auto& [name, m] : messages) seed("tree_message", name, encode_message(m, 3));

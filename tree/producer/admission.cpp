@@ -103,8 +103,6 @@ StartReport Producer::Impl::place_members_at_start() {
 }
 
 std::string Producer::Impl::record_slices(uint32_t rank, const std::vector<HeldSlice>& slices) {
-  if (!slices.empty() && group)
-    return "holds slices (a placement); a producer group does not serve placed members yet: use one producer";
   try {
     fleet_slices.state(rank, slices);
   } catch (const Error& e) {
@@ -156,7 +154,7 @@ void Producer::Impl::handle_hello(ProducerEvent& event) {
       members[h.rank] = Member{h.rank, h.data_url, h.cluster, false};
       start_hellos[h.rank] = StartHello{h.held_version, h.held_digest, h.attempt_floor, true, why};
     }
-    return refuse(group ? Errc::unsupported : Errc::invalid_argument, "rank " + std::to_string(h.rank) + " " + why);
+    return refuse(Errc::invalid_argument, "rank " + std::to_string(h.rank) + " " + why);
   }
   if (!membership) {  // start: every rank once
     if (link.connection) return refuse(Errc::invalid_argument, "rank " + std::to_string(h.rank) + " said HELLO twice");

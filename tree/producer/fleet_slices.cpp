@@ -81,6 +81,57 @@ void FleetSlices::prepare(codec::EncodeOptions& options, uint64_t version, const
   options.base_slice_digests = std::move(wanted);
 }
 
+FleetSlices::GroupPlan FleetSlices::group_plan(uint64_t version) const {
+  GroupPlan plan;
+  std::set<std::vector<std::tuple<uint32_t, uint32_t, uint64_t, uint64_t>>> sets;
+  auto index_of = [&](const codec::SliceDigest& s) {
+    for (uint32_t i = 0; i < plan.table.size(); ++i)
+      if (plan.table[i].same_slice(s)) return i;
+    codec::SliceDigest entry = s;
+    entry.digest = 0;
+    bool known = false;
+    if (table_version_ == version)
+      for (const auto& t : table_)
+        if (t.same_slice(s)) {
+          entry.digest = t.digest;
+          known = true;
+        }
+    if (!known) plan.scan.push_back(static_cast<uint32_t>(plan.table.size()));
+    plan.table.push_back(entry);
+    return static_cast<uint32_t>(plan.table.size() - 1);
+  };
+  for (const auto& [rank, slices] : by_rank_) {
+    std::vector<std::tuple<uint32_t, uint32_t, uint64_t, uint64_t>> k;
+    for (const auto& s : slices) k.push_back(key(s));
+    std::sort(k.begin(), k.end());
+    if (!sets.insert(k).second) continue;
+    for (const auto& s : slices) plan.set_slices.push_back(index_of(s));
+    plan.set_ends.push_back(static_cast<uint32_t>(plan.set_slices.size()));
+  }
+  return plan;
+}
+
+std::shared_ptr<const codec::HeldSlices> FleetSlices::held_of(const codec::Manifest& manifest,
+                                                              const std::vector<codec::SliceDigest>& table,
+                                                              const std::vector<uint32_t>& set_slices,
+                                                              const std::vector<uint32_t>& set_ends) {
+  auto held = std::make_shared<codec::HeldSlices>();
+  uint32_t begin = 0;
+  for (const uint32_t end : set_ends) {
+    if (end < begin || end > set_slices.size())
+      throw Error(Errc::corrupt_frame, "group begin: a slice set outside the list of sets");
+    std::vector<codec::SliceDigest> slices;
+    for (uint32_t i = begin; i < end; ++i) {
+      if (set_slices[i] >= table.size())
+        throw Error(Errc::corrupt_frame, "group begin: a slice index outside the table");
+      slices.push_back(table[set_slices[i]]);
+    }
+    held->add(placement_of(manifest, slices));
+    begin = end;
+  }
+  return held;
+}
+
 void FleetSlices::committed(uint64_t version, std::vector<codec::SliceDigest> table) {
   if (table.empty()) return;
   table_ = std::move(table);

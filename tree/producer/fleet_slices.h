@@ -38,8 +38,28 @@ class FleetSlices {
   // `version`, every recorded slice; a slice the table lacks is scanned from `base`). Nothing
   // when no member is placed.
   void prepare(codec::EncodeOptions& options, uint64_t version, const codec::ConstWeights& base);
-  // Version `version` committed with slice table `table` (the encoder's new_slice_digests()).
+  // Version `version` committed with slice table `table` (the encoder's new_slice_digests(), or a
+  // group's sum of its parts').
   void committed(uint64_t version, std::vector<codec::SliceDigest> table);
+
+  // A producer group's delta from committed version `version` (docs/producer-group.md): the
+  // slice table in the seal's order (digest: the base's where the table at `version` has it),
+  // which of them no table knows (`scan`: each rank scans its part of them), and the members'
+  // distinct slice sets as indices into the table (set k: set_slices[set_ends[k-1] ..
+  // set_ends[k])). What GROUP_BEGIN carries; empty when no member is placed.
+  struct GroupPlan {
+    std::vector<codec::SliceDigest> table;
+    std::vector<uint32_t> scan;
+    std::vector<uint32_t> set_slices;
+    std::vector<uint32_t> set_ends;
+  };
+  GroupPlan group_plan(uint64_t version) const;
+  // The encoder's view of the sets of a GROUP_BEGIN (at every rank). Throws Error(corrupt_frame)
+  // for indices outside the table, Error(invalid_argument) for a slice outside the manifest.
+  static std::shared_ptr<const codec::HeldSlices> held_of(const codec::Manifest& manifest,
+                                                          const std::vector<codec::SliceDigest>& table,
+                                                          const std::vector<uint32_t>& set_slices,
+                                                          const std::vector<uint32_t>& set_ends);
 
  private:
   const codec::Manifest& manifest_;

@@ -213,11 +213,21 @@ RefitReport Producer::Impl::group_version(GroupShare& share, std::shared_ptr<con
   codec::StateDigest new_sum;
   uint64_t raw_sum = 0;
   std::vector<std::vector<uint64_t>> new_parts(g.size);
-  std::string rank_failure;  // why a rank's part did not go out: the version aborts, the refit reports it
+  std::string rank_failure;     // why a rank's part did not go out: the version aborts, the refit reports it
+  FleetSlices::GroupPlan plan;  // a delta's placed members' slices (empty: none)
+  std::vector<codec::SliceDigest> new_slices;  // the seal's slice table: the plan's base + every part's change
   auto send_all = [&](Impl::InFlight& f) {
     RefitReport& report = *f.report;
-    tell_ranks(GroupBegin{v, f.attempt, base_combined, f.layout != nullptr});
-    const GroupSent own = share.send(f, base_combined);
+    GroupBegin begin{v, f.attempt, base_combined, f.layout != nullptr, {}, {}, {}, {}};
+    if (!share.raw()) {  // placed members: the plan of their slices (docs/placement.md)
+      plan = fleet_slices.group_plan(version);
+      for (const auto& s : plan.table) begin.slices.push_back(SliceRef{s.tensor, s.dim, s.start, s.stop});
+      begin.set_slices = plan.set_slices;
+      begin.set_ends = plan.set_ends;
+      begin.scan = plan.scan;
+    }
+    tell_ranks(begin);
+    const GroupSent own = share.send(f, begin);
     const auto deadline = f.start + options.version_timeout;
     for (;;) {
       uint32_t waiting = 0;
@@ -283,8 +293,21 @@ RefitReport Producer::Impl::group_version(GroupShare& share, std::shared_ptr<con
       f.state_digest = new_sum.combined();
       return;
     }
+    // The slice table: each slice's base (the table's, or the ranks' scans of their parts added
+    // up) plus every part's change inside it.
+    new_slices = plan.table;
+    auto add_slices = [&](const GroupSent& sent, uint32_t r) {
+      if (sent.slice_deltas.size() != new_slices.size() || sent.slice_scans.size() != plan.scan.size()) {
+        rank_failure = "producer rank " + std::to_string(r) + "'s GROUP_SENT has slice digests of another plan";
+        throw Error(Errc::corrupt_frame, rank_failure);
+      }
+      for (size_t k = 0; k < plan.scan.size(); ++k) new_slices[plan.scan[k]].digest += sent.slice_scans[k];
+      for (size_t i = 0; i < new_slices.size(); ++i) new_slices[i].digest += sent.slice_deltas[i];
+    };
+    add_slices(own, 0);
+    for (uint32_t r = 1; r < g.size; ++r) add_slices(*g.links[r].sent, r);
     seal = std::make_shared<const std::vector<std::byte>>(
-        codec::seal_frame(manifest, {version, v}, base_combined, total, new_sum));
+        codec::seal_frame(manifest, {version, v}, base_combined, total, new_sum, new_slices));
     deliver(0, f.make(total, 0));
     f.sent[total] = true;
     report.frames_bytes += seal->size();
@@ -295,6 +318,7 @@ RefitReport Producer::Impl::group_version(GroupShare& share, std::shared_ptr<con
         std::move(flight), send_all, [&] { return share.raw() ? raw_sum : new_sum.combined(); }, refit_options.dry_run,
         [&] {
           version = v;
+          fleet_slices.committed(v, new_slices);
           share.adopt(v, codec::StateDigest(new_parts[0]));
           g.admission->committed(v, new_sum.combined(), new_parts);
         });

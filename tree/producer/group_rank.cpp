@@ -198,7 +198,7 @@ RefitReport Producer::Impl::rank_version(GroupShare& share) {
 
   GroupSent sent;
   try {
-    sent = share.send(*in_flight, begin.base_digest);
+    sent = share.send(*in_flight, begin);
   } catch (const Error& e) {
     // Its part cannot go out (a read failed, every receiver failed): the coordinator aborts the
     // version everywhere.

@@ -11,14 +11,27 @@ class Producer::Impl::DeltaShare final : public GroupShare {
   bool raw() const noexcept override { return false; }
   const std::vector<uint32_t>& first() const noexcept override { return d_.group->chunks.first; }
 
-  GroupSent send(Producer::Impl::InFlight& f, uint64_t base_combined) override {
+  GroupSent send(Producer::Impl::InFlight& f, const GroupBegin& begin) override {
     auto& g = *d_.group;
-    codec::EncodePart part = g.chunks.part(g.partition, g.rank, base_combined);
+    codec::EncodePart part = g.chunks.part(g.partition, g.rank, begin.base_digest);
     part.base_digest = d_.baseline->digest().per_tensor();
+    // Placed members (docs/placement.md): cut for their slices; the part's change inside each
+    // slice goes to the coordinator, which keeps the table (base digests 0 here).
+    std::vector<codec::SliceDigest> table;
+    for (const auto& s : begin.slices) table.push_back(codec::SliceDigest{s.tensor, s.dim, s.start, s.stop, 0});
+    if (!table.empty()) {
+      encode_.held_slices = FleetSlices::held_of(d_.manifest, table, begin.set_slices, begin.set_ends);
+      encode_.base_slice_digests = table;
+    }
     encoder_.emplace(d_.baseline->reader(), next_, part, codec::VersionIds{d_.version, f.version}, encode_);
     const auto chunks = d_.send_chunks(f, *encoder_, g.chunks.first[g.rank]);
     const auto digests = encoder_->part_digests();
     GroupSent sent;
+    sent.slice_deltas = digests.slice_deltas;
+    for (const uint32_t i : begin.scan) {
+      if (i >= table.size()) throw Error(Errc::corrupt_frame, "group begin: a slice to scan outside the table");
+      sent.slice_scans.push_back(codec::part_slice_digest(d_.baseline->reader(), table[i], g.partition.part(g.rank)));
+    }
     sent.chunks = chunks.chunks;
     sent.base_digest = digests.base.per_tensor();
     sent.new_digest = digests.next.per_tensor();
@@ -54,7 +67,7 @@ class Producer::Impl::RawShare final : public GroupShare {
   bool raw() const noexcept override { return true; }
   const std::vector<uint32_t>& first() const noexcept override { return first_; }
 
-  GroupSent send(Producer::Impl::InFlight& f, uint64_t) override {
+  GroupSent send(Producer::Impl::InFlight& f, const GroupBegin&) override {
     const auto& ranges = d_.group->partition.part(d_.group->rank);
     SentPieces pieces = d_.send_pieces(f, raw_, ranges);
     GroupSent sent;

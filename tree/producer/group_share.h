@@ -19,10 +19,12 @@ class Producer::Impl::GroupShare {
   virtual bool raw() const noexcept = 0;
   // The version's data keys by rank: rank r's are [first()[r], first()[r + 1]).
   virtual const std::vector<uint32_t>& first() const noexcept = 0;
-  // Sends every key of this rank's part of `f` (on the base whose combined digest is
-  // `base_combined`) down its trees. Returns what its GROUP_SENT says: counts and the part's
-  // digests (rank, version and attempt are the caller's). Throws Error when the part cannot go out.
-  virtual GroupSent send(Producer::Impl::InFlight& f, uint64_t base_combined) = 0;
+  // Sends every key of this rank's part of `f` (as `begin` says: on the base whose combined digest
+  // is begin.base_digest, cut for the placed members' slices it names) down its trees. Returns
+  // what its GROUP_SENT says: counts and the part's digests, and for placed members the part's
+  // slice deltas and scans (rank, version and attempt are the caller's). Throws Error when the
+  // part cannot go out.
+  virtual GroupSent send(Producer::Impl::InFlight& f, const GroupBegin& begin) = 0;
   // One of this rank's keys of the attempt in flight again (a re-send for member `route`).
   virtual Outgoing make(uint32_t key, uint32_t route) = 0;
   // The version committed: this rank's part of the baseline takes the new bits (`own`: its part's

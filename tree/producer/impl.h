@@ -167,8 +167,8 @@ struct Producer::Impl {
     std::string why;  // refused
   };
   std::vector<StartHello> start_hellos;
-  // The placed members' slices and the seals' slice table (docs/placement.md). One producer only:
-  // a group refuses placed members.
+  // The placed members' slices and the seals' slice table (docs/placement.md); in a producer group,
+  // the coordinator's (GROUP_BEGIN carries the plan to the ranks).
   FleetSlices fleet_slices{manifest};
 
   // ---- a producer group (group.cpp, group_rank.cpp); absent for one producer ----

@@ -21,7 +21,6 @@
 #include "tests/common/time_scale.h"
 #include "tests/integration/tree/loop_cluster.h"
 #include "tests/integration/tree/tree_test_model.h"
-#include "tests/unit/codec/placement_reference.h"
 #include "transport/loopback/loopback.h"
 #include "transport/transport.h"
 #include "tree/producer.h"
@@ -93,36 +92,10 @@ struct Shard {
   uint32_t rank = 0;
 };
 
-// Joins, attaches buffers filled with 0xEE (with `specs`; stated at HELLO when the receiver's
-// options hold them, else by PLACED) (version 0: every held unit is written by the
-// bootstrap or a snapshot; padding never) and serves. Throws what join, attach and run throw.
-RunSummary join_and_serve_placed(Receiver& receiver, const std::vector<codec::BufferPlacement>& specs,
-                                 std::vector<Bytes>& buffers) {
-  const auto& manifest = receiver.join();
-  const auto placement = codec::Placement::compile(manifest, specs);
-  std::vector<std::span<std::byte>> spans;
-  for (uint32_t b = 0; b < placement.buffers().size(); ++b) {
-    const auto dtype = placement.dtype(b);
-    buffers.emplace_back(placement.buffer_units(b) / codec::dtype_units_per_element(dtype) * codec::dtype_size(dtype),
-                         std::byte{0xEE});
-  }
-  spans.reserve(buffers.size());
-  for (auto& b : buffers) spans.emplace_back(b.data(), b.size());
-  receiver.attach_placed(specs, std::move(spans), 0);
-  return receiver.run();
-}
-
 // True when `buffers` equal the slices `specs` names of `model`, byte for byte (padding: 0xEE).
 ::testing::AssertionResult holds_shard(const std::vector<Bytes>& buffers,
                                        const std::vector<codec::BufferPlacement>& specs, const LlamaModel& model) {
-  const auto placement = codec::Placement::compile(model.manifest, specs);
-  const auto want = codec::testing::slices_of(placement, model.manifest, model.tensors);
-  if (buffers.size() != want.size())
-    return ::testing::AssertionFailure() << buffers.size() << " buffers, expected " << want.size();
-  for (size_t b = 0; b < want.size(); ++b)
-    if (buffers[b].size() != want[b].size() || std::memcmp(buffers[b].data(), want[b].data(), want[b].size()) != 0)
-      return ::testing::AssertionFailure() << "buffer '" << specs[b].name << "' differs";
-  return ::testing::AssertionSuccess();
+  return tree::holds_shard(buffers, specs, model.manifest, model.tensors);
 }
 
 std::string url(const std::string& scheme, const std::string& name) {

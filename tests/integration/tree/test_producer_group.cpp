@@ -93,7 +93,8 @@ class Group {
         receivers_(n + 1),
         threads_(n + 1),
         failures_(n + 1),
-        buffers_(n + 1) {
+        buffers_(n + 1),
+        placements_(n + 1) {
     for (uint32_t g = 0; g < m; ++g) make_rank(g, {});
     for (uint32_t r = 1; r <= n; ++r) {
       transport::TransportOptions to;
@@ -108,6 +109,7 @@ class Group {
       ro.join_timeout = test_time::scaled(std::chrono::seconds(20));
       ro.producer_loss_timeout = std::chrono::seconds(1);
       if (adjust_receivers) adjust_receivers(ro);
+      placements_[r] = ro.placement;
       receivers_[r] = std::make_unique<Receiver>(*member_transports_[r], ro);
     }
   }
@@ -151,7 +153,10 @@ class Group {
     for (uint32_t r = 1; r <= n_; ++r)
       threads_[r] = std::thread([this, r] {
         try {
-          join_and_serve(*receivers_[r], buffers_[r]);
+          if (placements_[r].empty())
+            join_and_serve(*receivers_[r], buffers_[r]);
+          else
+            join_and_serve_placed(*receivers_[r], placements_[r], buffers_[r]);
         } catch (const std::exception& e) {
           failures_[r] = e.what();
         }
@@ -258,6 +263,8 @@ class Group {
   }
   const codec::Partition& partition() const { return partition_; }
   const std::vector<Bytes>& buffers(uint32_t r) const { return buffers_[r]; }
+  // Member r holds only `specs`, given at attach (stated by PLACED); before start().
+  void place_late(uint32_t r, std::vector<codec::BufferPlacement> specs) { placements_[r] = std::move(specs); }
 
  private:
   std::string name_;
@@ -272,6 +279,7 @@ class Group {
   std::vector<std::thread> threads_;
   std::vector<std::string> failures_;
   std::vector<std::vector<Bytes>> buffers_;
+  std::vector<std::vector<codec::BufferPlacement>> placements_;  // [rank]: empty for a whole member
   bool started_ = false;
 };
 
@@ -324,6 +332,42 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GroupVersions,
                            return "M" + std::to_string(p.m) + "_N" + std::to_string(p.n) + "_" +
                                   std::string(topology_kind_name(p.kind)) + (p.raw ? "" : "_delta_from_zeros");
                          });
+
+// Placed members behind a producer group (docs/placement.md): members 1 and 2 hold complementary
+// slices (rows of one tensor, columns of another, a fused buffer), one stating them at HELLO, the
+// other by PLACED; member 3 holds the whole model. GROUP_BEGIN carries the plan of the slices, each
+// rank cuts its part for them and reports its part's changes inside each slice (and its part of a
+// newly stated slice's base), and the coordinator's seal carries the table: version 1 (a delta
+// from zeros: every slice stated before it) and three more, every member exact on what it holds.
+TEST(ProducerGroup, PlacedMembersAreExactBehindAGroup) {
+  Model model = Model::make(77);
+  using Part = codec::PlacementPart;
+  const std::vector<codec::BufferPlacement> first{
+      {"embed_rows", {Part{"embed", 0, 0, 100, std::nullopt}}, false, {}, 0},
+      {"w0_cols", {Part{"layer.0.w", 1, 0, 200, std::nullopt}}, false, {}, 0},
+      {"w1_rows", {Part{"layer.1.w", 0, 0, 256, std::nullopt}}, false, {}, 0}};
+  const std::vector<codec::BufferPlacement> second{
+      {"embed_rows", {Part{"embed", 0, 100, 256, std::nullopt}}, false, {}, 0},
+      {"w0_cols", {Part{"layer.0.w", 1, 200, 512, std::nullopt}}, false, {}, 0},
+      // Fused: two slices of different tensors side by side along dim 0.
+      {"fused", {Part{"layer.1.w", 0, 256, 512, std::nullopt}, Part{"layer.1.w", 0, 0, 8, std::nullopt}}, false, {}, 0},
+      {"bias", {Part{"head.bias", 0, 0, 333, std::nullopt}}, false, {}, 0}};
+  Group group(2, 3, TopologyKind::binary, model, [&](ReceiverOptions& ro) {
+    if (ro.rank == 1) ro.placement = first;  // stated at HELLO
+  });
+  group.place_late(2, second);  // stated by PLACED after WELCOME
+  ASSERT_TRUE(group.start_all());
+  for (uint64_t v = 1; v <= 4; ++v) {
+    if (v > 1) model.step(500 + v);
+    const auto reports = group.refit(model);  // version 1: a delta from zeros
+    for (uint32_t g = 0; g < 2; ++g)
+      ASSERT_TRUE(reports[g].committed) << "rank " << g << " version " << v << ": " << reports[g].abort_reason;
+    EXPECT_EQ(reports[0].verified_receivers, 3u) << "version " << v;
+    EXPECT_TRUE(holds_shard(group.buffers(1), first, model.manifest, model.tensors)) << "member 1, version " << v;
+    EXPECT_TRUE(holds_shard(group.buffers(2), second, model.manifest, model.tensors)) << "member 2, version " << v;
+    EXPECT_TRUE(same_bits(group.buffers(3), model.weights())) << "member 3, version " << v;
+  }
+}
 
 // Rank 1 dies at its 3rd RAW piece of version 1: the bootstrap aborts on every member, each back
 // at the all-zero version 0 exactly; rank 1 restarted (nothing to resume: version 0) and version 1

@@ -2,10 +2,15 @@
 // A small model for relay-tree tests: a few BF16 tensors and an F32 one, whose versions differ in
 // ~1% of elements by one ulp, plus a memcmp check of a member's buffers.
 #include <cstring>
+#include <span>
+
+#include <gtest/gtest.h>
 #include <random>
 #include <vector>
 
 #include "codec/manifest.h"
+#include "codec/placement.h"
+#include "tests/unit/codec/placement_reference.h"
 #include "tree/receiver.h"
 
 namespace deltacast::tree {
@@ -67,6 +72,42 @@ inline RunSummary join_and_serve(Receiver& receiver, std::vector<Bytes>& buffers
   for (auto& b : buffers) weights.tensors.emplace_back(b.data(), b.size());
   receiver.attach(weights, held_version);
   return receiver.run();
+}
+
+// A placed member's life (docs/placement.md): joins, attaches buffers filled with 0xEE for `specs`
+// (version 0: every held unit is written by the bootstrap or a snapshot, padding never; stated at
+// HELLO when the receiver's options hold them, else by PLACED) and serves. Throws what join,
+// attach and run throw.
+inline RunSummary join_and_serve_placed(Receiver& receiver, const std::vector<codec::BufferPlacement>& specs,
+                                        std::vector<Bytes>& buffers) {
+  const auto& manifest = receiver.join();
+  const auto placement = codec::Placement::compile(manifest, specs);
+  for (uint32_t b = 0; b < placement.buffers().size(); ++b) {
+    const auto dtype = placement.dtype(b);
+    buffers.emplace_back(placement.buffer_units(b) / codec::dtype_units_per_element(dtype) * codec::dtype_size(dtype),
+                         std::byte{0xEE});
+  }
+  std::vector<std::span<std::byte>> spans;
+  spans.reserve(buffers.size());
+  for (auto& b : buffers) spans.emplace_back(b.data(), b.size());
+  receiver.attach_placed(specs, std::move(spans), 0);
+  return receiver.run();
+}
+
+// True when `buffers` equal the slices `specs` names of `tensors` (canonical, in `manifest`'s
+// order), byte for byte; padding must still be 0xEE. The reference is built element by element
+// (tests/unit/codec/placement_reference.h), independently of the placement's mapping.
+inline ::testing::AssertionResult holds_shard(const std::vector<Bytes>& buffers,
+                                              const std::vector<codec::BufferPlacement>& specs,
+                                              const codec::Manifest& manifest, const std::vector<Bytes>& tensors) {
+  const auto placement = codec::Placement::compile(manifest, specs);
+  const auto want = codec::testing::slices_of(placement, manifest, tensors);
+  if (buffers.size() != want.size())
+    return ::testing::AssertionFailure() << buffers.size() << " buffers, expected " << want.size();
+  for (size_t b = 0; b < want.size(); ++b)
+    if (buffers[b].size() != want[b].size() || std::memcmp(buffers[b].data(), want[b].data(), want[b].size()) != 0)
+      return ::testing::AssertionFailure() << "buffer '" << specs[b].name << "' differs";
+  return ::testing::AssertionSuccess();
 }
 
 }  // namespace deltacast::tree

@@ -225,6 +225,10 @@ void expect_same(const GroupBegin& a, const GroupBegin& b) {
   EXPECT_FIELD(attempt);
   EXPECT_FIELD(base_digest);
   EXPECT_FIELD(new_layout);
+  EXPECT_FIELD(slices);
+  EXPECT_FIELD(set_slices);
+  EXPECT_FIELD(set_ends);
+  EXPECT_FIELD(scan);
 }
 void expect_same(const GroupSent& a, const GroupSent& b) {
   EXPECT_FIELD(rank);
@@ -238,6 +242,8 @@ void expect_same(const GroupSent& a, const GroupSent& b) {
   EXPECT_FIELD(errc);
   EXPECT_FIELD(message);
   EXPECT_FIELD(raw_sum);
+  EXPECT_FIELD(slice_deltas);
+  EXPECT_FIELD(slice_scans);
 }
 void expect_same(const GroupDecided& a, const GroupDecided& b) {
   EXPECT_FIELD(version);
@@ -337,8 +343,8 @@ std::vector<Message> sample_messages() {
                  "tcp://10.0.0.9:7002",
                  0x42},
       GroupReady{3, 10, true},
-      GroupBegin{10, 78, 0xfeedfacecafebeefull, true},
-      GroupSent{3, 10, 78, 17, {5, 6, 7}, {8, 9, 10}, 123456, 789, 0, "", 0xfeed},
+      GroupBegin{10, 78, 0xfeedfacecafebeefull, true, {{3, 0, 64, 128}, {5, 1, 0, 4096}}, {0, 1, 1}, {2, 3}, {1}},
+      GroupSent{3, 10, 78, 17, {5, 6, 7}, {8, 9, 10}, 123456, 789, 0, "", 0xfeed, {11, 12}, {13}},
       GroupDecided{10, 78, false, "rank 2's group link failed", 0x0123456789abcdefULL},
       Placed{{{"model.embed_tokens.weight", 0, 512, 1000}, {"model.norm.weight", 0, 0, 4096}}},
   };
@@ -363,6 +369,11 @@ struct Body {
   Body& members(const std::vector<Member>& ms) {
     u32(static_cast<uint32_t>(ms.size()));
     for (const auto& m : ms) member(m);
+    return *this;
+  }
+  Body& u32s(const std::vector<uint32_t>& vs) {
+    u32(static_cast<uint32_t>(vs.size()));
+    for (uint32_t v : vs) u32(v);
     return *this;
   }
   Body& u64s(const std::vector<uint64_t>& vs) {
@@ -482,9 +493,18 @@ Bytes expected_body(const Message& message) {
           b.u32(m.rank).u64(m.version).u8(m.raw ? 1 : 0);
         } else if constexpr (std::is_same_v<M, GroupBegin>) {
           b.u64(m.version).u64(m.attempt).u64(m.base_digest).u8(m.new_layout ? 1 : 0);
+          b.u32(static_cast<uint32_t>(m.slices.size()));
+          for (const auto& s : m.slices) b.u32(s.tensor).u32(s.dim).u64(s.start).u64(s.stop);
+          b.u32s(m.set_slices).u32s(m.set_ends).u32s(m.scan);
         } else if constexpr (std::is_same_v<M, GroupSent>) {
           b.u32(m.rank).u64(m.version).u64(m.attempt).u32(m.chunks).u64s(m.base_digest).u64s(m.new_digest);
-          b.u64(m.frame_bytes).u64(m.changes).u32(m.errc).str(m.message).u64(m.raw_sum);
+          b.u64(m.frame_bytes)
+              .u64(m.changes)
+              .u32(m.errc)
+              .str(m.message)
+              .u64(m.raw_sum)
+              .u64s(m.slice_deltas)
+              .u64s(m.slice_scans);
         } else if constexpr (std::is_same_v<M, GroupDecided>) {
           b.u64(m.version).u64(m.attempt).u8(m.committed ? 1 : 0).str(m.reason).u64(m.digest);
         } else if constexpr (std::is_same_v<M, Placed>) {
@@ -738,7 +758,10 @@ TEST(Protocol, OutOfRangeEnumsAndBoolsAreRefused) {
       {"tensor dtype", w1, w2, {0, 16, 255}},  // 1..15: the safetensors dtypes
       {"fenced replaced", Fenced{false, "r"}, Fenced{true, "r"}, {2, 0x80, 255}},
       {"member live", l1, l2, {2, 3, 255}},
-      {"group begin new_layout", GroupBegin{1, 2, 3, false}, GroupBegin{1, 2, 3, true}, {2, 255}},
+      {"group begin new_layout",
+       GroupBegin{1, 2, 3, false, {}, {}, {}, {}},
+       GroupBegin{1, 2, 3, true, {}, {}, {}, {}},
+       {2, 255}},
       {"group decided committed", GroupDecided{1, 2, false, "x"}, GroupDecided{1, 2, true, "x"}, {2, 7}},
   };
   for (const auto& c : cases) {

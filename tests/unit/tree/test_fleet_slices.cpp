@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "codec/encoder.h"
+#include "codec/partition.h"
+#include "codec/placement.h"
 #include "util/error.h"
 
 namespace deltacast::tree {
@@ -110,6 +112,30 @@ TEST(FleetSlices, PrepareGivesTheCutsAndTheTableOfTheCommittedVersion) {
   codec::EncodeOptions stale;
   f.prepare(stale, 7, junk.weights(m));
   EXPECT_EQ(stale.base_slice_digests, codec::slice_digests(junk.weights(m), stale.base_slice_digests));
+}
+
+}  // namespace
+}  // namespace deltacast::tree
+
+namespace deltacast::tree {
+namespace {
+
+// A producer group's ranks each scan their part of a slice (codec::part_slice_digest): the parts
+// add up to the slice's digest, for every partition size.
+TEST(FleetSlices, PartsOfASliceScanAddUpToItsDigest) {
+  const auto m = manifest();
+  const Version v(m, 5);
+  const codec::SpanReader reader(v.weights(m));
+  for (const codec::SliceDigest s : {codec::SliceDigest{0, 0, 3, 50, 0}, codec::SliceDigest{1, 1, 5, 27, 0},
+                                     codec::SliceDigest{2, 0, 0, 16, 0}, codec::SliceDigest{1, 0, 31, 32, 0}}) {
+    const uint64_t whole = codec::canonical_slice_digest(m, s, v.weights(m).tensors[s.tensor]);
+    for (uint32_t ranks = 1; ranks <= 4; ++ranks) {
+      const auto partition = codec::Partition::balanced(m, ranks);
+      uint64_t sum = 0;
+      for (uint32_t r = 0; r < ranks; ++r) sum += codec::part_slice_digest(reader, s, partition.part(r));
+      EXPECT_EQ(sum, whole) << "tensor " << s.tensor << " dim " << s.dim << ", " << ranks << " ranks";
+    }
+  }
 }
 
 }  // namespace
