@@ -13,8 +13,11 @@
 
 #include <gtest/gtest.h>
 
+#include "codec/encoder.h"
 #include "objstore/s3_client.h"
 #include "objstore/version_store.h"
+#include "tests/integration/tree/tree_test_model.h"
+#include "tree/store_versions.h"
 #include "util/error.h"
 
 namespace deltacast::objstore {
@@ -301,6 +304,98 @@ TEST_F(S3Server, APartlyUploadedVersionIsNeverSeenAndItsPartsAreFreed) {
   EXPECT_FALSE(client_->head(key));
   EXPECT_EQ(writer.abort_orphans(), 1u);
   EXPECT_TRUE(client_->list_multipart(o.prefix).empty());
+}
+
+// ---- a producer's versions over the store (tree/store_versions.h) ----
+
+// The frames of the delta from `base` to `next` (every chunk, then the seal), as the tree carries them.
+std::vector<std::vector<std::byte>> delta_frames(const tree::Model& base, const tree::Model& next, uint64_t v) {
+  codec::EncodeOptions o;
+  o.chunk_bytes = 64 << 10;
+  codec::DeltaEncoder encoder(base.weights(), next.weights(), codec::StateDigest::full_scan(base.weights()),
+                              codec::VersionIds{v - 1, v}, o);
+  std::vector<std::vector<std::byte>> frames;
+  for (uint32_t c = 0; c < encoder.chunk_count(); ++c) frames.push_back(encoder.encode_chunk(c));
+  frames.push_back(encoder.seal());
+  return frames;
+}
+
+uint64_t digest_of(const tree::Model& m) { return codec::StateDigest::full_scan(m.weights()).combined(); }
+
+// A member that only reaches the store: from version 0 it takes the newest snapshot and replays
+// the deltas after it; one that holds a version whose next delta was pruned takes the snapshot
+// too; one that is one version behind replays it. Every one ends exact on the newest version.
+TEST_F(S3Server, AMemberCatchesUpFromTheStoreBySnapshotAndReplay) {
+  tree::StoreLayout layout{prefix_ + "job", uint64_t{5} << 20, 2, 2};
+  tree::Model model = tree::Model::make(91);
+  tree::StorePublisher publisher(model.manifest, *client_, layout);
+  std::vector<tree::Model> versions{model};  // [v - 1]
+  publisher.publish_snapshot(1, 1, model.weights(), 100'000);
+  // A member at version 1 (took the snapshot before the deltas came).
+  std::vector<tree::Bytes> early(model.tensors);
+  codec::MutableWeights early_w{&model.manifest, {}};
+  for (auto& t : early) early_w.tensors.emplace_back(t.data(), t.size());
+  tree::StoreFollower behind(model.manifest, *client_, layout, early_w, 1,
+                             codec::StateDigest::full_scan(early_w.as_const()));
+  for (uint64_t v = 2; v <= 5; ++v) {
+    tree::Model next = versions.back();
+    next.step(v);
+    publisher.publish_delta(v, v - 1, 1, digest_of(next), delta_frames(versions.back(), next, v));
+    versions.push_back(next);
+    if (v == 4) publisher.publish_snapshot(4, 1, next.weights(), 100'000);
+    publisher.prune();  // 2 deltas kept: 2 and 3 are gone by the end
+    if (v == 2) {
+      EXPECT_EQ(behind.catch_up(), 2u);  // one delta behind: replayed
+      EXPECT_EQ(behind.stats().snapshots_taken, 0u);
+    }
+  }
+  const tree::Model& newest = versions.back();
+  // From version 0: the snapshot of version 4, then delta 5.
+  std::vector<tree::Bytes> fresh;
+  codec::MutableWeights fresh_w{&model.manifest, {}};
+  for (const auto& t : model.manifest.tensors()) fresh.emplace_back(t.nbytes());
+  for (auto& t : fresh) fresh_w.tensors.emplace_back(t.data(), t.size());
+  tree::StoreFollower newcomer(model.manifest, *client_, layout, fresh_w, 0,
+                               codec::StateDigest::full_scan(fresh_w.as_const()));
+  EXPECT_EQ(newcomer.catch_up(), 5u);
+  EXPECT_EQ(newcomer.stats().snapshots_taken, 1u);
+  EXPECT_EQ(newcomer.stats().deltas_applied, 1u);
+  EXPECT_TRUE(tree::same_bits(fresh, newest.weights()));
+  EXPECT_EQ(newcomer.digest(), digest_of(newest));
+  // At version 2, delta 3 pruned: the snapshot, then delta 5.
+  EXPECT_EQ(behind.catch_up(), 5u);
+  EXPECT_EQ(behind.stats().snapshots_taken, 1u);
+  EXPECT_TRUE(tree::same_bits(early, newest.weights()));
+  EXPECT_EQ(newcomer.catch_up(), 5u);  // nothing new: nothing done
+}
+
+// A delta whose object was damaged in the bucket is refused and rolled back: the member stays
+// exactly at the version it held, and catches up once the producer publishes a good version.
+TEST_F(S3Server, ADamagedDeltaLeavesTheMemberAtItsVersion) {
+  tree::StoreLayout layout{prefix_ + "job", uint64_t{5} << 20, 2, 4};
+  tree::Model v1 = tree::Model::make(92);
+  tree::StorePublisher publisher(v1.manifest, *client_, layout);
+  publisher.publish_snapshot(1, 1, v1.weights(), 100'000);
+  std::vector<tree::Bytes> held;
+  codec::MutableWeights w{&v1.manifest, {}};
+  for (const auto& t : v1.manifest.tensors()) held.emplace_back(t.nbytes());
+  for (auto& t : held) w.tensors.emplace_back(t.data(), t.size());
+  tree::StoreFollower member(v1.manifest, *client_, layout, w, 0, codec::StateDigest::full_scan(w.as_const()));
+  ASSERT_EQ(member.catch_up(), 1u);
+  tree::Model v2 = v1;
+  v2.step(2);
+  auto frames = delta_frames(v1, v2, 2);
+  const auto m = publisher.publish_delta(2, 1, 1, digest_of(v2), frames);
+  // Overwrite the object with the frames of another delta of the same sizes: every XXH3 differs.
+  std::vector<std::byte> junk = client_->get(m.object);
+  for (size_t i = 0; i < junk.size(); i += 97) junk[i] ^= std::byte{0x10};
+  client_->put(m.object, junk);
+  EXPECT_THROW(member.catch_up(), Error);
+  EXPECT_EQ(member.version(), 1u);
+  EXPECT_TRUE(tree::same_bits(held, v1.weights())) << "a refused delta left bits behind";
+  publisher.publish_delta(2, 1, 1, digest_of(v2), frames);  // published again, whole
+  EXPECT_EQ(member.catch_up(), 2u);
+  EXPECT_TRUE(tree::same_bits(held, v2.weights()));
 }
 
 }  // namespace

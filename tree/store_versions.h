@@ -1,0 +1,94 @@
+#pragma once
+// Versions over an object store (issue 34; docs/object-storage.md, "The producer and the receivers
+// over the store"): what a producer publishes for members that cannot reach it, and how such a
+// member catches up from the store alone. Under a prefix:
+//   PREFIX/deltas/...     each committed delta: its codec frames (chunks, then the seal), as the tree
+//                         carries them (objstore::VersionWriter's layout)
+//   PREFIX/snapshots/...  whole versions for members too far behind: RAW records, each a RAW
+//                         message (its header, tree/protocol.h) followed by its body
+// A member replays every delta after the version it holds, each checked as over the tree (base
+// version and digest, every chunk exactly once, the seal's digests); when one it needs is gone
+// (pruned, or never published) it takes the newest snapshot (checked by a full-scan digest against
+// the manifest's) and replays from there. A refused delta is rolled back: the weights stay at the
+// last version committed here.
+//
+// Thread-safety: one thread at a time per object (each uses the store's parallel threads inside a
+// call).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codec/applier.h"
+#include "codec/digest.h"
+#include "codec/manifest.h"
+#include "objstore/s3_client.h"
+#include "objstore/version_store.h"
+
+namespace deltacast::tree {
+
+struct StoreLayout {
+  std::string prefix;                        // without a trailing '/'
+  uint64_t part_bytes = uint64_t{16} << 20;  // multipart part size (at least 5 MiB)
+  unsigned parallel = 4;                     // parts and ranges in flight
+  uint32_t retain_versions = 4;              // deltas kept (and snapshots: the same count)
+};
+
+class StorePublisher {
+ public:
+  StorePublisher(const codec::Manifest& manifest, objstore::S3Client& client, const StoreLayout& layout);
+  // A committed delta from `base_version` to `version`: its frames in order (every chunk, then the
+  // seal), whose new state's combined digest is `digest`.
+  objstore::VersionManifest publish_delta(uint64_t version, uint64_t base_version, uint64_t epoch, uint64_t digest,
+                                          const std::vector<std::vector<std::byte>>& frames);
+  // Version `version` whole (`weights`), in RAW records of at most piece_bytes each; its digest is
+  // a full scan of `weights`.
+  objstore::VersionManifest publish_snapshot(uint64_t version, uint64_t epoch, const codec::ConstWeights& weights,
+                                             uint64_t piece_bytes = uint64_t{4} << 20);
+  // Deletes deltas and snapshots beyond retain_versions of each; a dead writer's parts too.
+  void prune();
+
+ private:
+  const codec::Manifest& manifest_;
+  objstore::VersionWriter deltas_;
+  objstore::VersionWriter snapshots_;
+};
+
+class StoreFollower {
+ public:
+  // `weights` (the host's, outliving this) hold `version`, whose StateDigest is `digest`.
+  StoreFollower(const codec::Manifest& manifest, objstore::S3Client& client, const StoreLayout& layout,
+                codec::MutableWeights weights, uint64_t version, codec::StateDigest digest);
+  ~StoreFollower();
+  // Brings the weights to the newest delta the store holds (or its newest snapshot when that is
+  // newer): replays, or a snapshot then replays. Returns the version held. Throws Error
+  // (corrupt_frame, verify_failed, version_mismatch, not_found, connection, ...) when it cannot;
+  // the weights then hold the last version committed here (a snapshot that broke off: version 0's
+  // zeros, a true state).
+  uint64_t catch_up();
+  uint64_t version() const;
+  uint64_t digest() const;  // combined StateDigest of version()
+
+  struct Stats {
+    uint64_t deltas_applied = 0;
+    uint64_t snapshots_taken = 0;
+    uint64_t bytes_downloaded = 0;
+  };
+  Stats stats() const { return stats_; }
+
+ private:
+  // Applies delta `v` (base: the version held). False when the store has no manifest for it.
+  bool replay(uint64_t v);
+  // Lands snapshot `v` and makes it the version held.
+  void take_snapshot(uint64_t v);
+
+  const codec::Manifest& manifest_;
+  objstore::VersionReader deltas_;
+  objstore::VersionReader snapshots_;
+  codec::MutableWeights weights_;
+  std::unique_ptr<codec::DeltaApplier> applier_;
+  Stats stats_;
+};
+
+}  // namespace deltacast::tree
