@@ -95,12 +95,33 @@ class PieceLedger {
   uint64_t hash_ = 0;
 };
 
+// What both bootstraps share: the ledger under a lock. Every piece was hashed as it landed; the
+// producer hashed the same pieces of its checkpoint, so equal sums mean equal bits (a misplaced
+// piece hashes differently).
+class PieceBootstrap : public VersionApplier {
+ public:
+  explicit PieceBootstrap(const codec::Manifest& manifest) : manifest_(manifest) {}
+  bool complete() const final {
+    std::lock_guard lock(mutex_);
+    return ledger_.complete();
+  }
+  uint64_t verify() final {
+    std::lock_guard lock(mutex_);
+    return ledger_.hash_sum();
+  }
+
+ protected:
+  const codec::Manifest& manifest_;
+  mutable std::mutex mutex_;
+  PieceLedger ledger_;
+};
+
 // The bootstrap of a whole member. Each piece is claimed before its body lands straight in the
 // weights and hashed where it landed. Rollback is a memset to zero.
-class RawBootstrap final : public VersionApplier {
+class RawBootstrap final : public PieceBootstrap {
  public:
   RawBootstrap(const codec::Manifest& manifest, codec::MutableWeights weights)
-      : manifest_(manifest), weights_(std::move(weights)) {}
+      : PieceBootstrap(manifest), weights_(std::move(weights)) {}
 
   std::span<std::byte> claim_piece(const RawChunkHeader& h, SharedBytes&) override {
     std::lock_guard lock(mutex_);
@@ -110,16 +131,6 @@ class RawBootstrap final : public VersionApplier {
   void land_piece(const RawChunkHeader& h, std::optional<uint64_t> hash) override {
     std::lock_guard lock(mutex_);
     ledger_.land(h.chunk_index, hash);
-  }
-  bool complete() const override {
-    std::lock_guard lock(mutex_);
-    return ledger_.complete();
-  }
-  // Every piece was hashed where it lies in the buffers; the producer hashed the same pieces of
-  // its checkpoint, so equal sums mean equal bits (a misplaced piece hashes differently).
-  uint64_t verify() override {
-    std::lock_guard lock(mutex_);
-    return ledger_.hash_sum();
   }
   uint64_t commit() override {
     std::lock_guard lock(mutex_);
@@ -134,10 +145,7 @@ class RawBootstrap final : public VersionApplier {
   }
 
  private:
-  const codec::Manifest& manifest_;
   codec::MutableWeights weights_;
-  mutable std::mutex mutex_;
-  PieceLedger ledger_;
 };
 
 // The bootstrap of a placed member (docs/placement.md, "Bootstrap and catch-up"). A piece's body
@@ -146,10 +154,10 @@ class RawBootstrap final : public VersionApplier {
 // piece's share of the whole version's StateDigest is added up: a placed member sees every byte
 // of version 1 go by, so it learns the name (combined digest) of the version it holds, as a
 // whole member does by its full scan. Rollback zeroes the held units.
-class PlacedBootstrap final : public VersionApplier {
+class PlacedBootstrap final : public PieceBootstrap {
  public:
   PlacedBootstrap(const codec::Manifest& manifest, codec::PlacedWeights weights)
-      : manifest_(manifest), weights_(std::move(weights)), per_tensor_(manifest.size(), 0) {}
+      : PieceBootstrap(manifest), weights_(std::move(weights)), per_tensor_(manifest.size(), 0) {}
 
   std::span<std::byte> claim_piece(const RawChunkHeader& h, SharedBytes& bounce) override {
     std::lock_guard lock(mutex_);
@@ -180,14 +188,6 @@ class PlacedBootstrap final : public VersionApplier {
     per_tensor_[h.tensor] += share;
     ledger_.land(h.chunk_index, hash);
   }
-  bool complete() const override {
-    std::lock_guard lock(mutex_);
-    return ledger_.complete();
-  }
-  uint64_t verify() override {
-    std::lock_guard lock(mutex_);
-    return ledger_.hash_sum();
-  }
   uint64_t commit() override {
     std::lock_guard lock(mutex_);
     const uint64_t digest = ledger_.hash_sum();
@@ -212,10 +212,7 @@ class PlacedBootstrap final : public VersionApplier {
     std::fill(per_tensor_.begin(), per_tensor_.end(), 0);
   }
 
-  const codec::Manifest& manifest_;
   codec::PlacedWeights weights_;
-  mutable std::mutex mutex_;
-  PieceLedger ledger_;
   std::map<uint32_t, std::shared_ptr<std::vector<std::byte>>> bodies_;  // claimed, not landed
   std::vector<uint64_t> per_tensor_;                                    // StateDigest of what landed
   std::optional<codec::StateDigest> committed_;
