@@ -175,6 +175,48 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
       {"egress.producer", [](Config& c, std::string_view v) { c.egress.producer = parse_rate(v); }},
       {"egress.members", [](Config& c, std::string_view v) { c.egress.members = parse_rate(v); }},
       {"egress.burst", [](Config& c, std::string_view v) { c.egress.burst = parse_size(v); }},
+      {"store.endpoint",
+       [](Config& c, std::string_view v) {
+         if (!v.empty() && v.rfind("http://", 0) != 0 && v.rfind("https://", 0) != 0)
+           throw BadValue{"must start with http:// or https://, got " + in_quotes(v)};
+         c.store.endpoint = std::string(v);
+       }},
+      {"store.region", [](Config& c, std::string_view v) { c.store.region = non_empty(v); }},
+      {"store.bucket", [](Config& c, std::string_view v) { c.store.bucket = non_empty(v); }},
+      {"store.prefix",
+       [](Config& c, std::string_view v) {
+         if (!v.empty() && (v.front() == '/' || v.back() == '/'))
+           throw BadValue{"must not begin or end with '/', got " + in_quotes(v)};
+         c.store.prefix = std::string(v);
+       }},
+      {"store.addressing", [](Config& c, std::string_view v) { c.store.addressing = one_of(v, {"path", "virtual"}); }},
+      {"store.part_bytes",
+       [](Config& c, std::string_view v) {
+         const uint64_t n = parse_size(v);
+         if (n < (5ull << 20) || n > (5ull << 30)) throw BadValue{"must be between 5MiB and 5GiB (S3's part sizes)"};
+         c.store.part_bytes = n;
+       }},
+      {"store.parallel", [](Config& c, std::string_view v) { c.store.parallel = parse_int<uint32_t>(v, 1, 64); }},
+      {"store.retain_versions",
+       [](Config& c, std::string_view v) { c.store.retain_versions = parse_int<uint32_t>(v, 1, 1024); }},
+      {"store.snapshot_every",
+       [](Config& c, std::string_view v) { c.store.snapshot_every = parse_int<uint32_t>(v, 0, 1'000'000); }},
+      {"store.poll", [](Config& c, std::string_view v) { c.store.poll = positive_duration(v); }},
+      {"store.clusters",
+       [](Config& c, std::string_view v) {
+         // A comma-separated list (env, --set), or a YAML list joined so by the parser.
+         c.store.clusters.clear();
+         size_t at = 0;
+         while (at <= v.size() && !v.empty()) {
+           const size_t comma = std::min(v.find(',', at), v.size());
+           std::string label(v.substr(at, comma - at));
+           label.erase(0, label.find_first_not_of(' '));
+           label.erase(label.find_last_not_of(' ') + 1);
+           if (label.empty()) throw BadValue{"an empty cluster label in " + in_quotes(v)};
+           c.store.clusters.push_back(std::move(label));
+           at = comma + 1;
+         }
+       }},
       {"output.dir", [](Config& c, std::string_view v) { c.output.dir = non_empty(v); }},
       {"output.metrics_file", [](Config& c, std::string_view v) { c.output.metrics_file = std::string(v); }},
       {"output.log_file",
@@ -256,20 +298,33 @@ void parse_document(Config& config, const std::string& source, const YAML::Node&
   if (root.IsNull()) return;  // an empty file: defaults only (validate() reports what is missing)
   require_map(source, root, "(top level)");
   const std::set<std::string> top = {
-      "producer",        "producer_cluster", "clusters", "probe_file",  "transport",  "topology", "chunk_bytes",
-      "retain_versions", "members",          "timeouts", "secret_file", "trainer",    "output",   "log_level",
-      "allow_insecure",  "egress",           "commit",   "producers",   "group_parts"};
+      "producer",        "producer_cluster", "clusters", "probe_file",  "transport",   "topology", "chunk_bytes",
+      "retain_versions", "members",          "timeouts", "secret_file", "trainer",     "output",   "log_level",
+      "allow_insecure",  "egress",           "commit",   "producers",   "group_parts", "store"};
   const std::map<std::string, std::set<std::string>> sections = {
       {"timeouts", {"connect", "heartbeat", "peer", "refit", "join", "producer_loss"}},
       {"trainer", {"kind", "dir", "read", "params", "steps", "lr", "seed"}},
       {"output", {"dir", "metrics_file", "log_file", "checkpoint_dir", "keep"}},
       {"egress", {"producer", "members", "burst"}},
+      {"store",
+       {"endpoint", "region", "bucket", "prefix", "addressing", "part_bytes", "parallel", "retain_versions",
+        "snapshot_every", "poll", "clusters"}},
   };
   for_each_entry(source, root, "", top, [&](const std::string& key, const YAML::Node& value) {
     if (auto section = sections.find(key); section != sections.end()) {
       require_map(source, value, key);
-      for_each_entry(source, value, key, section->second,
-                     [&](const std::string& sub, const YAML::Node& v) { set_scalar(config, source, sub, v); });
+      for_each_entry(source, value, key, section->second, [&](const std::string& sub, const YAML::Node& v) {
+        if (sub == "store.clusters" && v.IsSequence()) {
+          std::string joined;
+          for (const auto& label : v) {
+            if (!label.IsScalar()) fail_at(source, label, "key 'store.clusters' expects a list of cluster labels");
+            joined += (joined.empty() ? "" : ",") + label.Scalar();
+          }
+          apply_override(config, sub, joined, where(source, v.Mark()));
+        } else {
+          set_scalar(config, source, sub, v);
+        }
+      });
     } else if (key == "members") {
       if (value.IsSequence()) {
         parse_explicit_members(config, source, value);
@@ -501,6 +556,30 @@ std::vector<std::string> producer_rank_urls(const Config& config) {
   return urls;
 }
 
+namespace {
+
+void validate_store(const Config& config, const std::vector<MemberConfig>& members) {
+  const StoreConfig& store = config.store;
+  if (!store.enabled()) {
+    if (!store.clusters.empty())
+      throw Error(Errc::config, "config: store.clusters names clusters, but store.endpoint is not set");
+    return;
+  }
+  if (store.bucket.empty()) throw Error(Errc::config, "config: store.endpoint is set but store.bucket is not");
+  if (config.producers > 1)
+    throw Error(Errc::config, "config: a producer group (producers: " + std::to_string(config.producers) +
+                                  ") cannot publish to the store yet: use producers: 1 with store.endpoint");
+  for (const auto& label : store.clusters) {
+    if (!config.producer_cluster.empty() && label == config.producer_cluster)
+      throw Error(Errc::config, "config: store.clusters names '" + label +
+                                    "', the producer's own cluster (producer_cluster): its members reach the producer");
+    if (std::none_of(members.begin(), members.end(), [&](const MemberConfig& m) { return m.cluster == label; }))
+      throw Error(Errc::config, "config: store.clusters names '" + label + "', which no member carries");
+  }
+}
+
+}  // namespace
+
 void validate(const Config& config) {
   if (config.producer.empty()) {
     throw Error(Errc::config, "config: 'producer' is not set (YAML key producer or env DELTACAST_PRODUCER)");
@@ -541,6 +620,46 @@ void validate(const Config& config) {
   if (config.timeouts.heartbeat >= config.timeouts.peer) {
     throw Error(Errc::config, "config: timeouts.heartbeat must be shorter than timeouts.peer");
   }
+  validate_store(config, members);
+}
+
+VersionRoute version_route(const Config& config, int member_rank) {
+  const auto members = member_list(config);
+  if (member_rank < 0 || static_cast<size_t>(member_rank) >= members.size())
+    throw Error(Errc::config, "config: no member of rank " + std::to_string(member_rank));
+  const auto& labels = config.store.clusters;
+  auto in_store = [&](const MemberConfig& m) {
+    return config.store.enabled() && std::find(labels.begin(), labels.end(), m.cluster) != labels.end();
+  };
+  const MemberConfig& me = members[static_cast<size_t>(member_rank)];
+  VersionRoute route;
+  if (!in_store(me)) {
+    for (const auto& m : members) {
+      if (!in_store(m)) ++route.tree_rank;
+      if (m.rank == member_rank) break;
+    }
+    return route;
+  }
+  for (const auto& m : members) {  // sorted by rank: the first of the cluster is its gateway
+    if (m.cluster != me.cluster) continue;
+    if (route.gateway < 0) {
+      route.gateway = m.rank;
+    } else {
+      route.behind.push_back(m.rank);
+      if (m.rank == member_rank) route.tree_rank = static_cast<uint32_t>(route.behind.size());
+    }
+  }
+  route.kind = route.gateway == member_rank ? VersionRoute::Kind::gateway : VersionRoute::Kind::behind_gateway;
+  if (route.kind == VersionRoute::Kind::behind_gateway) route.behind.clear();
+  return route;
+}
+
+uint32_t producer_tree_members(const Config& config) {
+  uint32_t n = 0;
+  for (const auto& m : member_list(config))
+    n += !config.store.enabled() || std::find(config.store.clusters.begin(), config.store.clusters.end(), m.cluster) ==
+                                        config.store.clusters.end();
+  return n;
 }
 
 std::vector<std::vector<int>> read_probe_clusters(const std::string& path, size_t job_size) {

@@ -88,6 +88,31 @@ struct OutputConfig {
   uint32_t keep = 2;  // versions kept in checkpoint_dir (>= 1)
 };
 
+// Versions through an S3-compatible object store (docs/object-storage.md): the producer publishes
+// every committed version under bucket/prefix, and members whose cluster label is in `clusters`
+// take their versions from the store instead of the producer's tree. In each such cluster the
+// member of lowest rank reads the store (the cluster's gateway) and roots the cluster's own relay
+// tree for the others, so each version crosses the boundary once per cluster. Off while `endpoint`
+// is empty. Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (/ AWS_SESSION_TOKEN) or the
+// shared credentials file, never the config.
+struct StoreConfig {
+  std::string endpoint;  // http(s)://host[:port]; empty: no store
+  std::string region = "us-east-1";
+  std::string bucket;
+  std::string prefix = "deltacast";          // the version chain's objects, under bucket/prefix/
+  std::string addressing = "path";           // path | virtual (https://BUCKET.host/KEY)
+  uint64_t part_bytes = uint64_t{16} << 20;  // multipart part size (5 MiB .. 5 GiB)
+  uint32_t parallel = 4;                     // parts uploaded and ranges downloaded at a time (1..64)
+  // Deltas and snapshots kept in the store (1..1024); a snapshot goes up at least this often.
+  uint32_t retain_versions = 16;
+  // A whole version (snapshot) every this many versions, for members further behind than
+  // retain_versions; 0: version 1 only (and the version after a publish that failed).
+  uint32_t snapshot_every = 0;
+  std::chrono::milliseconds poll{200};  // how often a gateway looks for a new version
+  std::vector<std::string> clusters;    // member cluster labels that take versions from the store
+  bool enabled() const noexcept { return !endpoint.empty(); }
+};
+
 struct Config {
   std::string producer;            // producer's transport URL (rendezvous address)
   std::string transport = "tcp";   // transport scheme, e.g. tcp, ofi+tcp, ucx, loopback
@@ -126,6 +151,7 @@ struct Config {
   TrainerConfig trainer;
   EgressConfig egress;
   OutputConfig output;
+  StoreConfig store;
   std::string log_level = "info";  // trace | debug | info | warn | error | off
 };
 
@@ -168,6 +194,23 @@ std::vector<MemberConfig> member_list(const Config& config);
 // port + g. Throws Error(config) when `producers` > 1 and the producer URL has no port, or a rank's
 // port is out of range.
 std::vector<std::string> producer_rank_urls(const Config& config);
+
+// Where member `member_rank` takes its versions from (store.clusters; docs/object-storage.md).
+struct VersionRoute {
+  enum class Kind {
+    producer,        // the producer's relay tree
+    gateway,         // the store: the lowest rank of a store cluster, which roots that cluster's tree
+    behind_gateway,  // its store cluster's tree, rooted at the gateway
+  };
+  Kind kind = Kind::producer;
+  uint32_t tree_rank = 0;   // its receiver rank (1..) in the tree it joins; 0 for a gateway
+  int gateway = -1;         // behind_gateway: the gateway's member rank; gateway: its own
+  std::vector<int> behind;  // gateway: the member ranks behind it, tree rank i + 1 at [i]
+};
+// Throws Error(config) for a member rank outside the members.
+VersionRoute version_route(const Config& config, int member_rank);
+// The members that join the producer's own tree (no store cluster's label).
+uint32_t producer_tree_members(const Config& config);
 
 // Whether `commit` delegates each version's commit decision: `delegated`, or `auto` when
 // producer_cluster is named and no member carries that label (docs/config.md).

@@ -336,8 +336,10 @@ S3Client::Response S3Client::perform(const Request& request) {
       Response r = attempt(request);
       if (r.status >= 200 && r.status < 300) return r;
       const std::string detail = s3_error(r.text());
-      const std::string what =
-          request.what + ": HTTP " + std::to_string(r.status) + (detail.empty() ? "" : " " + detail);
+      // Named with the bucket: RGW's NoSuchBucket carries an empty message.
+      const std::string what = request.what + ": HTTP " + std::to_string(r.status) +
+                               (detail.empty() ? "" : " " + detail) + " (bucket " + options_.bucket + " at " +
+                               options_.endpoint + ")";
       if (!retryable(r.status)) {
         const Errc code = r.status == 403 || r.status == 401 ? Errc::auth
                           : r.status == 404                  ? Errc::not_found

@@ -188,12 +188,13 @@ std::vector<uint64_t> VersionWriter::prune() {
   }
   std::sort(versions.begin(), versions.end());
   std::vector<uint64_t> deleted;
-  if (versions.size() <= options_.retain_versions) return deleted;
   for (size_t i = 0; i + options_.retain_versions < versions.size(); ++i) {
     client_.remove(manifest_key(options_.prefix, versions[i]));  // unseen first, then the bytes
     client_.remove(frames_key(options_.prefix, versions[i]));
     deleted.push_back(versions[i]);
   }
+  // The parts of a publish whose abort failed (the store was away) or of a writer that died.
+  abort_orphans();
   return deleted;
 }
 
@@ -235,7 +236,15 @@ std::vector<std::vector<std::byte>> VersionReader::frames(const VersionManifest&
   std::vector<std::vector<std::byte>> out(m.frames.size());
   parallel_for(m.frames.size(), options_.parallel, [&](size_t i) {
     const StoredFrame& f = m.frames[i];
-    out[i] = client_.get_range(m.object, f.offset, f.size);
+    try {
+      out[i] = client_.get_range(m.object, f.offset, f.size);
+    } catch (const Error& e) {
+      // A range outside the object or a short answer: the object is not the one the manifest names
+      // (truncated or replaced), as when its bytes differ.
+      if (e.code() != Errc::invalid_argument && e.code() != Errc::corrupt_frame) throw;
+      throw Error(Errc::corrupt_frame, m.object + ": frame " + std::to_string(i) + " of version " +
+                                           std::to_string(m.version) + " is not in the object (" + e.what() + ")");
+    }
     if (XXH3_64bits(out[i].data(), out[i].size()) != f.xxh3)
       throw Error(Errc::corrupt_frame, m.object + ": frame " + std::to_string(i) + " of version " +
                                            std::to_string(m.version) + " does not hash to its manifest's xxh3");

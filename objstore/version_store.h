@@ -72,7 +72,9 @@ class VersionWriter {
                           const std::vector<std::span<const std::byte>>& frames, const std::string& kind = "delta");
   // Deletes every version older than the newest retain_versions (manifest first, then frames):
   // a reader that got such a manifest meanwhile fails with Error(not_found) and starts again from
-  // latest. Returns the versions deleted.
+  // latest. Then abort_orphans(): the parts of a publish that failed while the store was away (its
+  // abort failed too) or of a writer that died; so, like it, call it when no publish is in flight.
+  // Returns the versions deleted.
   std::vector<uint64_t> prune();
   // Aborts every multipart upload under the prefix (call it when no publish is in flight: a
   // producer at start, cleaning after one that died). Returns how many.
@@ -92,7 +94,8 @@ class VersionReader {
   // pruned), Error(corrupt_frame) when it is not a consistent manifest of that version.
   VersionManifest manifest(uint64_t version);
   // Every frame of `m`, in order: ranged GETs, `parallel` at a time, each checked against its
-  // XXH3. Error(corrupt_frame) naming the frame when its bytes differ.
+  // XXH3. Error(corrupt_frame) naming the frame and the version when its bytes differ or the
+  // object does not hold it (truncated, replaced by a shorter one).
   std::vector<std::vector<std::byte>> frames(const VersionManifest& m);
 
  private:

@@ -16,6 +16,10 @@
 #   scripts/s3-server.sh restart-rgw DIR  (re)starts radosgw on the same port; waits until it answers
 #   scripts/s3-server.sh curl DIR ARGS... curl signed with DIR's key (SigV4); PH=<sha256 of the body>
 #                                         or UNSIGNED-PAYLOAD (default: the hash of an empty body)
+#   scripts/s3-server.sh revoke-key DIR   deletes the S3 user's key: requests get 403
+#                                         InvalidAccessKeyId (credentials revoked mid-run)
+#   scripts/s3-server.sh restore-key DIR  makes that key again, the same key and secret
+#   scripts/s3-server.sh admin DIR ARGS... radosgw-admin ARGS on DIR's cluster
 #   scripts/s3-server.sh install          scripts/install-deps.sh --test (ceph-mon ceph-osd radosgw
 #                                         uuid-runtime curl); nothing else here installs anything
 #
@@ -201,6 +205,11 @@ mon data avail warn = 1
 mon data avail crit = 0
 # the mon batches map updates for 1 s by default, which made each pool radosgw creates cost ~2 s
 paxos propose interval = 0.05
+# radosgw-admin (revoke-key) waits for every radosgw watching the cache objects to answer its
+# notification, one that was killed (kill-rgw) too, until the OSD drops that watch: after 5 s
+# without a ping rather than 30 (clients ping each watch every tick, so every 1 s rather than 5)
+osd client watch timeout = 5
+objecter tick interval = 1
 [mon]
 mon data = $S3_DIR/mon/\$id
 [osd]
@@ -357,6 +366,27 @@ cmd_restart_rgw() {
   echo "s3-server: radosgw back at $S3_ENDPOINT in $(elapsed "$t0") s"
 }
 
+rgw_admin() { timeout 60 radosgw-admin -c "$CEPH_CONF" "$@"; }
+
+cmd_revoke_key() {
+  load_env "$1"
+  rgw_admin key rm --uid=deltacast --key-type=s3 --access-key="$S3_KEY" >/dev/null ||
+    die "radosgw-admin key rm failed"
+  echo "s3-server: key $S3_KEY revoked ($S3_DIR)"
+}
+
+cmd_restore_key() {
+  load_env "$1"
+  rgw_admin key create --uid=deltacast --key-type=s3 --access-key="$S3_KEY" --secret-key="$S3_SECRET" >/dev/null ||
+    die "radosgw-admin key create failed"
+  echo "s3-server: key $S3_KEY restored ($S3_DIR)"
+}
+
+cmd_admin() {
+  load_env "$1"; shift
+  rgw_admin "$@"
+}
+
 cmd_smoke() {
   load_env "$1"
   local t0 ep="$S3_ENDPOINT/$S3_BUCKET" w up e1 e2 code
@@ -402,6 +432,9 @@ case "${1:-}" in
   kill-rgw) cmd_kill_rgw "${2:-}" ;;
   restart-rgw) cmd_restart_rgw "${2:-}" ;;
   curl) [ $# -ge 2 ] || usage; shift; cmd_curl "$@" ;;
+  revoke-key) cmd_revoke_key "${2:-}" ;;
+  restore-key) cmd_restore_key "${2:-}" ;;
+  admin) [ $# -ge 2 ] || usage; shift; cmd_admin "$@" ;;
   install) exec "$SCRIPT_DIR/install-deps.sh" --test ;;
   *) usage ;;
 esac

@@ -57,4 +57,18 @@ ProducerOptions producer_options_from(const config::Config& c) {
   return options;
 }
 
+objstore::S3Options store_s3_options(const config::Config& c) {
+  objstore::S3Options options;
+  options.endpoint = c.store.endpoint;
+  options.region = c.store.region;
+  options.bucket = c.store.bucket;
+  options.path_style = c.store.addressing == "path";
+  options.connect_timeout = c.timeouts.connect;
+  return options;
+}
+
+StoreLayout store_layout(const config::Config& c) {
+  return StoreLayout{c.store.prefix, c.store.part_bytes, c.store.parallel, c.store.retain_versions};
+}
+
 }  // namespace deltacast::tree

@@ -2,9 +2,11 @@
 // The tree's and the transports' options from a run config (docs/config.md): one mapping for the
 // CLI (`deltacast run`) and the C API, so a key means the same wherever it is set.
 #include "config/config.h"
+#include "objstore/s3_client.h"
 #include "transport/transport.h"
 #include "tree/producer.h"
 #include "tree/receiver.h"
+#include "tree/store_versions.h"
 
 namespace deltacast::tree {
 
@@ -23,5 +25,10 @@ ReceiverOptions receiver_options_from(const config::Config& c);
 // start waits max(join, refit) for every member). Listen URL, receivers and encoder threads are
 // the caller's.
 ProducerOptions producer_options_from(const config::Config& c);
+
+// The object store's client options (store.endpoint, region, bucket, addressing; timeouts.connect
+// bounds a connection) and its layout (store.prefix, part_bytes, parallel, retain_versions).
+objstore::S3Options store_s3_options(const config::Config& c);
+StoreLayout store_layout(const config::Config& c);
 
 }  // namespace deltacast::tree

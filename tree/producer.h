@@ -118,6 +118,13 @@ struct ProducerOptions {
   // RefitOptions::layout. Empty: no files. Must pass check_layout for the manifest
   // (Error(invalid_argument) otherwise).
   CheckpointLayout layout;
+  // Called on the driving thread once a delta version committed (one producer, not a group; not
+  // the bootstrap, nor publish/forward), with its codec frames as encoded (every chunk in order,
+  // then the seal): what a producer also publishes to an object store (docs/object-storage.md).
+  // It should return quickly (queue the work). Optional; without it no frame is kept.
+  std::function<void(uint64_t version, uint64_t base_version, uint64_t digest,
+                     std::vector<std::vector<std::byte>> frames)>
+      on_committed_delta;
   // A producer group's rank (size 1: one producer). A rank >= 1 ignores receivers, topology,
   // cluster, delegate_commit and layout: the coordinator's WELCOME says them.
   ProducerGroupOptions group;
@@ -252,6 +259,14 @@ class Producer {
   // replay .dcx files. Frames are sent in the given order, duplicates included.
   RefitReport publish(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version, uint64_t expected_digest,
                       const RefitOptions& options = {});
+  // publish() for a relay of another producer's versions (a store gateway, docs/object-storage.md
+  // "Hybrid"): `bits` are version `new_version`'s (already verified against `digest` by the
+  // caller, e.g. by applying the same frames); once it commits they become the baseline (copied),
+  // so the producer serves snapshots of it to members that rejoin. Throws like publish();
+  // Error(invalid_argument) when `bits` do not match the manifest, Error(state) before start() or
+  // in a group.
+  RefitReport forward(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
+                      const codec::ConstWeights& bits, const codec::StateDigest& digest);
   // Sends BYE to every receiver and closes the links.
   void finish();
 

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "codec/dtype.h"
+
 #include "tree/producer/raw_pieces.h"
 #include "tree/protocol.h"
 #include "util/error.h"
+#include "util/json.h"
 
 namespace deltacast::tree {
 namespace {
@@ -15,7 +18,100 @@ objstore::VersionStoreOptions under(const StoreLayout& layout, const char* what)
                                        layout.parallel, layout.retain_versions};
 }
 
+std::string key_under(const StoreLayout& layout, const char* name) {
+  return layout.prefix.empty() ? name : layout.prefix + "/" + name;
+}
+
+constexpr const char* kModelFormat = "deltacast-store-model-1";
+constexpr const char* kEndFormat = "deltacast-store-end-1";
+
+std::string text_of(const std::vector<std::byte>& bytes) {
+  return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+void put_json(objstore::S3Client& client, const std::string& key, const nlohmann::json& j) {
+  const std::string text = j.dump();
+  client.put(key, std::as_bytes(std::span(text.data(), text.size())));
+}
+
+// The object as JSON of `format`; nullopt when it does not exist.
+std::optional<nlohmann::json> get_json(objstore::S3Client& client, const std::string& key, const char* format) {
+  std::vector<std::byte> bytes;
+  try {
+    bytes = client.get(key);
+  } catch (const Error& e) {
+    if (e.code() == Errc::not_found && std::string(e.what()).find("NoSuchKey") != std::string::npos)
+      return std::nullopt;
+    throw;
+  }
+  nlohmann::json j = util::parse_json_bounded(text_of(bytes));
+  if (j.is_discarded() || !j.is_object() || !j.contains("format") || j["format"] != format)
+    throw Error(Errc::corrupt_frame, "store: " + key + " is not a " + format + " record");
+  return j;
+}
+
+// RAW record header size: a RAW message's header has a fixed size (the record's first bytes).
+size_t raw_record_prefix() {
+  static const size_t prefix = [] {
+    RawChunkHeader any;
+    any.chunk_count = 1;
+    return encode_raw_message(any).size();
+  }();
+  return prefix;
+}
+
 }  // namespace
+
+void publish_model(objstore::S3Client& client, const StoreLayout& layout, const codec::Manifest& manifest) {
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const auto& t : manifest.tensors())
+    tensors.push_back({{"name", t.name}, {"dtype", std::string(codec::dtype_name(t.dtype))}, {"shape", t.shape}});
+  put_json(client, key_under(layout, "model.json"),
+           {{"format", kModelFormat}, {"digest", manifest.digest()}, {"tensors", tensors}});
+}
+
+std::optional<codec::Manifest> read_model(objstore::S3Client& client, const StoreLayout& layout) {
+  const std::string key = key_under(layout, "model.json");
+  const auto j = get_json(client, key, kModelFormat);
+  if (!j) return std::nullopt;
+  try {
+    std::vector<codec::TensorInfo> infos;
+    for (const auto& t : j->at("tensors")) {
+      const auto dtype = codec::dtype_from_name(t.at("dtype").get<std::string>());
+      if (!dtype) throw Error(Errc::corrupt_frame, "a tensor with an unknown dtype");
+      infos.push_back({t.at("name").get<std::string>(), *dtype, t.at("shape").get<std::vector<uint64_t>>()});
+    }
+    codec::Manifest manifest(std::move(infos));
+    if (manifest.digest() != j->at("digest").get<uint64_t>())
+      throw Error(Errc::corrupt_frame, "its tensors do not hash to its digest");
+    return manifest;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Errc::corrupt_frame, "store: " + key + ": " + e.what());
+  } catch (const Error& e) {
+    throw Error(Errc::corrupt_frame, "store: " + key + ": " + e.what());
+  }
+}
+
+void publish_end(objstore::S3Client& client, const StoreLayout& layout, uint64_t version) {
+  put_json(client, key_under(layout, "end.json"), {{"format", kEndFormat}, {"version", version}});
+}
+
+std::optional<uint64_t> read_end(objstore::S3Client& client, const StoreLayout& layout) {
+  const std::string key = key_under(layout, "end.json");
+  const auto j = get_json(client, key, kEndFormat);
+  if (!j) return std::nullopt;
+  if (!j->contains("version") || !(*j)["version"].is_number_unsigned())
+    throw Error(Errc::corrupt_frame, "store: " + key + " names no version");
+  return (*j)["version"].get<uint64_t>();
+}
+
+size_t clear_store(objstore::S3Client& client, const StoreLayout& layout) {
+  const std::string prefix = layout.prefix.empty() ? "" : layout.prefix + "/";
+  for (const auto& upload : client.list_multipart(prefix)) client.abort_multipart(upload.key, upload.upload_id);
+  const auto objects = client.list(prefix);
+  for (const auto& o : objects) client.remove(o.key);
+  return objects.size();
+}
 
 StorePublisher::StorePublisher(const codec::Manifest& manifest, objstore::S3Client& client, const StoreLayout& layout)
     : manifest_(manifest), deltas_(client, under(layout, "deltas")), snapshots_(client, under(layout, "snapshots")) {}
@@ -71,6 +167,7 @@ StoreFollower::~StoreFollower() = default;
 
 uint64_t StoreFollower::version() const { return applier_->version(); }
 uint64_t StoreFollower::digest() const { return applier_->version_combined(); }
+const codec::StateDigest& StoreFollower::state_digest() const { return applier_->digest(); }
 
 bool StoreFollower::replay(uint64_t v) {
   objstore::VersionManifest m;
@@ -96,50 +193,46 @@ bool StoreFollower::replay(uint64_t v) {
     throw;
   }
   ++stats_.deltas_applied;
+  if (on_delta_) on_delta_(m, frames);
   return true;
 }
 
 void StoreFollower::take_snapshot(uint64_t v) {
   const objstore::VersionManifest m = snapshots_.manifest(v);
   const auto records = snapshots_.frames(m);
+  const std::string what = "store: snapshot " + std::to_string(v);
+  // Every record is checked before any lands: a snapshot refused here leaves the weights as they were.
+  const size_t prefix = raw_record_prefix();
+  std::vector<RawChunkHeader> headers;
   std::vector<bool> have;
-  try {
-    for (const auto& record : records) {
-      stats_.bytes_downloaded += record.size();
-      // A RAW message's header has a fixed size: the record's first bytes, its body the rest.
-      static const size_t prefix = [] {
-        RawChunkHeader any;
-        any.chunk_count = 1;
-        return encode_raw_message(any).size();
-      }();
-      if (record.size() < prefix)
-        throw Error(Errc::corrupt_frame, "store: snapshot " + std::to_string(v) + " holds a record that is not RAW");
-      const RawChunkHeader h = decode_raw_message(std::span(record).first(prefix));
-      const auto body = std::span(record).subspan(prefix);
-      if (h.version != v || h.chunk_count > max_raw_chunk_count(manifest_) || h.tensor >= manifest_.size() ||
-          body.size() != h.byte_count || h.byte_offset > manifest_.at(h.tensor).nbytes() ||
-          h.byte_count > manifest_.at(h.tensor).nbytes() - h.byte_offset)
-        throw Error(Errc::corrupt_frame, "store: snapshot " + std::to_string(v) + ": a piece outside its tensor");
-      if (have.empty()) have.assign(h.chunk_count, false);
-      if (h.chunk_count != have.size() || h.chunk_index >= have.size() || have[h.chunk_index])
-        throw Error(Errc::corrupt_frame, "store: snapshot " + std::to_string(v) + ": pieces disagree");
-      std::memcpy(weights_.tensors[h.tensor].data() + h.byte_offset, body.data(), body.size());
-      have[h.chunk_index] = true;
-    }
-    if (have.empty() || std::count(have.begin(), have.end(), false) != 0)
-      throw Error(Errc::corrupt_frame, "store: snapshot " + std::to_string(v) + " misses pieces");
-    auto digest = codec::StateDigest::full_scan(weights_.as_const(), 1);
-    if (digest.combined() != m.digest)
-      throw Error(Errc::verify_failed, "store: snapshot " + std::to_string(v) + "'s bits do not match its manifest");
-    applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, v, std::move(digest));
-  } catch (const Error&) {
-    if (!have.empty()) {  // bits of two versions: back to the all-zero version 0, a true state
-      for (auto& t : weights_.tensors) std::memset(t.data(), 0, t.size());
-      applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, 0,
-                                                       codec::StateDigest::full_scan(weights_.as_const(), 1));
-    }
-    throw;
+  for (const auto& record : records) {
+    stats_.bytes_downloaded += record.size();
+    if (record.size() < prefix) throw Error(Errc::corrupt_frame, what + " holds a record that is not RAW");
+    const RawChunkHeader h = decode_raw_message(std::span(record).first(prefix));
+    if (h.version != v || h.chunk_count > max_raw_chunk_count(manifest_) || h.tensor >= manifest_.size() ||
+        record.size() - prefix != h.byte_count || h.byte_offset > manifest_.at(h.tensor).nbytes() ||
+        h.byte_count > manifest_.at(h.tensor).nbytes() - h.byte_offset)
+      throw Error(Errc::corrupt_frame, what + ": a piece outside its tensor");
+    if (have.empty()) have.assign(h.chunk_count, false);
+    if (h.chunk_count != have.size() || h.chunk_index >= have.size() || have[h.chunk_index])
+      throw Error(Errc::corrupt_frame, what + ": pieces disagree");
+    have[h.chunk_index] = true;
+    headers.push_back(h);
   }
+  if (have.empty() || std::count(have.begin(), have.end(), false) != 0)
+    throw Error(Errc::corrupt_frame, what + " misses pieces");
+  for (size_t i = 0; i < records.size(); ++i)
+    std::memcpy(weights_.tensors[headers[i].tensor].data() + headers[i].byte_offset, records[i].data() + prefix,
+                headers[i].byte_count);
+  auto digest = codec::StateDigest::full_scan(weights_.as_const(), 1);
+  if (digest.combined() != m.digest) {
+    // Consistent records of other bits (a writer of the bucket): the all-zero version 0, a true state.
+    for (auto& t : weights_.tensors) std::memset(t.data(), 0, t.size());
+    applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, 0,
+                                                     codec::StateDigest::full_scan(weights_.as_const(), 1));
+    throw Error(Errc::verify_failed, what + "'s bits do not match its manifest");
+  }
+  applier_ = std::make_unique<codec::DeltaApplier>(manifest_, weights_, v, std::move(digest));
   ++stats_.snapshots_taken;
 }
 

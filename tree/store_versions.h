@@ -15,6 +15,7 @@
 // Thread-safety: one thread at a time per object (each uses the store's parallel threads inside a
 // call).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -34,6 +35,19 @@ struct StoreLayout {
   unsigned parallel = 4;                     // parts and ranges in flight
   uint32_t retain_versions = 4;              // deltas kept (and snapshots: the same count)
 };
+
+// The objects beside the versions: PREFIX/model.json (the model's tensors: name, dtype, shape in
+// manifest order; a member of the store learns the model from it, as a tree member does from
+// WELCOME) and PREFIX/end.json (the last version of a run: members stop once they hold it).
+// The readers give nullopt while the object does not exist, Error(corrupt_frame) for one that is
+// not such a record, and what the client throws otherwise.
+void publish_model(objstore::S3Client& client, const StoreLayout& layout, const codec::Manifest& manifest);
+std::optional<codec::Manifest> read_model(objstore::S3Client& client, const StoreLayout& layout);
+void publish_end(objstore::S3Client& client, const StoreLayout& layout, uint64_t version);
+std::optional<uint64_t> read_end(objstore::S3Client& client, const StoreLayout& layout);
+// A fresh chain: deletes every object under PREFIX/ and aborts its multipart uploads (a producer
+// starting a new run; the prefix belongs to one version chain). Returns the objects deleted.
+size_t clear_store(objstore::S3Client& client, const StoreLayout& layout);
 
 class StorePublisher {
  public:
@@ -63,12 +77,20 @@ class StoreFollower {
   ~StoreFollower();
   // Brings the weights to the newest delta the store holds (or its newest snapshot when that is
   // newer): replays, or a snapshot then replays. Returns the version held. Throws Error
-  // (corrupt_frame, verify_failed, version_mismatch, not_found, connection, ...) when it cannot;
-  // the weights then hold the last version committed here (a snapshot that broke off: version 0's
-  // zeros, a true state).
+  // (corrupt_frame, verify_failed, version_mismatch, not_found, connection, auth, ...) when it
+  // cannot; the weights then hold the last version committed here. A snapshot is downloaded and
+  // checked (every record's XXH3, headers, coverage) before a byte of it lands; only one whose
+  // landed bits then miss the manifest's digest (a writer of the bucket made consistent junk)
+  // leaves the all-zero version 0, a true state.
   uint64_t catch_up();
+  // Called after each delta this follower replayed and committed, with its frames as stored (a
+  // gateway forwards them to its cluster's tree; docs/object-storage.md, "Hybrid"). A callback
+  // that throws stops catch_up with its error; the delta stays committed here.
+  using DeltaHook = std::function<void(const objstore::VersionManifest&, const std::vector<std::vector<std::byte>>&)>;
+  void on_delta(DeltaHook hook) { on_delta_ = std::move(hook); }
   uint64_t version() const;
   uint64_t digest() const;  // combined StateDigest of version()
+  const codec::StateDigest& state_digest() const;
 
   struct Stats {
     uint64_t deltas_applied = 0;
@@ -88,6 +110,7 @@ class StoreFollower {
   objstore::VersionReader snapshots_;
   codec::MutableWeights weights_;
   std::unique_ptr<codec::DeltaApplier> applier_;
+  DeltaHook on_delta_;
   Stats stats_;
 };
 

@@ -19,6 +19,7 @@
 #include "tree/group_parts.h"
 #include "tree/producer.h"
 #include "tree/report_json.h"
+#include "tree/store_uplink.h"
 #include "util/bytes.h"
 #include "util/error.h"
 #include "util/log.h"
@@ -73,7 +74,7 @@ class ProducerRun {
       : c_(c),
         env_(env),
         o_(o),
-        members_(config::member_list(c)),
+        tree_members_(config::producer_tree_members(c)),
         state_file_(state_path(c, env.rank)),
         rank_(static_cast<uint32_t>(env.rank)),
         who_(c.producers > 1 ? "producer rank " + std::to_string(env.rank) : "producer") {
@@ -92,11 +93,12 @@ class ProducerRun {
     // The producer keeps a reference to its manifest: a copy of its own, as the source may be
     // replaced (stepped_back).
     manifest_.emplace(source_->manifest());
+    open_store();
     producer_ = std::make_unique<tree::Producer>(*transport_, *manifest_, options);
     const tree::StartReport started = producer_->start();
     if (resumed_ && producer_->version() < resumed_->version) stepped_back();
     previous_source_.reset();
-    std::printf("%s: %zu receivers joined at %s (%s tree, %s, chunks of %.1f MiB%s)\n", who_.c_str(), members_.size(),
+    std::printf("%s: %u receivers joined at %s (%s tree, %s, chunks of %.1f MiB%s)\n", who_.c_str(), tree_members_,
                 producer_->url().c_str(), c_.topology.c_str(), c_.transport.c_str(), mib(c_.chunk_bytes),
                 c_.producers > 1 ? (", " + std::to_string(c_.producers) + " producer ranks").c_str() : "");
     std::fflush(stdout);
@@ -112,6 +114,7 @@ class ProducerRun {
       ok = refit_step(step);
     }
     producer_->finish();
+    close_store();
     write_report(ok, started);
     if (!ok) throw Error(Errc::verify_failed, "not every version was verified and committed by every live receiver");
   }
@@ -141,7 +144,14 @@ class ProducerRun {
       else if (c_.group_parts != "balanced")
         options.group.parts = tree::parse_group_parts(c_.group_parts, source_->manifest(), c_.producers);
     }
-    options.receivers = static_cast<uint32_t>(members_.size());
+    options.receivers = tree_members_;
+    if (c_.store.enabled())
+      options.on_committed_delta = [this](uint64_t v, uint64_t base, uint64_t digest,
+                                          std::vector<std::vector<std::byte>> frames) {
+        uplink_->delta(v, base, digest, std::move(frames));
+        if (uplink_->wants_snapshot(v))
+          uplink_->snapshot(v, std::make_shared<const codec::OwnedWeights>(source_->weights()));
+      };
     options.encode.threads = std::max(1u, std::thread::hardware_concurrency());
     options.layout = source_->layout();
     if (fault_ && !fault_->at_commit) options.on_progress = producer_fault_hook(*fault_, sending_);
@@ -161,6 +171,34 @@ class ProducerRun {
     // part rank: once the coordinator said it committed, part_committed()).
     if (rank_ == 0) options.before_commit = [this](uint64_t version, uint64_t digest) { decided(version, digest); };
     return options;
+  }
+
+  // store.endpoint: the uplink that publishes every committed version to the object store (a fresh
+  // run clears the prefix; a resumed one keeps the chain). Fails the start when the store cannot
+  // be written.
+  void open_store() {
+    if (!c_.store.enabled()) return;
+    auto client =
+        std::make_unique<objstore::S3Client>(tree::store_s3_options(c_), objstore::credentials_from_environment());
+    uplink_ = std::make_unique<tree::StoreUplink>(
+        *manifest_, std::move(client),
+        tree::StoreUplink::Options{tree::store_layout(c_), c_.store.snapshot_every, !resumed_.has_value(),
+                                   c_.timeouts.producer_loss});
+    std::printf("producer: publishing every committed version to %s/%s/%s\n", c_.store.endpoint.c_str(),
+                c_.store.bucket.c_str(), c_.store.prefix.c_str());
+    std::fflush(stdout);
+  }
+
+  void close_store() {
+    if (!uplink_) return;
+    const auto s = uplink_->finish(producer_->version());
+    store_json_ = {{"deltas", s.deltas},        {"snapshots", s.snapshots},           {"failed", s.failed},
+                   {"retried", s.retried},      {"bytes_uploaded", s.bytes_uploaded}, {"seconds", s.seconds},
+                   {"last_error", s.last_error}};
+    std::printf("producer: store: %llu deltas and %llu whole versions published (%.1f MiB, %.3f s), %llu failed\n",
+                static_cast<unsigned long long>(s.deltas), static_cast<unsigned long long>(s.snapshots),
+                mib(s.bytes_uploaded), s.seconds, static_cast<unsigned long long>(s.failed));
+    std::fflush(stdout);
   }
 
   // Every version, once decided and before its COMMIT (so before its progress line: a line printed
@@ -278,6 +316,8 @@ class ProducerRun {
                   c_.producers > 1 ? ", its part as RAW pieces" : "");
       full = producer_->bootstrap(source_->weights());
       part_committed(full);
+      if (uplink_ && full.committed)
+        uplink_->snapshot(1, std::make_shared<const codec::OwnedWeights>(source_->weights()));
       state_.full_seconds = full.refit_seconds;
       if (rank_ > 0)
         std::printf("%s: full checkpoint (version 1): its part, %.1f MiB raw, in %.3f s, %s\n", who_.c_str(),
@@ -353,7 +393,7 @@ class ProducerRun {
     nlohmann::json report = {{"ok", ok},
                              {"topology", c_.topology},
                              {"transport", c_.transport},
-                             {"receivers", members_.size()},
+                             {"receivers", tree_members_},
                              {"params", source_->manifest().total_elements()},
                              {"checkpoint_bytes", source_->manifest().total_bytes()},
                              {"trainer_kind", c_.trainer.kind},
@@ -375,6 +415,7 @@ class ProducerRun {
                            {"refused", started.count(Role::refused)}};
     }
     report["version"] = producer_->version();
+    if (uplink_) report["store"] = store_json_;
     // The committed version's combined StateDigest (a group's: the sum of its ranks' parts, each
     // taken from that rank's own memory), and the SHA-256 of the bits when this process holds them
     // all (a group's synthetic rank holds its part only).
@@ -397,7 +438,7 @@ class ProducerRun {
   const config::Config& c_;
   const tree::LaunchEnv& env_;
   const RunOptions& o_;
-  const std::vector<config::MemberConfig> members_;
+  const uint32_t tree_members_;  // the members in the producer's own tree (not behind the store)
   const std::string state_file_;
   const uint32_t rank_;    // a producer group's rank (0: the coordinator, or the one producer)
   const std::string who_;  // "producer" / "producer rank g", for its lines
@@ -407,6 +448,8 @@ class ProducerRun {
   std::unique_ptr<VersionSource> previous_source_;  // the state's previous version, while start() may step back
   std::optional<codec::Manifest> manifest_;         // the producer's (every version's)
   std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<tree::StoreUplink> uplink_;  // store.endpoint
+  nlohmann::json store_json_;
   std::unique_ptr<tree::Producer> producer_;
   ProducerState state_;
   std::shared_ptr<std::atomic<uint64_t>> sending_ = std::make_shared<std::atomic<uint64_t>>(0);  // --fault

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -69,8 +71,12 @@ tree::ReceiverOptions receiver_options(const config::Config& c, const tree::Laun
   const auto members = config::member_list(c);
   const auto& me = members.at(static_cast<size_t>(env.member_rank()));
   tree::ReceiverOptions options = tree::receiver_options_from(c);
-  options.rank = static_cast<uint32_t>(env.receiver_rank());
-  options.producer_url = env.require_rendezvous();
+  // Its rank in the tree it joins: the producer's, or its store cluster's gateway's (store.clusters).
+  const config::VersionRoute route = config::version_route(c, env.member_rank());
+  options.rank = route.tree_rank;
+  options.producer_url = route.kind == config::VersionRoute::Kind::behind_gateway
+                             ? members.at(static_cast<size_t>(route.gateway)).url
+                             : env.require_rendezvous();
   options.listen_url = me.url;
   options.cluster = me.cluster;
   options.gated = gated;
@@ -143,7 +149,8 @@ codec::Placement join_placed(std::unique_ptr<tree::Receiver>& receiver, transpor
 
 // --summary: what the tests and the chaos harness compare across ranks.
 void write_summary(const std::string& path, int rank, const tree::RunSummary& summary,
-                   const codec::ConstWeights& weights, uint64_t started_at, const CheckpointDirWriter* writer) {
+                   const codec::ConstWeights& weights, uint64_t started_at, const CheckpointDirWriter* writer,
+                   const std::map<uint64_t, double>& committed_at) {
   nlohmann::json s = {{"rank", rank},
                       {"version", summary.version},
                       {"sha256", weights_sha256(weights)},
@@ -156,6 +163,9 @@ void write_summary(const std::string& path, int rank, const tree::RunSummary& su
                       {"versions_committed", summary.stats.versions_committed},
                       {"versions_aborted", summary.stats.versions_aborted},
                       {"peak_rss_bytes", peak_rss_bytes()}};
+  nlohmann::json at = nlohmann::json::object();  // when each version became active here (unix seconds)
+  for (const auto& [v, t] : committed_at) at[std::to_string(v)] = t;
+  s["committed_at_unix"] = at;
   if (writer) {
     const auto w = writer->stats();
     s["checkpoint_dir"] = {{"latest", w.latest}, {"written", w.written}, {"skipped", w.skipped}, {"failed", w.failed}};
@@ -172,6 +182,10 @@ void run_placed_receiver(const config::Config& c, const tree::LaunchEnv& env, co
   const int rank = env.receiver_rank();
   auto transport = transport::make_transport(c.transport, tree::member_transport_options(c, env.member_rank()));
   tree::ReceiverOptions options = receiver_options(c, env, o, /*gated=*/!checkpoint_dir.empty());
+  if (config::version_route(c, env.member_rank()).kind != config::VersionRoute::Kind::producer)
+    throw Error(Errc::config, "rank " + std::to_string(rank) +
+                                  ": a placed receiver (--placement) in a store cluster (store.clusters) is not "
+                                  "supported: a gateway forwards whole deltas, not cut for placements");
   options.placement = config::load_placement_file(placement_path);
   std::unique_ptr<tree::Receiver> receiver;  // declared first: the writer (which reads it) goes first
   std::unique_ptr<CheckpointDirWriter> writer;
@@ -252,7 +266,9 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
   // Set once the writer exists (on_active runs only inside run(), on the receiver's control thread,
   // where layout() is the version's own).
   auto announce = std::make_shared<std::atomic<CheckpointDirWriter*>>(nullptr);
-  options.on_active = [announce, &receiver](uint64_t version) {
+  std::map<uint64_t, double> committed_at;  // written on the control thread, read after run()
+  options.on_active = [announce, &receiver, &committed_at](uint64_t version) {
+    committed_at[version] = unix_now();
     if (auto* w = announce->load()) w->committed(version, receiver->layout());
   };
   Held held = held_at_start(checkpoint_dir, env.receiver_rank());
@@ -278,7 +294,8 @@ void run_receiver(const config::Config& c, const tree::LaunchEnv& env, const Run
             summary.stats.frames_forwarded, summary.stats.versions_committed, summary.stats.versions_aborted,
             writer ? ", " + checkpoint_dir + "/latest = version " + std::to_string(written) : "");
   if (!o.summary_path.empty())
-    write_summary(o.summary_path, env.receiver_rank(), summary, weights.as_const(), held.version, writer.get());
+    write_summary(o.summary_path, env.receiver_rank(), summary, weights.as_const(), held.version, writer.get(),
+                  committed_at);
   if (summary.stats.versions_aborted > 0 || (summary.stats.versions_committed == 0 && held.version == 0))
     throw Error(Errc::verify_failed, "rank " + std::to_string(env.receiver_rank()) + ": " +
                                          std::to_string(summary.stats.versions_aborted) + " versions aborted");

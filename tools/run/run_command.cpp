@@ -28,6 +28,7 @@
 #include "tools/run/producer_process.h"
 #include "tools/run/receiver_process.h"
 #include "tools/run/run_support.h"
+#include "tools/run/store_processes.h"
 #include "tree/launch_env.h"
 #include "util/env.h"
 #include "util/error.h"
@@ -63,8 +64,13 @@ void run(const RunOptions& o) {
                     "(within timeouts.producer_loss)");
   auto log_file = open_log_file(c, env.rank);
   try {
-    if (env.is_producer())
+    if (env.is_producer() && c.store.enabled() && config::producer_tree_members(c) == 0)
+      run_store_producer(c, env, o);
+    else if (env.is_producer())
       run_producer(c, env, o);
+    else if (const auto route = config::version_route(c, env.member_rank());
+             route.kind == config::VersionRoute::Kind::gateway)
+      run_store_gateway(c, env, o, route);
     else
       run_receiver(c, env, o);
   } catch (const std::exception& e) {

@@ -1,6 +1,7 @@
 #pragma once
 // What both roles of `deltacast run` share (tools/run/run_command.cpp): the command's options, the
 // end-to-end SHA-256 of the weights, JSON reports, logging set-up, memory readings.
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -53,6 +54,12 @@ void set_log_level(const std::string& level);
 // nullptr when no log file is configured. Throws Error(io) when the file cannot be opened. Call
 // before any transport or tree thread exists.
 std::shared_ptr<spdlog::logger> open_log_file(const config::Config& c, int rank);
+
+// Wall-clock seconds since the epoch: when a version became active (compared across processes of
+// one machine or of NTP-synchronised hosts by the benches).
+inline double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 inline double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 

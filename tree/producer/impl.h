@@ -324,6 +324,10 @@ struct Producer::Impl {
   // refit's common part: sends what `encoder` encodes as version+1 (with `new_layout` when it
   // changes) and runs the joint commit; once committed, adopt(version, digest) makes the new
   // version the baseline.
+  // publish()/forward(): sends pre-encoded frames as `new_version`; `committed` runs when it commits.
+  RefitReport publish_frames(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
+                             uint64_t expected_digest, const RefitOptions& refit_options,
+                             const std::function<void()>& committed);
   RefitReport refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
                          const RefitOptions& refit_options,
                          const std::function<void(uint64_t, codec::StateDigest)>& adopt);
@@ -387,6 +391,8 @@ struct Producer::Impl {
     uint64_t frame_bytes = 0;  // the frames' bytes (without message headers)
     codec::DeltaStats stats;
     double encode_seconds = 0;  // summed over the encoding threads
+    // The codec frames, in chunk order, when options.on_committed_delta wants them (else empty).
+    std::vector<std::vector<std::byte>> frames;
   };
   // Encodes every chunk of `encoder` on the encoding threads (in index order) and delivers chunk i
   // as key first_key + i to tree f.tree_of(key) as soon as it and every earlier one are ready.

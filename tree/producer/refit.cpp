@@ -87,6 +87,8 @@ Producer::Impl::SentChunks Producer::Impl::send_chunks(InFlight& f, codec::Delta
   const uint32_t count = encoder.chunk_count();
   SentChunks out;
   out.chunks = count;
+  const bool keep_frames = options.on_committed_delta && !group;
+  if (keep_frames) out.frames.resize(count);
   // Workers encode chunks in index order (an atomic cursor); this thread sends each one as soon as
   // it and every earlier chunk are ready, so encoding overlaps sending.
   std::vector<SharedBytes> slots(count);
@@ -103,10 +105,12 @@ Producer::Impl::SentChunks Producer::Impl::send_chunks(InFlight& f, codec::Delta
     try {
       for (uint32_t i; !cancel && (i = cursor.fetch_add(1)) < count;) {
         auto t0 = Clock::now();
-        auto message = std::make_shared<const std::vector<std::byte>>(
-            encode_frame_message(encoder.encode_chunk(i, &stats), envelope, message_epoch));
+        std::vector<std::byte> frame = encoder.encode_chunk(i, &stats);
+        auto message =
+            std::make_shared<const std::vector<std::byte>>(encode_frame_message(frame, envelope, message_epoch));
         seconds += seconds_since(t0);
         std::lock_guard lock(mutex);
+        if (keep_frames) out.frames[i] = std::move(frame);
         slots[i] = std::move(message);
         ready.notify_all();
       }
@@ -167,6 +171,7 @@ RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared
   const uint32_t count = encoder.chunk_count();
   const TopologyKind kind = d.membership->kind();
   SharedBytes seal_frame;
+  std::vector<std::vector<std::byte>> kept;  // for options.on_committed_delta
 
   Impl::InFlight flight;
   flight.version = new_version;
@@ -185,7 +190,8 @@ RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared
 
   auto send_all = [&](Impl::InFlight& f) {
     RefitReport& report = *f.report;
-    const SentChunks sent = d.send_chunks(f, encoder, 0);
+    SentChunks sent = d.send_chunks(f, encoder, 0);
+    kept = std::move(sent.frames);
     report.chunks = count;
     report.frames_bytes = sent.frame_bytes;
     seal_frame = std::make_shared<const std::vector<std::byte>>(encoder.seal());
@@ -213,6 +219,10 @@ RefitReport Producer::Impl::refit_with(codec::DeltaEncoder& encoder, std::shared
         const auto adopt_start = Clock::now();
         adopt(new_version, new_digest);
         d.log->debug("version {}: the baseline took it in {:.3f} s", new_version, seconds_since(adopt_start));
+        if (!kept.empty() && d.options.on_committed_delta) {
+          kept.push_back(*seal_frame);
+          d.options.on_committed_delta(new_version, new_version - 1, new_digest.combined(), std::move(kept));
+        }
       });
   d.log->info("version {} {} in {:.3f} s ({} chunks, {} payload bytes, {} changes)", report.version,
               report.committed ? "committed" : "aborted", report.refit_seconds, report.chunks, report.frames_bytes,
@@ -315,6 +325,27 @@ RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames,
                               uint64_t expected_digest, const RefitOptions& refit_options) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
+  return d.publish_frames(frames, new_version, expected_digest, refit_options,
+                          [&d, new_version] { d.version = new_version; });
+}
+
+RefitReport Producer::forward(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
+                              const codec::ConstWeights& bits, const codec::StateDigest& digest) {
+  auto& d = *impl_;
+  std::lock_guard drive(d.drive);
+  codec::ConstWeights checked = bits;
+  checked.manifest = &d.manifest;
+  codec::check_weights(checked);
+  return d.publish_frames(frames, new_version, digest.combined(), {}, [&] {
+    d.version = new_version;
+    d.baseline->adopt(checked, new_version, digest);
+  });
+}
+
+RefitReport Producer::Impl::publish_frames(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
+                                           uint64_t expected_digest, const RefitOptions& refit_options,
+                                           const std::function<void()>& committed) {
+  auto& d = *this;
   if (!d.membership) throw Error(Errc::state, "Producer::publish before start()");
   if (d.group) throw Error(Errc::state, "a producer group encodes its versions itself (refit), rank by rank");
   auto new_layout = d.changed_layout(refit_options.layout);
@@ -356,8 +387,7 @@ RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames,
     }
   };
   RefitReport report = d.run_version(
-      std::move(flight), send_all, [&] { return expected_digest; }, refit_options.dry_run,
-      [&] { d.version = new_version; });
+      std::move(flight), send_all, [&] { return expected_digest; }, refit_options.dry_run, committed);
   return report;
 }
 

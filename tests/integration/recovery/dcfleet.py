@@ -140,6 +140,10 @@ class JobConfig:
     # Network namespaces: the address of each rank (index 0 = producer). None: all on 127.0.0.1.
     hosts: Optional[list] = None
     cluster: str = "local"
+    # Per receiver rank 1..N (index 0 = rank 1): its cluster label; None: `cluster` for all.
+    clusters: Optional[list] = None
+    # YAML appended to the config as is (e.g. a `store:` section).
+    extra_yaml: str = ""
     # The trainer section's YAML body (indented two spaces); None: the synth trainer above.
     trainer_yaml: Optional[str] = None
 
@@ -207,9 +211,10 @@ class Fleet:
         secret = self.dir / "secret"
         secret.write_text(secrets.token_hex(32) + "\n")
         os.chmod(secret, 0o600)
-        if j.hosts:
+        if j.hosts or j.clusters:
+            label = (lambda r: j.clusters[r - 1]) if j.clusters else (lambda r: j.cluster)
             members = "members:\n" + "".join(
-                f"  - {{rank: {r - 1}, host: {self.host(r)}, port: {self.port(r)}, cluster: {j.cluster}}}\n"
+                f"  - {{rank: {r - 1}, host: {self.host(r)}, port: {self.port(r)}, cluster: {label(r)}}}\n"
                 for r in range(1, j.receivers + 1))
         else:
             members = (f"members:\n  count: {j.receivers}\n  host: 127.0.0.1\n  base_port: {self.base_port + 1}\n"
@@ -228,7 +233,8 @@ class Fleet:
                    f"  seed: {j.seed}\n") +
                 f"output:\n  dir: {self.dir}\n  log_file: \"\"\n"
                 f"log_level: {j.log_level}\n"
-                f"commit: {j.commit}\n")
+                f"commit: {j.commit}\n"
+                + j.extra_yaml)
         path = self.dir / "cluster.yaml"
         path.write_text(text)
         return path

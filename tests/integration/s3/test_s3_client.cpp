@@ -3,8 +3,6 @@
 // listings, multipart uploads completed and aborted, refusals that are never retried (a wrong
 // secret, a bucket that does not exist, a range outside the object), and a radosgw stopped in
 // the middle of a sequence of requests: retried until it is back.
-#include <cstdlib>
-#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -16,6 +14,7 @@
 #include "codec/encoder.h"
 #include "objstore/s3_client.h"
 #include "objstore/version_store.h"
+#include "tests/integration/s3/s3_test_env.h"
 #include "tests/integration/tree/tree_test_model.h"
 #include "tree/store_versions.h"
 #include "util/error.h"
@@ -24,48 +23,7 @@ namespace deltacast::objstore {
 namespace {
 
 using namespace std::chrono_literals;
-
-// KEY=VALUE lines of the fixture's env file.
-std::map<std::string, std::string> server_env() {
-  const char* path = std::getenv("DELTACAST_S3_ENV");
-  if (!path) throw std::runtime_error("DELTACAST_S3_ENV is not set (run through ctest: the s3_server fixture)");
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(std::string("cannot read ") + path + " (did the s3_server fixture start?)");
-  std::map<std::string, std::string> out;
-  for (std::string line; std::getline(in, line);) {
-    const auto eq = line.find('=');
-    if (eq == std::string::npos || line[0] == '#') continue;
-    std::string value = line.substr(eq + 1);
-    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'')) value = value.substr(1, value.size() - 2);
-    out[line.substr(0, eq)] = value;
-  }
-  return out;
-}
-
-S3Options options_of(const std::map<std::string, std::string>& env) {
-  S3Options o;
-  o.endpoint = env.at("S3_ENDPOINT");
-  o.region = env.count("S3_REGION") ? env.at("S3_REGION") : "us-east-1";
-  o.bucket = env.at("S3_BUCKET");
-  o.backoff_base = 20ms;
-  return o;
-}
-
-S3Credentials credentials_of(const std::map<std::string, std::string>& env) {
-  return S3Credentials{env.at("AWS_ACCESS_KEY_ID"), env.at("AWS_SECRET_ACCESS_KEY"), ""};
-}
-
-std::vector<std::byte> random_bytes(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<std::byte> out(n);
-  for (auto& b : out) b = static_cast<std::byte>(rng());
-  return out;
-}
-
-std::string unique_prefix() {
-  return std::string("test-") + ::testing::UnitTest::GetInstance()->current_test_info()->name() + "-" +
-         std::to_string(std::random_device{}()) + "/";
-}
+using namespace s3_test;
 
 class S3Server : public ::testing::Test {
  protected:
@@ -179,8 +137,6 @@ TEST_F(S3Server, RefusalsAreNamedAndNeverRetried) {
 // radosgw dies in the middle of a sequence of requests and comes back 1.5 s later: the client
 // retries (backoff) and every object is read intact; nothing half-done is visible meanwhile.
 TEST_F(S3Server, AStoreThatGoesAwayIsRetriedUntilItIsBack) {
-  const char* script = DELTACAST_S3_SERVER_SCRIPT;
-  const std::string dir = env_.at("S3_DIR");
   S3Options o = options_of(env_);
   o.max_attempts = 12;
   o.backoff_base = 100ms;
@@ -189,10 +145,10 @@ TEST_F(S3Server, AStoreThatGoesAwayIsRetriedUntilItIsBack) {
   S3Client s3(o, credentials_of(env_));
   const auto body = random_bytes(1 << 20, 8);
   s3.put(prefix_ + "before", body);
-  ASSERT_EQ(std::system((std::string("bash ") + script + " kill-rgw " + dir).c_str()), 0);
+  ASSERT_EQ(server_script(env_, "kill-rgw"), 0);
   std::thread back([&] {
     std::this_thread::sleep_for(1500ms);
-    EXPECT_EQ(std::system((std::string("bash ") + script + " restart-rgw " + dir).c_str()), 0);
+    EXPECT_EQ(server_script(env_, "restart-rgw"), 0);
   });
   std::vector<std::byte> got;
   try {

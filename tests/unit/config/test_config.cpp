@@ -581,6 +581,108 @@ TEST(Config, ProbeClustersAreReadForAnyJobSizeAndLabelled) {
   }
 }
 
+TEST(Config, StoreSectionRoutesItsClustersThroughGateways) {
+  const std::string members =
+      "producer: tcp://127.0.0.1:1\n"
+      "producer_cluster: train\n"
+      "members:\n"
+      "  - {rank: 0, url: tcp://127.0.0.1:2, cluster: train}\n"
+      "  - {rank: 1, url: tcp://127.0.0.1:3, cluster: east}\n"
+      "  - {rank: 2, url: tcp://127.0.0.1:4, cluster: train}\n"
+      "  - {rank: 3, url: tcp://127.0.0.1:5, cluster: east}\n"
+      "  - {rank: 4, url: tcp://127.0.0.1:6, cluster: west}\n"
+      "  - {rank: 5, url: tcp://127.0.0.1:7, cluster: east}\n";
+  const Config c = parse_config(members +
+                                    "store:\n"
+                                    "  endpoint: https://s3.example.com\n"
+                                    "  region: eu-west-1\n"
+                                    "  bucket: refits\n"
+                                    "  prefix: runs/42\n"
+                                    "  addressing: virtual\n"
+                                    "  part_bytes: 8MiB\n"
+                                    "  parallel: 8\n"
+                                    "  retain_versions: 6\n"
+                                    "  snapshot_every: 10\n"
+                                    "  poll: 50ms\n"
+                                    "  clusters: [east, west]\n",
+                                "s.yaml");
+  validate(c);
+  EXPECT_TRUE(c.store.enabled());
+  EXPECT_EQ(c.store.endpoint, "https://s3.example.com");
+  EXPECT_EQ(c.store.region, "eu-west-1");
+  EXPECT_EQ(c.store.bucket, "refits");
+  EXPECT_EQ(c.store.prefix, "runs/42");
+  EXPECT_EQ(c.store.addressing, "virtual");
+  EXPECT_EQ(c.store.part_bytes, 8u << 20);
+  EXPECT_EQ(c.store.parallel, 8u);
+  EXPECT_EQ(c.store.retain_versions, 6u);
+  EXPECT_EQ(c.store.snapshot_every, 10u);
+  EXPECT_EQ(c.store.poll, 50ms);
+  EXPECT_EQ(c.store.clusters, (std::vector<std::string>{"east", "west"}));
+  // Members 0 and 2 are the producer's tree (ranks 1, 2); east's gateway is member 1 (the lowest
+  // rank), members 3 and 5 its tree's ranks 1 and 2; west's only member is its gateway.
+  using Kind = VersionRoute::Kind;
+  EXPECT_EQ(producer_tree_members(c), 2u);
+  EXPECT_EQ(version_route(c, 0).kind, Kind::producer);
+  EXPECT_EQ(version_route(c, 0).tree_rank, 1u);
+  EXPECT_EQ(version_route(c, 2).tree_rank, 2u);
+  const VersionRoute east = version_route(c, 1);
+  EXPECT_EQ(east.kind, Kind::gateway);
+  EXPECT_EQ(east.gateway, 1);
+  EXPECT_EQ(east.behind, (std::vector<int>{3, 5}));
+  EXPECT_EQ(version_route(c, 3).kind, Kind::behind_gateway);
+  EXPECT_EQ(version_route(c, 3).gateway, 1);
+  EXPECT_EQ(version_route(c, 3).tree_rank, 1u);
+  EXPECT_EQ(version_route(c, 5).tree_rank, 2u);
+  EXPECT_EQ(version_route(c, 4).kind, Kind::gateway);
+  EXPECT_TRUE(version_route(c, 4).behind.empty());
+  EXPECT_THROW(version_route(c, 6), Error);
+  // Without a store every member is the producer's, whatever its label.
+  const Config plain = parse_config(members, "p.yaml");
+  EXPECT_EQ(producer_tree_members(plain), 6u);
+  EXPECT_EQ(version_route(plain, 5).tree_rank, 6u);
+  // The list also comes as text (env, --set).
+  Config flagged = plain;
+  apply_flag_overrides(flagged,
+                       {"store.endpoint=http://127.0.0.1:9000", "store.bucket=b", "store.clusters= west ,east"});
+  validate(flagged);
+  EXPECT_EQ(flagged.store.clusters, (std::vector<std::string>{"west", "east"}));
+  EXPECT_EQ(producer_tree_members(flagged), 2u);
+
+  std::string m = parse_error("store:\n  endpoint: s3.example.com\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:13: key 'store.endpoint': must start with http:// or https://")) << m;
+  m = parse_error("store:\n  part_bytes: 1MiB\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:15: key 'store.part_bytes': must be between 5MiB and 5GiB")) << m;
+  m = parse_error("store:\n  clusters: [east, {a: 1}]\n");
+  EXPECT_TRUE(contains(m, "store.clusters' expects a list of cluster labels")) << m;
+  m = parse_error("store:\n  addressing: dns\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:15: key 'store.addressing': unknown value 'dns'")) << m;
+  m = parse_error("store:\n  secret_key: x\n");
+  EXPECT_TRUE(contains(m, "unknown key 'store.secret_key'")) << m;
+  auto invalid = [&](const std::string& extra) {
+    try {
+      validate(parse_config(members + extra, "v.yaml"));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_TRUE(contains(invalid("store: {clusters: [east]}\n"), "store.endpoint is not set"));
+  EXPECT_TRUE(contains(invalid("store: {endpoint: 'http://h:1'}\n"), "store.bucket is not"));
+  EXPECT_TRUE(contains(invalid("store: {endpoint: 'http://h:1', bucket: b, clusters: [north]}\n"),
+                       "'north', which no member carries"));
+  EXPECT_TRUE(contains(invalid("store: {endpoint: 'http://h:1', bucket: b, clusters: [train]}\n"),
+                       "the producer's own cluster"));
+  Config group = parse_config(members + "producers: 2\nstore: {endpoint: 'http://h:1', bucket: b}\n", "g.yaml");
+  group.producer = "tcp://127.0.0.1:100";
+  try {
+    validate(group);
+    ADD_FAILURE() << "a producer group with a store was accepted";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "a producer group (producers: 2) cannot publish to the store")) << e.what();
+  }
+}
+
 TEST(ConfigValues, EveryKeyRejectsControlCharacters) {
   // A stray \r (a Windows-edited env file) must fail at load time, not as a missing host later.
   Config c;

@@ -1,0 +1,209 @@
+// run_store_gateway: a store cluster's gateway (tools/run/store_processes.h).
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "tools/run/store_processes.h"
+#include "transport/transport.h"
+#include "tree/config_options.h"
+#include "tree/producer.h"
+#include "tree/store_versions.h"
+#include "util/bytes.h"
+#include "util/error.h"
+#include "util/log.h"
+
+namespace deltacast::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A store cluster's gateway from its first poll to its summary.
+class Gateway {
+ public:
+  Gateway(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o, const config::VersionRoute& route)
+      : c_(c),
+        env_(env),
+        o_(o),
+        route_(route),
+        me_(config::member_list(c).at(static_cast<size_t>(env.member_rank()))),
+        layout_(tree::store_layout(c)),
+        client_(tree::store_s3_options(c), objstore::credentials_from_environment()) {}
+
+  void run() {
+    const codec::Manifest manifest = wait_for_model();
+    for (const auto& t : manifest.tensors()) buffers_.emplace_back(t.nbytes());
+    codec::MutableWeights weights{&manifest, {}};
+    for (auto& b : buffers_) weights.tensors.emplace_back(b.data(), b.size());
+    follower_.emplace(manifest, client_, layout_, weights, 0, codec::StateDigest::zeros(manifest));
+    // Version 1 (or whatever the store holds now): the cluster's tree starts from it.
+    while (follow(Clock::now() + c_.timeouts.join, "no version in the store") == 0)
+      std::this_thread::sleep_for(c_.store.poll);
+    if (!route_.behind.empty()) start_cluster(manifest, weights.as_const());
+    for (;;) {
+      const auto end = read_end_or_nullopt();
+      const uint64_t held = follow(Clock::now() + c_.timeouts.producer_loss, "the store stayed unreadable");
+      if (end && held >= *end) break;
+      std::this_thread::sleep_for(c_.store.poll);
+    }
+    if (producer_) producer_->finish();
+    report(weights.as_const());
+  }
+
+ private:
+  codec::Manifest wait_for_model() {
+    const auto deadline = Clock::now() + c_.timeouts.join;
+    for (;;) {
+      std::optional<codec::Manifest> model;
+      try {
+        model = tree::read_model(client_, layout_);
+      } catch (const Error& e) {
+        if (e.code() == Errc::auth || Clock::now() > deadline) throw;
+        logger("run")->warn("gateway rank {}: the store: {}; trying again", env_.receiver_rank(), e.what());
+      }
+      if (model) return *model;
+      if (Clock::now() > deadline)
+        throw Error(Errc::timeout, "the store " + c_.store.endpoint + "/" + c_.store.bucket + "/" + c_.store.prefix +
+                                       " holds no model.json after timeouts.join (is the producer publishing there?)");
+      std::this_thread::sleep_for(c_.store.poll);
+    }
+  }
+
+  std::optional<uint64_t> read_end_or_nullopt() {
+    try {
+      return tree::read_end(client_, layout_);
+    } catch (const Error& e) {
+      logger("run")->warn("gateway rank {}: end.json: {}", env_.receiver_rank(), e.what());
+      return std::nullopt;
+    }
+  }
+
+  // One catch_up, retried (after store.poll) until `deadline` while the store fails or serves a
+  // version that does not verify; the weights stay at the last version committed here meanwhile.
+  uint64_t follow(Clock::time_point deadline, const char* what) {
+    for (;;) {
+      const uint64_t before = follower_->version();
+      try {
+        const uint64_t held = follower_->catch_up();
+        if (producer_ && forwarded_ != held)
+          throw Error(Errc::state, "the gateway went from version " + std::to_string(before) + " to " +
+                                       std::to_string(held) + " by a snapshot: its cluster's members cannot follow " +
+                                       "(raise store.retain_versions)");
+        for (uint64_t v = before + 1; v <= held; ++v) committed_at_[v] = unix_now();
+        return held;
+      } catch (const Error& e) {
+        for (uint64_t v = before + 1; v <= follower_->version(); ++v) committed_at_[v] = unix_now();
+        if (cluster_failed_ || e.code() == Errc::state || Clock::now() > deadline)
+          throw Error(e.code(), std::string(what) + ": " + e.what());
+        ++store_errors_;
+        logger("run")->warn("gateway rank {}: at version {}: {}; trying again", env_.receiver_rank(),
+                            follower_->version(), e.what());
+      }
+      std::this_thread::sleep_for(c_.store.poll);
+    }
+  }
+
+  // The cluster's relay tree, rooted here: a producer resumed at the version held (its members,
+  // at version 0 or at an older one, catch up by a snapshot of it), fed the store's frames.
+  void start_cluster(const codec::Manifest& manifest, const codec::ConstWeights& weights) {
+    transport_ = transport::make_transport(c_.transport, tree::member_transport_options(c_, env_.member_rank()));
+    tree::ProducerOptions options = tree::producer_options_from(c_);
+    options.listen_url = me_.url;
+    options.receivers = static_cast<uint32_t>(route_.behind.size());
+    options.cluster = me_.cluster;
+    options.delegate_commit = false;
+    options.encode.threads = std::max(1u, std::thread::hardware_concurrency());
+    const uint64_t v = follower_->version();
+    options.resume = tree::ProducerResume{v, weights, 0, {{v, follower_->digest()}}, {}};
+    producer_ = std::make_unique<tree::Producer>(*transport_, manifest, options);
+    producer_->start();
+    forwarded_ = v;
+    std::printf("gateway rank %d: cluster %s: %zu members joined its tree at version %llu\n", env_.receiver_rank(),
+                me_.cluster.c_str(), route_.behind.size(), static_cast<unsigned long long>(v));
+    std::fflush(stdout);
+    follower_->on_delta([this, weights](const objstore::VersionManifest& m,
+                                        const std::vector<std::vector<std::byte>>& frames) {
+      tree::RefitReport r;
+      for (int attempt = 1; attempt <= 3; ++attempt) {
+        r = producer_->forward(frames, m.version, weights, follower_->state_digest());
+        if (r.committed) break;
+        logger("run")->warn("gateway rank {}: version {} aborted in the cluster ({}); sending it again",
+                            env_.receiver_rank(), m.version, r.abort_reason);
+      }
+      if (!r.committed) {
+        cluster_failed_ = true;
+        throw Error(Errc::verify_failed,
+                    "version " + std::to_string(m.version) + " aborted three times in the cluster: " + r.abort_reason);
+      }
+      forwarded_ = m.version;
+      cluster_seconds_ += r.refit_seconds;
+      std::printf("gateway rank %d: version %llu through the cluster in %.3f s (%.2f MiB), verified %u/%u\n",
+                  env_.receiver_rank(), static_cast<unsigned long long>(m.version), r.refit_seconds,
+                  mib(r.frames_bytes), r.verified_receivers, r.receivers);
+      std::fflush(stdout);
+    });
+  }
+
+  void report(const codec::ConstWeights& weights) {
+    const auto f = follower_->stats();
+    const auto s3 = client_.stats();
+    logger("run")->info(
+        "gateway rank {}: version {} (digest {:016x}): {} deltas, {} snapshots, {} bytes from the store",
+        env_.receiver_rank(), follower_->version(), follower_->digest(), f.deltas_applied, f.snapshots_taken,
+        s3.bytes_received);
+    if (!o_.summary_path.empty()) {
+      nlohmann::json at = nlohmann::json::object();
+      for (const auto& [v, t] : committed_at_) at[std::to_string(v)] = t;
+      write_json(o_.summary_path, {{"rank", env_.receiver_rank()},
+                                   {"version", follower_->version()},
+                                   {"sha256", weights_sha256(weights)},
+                                   {"digest", hex64(codec::StateDigest::full_scan(weights).combined())},
+                                   {"started_at_version", 0},
+                                   {"versions_committed", f.deltas_applied + f.snapshots_taken},
+                                   {"versions_aborted", 0},
+                                   {"gateway", true},
+                                   {"cluster_receivers", route_.behind.size()},
+                                   {"committed_at_unix", at},
+                                   {"store",
+                                    {{"deltas_applied", f.deltas_applied},
+                                     {"snapshots_taken", f.snapshots_taken},
+                                     {"frame_bytes", f.bytes_downloaded},
+                                     {"bytes_received", s3.bytes_received},
+                                     {"requests", s3.requests},
+                                     {"retries", s3.retries},
+                                     {"errors", store_errors_}}},
+                                   {"cluster_seconds", cluster_seconds_},
+                                   {"peak_rss_bytes", peak_rss_bytes()}});
+    }
+    if (follower_->version() == 0)
+      throw Error(Errc::verify_failed, "gateway rank " + std::to_string(env_.receiver_rank()) + ": no version");
+  }
+
+  const config::Config& c_;
+  const tree::LaunchEnv& env_;
+  const RunOptions& o_;
+  const config::VersionRoute route_;
+  const config::MemberConfig me_;
+  const tree::StoreLayout layout_;
+  objstore::S3Client client_;
+  std::vector<std::vector<std::byte>> buffers_;
+  std::optional<tree::StoreFollower> follower_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<tree::Producer> producer_;
+  uint64_t forwarded_ = 0;
+  uint64_t store_errors_ = 0;
+  bool cluster_failed_ = false;  // a version could not be committed in the cluster: the gateway stops
+  double cluster_seconds_ = 0;
+  std::map<uint64_t, double> committed_at_;
+};
+
+}  // namespace
+
+void run_store_gateway(const config::Config& c, const tree::LaunchEnv& env, const RunOptions& o,
+                       const config::VersionRoute& route) {
+  Gateway(c, env, o, route).run();
+}
+
+}  // namespace deltacast::tools
