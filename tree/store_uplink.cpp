@@ -117,11 +117,13 @@ void StoreUplink::loop() {
   }
 }
 
+void StoreUplink::wait_idle() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
+}
+
 StoreUplink::Stats StoreUplink::finish(uint64_t last_version) {
-  {
-    std::unique_lock lock(mutex_);
-    changed_.wait(lock, [&] { return queue_.empty() && !busy_; });
-  }
+  wait_idle();
   try {
     publish_end(*client_, options_.layout, last_version);
   } catch (const Error& e) {

@@ -62,6 +62,8 @@ class StoreUplink {
     double seconds = 0;           // publishing, summed
     std::string last_error;
   };
+  // Waits until everything queued was published (or dropped).
+  void wait_idle();
   // Waits for everything queued, writes end.json naming `last_version` (members of the store stop
   // once they hold it) and returns what was done.
   Stats finish(uint64_t last_version);

@@ -24,6 +24,7 @@ std::string key_under(const StoreLayout& layout, const char* name) {
 
 constexpr const char* kModelFormat = "deltacast-store-model-1";
 constexpr const char* kEndFormat = "deltacast-store-end-1";
+constexpr const char* kAckFormat = "deltacast-store-ack-1";
 
 std::string text_of(const std::vector<std::byte>& bytes) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
@@ -103,6 +104,20 @@ std::optional<uint64_t> read_end(objstore::S3Client& client, const StoreLayout& 
   if (!j->contains("version") || !(*j)["version"].is_number_unsigned())
     throw Error(Errc::corrupt_frame, "store: " + key + " names no version");
   return (*j)["version"].get<uint64_t>();
+}
+
+void publish_ack(objstore::S3Client& client, const StoreLayout& layout, uint32_t member, const StoreAck& ack) {
+  const std::string key = key_under(layout, "acks/") + std::to_string(member) + ".json";
+  put_json(client, key, {{"format", kAckFormat}, {"version", ack.version}, {"digest", ack.digest}});
+}
+
+std::optional<StoreAck> read_ack(objstore::S3Client& client, const StoreLayout& layout, uint32_t member) {
+  const std::string key = key_under(layout, "acks/") + std::to_string(member) + ".json";
+  const auto j = get_json(client, key, kAckFormat);
+  if (!j) return std::nullopt;
+  if (!(*j)["version"].is_number_unsigned() || !(*j)["digest"].is_number_unsigned())
+    throw Error(Errc::corrupt_frame, "store: " + key + " is not an ack");
+  return StoreAck{(*j)["version"].get<uint64_t>(), (*j)["digest"].get<uint64_t>()};
 }
 
 size_t clear_store(objstore::S3Client& client, const StoreLayout& layout) {

@@ -45,6 +45,16 @@ void publish_model(objstore::S3Client& client, const StoreLayout& layout, const 
 std::optional<codec::Manifest> read_model(objstore::S3Client& client, const StoreLayout& layout);
 void publish_end(objstore::S3Client& client, const StoreLayout& layout, uint64_t version);
 std::optional<uint64_t> read_end(objstore::S3Client& client, const StoreLayout& layout);
+// PREFIX/acks/<member>.json: the version a gateway (job member rank `member`) holds, with its
+// digest, overwritten as it advances (for a gateway with a cluster: once its cluster's tree
+// committed it). A producer that reaches its members only through the store waits for these
+// before its next version (tools/run/store_producer.cpp). read_ack: nullopt while there is none.
+struct StoreAck {
+  uint64_t version = 0;
+  uint64_t digest = 0;
+};
+void publish_ack(objstore::S3Client& client, const StoreLayout& layout, uint32_t member, const StoreAck& ack);
+std::optional<StoreAck> read_ack(objstore::S3Client& client, const StoreLayout& layout, uint32_t member);
 // A fresh chain: deletes every object under PREFIX/ and aborts its multipart uploads (a producer
 // starting a new run; the prefix belongs to one version chain). Returns the objects deleted.
 size_t clear_store(objstore::S3Client& client, const StoreLayout& layout);

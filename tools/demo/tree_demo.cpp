@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/config.h"
+#include "tools/demo/store_demo.h"
 #include "transport/transport.h"
 #include "util/error.h"
 #include "util/process.h"
@@ -159,7 +160,10 @@ bool any_frozen(const std::map<unsigned, Victim>& victims) {
   return std::any_of(victims.begin(), victims.end(), [](const auto& v) { return v.second.action == "stop"; });
 }
 
-std::string write_config(const DemoOptions& o, const fs::path& dir, int base_port, bool freezing) {
+// `store_yaml`: the store demo's members and store sections (store_demo_yaml), replacing the
+// local members shorthand; its trees run over tcp.
+std::string write_config(const DemoOptions& o, const fs::path& dir, int base_port, bool freezing,
+                         const std::string& store_yaml = {}) {
   fs::path secret = dir / "secret";
   write_file(secret, transport::random_secret() + "\n");
   fs::permissions(secret, fs::perms::owner_read | fs::perms::owner_write);
@@ -171,25 +175,29 @@ std::string write_config(const DemoOptions& o, const fs::path& dir, int base_por
   // every backend here (tcp, ofi+tcp, ofi+shm, ucx) listens on a host:port (ofi and ucx through
   // their TCP side channel).
   // Producer rank g listens on base_port + g; the members from base_port + producers.
-  yaml << "producer: " << o.transport << "://127.0.0.1:" << base_port << "\n"
+  const std::string scheme = store_yaml.empty() ? o.transport : "tcp";
+  yaml << "producer: " << scheme << "://127.0.0.1:" << base_port << "\n"
        << "producers: " << o.producers << "\n"
-       << "transport: " << o.transport << "\n"
+       << "transport: " << scheme << "\n"
        << "topology: " << o.topology << "\n"
-       << "chunk_bytes: 4MiB\n"
-       << "members:\n  count: " << o.receivers
-       << "\n  host: 127.0.0.1\n  base_port: " << base_port + static_cast<int>(o.producers)
-       << "\n  cluster: local\n"
-       // join: receivers start first and wait for the producer to build its model (large with
-       // the default 500M parameters on a small machine).
-       << "timeouts:\n  connect: 30s\n"
-       << liveness << "  refit: 30m\n  join: 10m\n  producer_loss: 30s\n"
-       << "secret_file: " << secret.string() << "\n"
-       << "egress:\n  producer: " << o.uplink << "\n"
-       << "trainer:\n  kind: synth\n  params: " << o.params << "\n  steps: " << o.steps << "\n  lr: " << o.lr
-       << "\n  seed: " << o.seed << "\n"
-       << "output:\n  dir: " << dir.string() << "\n  metrics_file: " << (dir / "report.json").string()
-       << "\n  log_file: \"\"\n"
-       << "log_level: warn\n";
+       << "chunk_bytes: 4MiB\n";
+  if (store_yaml.empty())
+    yaml << "members:\n  count: " << o.receivers
+         << "\n  host: 127.0.0.1\n  base_port: " << base_port + static_cast<int>(o.producers) << "\n  cluster: local\n";
+  else
+    yaml << store_yaml;
+  yaml
+      // join: receivers start first and wait for the producer to build its model (large with
+      // the default 500M parameters on a small machine).
+      << "timeouts:\n  connect: 30s\n"
+      << liveness << "  refit: 30m\n  join: 10m\n  producer_loss: 30s\n"
+      << "secret_file: " << secret.string() << "\n"
+      << "egress:\n  producer: " << o.uplink << "\n"
+      << "trainer:\n  kind: synth\n  params: " << o.params << "\n  steps: " << o.steps << "\n  lr: " << o.lr
+      << "\n  seed: " << o.seed << "\n"
+      << "output:\n  dir: " << dir.string() << "\n  metrics_file: " << (dir / "report.json").string()
+      << "\n  log_file: \"\"\n"
+      << "log_level: warn\n";
   fs::path path = dir / "cluster.yaml";
   write_file(path, yaml.str());
   return path.string();
@@ -327,10 +335,30 @@ std::string floor_text(double bytes, uint64_t uplink, unsigned links) {
   return text;
 }
 
+// --transport: a relay-tree backend this binary has, or s3. Throws Error(invalid_argument) naming
+// the choices for an unknown name, Error(unsupported) for a known backend that was not built.
+void check_demo_transport(const std::string& name) {
+  if (name == "s3") return;
+  const std::string choices = " (choose tcp, ofi+tcp, ofi+shm, ucx or s3)";
+  try {
+    const transport::Url url = transport::Url::parse(name + "://127.0.0.1:1");
+    if (url.scheme == "loop") throw Error(Errc::invalid_argument, "loop works inside one process only");
+  } catch (const Error& e) {
+    throw Error(Errc::invalid_argument, "--transport " + name + ": not a transport: " + e.what() + choices);
+  }
+  if (!transport::backend_built(name))
+    throw Error(Errc::unsupported, "--transport " + name + ": this deltacast was built without it" + choices);
+}
+
 }  // namespace
 
 void run_tree_demo(const DemoOptions& o) {
   if (o.receivers == 0) throw Error(Errc::invalid_argument, "the demo needs at least one receiver");
+  check_demo_transport(o.transport);
+  const bool store = o.transport == "s3";
+  if (store && o.producers > 1)
+    throw Error(Errc::invalid_argument, "--transport s3 --producers " + std::to_string(o.producers) +
+                                            ": a producer group cannot publish to a store yet");
   const uint64_t uplink = config::parse_rate(o.uplink);
   const auto victims = parse_victims(o);
   const auto timeout = config::parse_duration(o.timeout);
@@ -338,7 +366,13 @@ void run_tree_demo(const DemoOptions& o) {
   const fs::path dir = make_work_dir();
   const unsigned m = std::max(1u, o.producers);
   const int base_port = pick_base_port(static_cast<int>(o.receivers + m));
-  const std::string config = write_config(o, dir, base_port, any_frozen(victims));
+  // --transport s3: a store started here (stopped when the demo ends), two store clusters behind it.
+  std::optional<DemoStore> store_server;
+  if (store) store_server.emplace(dir / "s3");
+  const std::string config =
+      write_config(o, dir, base_port, any_frozen(victims),
+                   store ? store_demo_yaml(*store_server, o.receivers, base_port, "demo-" + std::to_string(::getpid()))
+                         : std::string());
   const std::string size = std::to_string(o.receivers + m);
   pin_loopback_for_children();
   std::printf(
@@ -346,7 +380,15 @@ void run_tree_demo(const DemoOptions& o) {
       "%s params, %u steps (logs in %s)\n",
       m == 1 ? "1 producer" : (std::to_string(m) + " producer ranks").c_str(), o.receivers, o.topology.c_str(),
       o.transport.c_str(), o.params.c_str(), o.steps, dir.c_str());
-  if (uplink > 0)
+  if (store)
+    std::printf(
+        "demo: the rollout side cannot reach the producer: every version goes through the S3 store at %s "
+        "(%s), into 2 clusters (east, west) whose gateway (their lowest rank) downloads it once and roots "
+        "the cluster's relay tree%s\n",
+        store_server->endpoint().c_str(),
+        store_server->started_here() ? "Ceph RGW started for the demo" : "$DELTACAST_S3_ENV",
+        uplink > 0 ? "; --uplink does not pace the store's traffic, so no floor is printed" : "");
+  else if (uplink > 0)
     std::printf(
         "demo: %s uplink is capped at %s (egress.producer), as a link between the trainer's "
         "cluster and the rollout cluster; the receivers relay among themselves at loopback speed\n",
@@ -430,9 +472,11 @@ void run_tree_demo(const DemoOptions& o) {
   std::string want = whole ? report.at("sha256").get<std::string>() : "";
   const unsigned survivors = o.receivers - static_cast<unsigned>(victims.size());
   unsigned bit_exact = 0;
+  std::vector<nlohmann::json> summaries;  // the survivors'
   for (unsigned r = 1; r <= o.receivers; ++r) {
     if (victims.count(r)) continue;
     auto summary = read_json(dir / ("receiver-" + std::to_string(r) + ".json"));
+    summaries.push_back(summary);
     if (want.empty()) want = summary.at("sha256");
     const bool same = whole ? summary.at("sha256") == want
                             : summary.at("sha256") == want && summary.at("digest") == report.at("digest");
@@ -440,6 +484,12 @@ void run_tree_demo(const DemoOptions& o) {
       ++bit_exact;
     else
       std::fprintf(stderr, "demo: receiver %u differs from the producer%s\n", r, whole ? "" : " ranks or the others");
+  }
+  // A store run: times from the receivers' clocks (when the last one had each version).
+  const uint64_t floor_rate = store ? 0 : uplink;
+  if (store) {
+    complete_store_report(report, summaries);
+    report["transport"] = o.transport;
   }
   // Each time beside its wire floor: the payload over the producer ranks' capped uplinks (m at once).
   const double full_floor_bytes = report.at("full").at("payload_bytes").get<double>();
@@ -449,9 +499,10 @@ void run_tree_demo(const DemoOptions& o) {
     std::printf("%-5d %-8llu %8.3f%% %9.2f MB %9.3f %9s %9.3f %9s %7.1fx %5u/%u\n", s.at("step").get<int>(),
                 s.at("version").get<unsigned long long>(), 100 * s.at("changed_fraction").get<double>(),
                 s.at("payload_bytes").get<double>() / 1e6, s.at("refit_seconds").get<double>(),
-                floor_text(s.at("payload_bytes").get<double>(), uplink, m).c_str(), s.at("full_seconds").get<double>(),
-                floor_text(full_floor_bytes, uplink, m).c_str(), s.at("speedup").get<double>(),
-                s.at("verified_receivers").get<unsigned>(), s.at("receivers").get<unsigned>());
+                floor_text(s.at("payload_bytes").get<double>(), floor_rate, m).c_str(),
+                s.at("full_seconds").get<double>(), floor_text(full_floor_bytes, floor_rate, m).c_str(),
+                s.at("speedup").get<double>(), s.at("verified_receivers").get<unsigned>(),
+                s.at("receivers").get<unsigned>());
   }
   print_failures(report, victims);
   std::string not_counted;
@@ -471,7 +522,9 @@ void run_tree_demo(const DemoOptions& o) {
     const double share = payload / report.at("steps").size() / report.at("checkpoint_bytes").get<double>();
     std::printf("deltas carried %.2f%% of the checkpoint's bytes (%.0fx fewer than a full send)", 100 * share,
                 1 / share);
-    if (uplink > 0)
+    if (store)
+      std::printf("; refit s = from the producer's start of a version to the last receiver holding it\n");
+    else if (uplink > 0)
       std::printf("; floor s = payload / %s%s uplink, the least time any transport needs\n",
                   m == 1 ? "the " : (std::to_string(m) + " x the ").c_str(), rate_text(uplink).c_str());
     else
@@ -479,6 +532,21 @@ void run_tree_demo(const DemoOptions& o) {
           "; uplink not capped: on loopback the wire is free, so refit time here is the CPU of %u "
           "receivers and the producer on %u cores\n",
           o.receivers, std::max(1u, std::thread::hardware_concurrency()));
+  }
+  if (store) {
+    // What left the store: the gateways' downloads, against what was published (version 1 whole
+    // and every delta) times the clusters.
+    double downloaded = 0, gateways = 0;
+    for (const auto& s : summaries)
+      if (s.value("gateway", false)) downloaded += s.at("store").at("bytes_received").get<double>(), ++gateways;
+    const double published = report.at("checkpoint_bytes").get<double>() + payload;
+    std::printf(
+        "store: %.0f gateways downloaded %.2f MB for %.2f MB published: %.3fx the published bytes x "
+        "clusters; the other %zu receivers took it from their gateway's tree\n",
+        gateways, downloaded / 1e6, published / 1e6, downloaded / std::max(1.0, published * gateways),
+        summaries.size() - static_cast<size_t>(gateways));
+    report["store_downloaded_bytes"] = downloaded;
+    report["store_published_bytes"] = published;
   }
   if (!o.json_path.empty()) {
     report["uplink_bytes_per_second"] = uplink;

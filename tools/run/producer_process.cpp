@@ -344,6 +344,7 @@ class ProducerRun {
     tree::RefitOptions refit_options;
     refit_options.layout = source_->layout();
     const codec::WeightsReader* reader = source_->reader();
+    const double started_at = unix_now();  // benches compare members' committed_at_unix with it
     auto send = [&] {
       return reader ? producer_->refit(*reader, refit_options) : producer_->refit(source_->weights(), refit_options);
     };
@@ -362,6 +363,7 @@ class ProducerRun {
 
     max_rss_anon_ = std::max(max_rss_anon_, rss_anon_bytes());
     nlohmann::json entry = step_json(step, r, full_.refit_seconds);
+    entry["started_at_unix"] = started_at;
     // How this checkpoint was read: said by the branch that chose the refit, not by the config.
     if (c_.trainer.kind == "watch") entry["read"] = reader ? "pread" : "map";
     source_->describe(entry, committed_at);

@@ -37,11 +37,19 @@ class Gateway {
     for (const auto& t : manifest.tensors()) buffers_.emplace_back(t.nbytes());
     codec::MutableWeights weights{&manifest, {}};
     for (auto& b : buffers_) weights.tensors.emplace_back(b.data(), b.size());
+    weights_ = weights.as_const();
     follower_.emplace(manifest, client_, layout_, weights, 0, codec::StateDigest::zeros(manifest));
+    follower_->on_delta([this](const objstore::VersionManifest& m, const std::vector<std::vector<std::byte>>& frames) {
+      committed_at_[m.version] = unix_now();
+      if (producer_) forward(m, frames);
+    });
     // Version 1 (or whatever the store holds now): the cluster's tree starts from it.
     while (follow(Clock::now() + c_.timeouts.join, "no version in the store") == 0)
       std::this_thread::sleep_for(c_.store.poll);
-    if (!route_.behind.empty()) start_cluster(manifest, weights.as_const());
+    if (!route_.behind.empty()) {
+      start_cluster(manifest, weights.as_const());
+      acknowledge(follower_->version());
+    }
     for (;;) {
       const auto end = read_end_or_nullopt();
       const uint64_t held = follow(Clock::now() + c_.timeouts.producer_loss, "the store stayed unreadable");
@@ -91,10 +99,12 @@ class Gateway {
           throw Error(Errc::state, "the gateway went from version " + std::to_string(before) + " to " +
                                        std::to_string(held) + " by a snapshot: its cluster's members cannot follow " +
                                        "(raise store.retain_versions)");
-        for (uint64_t v = before + 1; v <= held; ++v) committed_at_[v] = unix_now();
+        for (uint64_t v = before + 1; v <= held; ++v) committed_at_.emplace(v, unix_now());  // a snapshot's
+        // A cluster's version counts once its tree has it (start_cluster acknowledges the first).
+        if (held > before && (producer_ || route_.behind.empty())) acknowledge(held);
         return held;
       } catch (const Error& e) {
-        for (uint64_t v = before + 1; v <= follower_->version(); ++v) committed_at_[v] = unix_now();
+        for (uint64_t v = before + 1; v <= follower_->version(); ++v) committed_at_.emplace(v, unix_now());
         if (cluster_failed_ || e.code() == Errc::state || Clock::now() > deadline)
           throw Error(e.code(), std::string(what) + ": " + e.what());
         ++store_errors_;
@@ -102,6 +112,18 @@ class Gateway {
                             follower_->version(), e.what());
       }
       std::this_thread::sleep_for(c_.store.poll);
+    }
+  }
+
+  // Tells a producer that reaches its members only through the store which version this cluster
+  // holds (best effort: a producer that misses it reports this gateway unverified).
+  void acknowledge(uint64_t version) {
+    try {
+      tree::publish_ack(client_, layout_, static_cast<uint32_t>(env_.member_rank()),
+                        tree::StoreAck{version, follower_->digest()});
+    } catch (const Error& e) {
+      logger("run")->warn("gateway rank {}: could not acknowledge version {} in the store: {}", env_.receiver_rank(),
+                          version, e.what());
     }
   }
 
@@ -123,27 +145,28 @@ class Gateway {
     std::printf("gateway rank %d: cluster %s: %zu members joined its tree at version %llu\n", env_.receiver_rank(),
                 me_.cluster.c_str(), route_.behind.size(), static_cast<unsigned long long>(v));
     std::fflush(stdout);
-    follower_->on_delta([this, weights](const objstore::VersionManifest& m,
-                                        const std::vector<std::vector<std::byte>>& frames) {
-      tree::RefitReport r;
-      for (int attempt = 1; attempt <= 3; ++attempt) {
-        r = producer_->forward(frames, m.version, weights, follower_->state_digest());
-        if (r.committed) break;
-        logger("run")->warn("gateway rank {}: version {} aborted in the cluster ({}); sending it again",
-                            env_.receiver_rank(), m.version, r.abort_reason);
-      }
-      if (!r.committed) {
-        cluster_failed_ = true;
-        throw Error(Errc::verify_failed,
-                    "version " + std::to_string(m.version) + " aborted three times in the cluster: " + r.abort_reason);
-      }
-      forwarded_ = m.version;
-      cluster_seconds_ += r.refit_seconds;
-      std::printf("gateway rank %d: version %llu through the cluster in %.3f s (%.2f MiB), verified %u/%u\n",
-                  env_.receiver_rank(), static_cast<unsigned long long>(m.version), r.refit_seconds,
-                  mib(r.frames_bytes), r.verified_receivers, r.receivers);
-      std::fflush(stdout);
-    });
+  }
+
+  // A delta the follower committed, through the cluster's tree (tried three times).
+  void forward(const objstore::VersionManifest& m, const std::vector<std::vector<std::byte>>& frames) {
+    tree::RefitReport r;
+    for (int attempt = 1; attempt <= 3; ++attempt) {
+      r = producer_->forward(frames, m.version, weights_, follower_->state_digest());
+      if (r.committed) break;
+      logger("run")->warn("gateway rank {}: version {} aborted in the cluster ({}); sending it again",
+                          env_.receiver_rank(), m.version, r.abort_reason);
+    }
+    if (!r.committed) {
+      cluster_failed_ = true;
+      throw Error(Errc::verify_failed,
+                  "version " + std::to_string(m.version) + " aborted three times in the cluster: " + r.abort_reason);
+    }
+    forwarded_ = m.version;
+    cluster_seconds_ += r.refit_seconds;
+    std::printf("gateway rank %d: version %llu through the cluster in %.3f s (%.2f MiB), verified %u/%u\n",
+                env_.receiver_rank(), static_cast<unsigned long long>(m.version), r.refit_seconds, mib(r.frames_bytes),
+                r.verified_receivers, r.receivers);
+    std::fflush(stdout);
   }
 
   void report(const codec::ConstWeights& weights) {
@@ -189,6 +212,7 @@ class Gateway {
   const tree::StoreLayout layout_;
   objstore::S3Client client_;
   std::vector<std::vector<std::byte>> buffers_;
+  codec::ConstWeights weights_;  // buffers_ as the follower's model
   std::optional<tree::StoreFollower> follower_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<tree::Producer> producer_;

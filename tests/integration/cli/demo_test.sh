@@ -105,6 +105,11 @@ if mode in ("transport", "uplink", "producers"):
     assert report["full"]["committed"] is True, report["full"]
 if mode == "transport":
     assert report["transport"] == arg, report["transport"]
+    if arg == "s3":
+        # Two store clusters, each crossed once: the gateways' downloads are the published bytes
+        # (version 1 whole and every delta) twice, plus the requests' overhead.
+        ratio = report["store_downloaded_bytes"] / (2 * report["store_published_bytes"])
+        assert 1.0 <= ratio <= 1.05, ratio
 elif mode == "uplink":
     rate = report["uplink_bytes_per_second"]
     assert rate > 0, rate
