@@ -16,6 +16,7 @@
 #include "objstore/version_store.h"
 #include "tests/integration/s3/s3_test_env.h"
 #include "tests/integration/tree/tree_test_model.h"
+#include "tree/store_uplink.h"
 #include "tree/store_versions.h"
 #include "util/error.h"
 
@@ -352,6 +353,60 @@ TEST_F(S3Server, ADamagedDeltaLeavesTheMemberAtItsVersion) {
   publisher.publish_delta(2, 1, 1, digest_of(v2), frames);  // published again, whole
   EXPECT_EQ(member.catch_up(), 2u);
   EXPECT_TRUE(tree::same_bits(held, v2.weights()));
+}
+
+// The uplink of a producer (tree/store_uplink.h): version 1 whole, then deltas, a whole version at
+// least every retain_versions versions; a member from version 0 reaches every version exactly, at
+// every step, whatever was pruned. The records beside the versions (model, acks, end) read back,
+// and a fresh uplink clears an earlier chain.
+TEST_F(S3Server, TheUplinkKeepsEveryVersionReachableFromVersionZero) {
+  const tree::StoreLayout layout{prefix_ + "job", uint64_t{5} << 20, 2, 2};
+  tree::Model model = tree::Model::make(93);
+  auto uplink_client = std::make_unique<S3Client>(options_of(env_), credentials_of(env_));
+  client_->put(layout.prefix + "/deltas/stale", std::as_bytes(std::span("x", 1)));  // an earlier chain's
+  tree::StoreUplink uplink(model.manifest, std::move(uplink_client), {layout, 0, true});
+  EXPECT_TRUE(client_->list(layout.prefix + "/deltas/").empty()) << "a fresh uplink left an earlier chain";
+  const auto read_back = tree::read_model(*client_, layout);
+  ASSERT_TRUE(read_back);
+  EXPECT_EQ(read_back->digest(), model.manifest.digest());
+  EXPECT_FALSE(tree::read_end(*client_, layout));
+  ASSERT_TRUE(uplink.wants_snapshot(1));
+  uplink.snapshot(1, std::make_shared<const codec::OwnedWeights>(model.weights()));
+  std::vector<uint64_t> whole{1};
+  for (uint64_t v = 2; v <= 7; ++v) {
+    tree::Model next = model;
+    next.step(v);
+    uplink.delta(v, v - 1, digest_of(next), delta_frames(model, next, v));
+    if (uplink.wants_snapshot(v)) {
+      uplink.snapshot(v, std::make_shared<const codec::OwnedWeights>(next.weights()));
+      whole.push_back(v);
+    }
+    uplink.wait_idle();
+    model = next;
+    std::vector<tree::Bytes> fresh;
+    codec::MutableWeights w{&model.manifest, {}};
+    for (const auto& t : model.manifest.tensors()) fresh.emplace_back(t.nbytes());
+    for (auto& t : fresh) w.tensors.emplace_back(t.data(), t.size());
+    tree::StoreFollower member(model.manifest, *client_, layout, w, 0, codec::StateDigest::zeros(model.manifest));
+    EXPECT_EQ(member.catch_up(), v);
+    EXPECT_TRUE(tree::same_bits(fresh, model.weights())) << "version " << v;
+  }
+  EXPECT_EQ(whole, (std::vector<uint64_t>{1, 3, 5, 7}));  // retain_versions 2: whole every 2 versions
+  tree::publish_ack(*client_, layout, 4, {7, digest_of(model)});
+  const auto ack = tree::read_ack(*client_, layout, 4);
+  ASSERT_TRUE(ack);
+  EXPECT_EQ(ack->version, 7u);
+  EXPECT_EQ(ack->digest, digest_of(model));
+  EXPECT_FALSE(tree::read_ack(*client_, layout, 5));
+  const auto stats = uplink.finish(7);
+  EXPECT_EQ(stats.deltas, 6u);
+  EXPECT_EQ(stats.snapshots, 4u);
+  EXPECT_EQ(stats.failed, 0u);
+  EXPECT_EQ(tree::read_end(*client_, layout), 7u);
+  client_->put(layout.prefix + "/model.json", std::as_bytes(std::span("{\"format\": 1}", 13)));
+  EXPECT_THROW(tree::read_model(*client_, layout), Error);
+  EXPECT_GT(tree::clear_store(*client_, layout), 0u);
+  EXPECT_TRUE(client_->list(layout.prefix + "/").empty());
 }
 
 }  // namespace
