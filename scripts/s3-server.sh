@@ -29,12 +29,15 @@
 # Ports: one run of 12 consecutive free loopback ports, chosen at random outside the kernel's
 # ephemeral range (as tests/integration/ports.sh does): rgw HTTP, mon, then 10 for the OSD's
 # messengers. If a daemon cannot bind (another run took a port since the check), start begins
-# again on other ports. Everything binds 127.0.0.1 only, so several servers can run at once.
+# again on other ports. Everything binds 127.0.0.1 (or S3_BIND) only, so several servers can run
+# at once.
 #
 # Environment: S3_START_TIMEOUT (seconds, default 120: start fails, stopping what it started, when
 # not ready by then), S3_BUCKET (default deltacast-test), S3_MEMSTORE_BYTES (the OSD's RAM store,
 # default 2 GiB), S3_FIRST_PORT (the first try uses the 12 ports from this one, free or not: to
-# test the retry).
+# test the retry), S3_BIND (default 127.0.0.1: the address every daemon binds and the endpoint
+# written to s3.env; e.g. a network namespace's own address, so that clients in other namespaces
+# reach radosgw: `ip netns exec NS env S3_BIND=10.201.0.1 scripts/s3-server.sh start DIR`).
 #
 # curl 7.88 (Debian 12) signs SigV4 (--aws-sigv4) but (a) does not send x-amz-content-sha256,
 # which RGW requires (else SignatureDoesNotMatch): set it, and curl signs it; (b) signs the query
@@ -45,6 +48,7 @@ set -uo pipefail
 readonly EMPTY_SHA=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
 readonly RGW_NAME=client.rgw.deltacast
 readonly PORT_COUNT=12
+BIND=${S3_BIND:-127.0.0.1}  # load_env takes it from s3.env's endpoint
 SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 die() { echo "s3-server: $*" >&2; exit 1; }
@@ -105,9 +109,9 @@ stop_daemon() {
 
 stop_all() { stop_daemon rgw TERM; stop_daemon osd TERM; stop_daemon mon TERM; }
 
-# free_ports N: the first of N consecutive free TCP ports on 127.0.0.1, outside the ephemeral range.
+# free_ports N: the first of N consecutive free TCP ports on BIND, outside the ephemeral range.
 free_ports() {
-  python3 - "$1" <<'EOF'
+  python3 - "$1" "$BIND" <<'EOF'
 import random, socket, sys
 n = int(sys.argv[1])
 try:
@@ -118,7 +122,7 @@ starts = list(range(20000, low - n)) + list(range(high + 1, 65536 - n))
 def free(port):
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind((sys.argv[2], port))
             return True
         except OSError:
             return False
@@ -163,7 +167,7 @@ launch() {
 ceph_cli() { timeout 30 ceph -c "$CEPH_CONF" --connect-timeout 5 "$@"; }
 mon_up() { [ "$(ceph_cli fsid 2>/dev/null)" = "$FSID" ]; }
 osd_up() { ceph_cli osd dump 2>/dev/null | grep -q '^osd.0 up'; }
-rgw_up() { curl -sf -m 5 -o /dev/null "http://127.0.0.1:$RGW_PORT/"; }
+rgw_up() { curl -sf -m 5 -o /dev/null "http://$BIND:$RGW_PORT/"; }
 
 write_conf() {
   local asok="$S3_DIR/run/\$name.asok"
@@ -173,9 +177,9 @@ write_conf() {
 # Written by scripts/s3-server.sh: a throw-away single-node cluster; ports picked at start.
 [global]
 fsid = $FSID
-mon host = v1:127.0.0.1:$MON_PORT
-public addr = 127.0.0.1
-cluster addr = 127.0.0.1
+mon host = v1:$BIND:$MON_PORT
+public addr = $BIND
+cluster addr = $BIND
 ms bind msgr2 = false
 ms bind ipv6 = false
 # a port taken (by another run, since the check) fails at once: start tries other ports
@@ -222,7 +226,7 @@ osd crush update on start = false
 osd class update on start = false
 [$RGW_NAME]
 rgw data = $S3_DIR/rgw
-rgw frontends = beast endpoint=127.0.0.1:$RGW_PORT
+rgw frontends = beast endpoint=$BIND:$RGW_PORT
 EOF
 }
 
@@ -233,7 +237,7 @@ start_once() {
     base=$S3_FIRST_PORT
     unset S3_FIRST_PORT
   else
-    base=$(free_ports $PORT_COUNT) || { echo "s3-server: no free ports on 127.0.0.1" >&2; return 1; }
+    base=$(free_ports $PORT_COUNT) || { echo "s3-server: no free ports on $BIND" >&2; return 1; }
   fi
   RGW_PORT=$base MON_PORT=$((base + 1)) OSD_PORT_MIN=$((base + 2)) OSD_PORT_MAX=$((base + PORT_COUNT - 1))
   FSID=$(uuidgen) uuid=$(uuidgen)
@@ -241,7 +245,7 @@ start_once() {
   mkdir -p "$S3_DIR"/{mon,osd/0,run,log,rgw}
   write_conf
   ceph-authtool --create-keyring "$S3_DIR/keyring" --gen-key -n mon. --cap mon "allow *" >/dev/null &&
-    monmaptool --create --fsid "$FSID" --addv a "[v1:127.0.0.1:$MON_PORT]" "$S3_DIR/monmap" >/dev/null &&
+    monmaptool --create --fsid "$FSID" --addv a "[v1:$BIND:$MON_PORT]" "$S3_DIR/monmap" >/dev/null &&
     ceph-mon -c "$CEPH_CONF" --mkfs -i a --monmap "$S3_DIR/monmap" --keyring "$S3_DIR/keyring" \
       >"$S3_DIR/log/mon-mkfs.out" 2>&1 || { echo "s3-server: mon mkfs failed, see $S3_DIR/log" >&2; return 1; }
   launch mon mon_up ceph-mon -c "$CEPH_CONF" -f -i a; rc=$?; [ $rc -eq 0 ] || return $rc
@@ -256,7 +260,7 @@ start_once() {
     --access-key="$S3_KEY" --secret-key="$S3_SECRET" >>"$S3_DIR/log/setup.out" 2>&1 ||
     { echo "s3-server: radosgw-admin user create failed, see $S3_DIR/log/setup.out" >&2; return 1; }
   # Our key works only on our radosgw: a 403 here means another server took the port.
-  signed -X PUT "http://127.0.0.1:$RGW_PORT/$S3_BUCKET" -o /dev/null 2>>"$S3_DIR/log/setup.out" ||
+  signed -X PUT "http://$BIND:$RGW_PORT/$S3_BUCKET" -o /dev/null 2>>"$S3_DIR/log/setup.out" ||
     { echo "s3-server: creating bucket $S3_BUCKET failed, see $S3_DIR/log/setup.out" >&2; return 2; }
 }
 
@@ -299,7 +303,7 @@ cmd_start() {
     die "start failed after $(elapsed "$t0") s; logs in $S3_DIR/log"
   fi
   {
-    printf 'S3_ENDPOINT=%s\n' "http://127.0.0.1:$RGW_PORT"
+    printf 'S3_ENDPOINT=%s\n' "http://$BIND:$RGW_PORT"
     printf 'S3_REGION=us-east-1\n'
     printf 'S3_BUCKET=%s\n' "$S3_BUCKET"
     printf 'AWS_ACCESS_KEY_ID=%s\n' "$S3_KEY"
@@ -307,7 +311,7 @@ cmd_start() {
     printf 'S3_DIR=%q\n' "$S3_DIR"
   } >"$S3_DIR/s3.env.tmp" && mv "$S3_DIR/s3.env.tmp" "$S3_DIR/s3.env"
   trap - INT TERM
-  echo "s3-server: ready at http://127.0.0.1:$RGW_PORT (bucket $S3_BUCKET, env $S3_DIR/s3.env) in $(elapsed "$t0") s"
+  echo "s3-server: ready at http://$BIND:$RGW_PORT (bucket $S3_BUCKET, env $S3_DIR/s3.env) in $(elapsed "$t0") s"
 }
 
 # load_env DIR: the server's s3.env (S3_ENDPOINT, keys, ...) and its radosgw port.
@@ -318,6 +322,7 @@ load_env() {
   . "$S3_DIR/s3.env"
   S3_KEY=$AWS_ACCESS_KEY_ID S3_SECRET=$AWS_SECRET_ACCESS_KEY
   RGW_PORT=${S3_ENDPOINT##*:}
+  BIND=${S3_ENDPOINT#http://} BIND=${BIND%:*}
 }
 
 # signed CURL-ARGS...: curl with SigV4 and the x-amz-content-sha256 header (PH, see the top).
