@@ -108,7 +108,7 @@ struct StoreConfig {
   // A whole version (snapshot) every this many versions, for members further behind than
   // retain_versions; 0: version 1 only (and the version after a publish that failed).
   uint32_t snapshot_every = 0;
-  std::chrono::milliseconds poll{200};  // how often a gateway looks for a new version
+  std::chrono::milliseconds poll{100};  // how often a gateway looks for a new version
   std::vector<std::string> clusters;    // member cluster labels that take versions from the store
   bool enabled() const noexcept { return !endpoint.empty(); }
 };

@@ -119,6 +119,30 @@ size_t send_body(char* buffer, size_t size, size_t n, void* user) {
 
 struct S3Client::Counters {
   std::atomic<uint64_t> requests{0}, retries{0}, sent{0}, received{0};
+  // One connection cache (and DNS and TLS session cache) for every request of this client, on any
+  // thread: a request reuses an idle connection to the endpoint instead of a new TCP (and TLS)
+  // handshake, one or two round trips across a WAN (docs/performance.md, "Object storage across a
+  // WAN"). curl notices a cached connection the server closed and connects again.
+  CURLSH* share = nullptr;
+  std::mutex locks[CURL_LOCK_DATA_LAST];
+
+  Counters() {
+    share = curl_share_init();
+    if (!share) throw Error(Errc::internal, "curl_share_init failed");
+    curl_share_setopt(
+        share, CURLSHOPT_LOCKFUNC, +[](CURL*, curl_lock_data data, curl_lock_access, void* self) {
+          static_cast<Counters*>(self)->locks[data].lock();
+        });
+    curl_share_setopt(
+        share, CURLSHOPT_UNLOCKFUNC,
+        +[](CURL*, curl_lock_data data, void* self) { static_cast<Counters*>(self)->locks[data].unlock(); });
+    curl_share_setopt(share, CURLSHOPT_USERDATA, this);
+    for (auto data : {CURL_LOCK_DATA_CONNECT, CURL_LOCK_DATA_DNS, CURL_LOCK_DATA_SSL_SESSION})
+      curl_share_setopt(share, CURLSHOPT_SHARE, data);
+  }
+  ~Counters() { curl_share_cleanup(share); }
+  Counters(const Counters&) = delete;
+  Counters& operator=(const Counters&) = delete;
 };
 
 struct S3Client::Request {
@@ -274,6 +298,7 @@ S3Client::Response S3Client::attempt(const Request& request) {
   const std::string userpwd = credentials_.access_key + ":" + credentials_.secret_key;
   Upload upload{request.body, 0};
   CURL* c = curl.get();
+  curl_easy_setopt(c, CURLOPT_SHARE, counters_->share);
   curl_easy_setopt(c, CURLOPT_URL, target.c_str());
   curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
   curl_easy_setopt(c, CURLOPT_USERPWD, userpwd.c_str());

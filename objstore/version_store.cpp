@@ -1,5 +1,7 @@
 #include "objstore/version_store.h"
 
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -65,6 +67,41 @@ std::string text_of(const std::vector<std::byte>& bytes) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
+std::string hex_of(const unsigned char* bytes, unsigned length) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned i = 0; i < length; ++i) {
+    out += digits[bytes[i] >> 4];
+    out += digits[bytes[i] & 15];
+  }
+  return out;
+}
+
+std::string sha256_hex(std::span<const std::byte> bytes) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned length = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), out, &length, EVP_sha256(), nullptr) != 1)
+    throw Error(Errc::internal, "object store: SHA-256 failed");
+  return hex_of(out, length);
+}
+
+std::string hmac_sha256_hex(const std::string& key, const std::string& text) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned length = 0;
+  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(text.data()),
+            text.size(), out, &length))
+    throw Error(Errc::internal, "object store: HMAC-SHA256 failed");
+  return hex_of(out, length);
+}
+
+// Equal without an early exit (a signature is compared with one computed here).
+bool same_text(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 }  // namespace
 
 std::string manifest_key(const std::string& prefix, uint64_t version) {
@@ -75,17 +112,42 @@ std::string latest_key(const std::string& prefix) { return join(prefix, "latest.
 
 std::string VersionManifest::to_json() const {
   nlohmann::json frames_json = nlohmann::json::array();
-  for (const auto& f : frames) frames_json.push_back({{"offset", f.offset}, {"size", f.size}, {"xxh3", f.xxh3}});
-  return nlohmann::json{{"format", kManifestFormat},
-                        {"version", version},
-                        {"base_version", base_version},
-                        {"epoch", epoch},
-                        {"digest", digest},
-                        {"kind", kind},
-                        {"object", object},
-                        {"object_size", object_size},
-                        {"frames", frames_json}}
-      .dump();
+  for (const auto& f : frames) {
+    nlohmann::json entry = {{"offset", f.offset}, {"size", f.size}, {"xxh3", f.xxh3}};
+    if (!f.sha256.empty()) entry["sha256"] = f.sha256;
+    frames_json.push_back(std::move(entry));
+  }
+  nlohmann::json j{{"format", kManifestFormat},
+                   {"version", version},
+                   {"base_version", base_version},
+                   {"epoch", epoch},
+                   {"digest", digest},
+                   {"kind", kind},
+                   {"object", object},
+                   {"object_size", object_size},
+                   {"frames", frames_json}};
+  if (!signature.empty()) j["signature"] = signature;
+  return j.dump();  // keys sorted (std::map): the same manifest gives the same text, which is signed
+}
+
+void VersionManifest::sign(const std::string& secret, const std::vector<std::span<const std::byte>>& frame_bytes) {
+  if (frame_bytes.size() != frames.size())
+    throw Error(Errc::internal, "object store: signing " + std::to_string(frame_bytes.size()) + " frames of " +
+                                    std::to_string(frames.size()));
+  for (size_t i = 0; i < frames.size(); ++i) frames[i].sha256 = sha256_hex(frame_bytes[i]);
+  signature.clear();
+  signature = hmac_sha256_hex(secret, to_json());
+}
+
+void VersionManifest::check_signature(const std::string& secret, const std::string& source) const {
+  if (signature.empty())
+    throw Error(Errc::auth, source + ": the manifest of version " + std::to_string(version) +
+                                " is not signed, and this job has a secret: only its producer's versions apply");
+  VersionManifest unsigned_copy = *this;
+  unsigned_copy.signature.clear();
+  if (!same_text(hmac_sha256_hex(secret, unsigned_copy.to_json()), signature))
+    throw Error(Errc::auth, source + ": the manifest of version " + std::to_string(version) +
+                                " was not signed with this job's secret (written by someone else, or another job)");
 }
 
 VersionManifest VersionManifest::parse(std::string_view text, const std::string& source) {
@@ -109,7 +171,12 @@ VersionManifest VersionManifest::parse(std::string_view text, const std::string&
   uint64_t end = 0;
   for (const auto& f : j["frames"]) {
     if (!f.is_object()) throw Error(Errc::corrupt_frame, source + ": a frame entry is not an object");
-    StoredFrame s{u64_of(f, "offset", source), u64_of(f, "size", source), u64_of(f, "xxh3", source)};
+    StoredFrame s{u64_of(f, "offset", source), u64_of(f, "size", source), u64_of(f, "xxh3", source), ""};
+    if (f.contains("sha256")) {
+      if (!f["sha256"].is_string() || f["sha256"].get<std::string>().size() != 64)
+        throw Error(Errc::corrupt_frame, source + ": a frame's sha256 is not 64 hex digits");
+      s.sha256 = f["sha256"].get<std::string>();
+    }
     if (s.offset != end || s.size > m.object_size - std::min(m.object_size, s.offset) || s.size == 0)
       throw Error(Errc::corrupt_frame, source + ": frame " + std::to_string(m.frames.size()) +
                                            " does not follow the one before inside the object");
@@ -119,6 +186,10 @@ VersionManifest VersionManifest::parse(std::string_view text, const std::string&
   if (end != m.object_size)
     throw Error(Errc::corrupt_frame, source + ": the frames cover " + std::to_string(end) + " of the object's " +
                                          std::to_string(m.object_size) + " bytes");
+  if (j.contains("signature")) {
+    if (!j["signature"].is_string()) throw Error(Errc::corrupt_frame, source + ": 'signature' is not text");
+    m.signature = j["signature"].get<std::string>();
+  }
   return m;
 }
 
@@ -141,10 +212,11 @@ VersionManifest VersionWriter::publish(uint64_t version, uint64_t base_version, 
   m.object = frames_key(options_.prefix, version);
   std::vector<std::byte> object;
   for (const auto& f : frames) {
-    m.frames.push_back(StoredFrame{object.size(), f.size(), XXH3_64bits(f.data(), f.size())});
+    m.frames.push_back(StoredFrame{object.size(), f.size(), XXH3_64bits(f.data(), f.size()), ""});
     object.insert(object.end(), f.begin(), f.end());
   }
   m.object_size = object.size();
+  if (!options_.secret.empty()) m.sign(options_.secret, frames);  // every field set: what is signed
   const std::span<const std::byte> body(object);
   if (body.size() <= options_.part_bytes) {
     client_.put(m.object, body);
@@ -229,25 +301,52 @@ VersionManifest VersionReader::manifest(uint64_t version) {
   if (m.version != version || m.object != frames_key(options_.prefix, version))
     throw Error(Errc::corrupt_frame,
                 key + ": the manifest of version " + std::to_string(m.version) + " (object " + m.object + ")");
+  if (!options_.secret.empty()) m.check_signature(options_.secret, key);
   return m;
 }
 
 std::vector<std::vector<std::byte>> VersionReader::frames(const VersionManifest& m) {
+  // Consecutive frames in a few large ranges (about object / parallel bytes, at least 4 MiB), each
+  // one GET, split here: a request costs round trips across a WAN, and a delta has many small
+  // frames (docs/performance.md, "Object storage across a WAN").
+  constexpr uint64_t kMinRange = uint64_t{4} << 20;
+  const uint64_t target =
+      std::max(kMinRange, (m.object_size + options_.parallel - 1) / std::max(1u, options_.parallel));
+  std::vector<std::pair<size_t, size_t>> groups;  // [first frame, end frame)
+  for (size_t i = 0; i < m.frames.size();) {
+    size_t end = i + 1;
+    while (end < m.frames.size() && m.frames[end].offset + m.frames[end].size - m.frames[i].offset <= target) ++end;
+    groups.emplace_back(i, end);
+    i = end;
+  }
   std::vector<std::vector<std::byte>> out(m.frames.size());
-  parallel_for(m.frames.size(), options_.parallel, [&](size_t i) {
-    const StoredFrame& f = m.frames[i];
+  parallel_for(groups.size(), options_.parallel, [&](size_t g) {
+    const auto [first, end] = groups[g];
+    const uint64_t from = m.frames[first].offset;
+    const uint64_t bytes = m.frames[end - 1].offset + m.frames[end - 1].size - from;
+    std::vector<std::byte> range;
     try {
-      out[i] = client_.get_range(m.object, f.offset, f.size);
+      range = client_.get_range(m.object, from, bytes);
     } catch (const Error& e) {
       // A range outside the object or a short answer: the object is not the one the manifest names
       // (truncated or replaced), as when its bytes differ.
       if (e.code() != Errc::invalid_argument && e.code() != Errc::corrupt_frame) throw;
-      throw Error(Errc::corrupt_frame, m.object + ": frame " + std::to_string(i) + " of version " +
-                                           std::to_string(m.version) + " is not in the object (" + e.what() + ")");
+      throw Error(Errc::corrupt_frame, m.object + ": frames " + std::to_string(first) + ".." + std::to_string(end - 1) +
+                                           " of version " + std::to_string(m.version) + " are not in the object (" +
+                                           e.what() + ")");
     }
-    if (XXH3_64bits(out[i].data(), out[i].size()) != f.xxh3)
-      throw Error(Errc::corrupt_frame, m.object + ": frame " + std::to_string(i) + " of version " +
-                                           std::to_string(m.version) + " does not hash to its manifest's xxh3");
+    for (size_t i = first; i < end; ++i) {
+      const StoredFrame& f = m.frames[i];
+      const auto at = range.begin() + static_cast<std::ptrdiff_t>(f.offset - from);
+      out[i].assign(at, at + static_cast<std::ptrdiff_t>(f.size));
+      if (XXH3_64bits(out[i].data(), out[i].size()) != f.xxh3)
+        throw Error(Errc::corrupt_frame, m.object + ": frame " + std::to_string(i) + " of version " +
+                                             std::to_string(m.version) + " does not hash to its manifest's xxh3");
+      // Signed (checked by manifest()): the frame must be what the producer hashed.
+      if (!options_.secret.empty() && sha256_hex(out[i]) != f.sha256)
+        throw Error(Errc::auth, m.object + ": frame " + std::to_string(i) + " of version " + std::to_string(m.version) +
+                                    " is not the one its signed manifest names (SHA-256)");
+    }
   });
   return out;
 }

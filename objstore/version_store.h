@@ -31,7 +31,8 @@ namespace deltacast::objstore {
 struct StoredFrame {
   uint64_t offset = 0;  // in the frames object
   uint64_t size = 0;
-  uint64_t xxh3 = 0;  // XXH3-64 of its bytes
+  uint64_t xxh3 = 0;   // XXH3-64 of its bytes
+  std::string sha256;  // hex SHA-256 of its bytes, in a signed manifest (empty otherwise)
 };
 
 struct VersionManifest {
@@ -43,8 +44,15 @@ struct VersionManifest {
   std::string object;          // the frames object's key
   uint64_t object_size = 0;
   std::vector<StoredFrame> frames;
+  // Hex HMAC-SHA256, with the job's secret, of to_json() of this manifest without its signature;
+  // empty: unsigned (docs/object-storage.md, "What someone who can write the bucket can do").
+  std::string signature;
 
   std::string to_json() const;
+  // Sets every frame's sha256 from `frame_bytes` (in order) and signs the manifest with `secret`.
+  void sign(const std::string& secret, const std::vector<std::span<const std::byte>>& frame_bytes);
+  // Throws Error(auth) "SOURCE: ..." unless the manifest carries a signature that `secret` made.
+  void check_signature(const std::string& secret, const std::string& source) const;
   // Throws Error(corrupt_frame) "SOURCE: ..." for anything that is not a consistent manifest
   // (frames outside the object or overlapping, a missing field, another format).
   static VersionManifest parse(std::string_view json, const std::string& source);
@@ -55,6 +63,10 @@ struct VersionStoreOptions {
   uint64_t part_bytes = uint64_t{16} << 20;  // multipart part size (S3: at least 5 MiB)
   unsigned parallel = 4;                     // parts uploaded, ranges downloaded at a time
   uint32_t retain_versions = 4;              // prune() keeps this many newest versions
+  // The job's shared secret (secret_file): a writer signs every manifest with it and gives each
+  // frame a SHA-256; a reader then refuses a manifest it did not sign (Error(auth)) and a frame
+  // whose SHA-256 differs. Empty: unsigned manifests, XXH3 only (accidents, not forgers).
+  std::string secret = {};
 };
 
 // The key of version `v`'s manifest / frames object, and of latest.json, under `prefix`.

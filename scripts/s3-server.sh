@@ -226,7 +226,7 @@ osd crush update on start = false
 osd class update on start = false
 [$RGW_NAME]
 rgw data = $S3_DIR/rgw
-rgw frontends = beast endpoint=$BIND:$RGW_PORT
+rgw frontends = beast endpoint=$BIND:$RGW_PORT tcp_nodelay=1
 EOF
 }
 

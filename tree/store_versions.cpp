@@ -15,7 +15,7 @@ namespace {
 
 objstore::VersionStoreOptions under(const StoreLayout& layout, const char* what) {
   return objstore::VersionStoreOptions{layout.prefix.empty() ? what : layout.prefix + "/" + what, layout.part_bytes,
-                                       layout.parallel, layout.retain_versions};
+                                       layout.parallel, layout.retain_versions, layout.secret};
 }
 
 std::string key_under(const StoreLayout& layout, const char* name) {
@@ -252,13 +252,16 @@ void StoreFollower::take_snapshot(uint64_t v) {
 }
 
 uint64_t StoreFollower::catch_up() {
+  // The common case first, one request a version: the next delta's manifest (written after its
+  // frames and before latest.json, so a manifest found is a whole version).
+  while (replay(version() + 1)) {
+  }
+  // None (yet): is anything newer there at all? A snapshot only matters at version 0 (version 1 is
+  // stored whole only) or across a gap in the deltas (pruned, or a publish the producer dropped).
   const uint64_t newest_delta = deltas_.latest().value_or(0);
+  if (version() > 0 && newest_delta <= version()) return version();
   const uint64_t newest_snapshot = snapshots_.latest().value_or(0);
   const uint64_t target = std::max(newest_delta, newest_snapshot);
-  if (version() >= target) return version();
-  // Replay from here while the store has each delta; else the newest snapshot, then replay.
-  while (version() < newest_delta && replay(version() + 1)) {
-  }
   if (version() >= target) return version();
   if (newest_snapshot > version()) {
     take_snapshot(newest_snapshot);

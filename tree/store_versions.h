@@ -34,6 +34,9 @@ struct StoreLayout {
   uint64_t part_bytes = uint64_t{16} << 20;  // multipart part size (at least 5 MiB)
   unsigned parallel = 4;                     // parts and ranges in flight
   uint32_t retain_versions = 4;              // deltas kept (and snapshots: the same count)
+  // The job's secret (secret_file): manifests signed by the publisher and checked by the follower
+  // (objstore::VersionStoreOptions::secret). Empty: unsigned.
+  std::string secret = {};
 };
 
 // The objects beside the versions: PREFIX/model.json (the model's tensors: name, dtype, shape in

@@ -16,7 +16,7 @@
 # Environment: BUILD (default build), RESULT (default bench/store/results/store_wan.jsonl), PARAMS
 # (50M), LR (1.3e-6: ~1% of the BF16 elements change per step), STEPS (3), RECEIVERS (8), UPLINK
 # (100mbit), INNER (1gbit), DELAY (25 ms one way), TOPOLOGY (tree mode: double_binary), POLL
-# (store.poll, 200ms), MODES ("tree store hybrid"), RGW_NODELAY (1: radosgw with tcp_nodelay, see
+# (store.poll, 100ms), MODES ("tree store hybrid"), RGW_NODELAY (1: radosgw with tcp_nodelay, see
 # below; 0: as scripts/s3-server.sh starts it), RUN_TIMEOUT (s per run, 400), CACHE (where
 # the synthetic checkpoints are kept, /tmp/deltacast-store-wan-cache), KEEP (non-empty: keep the
 # work directory: every run's logs and radosgw's access log). DELTACAST_WAN_PREFIX
@@ -35,7 +35,7 @@ export DELTACAST_WAN_SHIM="${DELTACAST_WAN_SHIM:-$BUILD/bench/netns/dc_delay_shi
 export DELTACAST_WAN_PREFIX="${DELTACAST_WAN_PREFIX:-dws}"
 PARAMS="${PARAMS:-50M}" LR="${LR:-1.3e-6}" STEPS="${STEPS:-3}" RECEIVERS="${RECEIVERS:-8}"
 UPLINK="${UPLINK:-100mbit}" INNER="${INNER:-1gbit}" DELAY="${DELAY:-25}" TOPOLOGY="${TOPOLOGY:-double_binary}"
-POLL="${POLL:-200ms}" MODES="${MODES:-tree store hybrid}" RUN_TIMEOUT="${RUN_TIMEOUT:-400}"
+POLL="${POLL:-100ms}" MODES="${MODES:-tree store hybrid}" RUN_TIMEOUT="${RUN_TIMEOUT:-400}"
 CACHE="${CACHE:-/tmp/deltacast-store-wan-cache}"
 OUT="$ROOT/bench/store/results"
 RESULT="${RESULT:-$OUT/store_wan.jsonl}"
@@ -71,12 +71,12 @@ ip -n "${DELTACAST_WAN_PREFIX}0" link show lo | grep -q 'UP' ||
 mkdir -p "$s3dir"
 ip netns exec "${DELTACAST_WAN_PREFIX}0" env S3_BIND="$("$WAN" addr 0)" S3_MEMSTORE_BYTES=$((6 << 30)) \
   S3_START_TIMEOUT=120 timeout 300 "$S3" start "$s3dir"
-# radosgw's beast frontend leaves Nagle on: each response's body waits for the ACK of its headers,
-# one more round trip per request (measured: a GET across the link takes 3 RTTs, 2 with
-# tcp_nodelay). An S3 service does not pay that, so by default the bench sets it in its own server.
+# scripts/s3-server.sh starts radosgw with tcp_nodelay=1: beast's default leaves Nagle on, and each
+# response's body waits for the ACK of its headers, one more round trip per request (measured: a
+# GET across the link takes 3 RTTs, 2 with tcp_nodelay). RGW_NODELAY=0 measures that default.
 RGW_NODELAY="${RGW_NODELAY:-1}"
-if [ "$RGW_NODELAY" = 1 ]; then
-  sed -i 's/^\(rgw frontends = beast endpoint=.*\)$/\1 tcp_nodelay=1/' "$s3dir/ceph.conf"
+if [ "$RGW_NODELAY" = 0 ]; then
+  sed -i 's/ tcp_nodelay=1$//' "$s3dir/ceph.conf"
   ip netns exec "${DELTACAST_WAN_PREFIX}0" timeout 120 "$S3" restart-rgw "$s3dir"
 fi
 

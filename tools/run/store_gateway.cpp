@@ -44,16 +44,31 @@ class Gateway {
       if (producer_) forward(m, frames);
     });
     // Version 1 (or whatever the store holds now): the cluster's tree starts from it.
-    while (follow(Clock::now() + c_.timeouts.join, "no version in the store") == 0)
+    const auto first_by = Clock::now() + c_.timeouts.join;
+    while (follow(first_by, "no version in the store") == 0) {
+      if (Clock::now() > first_by)
+        throw Error(Errc::timeout, "the store holds a model but no version after timeouts.join");
       std::this_thread::sleep_for(c_.store.poll);
+    }
     if (!route_.behind.empty()) {
       start_cluster(manifest, weights.as_const());
       acknowledge(follower_->version());
     }
-    for (;;) {
-      const auto end = read_end_or_nullopt();
-      const uint64_t held = follow(Clock::now() + c_.timeouts.producer_loss, "the store stayed unreadable");
-      if (end && held >= *end) break;
+    // Until the version end.json names; a store that shows nothing new for 4 x timeouts.refit (a
+    // producer lost for good) ends it as the producer's silence ends a receiver.
+    // end.json is read only when a poll found nothing new (it is written after the last version).
+    auto progress_at = Clock::now();
+    for (uint64_t held = follower_->version();;) {
+      const uint64_t now_held = follow(Clock::now() + c_.timeouts.producer_loss, "the store stayed unreadable");
+      if (now_held > held) {
+        progress_at = Clock::now();
+        held = now_held;
+        continue;
+      }
+      if (const auto end = read_end_or_nullopt(); end && held >= *end) break;
+      if (Clock::now() - progress_at > 4 * c_.timeouts.refit)
+        throw Error(Errc::timeout, "no new version in the store for 4 x timeouts.refit (at version " +
+                                       std::to_string(held) + "; the producer wrote no end.json)");
       std::this_thread::sleep_for(c_.store.poll);
     }
     if (producer_) producer_->finish();

@@ -409,5 +409,54 @@ TEST_F(S3Server, TheUplinkKeepsEveryVersionReachableFromVersionZero) {
   EXPECT_TRUE(client_->list(layout.prefix + "/").empty());
 }
 
+// A job with a secret signs its versions: a member with the secret takes the producer's versions
+// and refuses one that someone with write access to the bucket made, frames and seal consistent
+// (unsigned, or signed with another secret), staying exact at the version before. Without the
+// secret (the gap docs/object-storage.md names) such a version applies.
+TEST_F(S3Server, AForgedVersionIsRefusedWhenTheJobHasASecret) {
+  tree::StoreLayout layout{prefix_ + "job", uint64_t{5} << 20, 2, 4, "the-job-secret"};
+  tree::Model v1 = tree::Model::make(94);
+  tree::StorePublisher producer(v1.manifest, *client_, layout);
+  producer.publish_snapshot(1, 1, v1.weights(), 100'000);
+  tree::Model v2 = v1;
+  v2.step(2);
+  producer.publish_delta(2, 1, 1, digest_of(v2), delta_frames(v1, v2, 2));
+  tree::Model forged = v2;
+  forged.step(77);
+  for (const std::string& secret : {std::string(), std::string("a-guessed-secret")}) {
+    tree::StoreLayout theirs = layout;
+    theirs.secret = secret;
+    tree::StorePublisher writer(v1.manifest, *client_, theirs);
+    writer.publish_delta(3, 2, 1, digest_of(forged), delta_frames(v2, forged, 3));
+    std::vector<tree::Bytes> held;
+    codec::MutableWeights w{&v1.manifest, {}};
+    for (const auto& t : v1.manifest.tensors()) held.emplace_back(t.nbytes());
+    for (auto& t : held) w.tensors.emplace_back(t.data(), t.size());
+    tree::StoreFollower member(v1.manifest, *client_, layout, w, 0, codec::StateDigest::zeros(v1.manifest));
+    try {
+      member.catch_up();
+      ADD_FAILURE() << "a forged version 3 (secret '" << secret << "') was applied";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::auth) << e.what();
+      EXPECT_NE(std::string(e.what()).find(secret.empty() ? "is not signed" : "was not signed with this job's secret"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(member.version(), 2u);
+    EXPECT_TRUE(tree::same_bits(held, v2.weights())) << "a forged version left bits behind";
+  }
+  // A member without the secret cannot tell: it applies the forgery (why a job with a store should
+  // have a secret_file).
+  tree::StoreLayout open = layout;
+  open.secret.clear();
+  std::vector<tree::Bytes> held;
+  codec::MutableWeights w{&v1.manifest, {}};
+  for (const auto& t : v1.manifest.tensors()) held.emplace_back(t.nbytes());
+  for (auto& t : held) w.tensors.emplace_back(t.data(), t.size());
+  tree::StoreFollower unsigned_member(v1.manifest, *client_, open, w, 0, codec::StateDigest::zeros(v1.manifest));
+  EXPECT_EQ(unsigned_member.catch_up(), 3u);
+  EXPECT_TRUE(tree::same_bits(held, forged.weights()));
+}
+
 }  // namespace
 }  // namespace deltacast::objstore
