@@ -251,6 +251,12 @@ void StoreFollower::take_snapshot(uint64_t v) {
   ++stats_.snapshots_taken;
 }
 
+uint64_t StoreFollower::follow_deltas() {
+  while (replay(version() + 1)) {
+  }
+  return version();
+}
+
 uint64_t StoreFollower::catch_up() {
   // The common case first, one request a version: the next delta's manifest (written after its
   // frames and before latest.json, so a manifest found is a whole version).

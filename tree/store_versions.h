@@ -96,6 +96,11 @@ class StoreFollower {
   // landed bits then miss the manifest's digest (a writer of the bucket made consistent junk)
   // leaves the all-zero version 0, a true state.
   uint64_t catch_up();
+  // The poll of a member that keeps up: only the deltas after the version it holds, one request
+  // when there is none (their manifests; latest.json and the snapshots are not read). Returns the
+  // version held. Call catch_up() now and then: a gap in the deltas (pruned while this member was
+  // away, a publish the producer dropped) is crossed only by it.
+  uint64_t follow_deltas();
   // Called after each delta this follower replayed and committed, with its frames as stored (a
   // gateway forwards them to its cluster's tree; docs/object-storage.md, "Hybrid"). A callback
   // that throws stops catch_up with its error; the delta stays committed here.

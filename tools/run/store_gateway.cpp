@@ -56,16 +56,23 @@ class Gateway {
     }
     // Until the version end.json names; a store that shows nothing new for 4 x timeouts.refit (a
     // producer lost for good) ends it as the producer's silence ends a receiver.
-    // end.json is read only when a poll found nothing new (it is written after the last version).
+    // A poll reads the next version's manifest only (one request); every 10th poll that found
+    // nothing, and the first, also looks for a gap (latest.json, a snapshot) and for end.json
+    // (written after the last version).
     auto progress_at = Clock::now();
+    unsigned idle = 0;
     for (uint64_t held = follower_->version();;) {
-      const uint64_t now_held = follow(Clock::now() + c_.timeouts.producer_loss, "the store stayed unreadable");
+      const bool wide = idle % 10 == 0;
+      const uint64_t now_held = follow(Clock::now() + c_.timeouts.producer_loss, "the store stayed unreadable", wide);
       if (now_held > held) {
         progress_at = Clock::now();
         held = now_held;
         continue;
       }
-      if (const auto end = read_end_or_nullopt(); end && held >= *end) break;
+      ++idle;
+      if (wide) {
+        if (const auto end = read_end_or_nullopt(); end && held >= *end) break;
+      }
       if (Clock::now() - progress_at > 4 * c_.timeouts.refit)
         throw Error(Errc::timeout, "no new version in the store for 4 x timeouts.refit (at version " +
                                        std::to_string(held) + "; the producer wrote no end.json)");
@@ -105,11 +112,12 @@ class Gateway {
 
   // One catch_up, retried (after store.poll) until `deadline` while the store fails or serves a
   // version that does not verify; the weights stay at the last version committed here meanwhile.
-  uint64_t follow(Clock::time_point deadline, const char* what) {
+  // `wide`: catch_up (a gap or version 0: a snapshot); else follow_deltas (the next manifests only).
+  uint64_t follow(Clock::time_point deadline, const char* what, bool wide = true) {
     for (;;) {
       const uint64_t before = follower_->version();
       try {
-        const uint64_t held = follower_->catch_up();
+        const uint64_t held = wide ? follower_->catch_up() : follower_->follow_deltas();
         if (producer_ && forwarded_ != held)
           throw Error(Errc::state, "the gateway went from version " + std::to_string(before) + " to " +
                                        std::to_string(held) + " by a snapshot: its cluster's members cannot follow " +

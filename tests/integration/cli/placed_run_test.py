@@ -19,7 +19,6 @@ Standard library only.
 
 import hashlib
 import json
-import shutil
 import time
 import struct
 import subprocess
@@ -70,14 +69,7 @@ def main() -> None:
     dc = sys.argv[1]
     with tempfile.TemporaryDirectory(prefix="dc-placed-run.") as tmp:
         work = Path(tmp)
-        made = work / "made"
-        subprocess.run([dc, "synth", "--out", str(made), "--params", "2M", "--steps", str(STEPS), "--seed", "5"],
-                       check=True, stdout=subprocess.DEVNULL)
-        steps = sorted(made.glob("step-*.safetensors"))
-        check(len(steps) == STEPS + 1, f"synth wrote {steps}")
-        watch = work / "watch"
-        watch.mkdir()
-        shutil.copy(steps[0], watch / "ckpt-0.safetensors")
+        steps, watch = dcfleet.synth_watch(dc, work, "2M", STEPS, 5)
 
         shards = {1: (0, 2), 2: (1, 2), 3: (3, 4)}
         placements = {}
@@ -107,8 +99,7 @@ def main() -> None:
             fleet.start_producer()
             check(fleet.wait_line(r"full checkpoint \(version 1\)", 60), "no bootstrap:\n" + fleet.tail(0, 20))
             for s in range(1, STEPS + 1):
-                shutil.copy(steps[s], watch / f"ckpt-{s}.safetensors.tmp")
-                (watch / f"ckpt-{s}.safetensors.tmp").rename(watch / f"ckpt-{s}.safetensors")
+                dcfleet.drop(steps, watch, s)
                 check(fleet.wait_line(rf"^step {s}: version {s + 1} .* verified 4/4", 60),
                       f"step {s} did not commit on every receiver:\n" + fleet.tail(0, 20) + fleet.tail(1, 20))
                 if s == 2:

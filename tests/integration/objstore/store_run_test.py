@@ -61,15 +61,6 @@ class _Kept:
         return False
 
 
-def read_env(path: Path) -> dict:
-    out = {}
-    for line in path.read_text().splitlines():
-        if "=" in line and not line.startswith("#"):
-            k, v = line.split("=", 1)
-            out[k] = v.strip("'\"")
-    return out
-
-
 def checkpoint_sha256(path: Path) -> str:
     data = path.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
@@ -102,20 +93,13 @@ def wait_file_text(path: Path, text: str, timeout: float) -> bool:
 
 def main() -> None:
     dc, env_path, server = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
-    env = read_env(env_path)
+    env = dcfleet.read_env_file(env_path)
     s3_dir = env.get("S3_DIR", str(env_path.parent))
     creds = {"AWS_ACCESS_KEY_ID": env["AWS_ACCESS_KEY_ID"], "AWS_SECRET_ACCESS_KEY": env["AWS_SECRET_ACCESS_KEY"]}
     keep = os.environ.get("DELTACAST_KEEP_TMP")  # a directory to leave the job's files in (debugging)
     with (tempfile.TemporaryDirectory(prefix="dc-store-run.") if not keep else _Kept(keep)) as tmp:
         work = Path(tmp)
-        made = work / "made"
-        subprocess.run([dc, "synth", "--out", str(made), "--params", "2M", "--steps", str(STEPS), "--seed", "7"],
-                       check=True, stdout=subprocess.DEVNULL)
-        steps = sorted(made.glob("step-*.safetensors"))
-        check(len(steps) == STEPS + 1, f"synth wrote {steps}")
-        watch = work / "watch"
-        watch.mkdir()
-        shutil.copy(steps[0], watch / "ckpt-0.safetensors")
+        steps, watch = dcfleet.synth_watch(dc, work, "2M", STEPS, 7)
         prefix = f"store-run-{os.getpid()}"
         job = dcfleet.JobConfig(receivers=len(CLUSTERS), clusters=CLUSTERS, chunk_bytes="256KiB", peer="5s",
                                 join="60s", producer_loss="60s", extra_yaml=store_yaml(env, prefix),
@@ -139,8 +123,7 @@ def main() -> None:
             for s in range(1, STEPS + 1):
                 if s == 5:
                     subprocess.run(["bash", server, "kill-rgw", s3_dir], check=True, stdout=subprocess.DEVNULL)
-                shutil.copy(steps[s], watch / f"ckpt-{s}.safetensors.tmp")
-                (watch / f"ckpt-{s}.safetensors.tmp").rename(watch / f"ckpt-{s}.safetensors")
+                dcfleet.drop(steps, watch, s)
                 check(fleet.wait_line(rf"^step {s}: version {s + 1} .* verified 2/2", 60),
                       f"step {s} did not commit in the producer's tree:\n" + fleet.tail(0, 20))
                 if s == 5:

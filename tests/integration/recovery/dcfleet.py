@@ -109,6 +109,38 @@ def pick_base_port(count: int, rng: Optional[random.Random] = None) -> int:
     raise RuntimeError("no run of free loopback ports")
 
 
+def synth_watch(dc: str, work: Path, params: str, steps: int, seed: int) -> tuple:
+    """`deltacast synth` checkpoints step-0..step-STEPS under work/made, and a watch directory
+    work/watch holding step 0 as ckpt-0.safetensors (a trainer.kind watch producer's first
+    version). Returns (the step files in order, the watch directory); drop step s with drop()."""
+    made = Path(work) / "made"
+    subprocess.run([dc, "synth", "--out", str(made), "--params", params, "--steps", str(steps), "--seed", str(seed)],
+                   check=True, stdout=subprocess.DEVNULL)
+    files = sorted(made.glob("step-*.safetensors"))
+    if len(files) != steps + 1:
+        raise RuntimeError(f"deltacast synth wrote {files}")
+    watch = Path(work) / "watch"
+    watch.mkdir()
+    shutil.copy(files[0], watch / "ckpt-0.safetensors")
+    return files, watch
+
+
+def drop(files: list, watch: Path, step: int) -> None:
+    """Step `step`'s checkpoint into the watch directory, whole at once (a rename)."""
+    shutil.copy(files[step], watch / f"ckpt-{step}.safetensors.tmp")
+    (watch / f"ckpt-{step}.safetensors.tmp").rename(watch / f"ckpt-{step}.safetensors")
+
+
+def read_env_file(path: Path) -> dict:
+    """KEY=VALUE lines (an s3-server.sh env file), quotes stripped."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            out[k] = v.strip("'\"")
+    return out
+
+
 def loopback_env() -> dict:
     """The environment for children: UCX and libfabric on lo (values already set win)."""
     env = dict(os.environ)
