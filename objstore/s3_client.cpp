@@ -305,7 +305,9 @@ S3Client::Response S3Client::attempt(const Request& request) {
   curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(options_.connect_timeout.count()));
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(options_.request_timeout.count()));
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1024L);
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                   std::max(1L, static_cast<long>((options_.request_timeout.count() + 999) / 1000)));
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect_body);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &response.body);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, collect_header);

@@ -51,7 +51,9 @@ struct S3Options {
   std::chrono::milliseconds backoff_base{100};  // the first retry waits about this, doubling each time
   std::chrono::milliseconds backoff_max{5000};
   std::chrono::milliseconds connect_timeout{5000};
-  std::chrono::milliseconds request_timeout{60000};  // one attempt, transfer included
+  // One attempt fails when it moves less than 1 KiB/s for this long (a stalled server or link),
+  // not after a fixed total: a large ranged GET on a shared link may take minutes and progress.
+  std::chrono::milliseconds request_timeout{60000};
 };
 
 struct ObjectInfo {

@@ -268,7 +268,11 @@ class Run:
         for g in gateways:
             ip = self.addr(g)
             mine = [q for q in reqs if q["client"] == ip]
-            seen = [q["start"] for q in mine if q["path"].endswith("/deltas/latest.json") and q["start"] >= published]
+            # The request that found the version: its manifest answered (a gateway polls the next
+            # version's manifest), or latest.json naming it (binaries before ec0ab51).
+            seen = [q["start"] for q in mine if q["start"] >= published - 0.001 and (
+                (q["path"].endswith(f"/v{v:020d}/manifest.json") and str(q["status"]) == "200")
+                or q["path"].endswith("/deltas/latest.json"))]
             man = [q["start"] for q in mine if q["path"].endswith(f"/v{v:020d}/manifest.json")]
             fr = [q for q in mine if q["path"].endswith(f"/v{v:020d}/frames")]
             per_gw[g] = {"poll_seen_at": min(seen) if seen else None, "manifest_get_at": min(man) if man else None,

@@ -93,6 +93,11 @@ def main() -> None:
         bks = [[v["breakdown"] for v in vs(r) if v.get("breakdown")] for r in rs]
         if not any(bks):
             continue
+        if any(x < -0.001 for bk in bks for b in bk for x in b.values() if isinstance(x, float)):
+            # Runs analysed by a store_wan.py that looked for the version in latest.json only.
+            print()
+            print(f"{mode}: no breakdown (these runs were analysed before store_wan.py knew the one-request poll)")
+            continue
         print()
         print(f"{mode}: where the time of a version goes (the gateway that committed last), s: per-round medians")
         print()
