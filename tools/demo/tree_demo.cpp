@@ -74,6 +74,8 @@ int pick_base_port(unsigned count) {
   for (int attempt = 0; attempt < 200; ++attempt) {
     const auto& [first, last] = spans[rng() % spans.size()];
     int base = first + static_cast<int>(rng() % static_cast<unsigned>(last - first + 1));
+    // Never 29400-29699: the fixed ports of the examples and the launcher tests (29500..29508).
+    if (base + n > 29400 && base <= 29699) continue;
     bool all = true;
     for (int i = 0; i < n && all; ++i) all = port_free(base + i);
     if (all) return base;

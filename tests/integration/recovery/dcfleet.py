@@ -89,19 +89,25 @@ def _port_free(port: int, host: str = "127.0.0.1") -> bool:
             return False
 
 
+# The fixed ports of the examples and the launcher tests: random pickers stay out of them.
+FIXED_PORTS = (29400, 29699)
+
+
 def pick_base_port(count: int, rng: Optional[random.Random] = None) -> int:
     """A run of `count` consecutive free loopback ports, chosen at random outside the kernel's
     ephemeral range (/proc/sys/net/ipv4/ip_local_port_range): there any test's outgoing connection
     may take a port between this check and a member's bind (CI: "Address already in use"), or
     while a killed producer is down before it binds again. tests/integration/ports.sh (the shell
-    scripts' free_ports) calls this."""
+    scripts' free_ports) calls this. Never a run that touches 29400-29699: the fixed ports of the
+    examples and the launcher tests (tree.launcher.*_local9: 127.0.0.1:29500..29508)."""
     rng = rng or random.Random()
     try:
         with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
             low, high = map(int, f.read().split()[:2])
     except (OSError, ValueError):
         low, high = 32768, 60999
-    starts = list(range(20000, low - count)) + list(range(high + 1, 65536 - count))
+    starts = [b for b in list(range(20000, low - count)) + list(range(high + 1, 65536 - count))
+              if b + count <= FIXED_PORTS[0] or b > FIXED_PORTS[1]]
     for _ in range(500):
         base = rng.choice(starts)
         if all(_port_free(base + i) for i in range(count)):

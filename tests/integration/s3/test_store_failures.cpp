@@ -381,11 +381,12 @@ TEST_F(StoreFailures, ABucketThatDoesNotExistIsNamedAndNothingIsWritten) {
 
 // Junk in the bucket under delta 2 while the member holds version 1: the frames object replaced
 // by junk longer and shorter than it was, cut after its first frame, deleted; the manifest not
-// JSON, or JSON of another shape; latest.json not JSON, or without a version. Each is refused
-// with an error naming what is wrong, and the member stays exactly at version 1. Then frames that
-// hash right but mix two deltas: applied, refused by the seal, rolled back to version 1 exactly.
-// With the bucket whole again it catches up exactly. Last, a latest.json naming a version never
-// written: the member stays at 2, the newest there is, with Error(not_found).
+// JSON, or JSON of another shape. Each is refused with an error naming what is wrong, and the
+// member stays exactly at version 1. Then frames that hash right but mix two deltas: applied,
+// refused by the seal, rolled back to version 1 exactly. With the bucket whole again it catches up
+// exactly. At version 2 (the newest), latest.json not JSON or without a version is refused (a
+// member reads it only when the next manifest is not there); last, a latest.json naming a
+// version never written: the member stays at 2 with Error(not_found).
 TEST_F(StoreFailures, JunkInTheBucketIsRefusedAndTheMemberStaysExact) {
   History h(small_model(), 5);
   StorePublisher publisher(h.manifest(), *client_, layout_);
@@ -420,13 +421,17 @@ TEST_F(StoreFailures, JunkInTheBucketIsRefusedAndTheMemberStaysExact) {
        Errc::corrupt_frame, manifest},
       {"a manifest of another shape", manifest, bytes_of("[2, 1, 1]"), Errc::corrupt_frame, manifest},
   };
-  for (const Damage& d : damages) {
-    const auto kept = client_->get(d.key);
-    client_->put(d.key, d.bytes);
-    EXPECT_TRUE(throws([&] { member.follower->catch_up(); }, {d.code}, d.needle)) << d.what;
-    EXPECT_TRUE(holds(member, h, 1)) << d.what;
-    client_->put(d.key, kept);
-  }
+  // Each damage in turn: refused naming it, the member exact at `held`, the object put back.
+  auto refuse_each = [&](const std::vector<Damage>& list, uint64_t held) {
+    for (const Damage& d : list) {
+      const auto kept = client_->get(d.key);
+      client_->put(d.key, d.bytes);
+      EXPECT_TRUE(throws([&] { member.follower->catch_up(); }, {d.code}, d.needle)) << d.what;
+      EXPECT_TRUE(holds(member, h, held)) << d.what;
+      client_->put(d.key, kept);
+    }
+  };
+  refuse_each(damages, 1);
   client_->remove(object);
   EXPECT_TRUE(throws([&] { member.follower->catch_up(); }, {Errc::not_found}, "NoSuchKey")) << "frames deleted";
   EXPECT_TRUE(holds(member, h, 1)) << "frames deleted";
@@ -452,13 +457,7 @@ TEST_F(StoreFailures, JunkInTheBucketIsRefusedAndTheMemberStaysExact) {
       {"a latest.json without a version", latest, bytes_of(R"({"format": "deltacast.objstore.latest/1"})"),
        Errc::corrupt_frame, latest},
   };
-  for (const Damage& d : latest_damages) {
-    const auto kept = client_->get(d.key);
-    client_->put(d.key, d.bytes);
-    EXPECT_TRUE(throws([&] { member.follower->catch_up(); }, {d.code}, d.needle)) << d.what;
-    EXPECT_TRUE(holds(member, h, 2)) << d.what;
-    client_->put(d.key, kept);
-  }
+  refuse_each(latest_damages, 2);
 
   // latest.json names version 7, of which nothing was written: 2 is the newest there is.
   client_->put(latest, bytes_of(R"({"format": "deltacast.objstore.latest/1", "version": 7})"));
