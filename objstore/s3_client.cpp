@@ -16,6 +16,7 @@
 
 #include <pugixml.hpp>
 
+#include "objstore/digests.h"
 #include "util/error.h"
 
 namespace deltacast::objstore {
@@ -27,26 +28,6 @@ void init_curl() {
   std::call_once(once, [] {
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) throw Error(Errc::internal, "curl_global_init failed");
   });
-}
-
-std::string hex(const unsigned char* data, unsigned length) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  out.reserve(size_t{2} * length);
-  for (unsigned i = 0; i < length; ++i) {
-    out.push_back(digits[data[i] >> 4]);
-    out.push_back(digits[data[i] & 15]);
-  }
-  return out;
-}
-
-// The hex digest of `bytes` by OpenSSL's `md` (EVP_sha256(), EVP_md5()).
-std::string digest_hex(const EVP_MD* md, std::span<const std::byte> bytes) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned length = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), out, &length, md, nullptr) != 1)
-    throw Error(Errc::internal, "OpenSSL digest failed");
-  return hex(out, length);
 }
 
 std::string trim(std::string_view s) {

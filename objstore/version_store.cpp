@@ -1,7 +1,6 @@
 #include "objstore/version_store.h"
 
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <xxhash.h>
 
 #include <algorithm>
@@ -13,6 +12,7 @@
 #include <mutex>
 #include <thread>
 
+#include "objstore/digests.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -67,32 +67,7 @@ std::string text_of(const std::vector<std::byte>& bytes) {
   return std::string(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
 
-std::string hex_of(const unsigned char* bytes, unsigned length) {
-  static const char* digits = "0123456789abcdef";
-  std::string out;
-  for (unsigned i = 0; i < length; ++i) {
-    out += digits[bytes[i] >> 4];
-    out += digits[bytes[i] & 15];
-  }
-  return out;
-}
-
-std::string sha256_hex(std::span<const std::byte> bytes) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned length = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), out, &length, EVP_sha256(), nullptr) != 1)
-    throw Error(Errc::internal, "object store: SHA-256 failed");
-  return hex_of(out, length);
-}
-
-std::string hmac_sha256_hex(const std::string& key, const std::string& text) {
-  unsigned char out[EVP_MAX_MD_SIZE];
-  unsigned length = 0;
-  if (!HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()), reinterpret_cast<const unsigned char*>(text.data()),
-            text.size(), out, &length))
-    throw Error(Errc::internal, "object store: HMAC-SHA256 failed");
-  return hex_of(out, length);
-}
+std::string sha256_hex(std::span<const std::byte> bytes) { return digest_hex(EVP_sha256(), bytes); }
 
 // Equal without an early exit (a signature is compared with one computed here).
 bool same_text(const std::string& a, const std::string& b) {
