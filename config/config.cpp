@@ -201,6 +201,12 @@ const std::vector<std::pair<std::string, Setter>>& setters() {
        [](Config& c, std::string_view v) { c.store.retain_versions = parse_int<uint32_t>(v, 1, 1024); }},
       {"store.snapshot_every",
        [](Config& c, std::string_view v) { c.store.snapshot_every = parse_int<uint32_t>(v, 0, 1'000'000); }},
+      {"store.inline_bytes",
+       [](Config& c, std::string_view v) {
+         const uint64_t n = parse_size(v);
+         if (n > (64ull << 20)) throw BadValue{"must be at most 64MiB (0: never inline)"};
+         c.store.inline_bytes = n;
+       }},
       {"store.poll", [](Config& c, std::string_view v) { c.store.poll = positive_duration(v); }},
       {"store.clusters",
        [](Config& c, std::string_view v) {
@@ -308,7 +314,7 @@ void parse_document(Config& config, const std::string& source, const YAML::Node&
       {"egress", {"producer", "members", "burst"}},
       {"store",
        {"endpoint", "region", "bucket", "prefix", "addressing", "part_bytes", "parallel", "retain_versions",
-        "snapshot_every", "poll", "clusters"}},
+        "snapshot_every", "inline_bytes", "poll", "clusters"}},
   };
   for_each_entry(source, root, "", top, [&](const std::string& key, const YAML::Node& value) {
     if (auto section = sections.find(key); section != sections.end()) {

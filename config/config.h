@@ -108,7 +108,12 @@ struct StoreConfig {
   // A whole version (snapshot) every this many versions, for members further behind than
   // retain_versions; 0: version 1 only (and the version after a publish that failed).
   uint32_t snapshot_every = 0;
-  std::chrono::milliseconds poll{100};  // how often a gateway looks for a new version
+  // A version whose frames total at most this (0 .. 64 MiB) is stored inline, in its manifest
+  // object: a gateway's poll gets it in one request. 0: never.
+  uint64_t inline_bytes = uint64_t{4} << 20;
+  // The pause between a gateway's polls (one GET of the next version's manifest each, so about
+  // one request per RTT + poll; a found version is fetched at once).
+  std::chrono::milliseconds poll{25};
   std::vector<std::string> clusters;    // member cluster labels that take versions from the store
   bool enabled() const noexcept { return !endpoint.empty(); }
 };

@@ -19,7 +19,7 @@
 namespace deltacast::objstore {
 namespace {
 
-constexpr const char* kManifestFormat = "deltacast.objstore.version/1";
+constexpr const char* kManifestFormat = "deltacast.objstore.version/2";
 constexpr const char* kLatestFormat = "deltacast.objstore.latest/1";
 
 std::string join(const std::string& prefix, const std::string& name) {
@@ -75,6 +75,11 @@ bool same_text(const std::string& a, const std::string& b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
+}
+
+void put_latest(S3Client& client, const std::string& prefix, uint64_t version) {
+  const std::string latest = nlohmann::json{{"format", kLatestFormat}, {"version", version}}.dump();
+  client.put(latest_key(prefix), std::as_bytes(std::span(latest)));
 }
 
 }  // namespace
@@ -184,14 +189,28 @@ VersionManifest VersionWriter::publish(uint64_t version, uint64_t base_version, 
   m.epoch = epoch;
   m.digest = digest;
   m.kind = kind;
-  m.object = frames_key(options_.prefix, version);
+  uint64_t total = 0;
+  for (const auto& f : frames) total += f.size();
+  const bool inline_frames = total <= options_.inline_bytes;
+  const std::string manifest_name = manifest_key(options_.prefix, version);
+  m.object = inline_frames ? manifest_name : frames_key(options_.prefix, version);
   std::vector<std::byte> object;
+  object.reserve(total);
   for (const auto& f : frames) {
     m.frames.push_back(StoredFrame{object.size(), f.size(), XXH3_64bits(f.data(), f.size()), ""});
     object.insert(object.end(), f.begin(), f.end());
   }
   m.object_size = object.size();
   if (!options_.secret.empty()) m.sign(options_.secret, frames);  // every field set: what is signed
+  if (inline_frames) {
+    // One object, so one PUT and (for a reader) one GET: the manifest's line, then the frames.
+    const std::string line = m.to_json() + "\n";
+    object.insert(object.begin(), reinterpret_cast<const std::byte*>(line.data()),
+                  reinterpret_cast<const std::byte*>(line.data() + line.size()));
+    client_.put(manifest_name, object);
+    put_latest(client_, options_.prefix, version);
+    return m;
+  }
   const std::span<const std::byte> body(object);
   if (body.size() <= options_.part_bytes) {
     client_.put(m.object, body);
@@ -217,9 +236,8 @@ VersionManifest VersionWriter::publish(uint64_t version, uint64_t base_version, 
   }
   // The object is whole: only now may a manifest name it, and only then latest.
   const std::string manifest = m.to_json();
-  client_.put(manifest_key(options_.prefix, version), std::as_bytes(std::span(manifest)));
-  const std::string latest = nlohmann::json{{"format", kLatestFormat}, {"version", version}}.dump();
-  client_.put(latest_key(options_.prefix), std::as_bytes(std::span(latest)));
+  client_.put(manifest_name, std::as_bytes(std::span(manifest)));
+  put_latest(client_, options_.prefix, version);
   return m;
 }
 
@@ -272,15 +290,52 @@ std::optional<uint64_t> VersionReader::latest() {
 
 VersionManifest VersionReader::manifest(uint64_t version) {
   const std::string key = manifest_key(options_.prefix, version);
-  VersionManifest m = VersionManifest::parse(text_of(client_.get(key)), key);
-  if (m.version != version || m.object != frames_key(options_.prefix, version))
+  std::vector<std::byte> body = client_.get(key);
+  // The manifest's line; an inline version's frames follow its '\n' (a JSON text written by
+  // to_json() holds no raw newline).
+  const auto newline = std::find(body.begin(), body.end(), std::byte{'\n'});
+  VersionManifest m = VersionManifest::parse(
+      std::string_view(reinterpret_cast<const char*>(body.data()), static_cast<size_t>(newline - body.begin())), key);
+  const bool inline_frames = m.object == key;
+  if (m.version != version || (!inline_frames && m.object != frames_key(options_.prefix, version)))
     throw Error(Errc::corrupt_frame,
                 key + ": the manifest of version " + std::to_string(m.version) + " (object " + m.object + ")");
+  const uint64_t after = newline == body.end() ? 0 : static_cast<uint64_t>(body.end() - newline - 1);
+  if (after != (inline_frames ? m.object_size : 0))
+    throw Error(Errc::corrupt_frame, key + ": " + std::to_string(after) + " bytes follow the manifest of version " +
+                                         std::to_string(version) + ", which names " +
+                                         std::to_string(inline_frames ? m.object_size : 0) +
+                                         " inline (truncated, or written by something else)");
   if (!options_.secret.empty()) m.check_signature(options_.secret, key);
+  if (inline_frames) {
+    body.erase(body.begin(), newline + 1);
+    m.inline_frames = std::move(body);
+  }
   return m;
 }
 
 std::vector<std::vector<std::byte>> VersionReader::frames(const VersionManifest& m) {
+  std::vector<std::vector<std::byte>> out(m.frames.size());
+  // Frame i's bytes, `at` the start of its range: checked against the manifest's hashes.
+  const auto take = [&](size_t i, const std::byte* at) {
+    const StoredFrame& f = m.frames[i];
+    out[i].assign(at, at + f.size);
+    if (XXH3_64bits(out[i].data(), out[i].size()) != f.xxh3)
+      throw Error(Errc::corrupt_frame, m.object + ": frame " + std::to_string(i) + " of version " +
+                                           std::to_string(m.version) + " does not hash to its manifest's xxh3");
+    // Signed (checked by manifest()): the frame must be what the producer hashed.
+    if (!options_.secret.empty() && sha256_hex(out[i]) != f.sha256)
+      throw Error(Errc::auth, m.object + ": frame " + std::to_string(i) + " of version " + std::to_string(m.version) +
+                                  " is not the one its signed manifest names (SHA-256)");
+  };
+  if (m.object == manifest_key(options_.prefix, m.version)) {  // inline: manifest() fetched them
+    if (m.inline_frames.size() != m.object_size)
+      throw Error(Errc::corrupt_frame, m.object + ": version " + std::to_string(m.version) + " holds " +
+                                           std::to_string(m.inline_frames.size()) + " inline bytes of " +
+                                           std::to_string(m.object_size));
+    for (size_t i = 0; i < m.frames.size(); ++i) take(i, m.inline_frames.data() + m.frames[i].offset);
+    return out;
+  }
   // Consecutive frames in a few large ranges (about object / parallel bytes, at least 4 MiB), each
   // one GET, split here: a request costs round trips across a WAN, and a delta has many small
   // frames (docs/performance.md, "Object storage across a WAN").
@@ -294,7 +349,6 @@ std::vector<std::vector<std::byte>> VersionReader::frames(const VersionManifest&
     groups.emplace_back(i, end);
     i = end;
   }
-  std::vector<std::vector<std::byte>> out(m.frames.size());
   parallel_for(groups.size(), options_.parallel, [&](size_t g) {
     const auto [first, end] = groups[g];
     const uint64_t from = m.frames[first].offset;
@@ -310,18 +364,7 @@ std::vector<std::vector<std::byte>> VersionReader::frames(const VersionManifest&
                                            " of version " + std::to_string(m.version) + " are not in the object (" +
                                            e.what() + ")");
     }
-    for (size_t i = first; i < end; ++i) {
-      const StoredFrame& f = m.frames[i];
-      const auto at = range.begin() + static_cast<std::ptrdiff_t>(f.offset - from);
-      out[i].assign(at, at + static_cast<std::ptrdiff_t>(f.size));
-      if (XXH3_64bits(out[i].data(), out[i].size()) != f.xxh3)
-        throw Error(Errc::corrupt_frame, m.object + ": frame " + std::to_string(i) + " of version " +
-                                             std::to_string(m.version) + " does not hash to its manifest's xxh3");
-      // Signed (checked by manifest()): the frame must be what the producer hashed.
-      if (!options_.secret.empty() && sha256_hex(out[i]) != f.sha256)
-        throw Error(Errc::auth, m.object + ": frame " + std::to_string(i) + " of version " + std::to_string(m.version) +
-                                    " is not the one its signed manifest names (SHA-256)");
-    }
+    for (size_t i = first; i < end; ++i) take(i, range.data() + (m.frames[i].offset - from));
   });
   return out;
 }

@@ -6,10 +6,13 @@
 //                                         a multipart upload of part_bytes parts, `parallel` at a
 //                                         time, when it is larger than one part)
 //   PREFIX/v<20-digit version>/manifest.json   {format, version, base_version, epoch, digest, kind,
-//                                         object, object_size, frames: [{offset, size, xxh3}]}
+//                                         object, object_size, frames: [{offset, size, xxh3}]} on
+//                                         one line; a version of at most inline_bytes carries its
+//                                         frames in it after that line ('\n', then the bytes;
+//                                         `object` names the manifest itself): one GET a version
 //   PREFIX/latest.json                    {format, version}: the newest complete version
 //
-// Order makes a version atomic: the frames object is complete (a multipart upload completed)
+// Order makes a version atomic: the frames object (when there is one) is complete (a multipart upload completed)
 // before its manifest is written, and the manifest before latest.json names it. A reader goes
 // latest -> manifest -> frames, so it never sees a version without a manifest or a manifest whose
 // object is not whole; a frame whose bytes do not hash to the manifest's xxh3 (truncated,
@@ -41,12 +44,15 @@ struct VersionManifest {
   uint64_t epoch = 0;
   uint64_t digest = 0;         // the version's combined StateDigest (what receivers verify and ack)
   std::string kind = "delta";  // "delta" (frames on base_version) or "snapshot" (RAW pieces of the whole version)
-  std::string object;          // the frames object's key
-  uint64_t object_size = 0;
+  std::string object;          // the frames object's key; the manifest's own when inline
+  uint64_t object_size = 0;    // the frames' bytes (inline: after the manifest's line)
   std::vector<StoredFrame> frames;
   // Hex HMAC-SHA256, with the job's secret, of to_json() of this manifest without its signature;
   // empty: unsigned (docs/object-storage.md, "What someone who can write the bucket can do").
   std::string signature;
+  // The frames, when the manifest object carries them (not part of to_json(); filled by
+  // VersionReader::manifest, checked frame by frame by VersionReader::frames).
+  std::vector<std::byte> inline_frames = {};
 
   std::string to_json() const;
   // Sets every frame's sha256 from `frame_bytes` (in order) and signs the manifest with `secret`.
@@ -67,6 +73,9 @@ struct VersionStoreOptions {
   // frame a SHA-256; a reader then refuses a manifest it did not sign (Error(auth)) and a frame
   // whose SHA-256 differs. Empty: unsigned manifests, XXH3 only (accidents, not forgers).
   std::string secret = {};
+  // A version whose frames total at most this many bytes is written inline, in its manifest
+  // object: a reader gets it with one request (a poll across a WAN saves a round trip). 0: never.
+  uint64_t inline_bytes = uint64_t{4} << 20;
 };
 
 // The key of version `v`'s manifest / frames object, and of latest.json, under `prefix`.
@@ -102,10 +111,11 @@ class VersionReader {
   VersionReader(S3Client& client, VersionStoreOptions options);
   // The version latest.json names; nullopt when there is none yet.
   std::optional<uint64_t> latest();
-  // Version `version`'s manifest. Error(not_found) when it does not exist (never written, or
-  // pruned), Error(corrupt_frame) when it is not a consistent manifest of that version.
+  // Version `version`'s manifest (and its frames, when inline: one GET). Error(not_found) when it
+  // does not exist (never written, or pruned), Error(corrupt_frame) when it is not a consistent
+  // manifest of that version (inline: its bytes after the manifest's line are not object_size).
   VersionManifest manifest(uint64_t version);
-  // Every frame of `m`, in order: ranged GETs of consecutive frames (about object / parallel bytes
+  // Every frame of `m`, in order: inline, split from m.inline_frames (no request); else ranged GETs of consecutive frames (about object / parallel bytes
   // each, 4 to 16 MiB), `parallel` at a time, each frame checked against its XXH3 (and, signed,
   // its SHA-256: Error(auth)). Error(corrupt_frame) naming the frame and the version when its
   // bytes differ or the object does not hold it (truncated, replaced by a shorter one).

@@ -15,7 +15,8 @@ namespace {
 
 objstore::VersionStoreOptions under(const StoreLayout& layout, const char* what) {
   return objstore::VersionStoreOptions{layout.prefix.empty() ? what : layout.prefix + "/" + what, layout.part_bytes,
-                                       layout.parallel, layout.retain_versions, layout.secret};
+                                       layout.parallel, layout.retain_versions, layout.secret,
+                                       layout.inline_bytes};
 }
 
 std::string key_under(const StoreLayout& layout, const char* name) {

@@ -37,6 +37,9 @@ struct StoreLayout {
   // The job's secret (secret_file): manifests signed by the publisher and checked by the follower
   // (objstore::VersionStoreOptions::secret). Empty: unsigned.
   std::string secret = {};
+  // Versions (deltas, snapshots) of at most this many bytes go inline, in their manifest object:
+  // one GET a version (objstore::VersionStoreOptions::inline_bytes). 0: never.
+  uint64_t inline_bytes = uint64_t{4} << 20;
 };
 
 // The objects beside the versions: PREFIX/model.json (the model's tensors: name, dtype, shape in

@@ -7,11 +7,15 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <xxhash.h>
 
 #include "codec/encoder.h"
+#include "objstore/digests.h"
 #include "objstore/s3_client.h"
 #include "objstore/version_store.h"
 #include "tests/integration/s3/s3_test_env.h"
@@ -194,9 +198,15 @@ TEST_F(S3Server, VersionsPublishedAreReadBackExactAndPruned) {
   EXPECT_EQ(m2.base_version, 1u);
   EXPECT_EQ(m2.digest, 0x22u);
   EXPECT_EQ(reader.frames(m2), large);
+  EXPECT_EQ(m2.object, frames_key(o.prefix, 2)) << "12 MiB is above inline_bytes (4 MiB): a frames object";
+  // The small version is inline (the default inline_bytes): one object, read with one GET.
+  EXPECT_FALSE(client_->head(frames_key(o.prefix, 1)));
+  const uint64_t before = client_->stats().requests;
   const VersionManifest m1 = reader.manifest(1);
+  EXPECT_EQ(m1.object, manifest_key(o.prefix, 1));
   EXPECT_EQ(m1.kind, "snapshot");
   EXPECT_EQ(reader.frames(m1), small);
+  EXPECT_EQ(client_->stats().requests - before, 1u);
   writer.publish(3, 2, 2, 0x33, spans_of(small));
   EXPECT_EQ(writer.prune(), std::vector<uint64_t>{1});
   EXPECT_THROW(reader.manifest(1), Error);
@@ -209,6 +219,7 @@ TEST_F(S3Server, VersionsPublishedAreReadBackExactAndPruned) {
 // manifest of another version under this version's key.
 TEST_F(S3Server, DamagedVersionsAreRefusedNamingWhatIsWrong) {
   VersionStoreOptions o{prefix_ + "run", uint64_t{5} << 20, 2, 4};
+  o.inline_bytes = 0;  // a frames object beside the manifest (inline: the next test)
   VersionWriter writer(*client_, o);
   VersionReader reader(*client_, o);
   const auto frames = some_frames(3, 4000, 30);
@@ -244,6 +255,65 @@ TEST_F(S3Server, DamagedVersionsAreRefusedNamingWhatIsWrong) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::corrupt_frame) << e.what();
   }
+}
+
+// The same for a version inline in its manifest object: a flipped bit among its frames, the
+// object cut short, a flipped bit in the manifest's line; and, signed, frames replaced with
+// others of the same size whose hashes were rewritten (a writer of the bucket without the secret).
+TEST_F(S3Server, DamagedInlineVersionsAreRefusedNamingWhatIsWrong) {
+  VersionStoreOptions o{prefix_ + "inline", uint64_t{5} << 20, 2, 4};
+  o.secret = "the-job-secret";
+  VersionWriter writer(*client_, o);
+  VersionReader reader(*client_, o);
+  const auto frames = some_frames(3, 4000, 31);
+  writer.publish(5, 4, 1, 0x55, spans_of(frames));
+  const std::string key = manifest_key(o.prefix, 5);
+  const VersionManifest m = reader.manifest(5);
+  ASSERT_EQ(m.object, key);
+  ASSERT_EQ(reader.frames(m), frames);
+  const std::vector<std::byte> original = client_->get(key);
+  const size_t line = original.size() - m.object_size;  // the manifest's line and its '\n'
+  auto refusal = [&](const std::vector<std::byte>& body) {
+    client_->put(key, body);
+    try {
+      reader.frames(reader.manifest(5));
+    } catch (const Error& e) {
+      return std::make_pair(e.code(), std::string(e.what()));
+    }
+    return std::make_pair(Errc::internal, std::string("read"));
+  };
+  std::vector<std::byte> junk = original;
+  junk[line + m.frames[1].offset + 5] ^= std::byte{1};
+  auto [code, what] = refusal(junk);
+  EXPECT_EQ(code, Errc::corrupt_frame) << what;
+  EXPECT_NE(what.find("frame 1 of version 5"), std::string::npos) << what;
+  junk = original;
+  junk.resize(line + m.frames[2].offset + 10);
+  std::tie(code, what) = refusal(junk);
+  EXPECT_EQ(code, Errc::corrupt_frame) << what;
+  EXPECT_NE(what.find("bytes follow the manifest of version 5"), std::string::npos) << what;
+  junk = original;
+  junk[line / 2] ^= std::byte{2};
+  std::tie(code, what) = refusal(junk);
+  EXPECT_TRUE(code == Errc::corrupt_frame || code == Errc::auth) << what;
+  // Other frames of the same sizes, their xxh3 and sha256 rewritten in the manifest: the
+  // signature no longer matches.
+  const auto others = some_frames(3, 4000, 32);
+  VersionManifest forged = m;
+  std::vector<std::byte> body;
+  for (size_t i = 0; i < others.size(); ++i) {
+    forged.frames[i].xxh3 = XXH3_64bits(others[i].data(), others[i].size());
+    forged.frames[i].sha256 = objstore::digest_hex(EVP_sha256(), others[i]);
+    body.insert(body.end(), others[i].begin(), others[i].end());
+  }
+  const std::string forged_line = forged.to_json() + "\n";
+  body.insert(body.begin(), reinterpret_cast<const std::byte*>(forged_line.data()),
+              reinterpret_cast<const std::byte*>(forged_line.data() + forged_line.size()));
+  std::tie(code, what) = refusal(body);
+  EXPECT_EQ(code, Errc::auth) << what;
+  // Put back, it reads exact again.
+  client_->put(key, original);
+  EXPECT_EQ(reader.frames(reader.manifest(5)), frames);
 }
 
 // A producer that dies after uploading some parts: no manifest, latest unchanged, the version

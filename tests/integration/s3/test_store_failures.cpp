@@ -388,6 +388,9 @@ TEST_F(StoreFailures, ABucketThatDoesNotExistIsNamedAndNothingIsWritten) {
 // member reads it only when the next manifest is not there); last, a latest.json naming a
 // version never written: the member stays at 2 with Error(not_found).
 TEST_F(StoreFailures, JunkInTheBucketIsRefusedAndTheMemberStaysExact) {
+  // Frames in their own object, to damage it apart from the manifest (a version inline in its
+  // manifest: test_s3_client's DamagedInlineVersionsAreRefusedNamingWhatIsWrong).
+  layout_.inline_bytes = 0;
   History h(small_model(), 5);
   StorePublisher publisher(h.manifest(), *client_, layout_);
   Member member(h, *client_, layout_);
@@ -417,7 +420,7 @@ TEST_F(StoreFailures, JunkInTheBucketIsRefusedAndTheMemberStaysExact) {
       {"frames cut after the first frame", object,
        std::vector<std::byte>(original.begin(), original.begin() + static_cast<std::ptrdiff_t>(m.frames[0].size)),
        Errc::corrupt_frame, "of version 2"},
-      {"a manifest that is not JSON", manifest, bytes_of(R"({"format": "deltacast.objstore.version/1", "vers)"),
+      {"a manifest that is not JSON", manifest, bytes_of(R"({"format": "deltacast.objstore.version/2", "vers)"),
        Errc::corrupt_frame, manifest},
       {"a manifest of another shape", manifest, bytes_of("[2, 1, 1]"), Errc::corrupt_frame, manifest},
   };

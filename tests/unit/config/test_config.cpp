@@ -603,6 +603,7 @@ TEST(Config, StoreSectionRoutesItsClustersThroughGateways) {
                                     "  parallel: 8\n"
                                     "  retain_versions: 6\n"
                                     "  snapshot_every: 10\n"
+                                    "  inline_bytes: 1MiB\n"
                                     "  poll: 50ms\n"
                                     "  clusters: [east, west]\n",
                                 "s.yaml");
@@ -617,6 +618,7 @@ TEST(Config, StoreSectionRoutesItsClustersThroughGateways) {
   EXPECT_EQ(c.store.parallel, 8u);
   EXPECT_EQ(c.store.retain_versions, 6u);
   EXPECT_EQ(c.store.snapshot_every, 10u);
+  EXPECT_EQ(c.store.inline_bytes, 1u << 20);
   EXPECT_EQ(c.store.poll, 50ms);
   EXPECT_EQ(c.store.clusters, (std::vector<std::string>{"east", "west"}));
   // Members 0 and 2 are the producer's tree (ranks 1, 2); east's gateway is member 1 (the lowest
@@ -653,6 +655,9 @@ TEST(Config, StoreSectionRoutesItsClustersThroughGateways) {
   EXPECT_TRUE(contains(m, "test.yaml:2:13: key 'store.endpoint': must start with http:// or https://")) << m;
   m = parse_error("store:\n  part_bytes: 1MiB\n");
   EXPECT_TRUE(contains(m, "test.yaml:2:15: key 'store.part_bytes': must be between 5MiB and 5GiB")) << m;
+  m = parse_error("store:\n  inline_bytes: 65MiB\n");
+  EXPECT_TRUE(contains(m, "test.yaml:2:17: key 'store.inline_bytes': must be at most 64MiB")) << m;
+  EXPECT_EQ(parse_config("store:\n  inline_bytes: 0\n", "z.yaml").store.inline_bytes, 0u);
   m = parse_error("store:\n  clusters: [east, {a: 1}]\n");
   EXPECT_TRUE(contains(m, "store.clusters' expects a list of cluster labels")) << m;
   m = parse_error("store:\n  addressing: dns\n");
