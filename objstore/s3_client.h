@@ -118,13 +118,15 @@ class S3Client {
     uint64_t bytes_received = 0;
   };
   Stats stats() const;
+  // The URL a request for `key` (and `query`, canonical, without '?') goes to: path-style
+  // ENDPOINT/BUCKET/KEY or virtual-host BUCKET.HOST/KEY.
+  std::string url(const std::string& key, const std::string& query) const;
 
  private:
   struct Response;
   struct Request;
   Response perform(const Request& request);
   Response attempt(const Request& request);
-  std::string url(const std::string& key, const std::string& query) const;
 
   S3Options options_;
   S3Credentials credentials_;

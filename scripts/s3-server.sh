@@ -228,6 +228,9 @@ osd class update on start = false
 [$RGW_NAME]
 rgw data = $S3_DIR/rgw
 rgw frontends = beast endpoint=$BIND:$RGW_PORT tcp_nodelay=1
+# virtual-host addressing: BUCKET.localhost:PORT (curl resolves *.localhost to loopback itself);
+# requests to any other host name are path-style as before
+rgw dns name = localhost
 EOF
 }
 

@@ -333,6 +333,47 @@ TEST_F(S3Server, APartlyUploadedVersionIsNeverSeenAndItsPartsAreFreed) {
   EXPECT_TRUE(client_->list_multipart(o.prefix).empty());
 }
 
+// Virtual-host addressing (BUCKET.host/KEY, as AWS prefers) against the same server: radosgw
+// runs with `rgw dns name = localhost` and curl resolves BUCKET.localhost to loopback. Objects,
+// a range, a listing, a multipart upload and a version written path-style and read
+// virtual-host-style (and back) are the same bytes; a bucket that does not exist is NoSuchBucket.
+TEST_F(S3Server, VirtualHostAddressingSeesTheSameBucket) {
+  S3Options o = options_of(env_);
+  const std::string port = o.endpoint.substr(o.endpoint.rfind(':') + 1);
+  o.endpoint = "http://localhost:" + port;
+  o.path_style = false;
+  S3Client vhost(o, credentials_of(env_));
+  ASSERT_EQ(vhost.url("k", ""), "http://" + o.bucket + ".localhost:" + port + "/k");
+  const auto body = random_bytes(100'000, 61);
+  vhost.put(prefix_ + "a b+c.bin", body);
+  EXPECT_EQ(client_->get(prefix_ + "a b+c.bin"), body) << "written virtual-host, read path-style";
+  EXPECT_EQ(vhost.get_range(prefix_ + "a b+c.bin", 99'990, 10),
+            std::vector<std::byte>(body.end() - 10, body.end()));
+  const auto listed = vhost.list(prefix_);
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].key, prefix_ + "a b+c.bin");
+  const std::string key = prefix_ + "big.bin";
+  const auto p1 = random_bytes(size_t{5} << 20, 62), p2 = random_bytes(777, 63);
+  const std::string id = vhost.create_multipart(key);
+  vhost.complete_multipart(key, id, {vhost.upload_part(key, id, 1, p1), vhost.upload_part(key, id, 2, p2)});
+  std::vector<std::byte> whole(p1);
+  whole.insert(whole.end(), p2.begin(), p2.end());
+  EXPECT_EQ(client_->get(key), whole);
+  VersionStoreOptions vo{prefix_ + "run", uint64_t{5} << 20, 2, 4};
+  const auto frames = some_frames(3, 3000, 64);
+  VersionWriter(*client_, vo).publish(1, 0, 1, 0x1, spans_of(frames));
+  VersionReader reader(vhost, vo);
+  EXPECT_EQ(reader.frames(reader.manifest(1)), frames);
+  o.bucket = "no-such-bucket-" + std::to_string(std::random_device{}());
+  try {
+    S3Client(o, credentials_of(env_)).get("k");
+    ADD_FAILURE() << "a bucket that does not exist answered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::not_found) << e.what();
+    EXPECT_NE(std::string(e.what()).find("NoSuchBucket"), std::string::npos) << e.what();
+  }
+}
+
 // ---- a producer's versions over the store (tree/store_versions.h) ----
 
 // The frames of the delta from `base` to `next` (every chunk, then the seal), as the tree carries them.
