@@ -14,10 +14,16 @@ behind another; every mode sees the same versions. Members 1-4 carry cluster `ea
   store   every member its own cluster, all in store.clusters: each downloads every version
   hybrid  store.clusters [east, west]: one gateway per cluster downloads and roots its cluster's tree
 
+Two layouts of the links (--links, scripts/wan.sh): `shared`, both clusters behind ONE link
+(PREFIX0's eth0 is the link: tx towards the clusters, rx from them); `split`
+(DELTACAST_WAN_CLUSTERS=2), each cluster behind its own link, east and west reaching each other
+only through the trainer's switch (the link counters: PREFIXts's ports t1 and t2, tx towards the
+cluster, rx from it; boundary_tx/rx_bytes sum both links, per_link has each).
+
 Per version >= 2 the line holds: the producer's step (started_at_unix, payload_bytes,
 encode_seconds), when the checkpoint appeared, every member's committed_at_unix, the bytes that
-crossed the inter-cluster link (PREFIX0's eth0 counters, tx and rx) between the checkpoint's
-appearance and the version's arrival everywhere, the bytes radosgw sent for the version's objects
+crossed the inter-cluster link(s) (tx: towards the clusters, rx: from them) between the
+checkpoint's appearance and the version's arrival everywhere, the bytes radosgw sent for the version's objects
 and in all (its access log), and, for store modes, the times in the access log: the publish of
 latest.json, each gateway's first GET of the version's manifest and frames.
 Standard library only.
@@ -119,6 +125,22 @@ class Run:
     def addr(self, idx) -> str:
         return f"10.201.0.{idx + 1}"
 
+    def link_counters(self) -> dict:
+        """Per link: (bytes towards the cluster(s), bytes from them). shared: one link, PREFIX0's
+        eth0; split: PREFIXts's port tK for cluster K (1 east, 2 west)."""
+        if self.a.links == "shared":
+            return {"link": link_bytes(self.ns(0))}
+        return {name: link_bytes(f"{self.a.prefix}ts", f"t{k}") for k, name in ((1, "east"), (2, "west"))}
+
+    @staticmethod
+    def diff(after: dict, before: dict) -> dict:
+        per = {k: {"tx": after[k][0] - before[k][0], "rx": after[k][1] - before[k][1]} for k in after}
+        return {"tx": sum(x["tx"] for x in per.values()), "rx": sum(x["rx"] for x in per.values()), "per_link": per}
+
+    def total(self) -> tuple:
+        c = self.link_counters()
+        return sum(x[0] for x in c.values()), sum(x[1] for x in c.values())
+
     def label(self, r: int) -> str:
         if self.a.mode == "store":
             return f"m{r}"
@@ -180,11 +202,11 @@ class Run:
         return all(self.addr(r) in asked for r in range(1, self.n + 1))
 
     def wait_quiet(self, deadline: float) -> None:
-        """Until the inter-cluster link carries < quiet_bytes per 0.5 s (only polls left)."""
-        last = link_bytes(self.ns(0))
+        """Until the inter-cluster link(s) carry < quiet_bytes per 0.5 s in all (only polls left)."""
+        last = self.total()
         while time.time() < deadline:
             time.sleep(0.5)
-            now = link_bytes(self.ns(0))
+            now = self.total()
             if (now[0] - last[0]) + (now[1] - last[1]) < self.a.quiet_bytes:
                 return
             last = now
@@ -213,7 +235,7 @@ class Run:
         a = self.a
         config = self.write_config()
         rgw_offset = self.rgw_log.stat().st_size if self.rgw_log and self.rgw_log.exists() else 0
-        counters = {"start": link_bytes(self.ns(0))}
+        counters = {"start": self.link_counters()}
         windows = {}
         appear = {}
         t0 = time.time()
@@ -223,18 +245,17 @@ class Run:
                 self.spawn(r, config)
             os.link(self.ckpts[0], self.work / "watch" / "ckpt-0.safetensors")
             appear[1] = time.time()
-            before = link_bytes(self.ns(0))
+            before = self.link_counters()
             self.spawn(0, config)
             for v in range(1, a.steps + 2):
                 if not self.wait_version(v, rgw_offset, a.bootstrap_limit if v == 1 else a.version_limit):
                     log(f"{a.mode} round {a.round}: version {v} did not reach every member in time")
                     ok = False
                     break
-                after = link_bytes(self.ns(0))
-                windows[v] = {"tx": after[0] - before[0], "rx": after[1] - before[1]}
+                windows[v] = self.diff(self.link_counters(), before)
                 time.sleep(a.settle if v > 1 else a.settle + 1.0)
                 if v <= a.steps:
-                    before = link_bytes(self.ns(0))
+                    before = self.link_counters()
                     appear[v + 1] = self.drop(v)
             rc0 = self.procs[0].wait(timeout=max(1, a.timeout - (time.time() - t0)))
             rcs = {r: p.wait(timeout=max(1, a.timeout - (time.time() - t0))) for r, p in self.procs.items()}
@@ -250,7 +271,7 @@ class Run:
                     p.wait(timeout=10)
                 except subprocess.TimeoutExpired:
                     p.kill()
-        counters["end"] = link_bytes(self.ns(0))
+        counters["end"] = self.link_counters()
         return self.collect(ok, rcs, appear, windows, counters, rgw_offset, time.time() - t0)
 
     def store_times(self, v, st, reqs, vreqs, gateways, at, forward) -> dict:
@@ -326,11 +347,27 @@ class Run:
         reqs = rgw_requests(self.rgw_log, rgw_offset) if self.rgw_log else []
         rate = rate_bits(a.uplink)
         rtt = a.rtt_ms / 1e3
-        crossings_ideal = {"tree": 1, "store": self.n, "hybrid": 2}[a.mode]
+        # shared: how many times the version crosses the one link; split: the most any one link
+        # carries towards its cluster (each cluster has its own link, used in parallel).
+        if a.links == "shared":
+            crossings_ideal = {"tree": 1, "store": self.n, "hybrid": 2}[a.mode]
+        else:
+            crossings_ideal = {"tree": 1, "store": self.n - self.n // 2, "hybrid": 1}[a.mode]
         # The tree pushes: the data is at the members half a round trip after it leaves (the delegated
         # commit is local to them). The store is pulled: a member learns of a version from an answer
         # (half a round trip after the publish at best), then asks for the frames (one round trip).
         floor_rtts = {"tree": 0.5, "store": 1.5, "hybrid": 1.5}[a.mode]
+        # split, tree: with producer_cluster `trainer` the producer feeds each tree's root in one
+        # cluster and the other cluster's entry hangs below a member of the first (tree/topology.cpp:
+        # the cluster-level tree; double_binary: tree 0 rooted in east, tree 1 in west), so that
+        # part of the version crosses the first cluster's link down, up, then the second's down:
+        # half an RTT + half the east<->west RTT. double_binary sends half the chunks down each tree,
+        # so each link carries the whole payload towards its cluster (its own tree's half from the
+        # producer, the other tree's half from the other cluster) and the forwarded half only
+        # starts after one link's round trip: floor = max(P/R + RTT/2, P/(2R) + RTT/2 + RTT_x/2).
+        # One tree (binary, chain): P/R + RTT/2 + RTT_x/2.
+        rtt_x = (a.rtt_cross_ms or 2 * a.rtt_ms) / 1e3
+        split_tree = a.links == "split" and a.mode == "tree"
         gateways = [r for r, s in summaries.items() if s and s.get("gateway")]
         forward = {}  # (gateway, version) -> seconds through its cluster
         for g in gateways:
@@ -354,7 +391,13 @@ class Run:
             # polls and everything else radosgw sent while this version was current
             w0, w1 = appear.get(v, started), last
             get_all = sum(q["bytes"] for q in reqs if q["method"] == "GET" and w0 <= q["done"] <= w1 + 0.5)
-            floor = crossings_ideal * payload * 8 / rate + floor_rtts * rtt
+            wire = payload * 8 / rate
+            if split_tree and a.topology == "double_binary":
+                floor = max(wire + 0.5 * rtt, wire / 2 + 0.5 * rtt + 0.5 * rtt_x)
+            elif split_tree:
+                floor = wire + 0.5 * rtt + 0.5 * rtt_x
+            else:
+                floor = crossings_ideal * wire + floor_rtts * rtt
             rec = {"version": v, "complete": True, "payload_bytes": payload, "started_at_unix": started,
                    "appeared_at_unix": appear.get(v), "encode_seconds": st.get("encode_seconds"),
                    "refit_seconds": st.get("refit_seconds"), "changes": st.get("changes"),
@@ -362,6 +405,7 @@ class Run:
                    "seconds": last - started, "seconds_from_appeared": last - appear[v] if v in appear else None,
                    "first_member_seconds": min(at.values()) - started,
                    "boundary_tx_bytes": win.get("tx"), "boundary_rx_bytes": win.get("rx"),
+                   "per_link": win.get("per_link"),
                    "crossings": win["tx"] / payload if win.get("tx") else None,
                    "store_get_bytes": store_get if self.s3 else None,
                    "store_get_bytes_window": get_all if self.s3 else None,
@@ -372,15 +416,17 @@ class Run:
             if self.s3:
                 rec.update(self.store_times(v, st, reqs, vreqs, gateways, at, forward))
             versions.append(rec)
-        line = {"bench": "store_wan", "mode": a.mode, "round": a.round, "receivers": self.n,
+        line = {"bench": "store_wan", "mode": a.mode, "round": a.round, "receivers": self.n, "links": a.links,
+                "rtt_cross_ms": a.rtt_cross_ms if a.links == "split" else None,
                 "topology": a.topology if a.mode == "tree" else None, "params": a.params, "uplink": a.uplink,
                 "inner": a.inner, "delay_ms": a.delay_ms, "rtt_ms": a.rtt_ms, "poll": a.poll if self.s3 else None,
                 "rgw_tcp_nodelay": a.rgw_nodelay if self.s3 else None,
                 "steps": a.steps, "ok": ok and report is not None and bool(report.get("ok", False)),
                 "rcs": rcs, "wall_seconds": wall, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
                 "load": open("/proc/loadavg").read().split()[:3],
-                "boundary_run_tx_bytes": counters["end"][0] - counters["start"][0],
-                "boundary_run_rx_bytes": counters["end"][1] - counters["start"][1],
+                "boundary_run_tx_bytes": self.diff(counters["end"], counters["start"])["tx"],
+                "boundary_run_rx_bytes": self.diff(counters["end"], counters["start"])["rx"],
+                "boundary_run_per_link": self.diff(counters["end"], counters["start"])["per_link"],
                 "bootstrap_window": windows.get(1),
                 "bootstrap_seconds": self.bootstrap_seconds(summaries, appear),
                 "checkpoint_bytes": (report or {}).get("checkpoint_bytes"),
@@ -414,6 +460,9 @@ def main() -> None:
     p.add_argument("--inner", default="1gbit")
     p.add_argument("--delay-ms", type=float, default=25)
     p.add_argument("--rtt-ms", type=float, default=50)
+    p.add_argument("--links", choices=["shared", "split"], default="shared",
+                   help="scripts/wan.sh's layout: one link for both clusters, or one per cluster")
+    p.add_argument("--rtt-cross-ms", type=float, default=0, help="split: RTT between the clusters (east <-> west)")
     p.add_argument("--rgw-nodelay", type=int, default=1, help="recorded: radosgw's beast tcp_nodelay")
     p.add_argument("--settle", type=float, default=1.0)
     p.add_argument("--quiet-bytes", type=int, default=100_000)
@@ -427,7 +476,8 @@ def main() -> None:
     vs = [v for v in line["versions"] if v.get("complete")]
     log(f"{a.mode} round {a.round}: ok {line['ok']} bit-exact {line['bit_exact']} in {line['wall_seconds']:.1f} s; "
         + "; ".join(f"v{v['version']} {v['seconds']:.3f} s ({v['seconds'] / v['floor_seconds']:.2f}x floor, "
-                    f"{(v['boundary_tx_bytes'] or 0) / v['payload_bytes']:.2f}x payload over the link)" for v in vs))
+                    f"{(v['boundary_tx_bytes'] or 0) / v['payload_bytes']:.2f}x payload towards the clusters, "
+                    f"{(v['boundary_rx_bytes'] or 0) / v['payload_bytes']:.2f}x from them)" for v in vs))
     if not line["ok"] or not line["bit_exact"] or len(vs) != a.steps:
         sys.exit(1)
 
