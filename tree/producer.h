@@ -173,7 +173,10 @@ struct FailedMember {
   uint32_t rank = 0;             // job rank
   std::string cause;             // failure_cause_name(): link_closed, silent, stalled, replaced, ...
   double detected_at_s = 0;      // when the producer knew: seconds since start()
-  double detection_seconds = 0;  // from the last sign of life to detection (0 for a closed link)
+  // The silence that made the verdict: timeouts.peer for a silent or stalled member (its link
+  // carried nothing, heartbeats included, that long; not measured here), 0 for a closed link.
+  // Detection measured from a fault: bench/recovery (the harness knows when it struck).
+  double detection_seconds = 0;
 };
 
 struct RefitReport {
@@ -284,6 +287,8 @@ class Producer {
   // Host thread, between calls (not from on_progress).
   uint64_t attempt() const noexcept;
   std::map<uint64_t, uint64_t> history() const;
+  // When start() began (steady clock): FailedMember::detected_at_s counts from it.
+  std::chrono::steady_clock::time_point session_start() const noexcept;
 
  private:
   struct Impl;

@@ -141,6 +141,8 @@ uint64_t Producer::attempt() const noexcept { return impl_->attempt; }
 
 std::map<uint64_t, uint64_t> Producer::history() const { return impl_->history; }
 
+std::chrono::steady_clock::time_point Producer::session_start() const noexcept { return impl_->session_start; }
+
 StartReport Producer::start(std::optional<std::chrono::milliseconds> timeout) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
