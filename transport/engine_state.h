@@ -4,6 +4,9 @@
 //  * EngineConnState, the part of a connection's state both keep: the heartbeat half of its side
 //    channel (transport/side_channel.h), its URL for logs, and whether and why it failed. Failure
 //    is recorded once; the first Status is what every later post and pending request finishes with.
+//    An orderly close by the peer (its side channel's GOODBYE, then EOF) is not a failure yet: the
+//    connection drains (peer_closing) until the peer's FIN arrives on the fabric behind its last
+//    messages, and fails only then, or when nothing moves for peer_timeout while requests wait.
 //  * OpTable, the operations a connection has handed to its fabric and not yet seen complete. The
 //    fabric hands each op's address back on completion (libfabric's op context, UCX's user data);
 //    the table owns the op until the engine takes it out, so that address never dangles.
@@ -29,6 +32,12 @@ struct EngineConnState {
   bool broken = false;
   Status broken_status;  // why it failed, once broken
   std::string peer_url;  // "ucx://10.0.0.2:41234", for Connection::peer() and logs
+  // The peer said GOODBYE and closed its side channel: no new sends; receives drain the fabric.
+  bool peer_closing = false;
+  // The last completion or post, or the GOODBYE: while draining, peer_timeout after it with
+  // requests still pending fails the connection (the FIN never came).
+  side::Clock::time_point last_progress{};
+  std::chrono::milliseconds peer_timeout{0};  // the options' (start_liveness)
 
   // Records the first failure: broken, broken_status, and the side channel closed (the peer sees
   // EOF at once). Returns false, changing nothing, when the connection had already failed.
@@ -37,7 +46,13 @@ struct EngineConnState {
   void start_liveness(side::Fd fd, const TransportOptions& options);
   // Reads heartbeats and sends one when due (side::Liveness::poll): Errc::connection when the peer
   // is dead, success otherwise, also when the connection already failed or has no side channel yet.
-  Status check_alive(side::Clock::time_point now);
+  // An EOF after GOODBYE sets peer_closing and is success; while draining, `pending` requests
+  // with nothing moving for peer_timeout are Errc::connection.
+  Status check_alive(side::Clock::time_point now, bool pending);
+  // Sends GOODBYE on the side channel (an orderly close: the FIN has left); then mark_broken.
+  void say_goodbye();
+  // The peer closed in order or its FIN arrived: sends would go nowhere.
+  static Status peer_closed() { return Status{Errc::connection, "peer closed the connection"}; }
 };
 
 template <class Op>

@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -17,6 +18,9 @@
 
 namespace deltacast::transport::side {
 namespace {
+
+constexpr std::byte kHeartbeat{'H'};
+constexpr std::byte kGoodbye{'F'};
 
 std::string errno_text(const char* what) { return std::string(what) + ": " + std::strerror(errno); }
 
@@ -273,6 +277,7 @@ Status Liveness::poll(Clock::time_point now) {
     ssize_t n = ::recv(fd_.get(), sink, sizeof sink, MSG_DONTWAIT);
     if (n > 0) {
       last_heard_ = now;
+      if (std::find(sink, sink + n, kGoodbye) != sink + n) peer_said_goodbye_ = true;
       continue;
     }
     if (n == 0) return Status{Errc::connection, "peer closed the connection"};
@@ -284,14 +289,18 @@ Status Liveness::poll(Clock::time_point now) {
     return Status{Errc::connection, "peer silent for more than " + std::to_string(peer_timeout_.count()) + " ms"};
   }
   if (now - last_sent_ >= heartbeat_interval_) {
-    std::byte beat{'H'};
-    ssize_t n = ::send(fd_.get(), &beat, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = ::send(fd_.get(), &kHeartbeat, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       return Status{Errc::connection, errno_text("heartbeat to peer failed")};
     }
     last_sent_ = now;
   }
   return Status::success();
+}
+
+void Liveness::say_goodbye() {
+  // One byte into a socket that carries a heartbeat a second: its send buffer has room.
+  if (fd_) ::send(fd_.get(), &kGoodbye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 std::string peer_address(int fd) {

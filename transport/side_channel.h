@@ -4,7 +4,11 @@
 //   1. the auth handshake of transport/auth.h (HELLO, CHALLENGE, PROOF), before anything else;
 //   2. one length-prefixed "setup blob" each way (fabric address / UCX worker address + ids);
 //   3. one READY byte from the client (its side of the fabric is wired), then
-//   4. heartbeat bytes every heartbeat_interval, in both directions, until one side closes.
+//   4. heartbeat bytes every heartbeat_interval, in both directions, until one side closes;
+//   5. on an orderly close, one GOODBYE byte before the EOF: the closing side has sent its last
+//      message and a FIN behind it on the fabric, so the peer drains the fabric up to that FIN
+//      instead of failing at the EOF (the two sockets race: the EOF may overtake the data).
+//      An EOF without GOODBYE (a killed peer) fails the connection at once.
 // Why a side channel: the fabric APIs (RDM endpoints, UCX worker addresses) tell a sender nothing
 // when the peer process is SIGKILLed or SIGSTOPped, and a closed peer is not signalled at all. A
 // TCP socket gives EOF/RST on death and silence we can time, and lets us authenticate before any
@@ -84,12 +88,18 @@ void read_exact(int fd, std::span<std::byte> bytes, Clock::time_point deadline);
 
 // The heartbeat half of an established side channel. poll() reads whatever arrived, sends a
 // heartbeat when one is due and reports the peer as dead (Errc::connection) on EOF, a socket
-// error or silence longer than peer_timeout. Owned by one progress thread.
+// error or silence longer than peer_timeout; after such a failure peer_said_goodbye() tells an
+// orderly close (GOODBYE came before the EOF) from a death. Owned by one progress thread.
 class Liveness {
  public:
   Liveness(Fd fd, std::chrono::milliseconds heartbeat_interval, std::chrono::milliseconds peer_timeout);
   Status poll(Clock::time_point now);
   int fd() const { return fd_.get(); }
+  // True once the peer's GOODBYE byte was read: its EOF is an orderly close.
+  bool peer_said_goodbye() const { return peer_said_goodbye_; }
+  // Sends the GOODBYE byte (best effort, never blocks): call it just before shutdown() on an
+  // orderly close, once everything sent on the fabric, FIN included, has left.
+  void say_goodbye();
   // Closes the socket: the peer sees EOF at once.
   void shutdown() { fd_.reset(); }
 
@@ -99,6 +109,7 @@ class Liveness {
   std::chrono::milliseconds peer_timeout_;
   Clock::time_point last_heard_;
   Clock::time_point last_sent_;
+  bool peer_said_goodbye_ = false;
 };
 
 // "host:port" of the peer of a connected socket, for logs.

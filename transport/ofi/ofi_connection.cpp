@@ -20,6 +20,7 @@ namespace deltacast::transport::ofi {
 bool OfiTransport::post_op(ConnState& conn, std::unique_ptr<Op> op, const PostFn& post) {
   Op* raw = conn.ops.add(std::move(op));
   if (conn.broken) return false;
+  conn.last_progress = side::Clock::now();
   // Continuation receives match exact tags, so they need not queue behind other posts (and
   // must not: the receives ahead of them may wait for messages sent after this one).
   if (conn.backlog.empty() || raw->kind == OpKind::recv_cont) {
@@ -72,6 +73,8 @@ std::shared_ptr<Request> OfiTransport::post_send(const std::shared_ptr<ConnState
                                                  std::span<const std::byte> message, MemoryRegion* mr) {
   std::lock_guard lock(mutex_);  // the handle checked the size (transport/engine_handles.h)
   if (conn->broken) return finished_request(conn->broken_status);
+  if (conn->closing) return finished_request(Status{Errc::connection, "connection closed locally"});
+  if (conn->peer_closing || conn->fin_seen) return finished_request(EngineConnState::peer_closed());
   auto msg = std::make_shared<Message>();
   msg->request = std::make_shared<BasicRequest>();
   msg->total = message.size();
@@ -108,6 +111,7 @@ std::shared_ptr<Request> OfiTransport::post_recv(const std::shared_ptr<ConnState
                                                  MemoryRegion* mr) {
   std::lock_guard lock(mutex_);
   if (conn->broken) return finished_request(conn->broken_status);
+  if (conn->closing) return finished_request(Status{Errc::connection, "connection closed locally"});
   auto msg = std::make_shared<Message>();
   msg->request = std::make_shared<BasicRequest>();
   msg->buffer = buffer.data();
@@ -116,6 +120,7 @@ std::shared_ptr<Request> OfiTransport::post_recv(const std::shared_ptr<ConnState
   auto op = std::make_unique<Op>();
   op->kind = OpKind::recv_first;
   op->message = msg;
+  op->recv_index = conn->recvs_posted++;
   Op* raw = op.get();
   size_t len = std::min(buffer.size(), fragment_);
   void* desc = local_desc(*conn, mr);
@@ -184,19 +189,24 @@ void OfiTransport::drive(ConnState& conn) {
     if (n == -FI_EAVAIL) {
       fi_cq_err_entry err{};
       if (fi_cq_readerr(conn.cq, &err, 0) > 0) handle_error(conn, err);
+      finish_drain(conn);
       continue;
     }
     if (n < 0) {
       fail(conn, Status{Errc::connection, "fi_cq_read failed: " + fi_text(static_cast<int>(n))});
       return;
     }
-    for (ssize_t i = 0; i < n && !conn.broken; ++i) handle(conn, static_cast<Op*>(entries[i].op_context), entries[i]);
+    for (ssize_t i = 0; i < n && !conn.broken; ++i) {
+      handle(conn, static_cast<Op*>(entries[i].op_context), entries[i]);
+      finish_drain(conn);
+    }
   }
 }
 
 void OfiTransport::handle(ConnState& conn, Op* raw, const fi_cq_tagged_entry& entry) {
   std::unique_ptr<Op> op = conn.ops.take(raw);
   if (!op) return;
+  conn.last_progress = side::Clock::now();
   if (op->posted)
     --(op->kind == OpKind::send || op->kind == OpKind::write ? conn.sends_in_flight : conn.recvs_in_flight);
   Message& msg = *op->message;
@@ -204,6 +214,12 @@ void OfiTransport::handle(ConnState& conn, Op* raw, const fi_cq_tagged_entry& en
     if ((entry.flags & FI_REMOTE_CQ_DATA) == 0) {
       msg.request->complete(Status{Errc::corrupt_frame, "first fragment without its length (no remote CQ data)"}, 0);
       fail(conn, Status{Errc::connection, "peer speaks another protocol"});
+      return;
+    }
+    if ((entry.data & kKindMask) == kKindFin) {  // the peer closed after everything ahead of this
+      msg.request->complete(EngineConnState::peer_closed(), 0);
+      conn.fin_seen = true;
+      conn.fin_index = op->recv_index;
       return;
     }
     msg.total = entry.data & kLowMask;
@@ -243,7 +259,16 @@ void OfiTransport::handle_error(ConnState& conn, const fi_cq_err_entry& err) {
   if (!op) return;
   if (op->posted)
     --(op->kind == OpKind::send || op->kind == OpKind::write ? conn.sends_in_flight : conn.recvs_in_flight);
+  conn.last_progress = side::Clock::now();
   int code = err.err < 0 ? -err.err : err.err;
+  const bool is_send = op->kind == OpKind::send || op->kind == OpKind::write;
+  // A peer that closed in order may reset the link under our own sends before its GOODBYE is read
+  // (the sockets race): look, so that the messages it sent before closing are still received.
+  if (is_send && !conn.peer_closing) (void)conn.check_alive(side::Clock::now(), true);
+  if (is_send && (conn.peer_closing || conn.fin_seen)) {
+    op->message->request->complete(EngineConnState::peer_closed(), 0);
+    return;
+  }
   if (code == FI_ECANCELED) {
     op->message->request->complete(Status{Errc::cancelled, "receive cancelled"}, 0);
     return;
@@ -279,8 +304,47 @@ void OfiTransport::fail(ConnState& conn, const Status& why) {
   log_->debug("ofi: connection to {} closed: {}", conn.peer_url, why.message);
 }
 
+std::shared_ptr<Request> OfiTransport::post_fin(ConnState& conn) {
+  // Read the side channel first: a peer that already closed gets no FIN (shm would write into the
+  // shared memory of an endpoint that is gone: seen to crash when both ends live in one process).
+  if (!conn.broken && !conn.peer_closing) {
+    Status alive = conn.check_alive(side::Clock::now(), true);
+    if (!alive.ok()) fail(conn, alive);
+  }
+  if (conn.broken || conn.closing || conn.peer_closing || conn.fin_seen) return nullptr;
+  conn.closing = true;
+  auto msg = std::make_shared<Message>();
+  msg->request = std::make_shared<BasicRequest>();
+  msg->pending = 1;
+  auto op = std::make_unique<Op>();
+  op->kind = OpKind::send;
+  op->message = msg;
+  // Behind every send posted before (the backlog keeps the order); SAS order on the fabric.
+  uint64_t data = kKindFin | ((conn.send_seq++ & kSeqMask) << kSeqShift);
+  if (!post_op(conn, std::move(op), [ep = conn.ep, peer = conn.peer, data](void* ctx) {
+        return fi_senddata(ep, nullptr, 0, nullptr, data, peer, ctx);
+      }))
+    return nullptr;
+  return msg->request;
+}
+
+void OfiTransport::finish_drain(ConnState& conn) {
+  if (!conn.fin_seen || conn.broken) return;
+  for (Op* op : conn.ops.list()) {
+    if (op->kind == OpKind::recv_cont) return;
+    if (op->kind == OpKind::recv_first && op->recv_index < conn.fin_index) return;
+  }
+  fail(conn, EngineConnState::peer_closed());  // receives posted after the FIN's find nothing
+}
+
 void OfiTransport::close_connection(const std::shared_ptr<ConnState>& conn, const Status& why) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
+  if (auto fin = post_fin(*conn)) {
+    lock.unlock();  // the progress thread completes the FIN (and whatever is ahead of it)
+    const bool left = fin->wait(std::min<std::chrono::milliseconds>(kCloseLinger, options_.peer_timeout)).ok();
+    lock.lock();
+    if (left) conn->say_goodbye();
+  }
   fail(*conn, why);
   std::erase(conns_, conn);
 }

@@ -16,6 +16,15 @@
 //    holds. Continuation receives bypass the backlog (exact tags; see post_op).
 //  * An Op lives in its connection's OpTable from its post until its completion (or error
 //    completion) is read from the CQ; its fi_context2 is the op context the provider hands back.
+//  * Orderly close (close() on a connection that has not failed): a FIN, an empty first fragment
+//    of kind FIN, is posted behind every send already posted; close() waits for its completion
+//    (at most kCloseLinger), then sends GOODBYE on the side channel and fails the connection
+//    locally as below. The peer, told by GOODBYE that a FIN follows, keeps the connection up past
+//    the side channel's EOF (EngineConnState::peer_closing): its receives take the messages still
+//    on the fabric, in order, and the receive that meets the FIN finishes with Errc::connection.
+//    Once every receive posted before that one and every continuation has completed, the peer
+//    fails the connection ("peer closed the connection"), so a close never overtakes a message
+//    whose send completed before it. A killed peer says no GOODBYE: its EOF fails at once.
 //  * Failure (a CQ error, a failed post, side channel EOF or silence, close): the endpoint is
 //    closed first, so the provider no longer touches user buffers, then the CQ, AV, memory
 //    registrations and domain; every pending request finishes with the first Status.
@@ -24,6 +33,7 @@
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -40,12 +50,16 @@ namespace deltacast::transport::ofi {
 // Tag layout: [kind:2][sequence:22][length or fragment index:40].
 inline constexpr uint64_t kKindData = uint64_t{1} << 62;
 inline constexpr uint64_t kKindCont = uint64_t{2} << 62;
+inline constexpr uint64_t kKindFin = uint64_t{3} << 62;  // remote CQ data of the close marker
+inline constexpr uint64_t kKindMask = uint64_t{3} << 62;
 inline constexpr int kSeqShift = 40;
 inline constexpr uint64_t kSeqMask = (uint64_t{1} << 22) - 1;
 inline constexpr uint64_t kLowMask = (uint64_t{1} << 40) - 1;
 inline constexpr size_t kFragmentCap = size_t{64} << 20;  // pipelines large messages
 inline constexpr size_t kMaxSendsInFlight = 64;           // per connection; more wait in the backlog
 inline constexpr size_t kMaxRecvsInFlight = 256;          // also below every provider's rx queue size seen
+// How long close() waits for its FIN to leave: it leaves at once unless the peer stopped reading.
+inline constexpr std::chrono::milliseconds kCloseLinger{1000};
 
 struct Message {
   std::shared_ptr<BasicRequest> request;
@@ -63,6 +77,7 @@ struct Op {
   OpKind kind = OpKind::send;
   std::shared_ptr<Message> message;
   bool posted = false;  // false while it waits in ConnState::backlog
+  uint64_t recv_index = 0;  // recv_first: its place in the order receives were posted
 };
 
 using PostFn = std::function<ssize_t(void* context)>;
@@ -84,6 +99,10 @@ struct ConnState : EngineConnState {
   uint32_t send_seq = 0;
   size_t sends_in_flight = 0;  // bounded: shm corrupts its queues when posted beyond their size
   size_t recvs_in_flight = 0;
+  uint64_t recvs_posted = 0;  // recv_first ops ever posted: the next one's recv_index
+  bool closing = false;       // close() posted our FIN: no more posts
+  bool fin_seen = false;      // the peer's FIN met the receive with recv_index fin_index
+  uint64_t fin_index = 0;
   bool has_pending() const { return !ops.empty(); }
 };
 

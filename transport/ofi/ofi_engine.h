@@ -75,6 +75,11 @@ class OfiTransport final : public Transport, public std::enable_shared_from_this
   ssize_t try_post(ConnState& conn, Op* raw, const PostFn& post);  // mutex_ held
   void handle(ConnState& conn, Op* op, const fi_cq_tagged_entry& entry);
   void handle_error(ConnState& conn, const fi_cq_err_entry& err);
+  // Posts our FIN (ofi_connection.h, orderly close); null when the connection failed, is closing
+  // or its peer is. mutex_ held.
+  std::shared_ptr<Request> post_fin(ConnState& conn);
+  // After the peer's FIN: fails the connection once nothing ahead of the FIN is pending. mutex_ held.
+  void finish_drain(ConnState& conn);
   void fail(ConnState& conn, const Status& why);  // mutex_ held
 
   // ofi_memory.cpp.

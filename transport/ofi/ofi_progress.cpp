@@ -38,7 +38,7 @@ void OfiTransport::progress_loop() {
       retry_backlog(*conn);
       progressed = progressed || conn->ops.size() != before;
       if (check_liveness) {
-        Status alive = conn->check_alive(now);
+        Status alive = conn->check_alive(now, conn->has_pending());
         if (!alive.ok()) fail(*conn, alive);
       }
       pending = pending || conn->has_pending();

@@ -12,8 +12,6 @@
 namespace deltacast::transport::ucx {
 namespace {
 
-constexpr uint64_t kFullMask = ~uint64_t{0};
-
 void send_callback(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<Op*>(user_data);
   op->ucx_request = request;
@@ -23,6 +21,7 @@ void send_callback(void* request, ucs_status_t status, void* user_data) {
 void recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
   auto* op = static_cast<Op*>(user_data);
   op->ucx_request = request;
+  if (info != nullptr) op->recv_info = *info;
   op->transport->callback(op, status, info != nullptr ? info->length : 0);
 }
 
@@ -57,7 +56,34 @@ ucp_request_param_t op_params(Op* op, MemoryRegion* mr) {
 void ep_error_callback(void* arg, ucp_ep_h, ucs_status_t status) {
   // The ConnState is kept alive by the transport's list until its endpoint is closed.
   auto* conn = static_cast<ConnState*>(arg);
-  conn->owner->fail(*conn, Status{Errc::connection, "UCX endpoint failed: " + ucs_text(status)});
+  conn->owner->endpoint_failed(*conn, Status{Errc::connection, "UCX endpoint failed: " + ucs_text(status)});
+}
+
+void UcxTransport::endpoint_failed(ConnState& conn, const Status& why) {
+  if (conn.broken || conn.ep_failed) return;
+  // The peer may have closed in order with its GOODBYE still in flight: look now, and give it
+  // kEpErrorGrace (check_connections) before failing receives that may still take its messages.
+  Status alive = conn.check_alive(side::Clock::now(), true);
+  if (!alive.ok()) return fail(conn, alive);
+  conn.ep_failed = true;
+  conn.ep_failed_at = side::Clock::now();
+  conn.ep_failed_status = why;
+  if (conn.ep != nullptr) {
+    if (progressing_) {
+      eps_to_close_.push_back(conn.ep);  // as in fail(): not inside ucp_worker_progress
+    } else {
+      close_ep(conn.ep);
+    }
+    conn.ep = nullptr;
+  }
+}
+
+void UcxTransport::finish_drain(ConnState& conn) {
+  if (!conn.fin_seen || conn.broken) return;
+  for (Op* op : conn.ops.list()) {
+    if (op->kind == OpKind::recv && op->recv_index < conn.fin_index) return;
+  }
+  fail(conn, EngineConnState::peer_closed());  // receives posted after the FIN's find nothing
 }
 
 Op* UcxTransport::begin(std::unique_ptr<Op> op) {
@@ -94,7 +120,25 @@ void UcxTransport::finished(Op* op, ucs_status_t status, size_t received) {
   std::unique_ptr<Op> owned = conn->ops.take(op);  // in the table from begin() until here
   if (op->ucx_request != nullptr) ucp_request_free(op->ucx_request);
   if (op->rkey != nullptr) ucp_rkey_destroy(op->rkey);
+  conn->last_progress = side::Clock::now();
   if (op->kind == OpKind::put) return;  // the flush that follows completes the write request
+  if (op->kind == OpKind::close_flush) {
+    op->request->complete(status == UCS_OK ? Status::success() : Status{Errc::connection, ucs_text(status)}, 0);
+    return;
+  }
+  if (op->kind == OpKind::recv && status == UCS_OK && (op->recv_info.sender_tag & kFinTag) != 0) {
+    op->request->complete(EngineConnState::peer_closed(), 0);  // after everything the peer sent
+    conn->fin_seen = true;
+    conn->fin_index = op->recv_index;
+    finish_drain(*conn);
+    return;
+  }
+  if (op->kind != OpKind::recv && status != UCS_OK && (conn->peer_gone() || conn->ep_failed)) {
+    // The peer's endpoint is gone; its messages may still be draining here.
+    op->request->complete(conn->peer_gone() ? EngineConnState::peer_closed() : conn->ep_failed_status, 0);
+    if (op->kind == OpKind::flush && conn->writes_unflushed > 0) --conn->writes_unflushed;
+    return;
+  }
   if (op->kind == OpKind::flush) {
     if (conn->writes_unflushed > 0) --conn->writes_unflushed;
     if (op->request)
@@ -124,6 +168,7 @@ void UcxTransport::finished(Op* op, ucs_status_t status, size_t received) {
     op->request->complete(why, 0);
     fail(*conn, why);
   }
+  finish_drain(*conn);
 }
 
 void UcxTransport::fail(ConnState& conn, const Status& why) {
@@ -160,20 +205,23 @@ void UcxTransport::close_ep(ucp_ep_h ep) {
 }
 
 void UcxTransport::start_send(const std::shared_ptr<ConnState>& conn, const std::shared_ptr<BasicRequest>& request,
-                              std::span<const std::byte> message, MemoryRegion* mr) {
-  if (conn->broken) {
-    request->complete(conn->broken_status, 0);
+                              std::span<const std::byte> message, MemoryRegion* mr, uint64_t tag_bits) {
+  if (conn->broken || conn->ep == nullptr) {
+    request->complete(conn->broken ? conn->broken_status : conn->ep_failed_status, 0);
     return;
   }
   auto op = new_op(this, conn, OpKind::send, request, message.size());
   ucp_request_param_t params = op_params(op.get(), mr);
   Op* raw = begin(std::move(op));
-  track(raw, ucp_tag_send_nbx(conn->ep, message.data(), message.size(), conn->send_tag, &params));
+  conn->last_progress = side::Clock::now();
+  track(raw, ucp_tag_send_nbx(conn->ep, message.data(), message.size(), conn->send_tag | tag_bits, &params));
 }
 
 std::shared_ptr<Request> UcxTransport::post_send(const std::shared_ptr<ConnState>& conn,
                                                  std::span<const std::byte> message, MemoryRegion* mr) {
   std::lock_guard lock(mutex_);  // the handle checked the size (transport/engine_handles.h)
+  if (!conn->broken && conn->closing) return finished_request(Status{Errc::connection, "connection closed locally"});
+  if (!conn->broken && conn->peer_gone()) return finished_request(EngineConnState::peer_closed());
   auto request = std::make_shared<BasicRequest>();
   if (conn->writes_unflushed > 0 || !conn->deferred_sends.empty()) {
     std::weak_ptr<ConnState> weak = conn;
@@ -192,8 +240,11 @@ std::shared_ptr<Request> UcxTransport::post_recv(const std::shared_ptr<ConnState
                                                  MemoryRegion* mr) {
   std::lock_guard lock(mutex_);
   if (conn->broken) return finished_request(conn->broken_status);
+  if (conn->closing) return finished_request(Status{Errc::connection, "connection closed locally"});
   auto op = new_op(this, conn, OpKind::recv, std::make_shared<BasicRequest>(), 0);
   op->capacity = buffer.size();
+  op->recv_index = conn->recvs_posted++;
+  conn->last_progress = side::Clock::now();
   auto request = op->request;
   ucp_request_param_t params = op_params(op.get(), mr);
   params.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;  // the callback reports the length
@@ -201,7 +252,7 @@ std::shared_ptr<Request> UcxTransport::post_recv(const std::shared_ptr<ConnState
   params.recv_info.tag_info = &op->recv_info;
   Op* raw = begin(std::move(op));
   ucs_status_ptr_t result =
-      ucp_tag_recv_nbx(worker_, buffer.data(), buffer.size(), uint64_t{conn->recv_id} << 32, kFullMask, &params);
+      ucp_tag_recv_nbx(worker_, buffer.data(), buffer.size(), uint64_t{conn->recv_id} << 32, kConnTagMask, &params);
   bool pending = UCS_PTR_IS_PTR(result) && !raw->done_in_post;
   track(raw, result);
   if (pending) {
@@ -224,6 +275,8 @@ std::shared_ptr<Request> UcxTransport::post_write(const std::shared_ptr<ConnStat
   const RemoteKey remote_key = read_remote_key(remote, local.size());
   std::lock_guard lock(mutex_);
   if (conn->broken) return finished_request(conn->broken_status);
+  if (conn->closing) return finished_request(Status{Errc::connection, "connection closed locally"});
+  if (conn->peer_gone() || conn->ep_failed) return finished_request(EngineConnState::peer_closed());
   ucp_rkey_h rkey = nullptr;
   ucs_status_t status = ucp_ep_rkey_unpack(conn->ep, remote_key.packed_rkey, &rkey);
   if (status != UCS_OK) throw Error(Errc::invalid_argument, "ucp_ep_rkey_unpack: " + ucs_text(status));
@@ -244,8 +297,52 @@ std::shared_ptr<Request> UcxTransport::post_write(const std::shared_ptr<ConnStat
   return request;
 }
 
+std::shared_ptr<Request> UcxTransport::post_fin(const std::shared_ptr<ConnState>& conn) {
+  // Read the side channel first: a peer that already closed gets no FIN.
+  if (!conn->broken && !conn->peer_closing) {
+    Status alive = conn->check_alive(side::Clock::now(), true);
+    if (!alive.ok()) fail(*conn, alive);
+  }
+  if (conn->broken || conn->closing || conn->peer_gone() || conn->ep_failed) return nullptr;
+  conn->closing = true;
+  auto request = std::make_shared<BasicRequest>();
+  if (conn->writes_unflushed > 0 || !conn->deferred_sends.empty()) {  // behind them, as post_send
+    std::weak_ptr<ConnState> weak = conn;
+    conn->deferred_sends.push_back([this, weak, request] {
+      if (auto locked = weak.lock()) start_send(locked, request, {}, nullptr, kFinTag);
+    });
+  } else {
+    start_send(conn, request, {}, nullptr, kFinTag);
+  }
+  wake();
+  return request;
+}
+
+std::shared_ptr<Request> UcxTransport::post_close_flush(const std::shared_ptr<ConnState>& conn) {
+  if (conn->broken || conn->ep == nullptr) return finished_request(Status{Errc::connection, "connection failed"});
+  auto flush = new_op(this, conn, OpKind::close_flush, std::make_shared<BasicRequest>(), 0);
+  auto request = flush->request;
+  ucp_request_param_t params = op_params(flush.get(), nullptr);
+  Op* raw = begin(std::move(flush));
+  track(raw, ucp_ep_flush_nbx(conn->ep, &params));
+  wake();
+  return request;
+}
+
 void UcxTransport::close_connection(const std::shared_ptr<ConnState>& conn, const Status& why) {
-  std::lock_guard lock(mutex_);
+  std::unique_lock lock(mutex_);
+  if (auto fin = post_fin(conn)) {
+    // The progress thread completes the FIN, then the flush: every message is at the peer.
+    const auto deadline = side::Clock::now() + std::min<std::chrono::milliseconds>(kCloseLinger, options_.peer_timeout);
+    auto left = [&](const std::shared_ptr<Request>& request) {
+      lock.unlock();
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - side::Clock::now());
+      bool ok = request->wait(std::max(wait, std::chrono::milliseconds{0})).ok();
+      lock.lock();
+      return ok;
+    };
+    if (left(fin) && left(post_close_flush(conn))) conn->say_goodbye();
+  }
   fail(*conn, why);
 }
 

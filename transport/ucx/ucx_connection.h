@@ -12,6 +12,15 @@
 //    finished (a callback, or the post's immediate result), so the callback's user data never
 //    dangles. UCX may run the callback inside the posting call: it then only records the outcome
 //    and the post finishes the op once it returned (UcxTransport::track).
+//  * Orderly close (close() on a connection that has not failed), as in ofi_connection.h: a FIN
+//    (an empty send tagged send_tag | kFinTag; receives ignore the low 32 bits so it meets the
+//    next receive in order) goes behind every send, close() waits (at most kCloseLinger) for it
+//    and for an endpoint flush (every message then sits at the peer), sends GOODBYE on the side
+//    channel and fails locally. The peer drains (EngineConnState::peer_closing): the receive that
+//    meets the FIN finishes with Errc::connection and the connection fails once every receive
+//    posted before it completed. An endpoint error is not a failure at once: GOODBYE may still be
+//    on its way (the sockets race), so the endpoint is closed and the connection fails kEpErrorGrace
+//    later unless GOODBYE came (then only the sends fail).
 //  * Failure (side channel EOF or silence, the endpoint's error callback, a failed operation,
 //    close): every pending request finishes with the first Status, receives are cancelled on the
 //    worker, and the endpoint is force-closed, which makes UCX fail its sends and puts. An
@@ -21,6 +30,7 @@
 // (inside ucp_worker_progress, a post or ucp_request_cancel).
 #include <ucp/api/ucp.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -35,7 +45,12 @@ namespace deltacast::transport::ucx {
 class UcxTransport;
 struct ConnState;
 
-enum class OpKind { send, recv, put, flush };
+enum class OpKind { send, recv, put, flush, close_flush };
+
+inline constexpr uint64_t kFinTag = 1;                        // low bits of a FIN's tag
+inline constexpr uint64_t kConnTagMask = ~uint64_t{0} << 32;  // receives match the connection id only
+inline constexpr std::chrono::milliseconds kCloseLinger{1000};
+inline constexpr std::chrono::milliseconds kEpErrorGrace{100};
 
 // Lives until UCX reports the operation finished (callback or immediate completion), so the
 // callback's user_data never dangles.
@@ -48,7 +63,8 @@ struct Op {
   size_t capacity = 0;
   void* ucx_request = nullptr;
   ucp_rkey_h rkey = nullptr;
-  ucp_tag_recv_info_t recv_info{};  // filled by UCX when a receive completes immediately
+  ucp_tag_recv_info_t recv_info{};  // filled by UCX when a receive completes (length, sender's tag)
+  uint64_t recv_index = 0;          // recv: its place in the order receives were posted
   // UCX may run the callback inside the posting call: then it only records the outcome here and
   // track() finishes the op once the post returned.
   bool in_post = true;
@@ -66,6 +82,15 @@ struct ConnState : EngineConnState {
   OpTable<Op> ops;
   std::deque<std::function<void()>> deferred_sends;  // waiting for a write flush
   size_t writes_unflushed = 0;
+  uint64_t recvs_posted = 0;  // the next receive's recv_index
+  bool closing = false;       // close() posted our FIN: no more posts
+  bool fin_seen = false;      // the peer's FIN met the receive with recv_index fin_index
+  uint64_t fin_index = 0;
+  bool ep_failed = false;                  // the endpoint reported an error; the connection fails at ep_failed_at
+  side::Clock::time_point ep_failed_at{};  // + kEpErrorGrace unless the peer said GOODBYE
+  Status ep_failed_status;
+  // Whether the peer is gone in order (GOODBYE or FIN): a failed send then fails only itself.
+  bool peer_gone() const { return peer_closing || fin_seen; }
 };
 
 // The endpoint error handler (ucp_ep_params_t::err_handler, arg: the ConnState): fails the

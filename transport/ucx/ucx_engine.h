@@ -71,6 +71,9 @@ class UcxTransport final : public Transport, public std::enable_shared_from_this
   void callback(Op* op, ucs_status_t status, size_t received);
   void finished(Op* op, ucs_status_t status, size_t received);
   void fail(ConnState& conn, const Status& why);
+  // The endpoint's error callback: closes it, and fails the connection unless the peer is
+  // closing in order (see ucx_connection.h). mutex_ held.
+  void endpoint_failed(ConnState& conn, const Status& why);
 
  private:
   // ucx_connection.cpp.
@@ -79,7 +82,14 @@ class UcxTransport final : public Transport, public std::enable_shared_from_this
   // Settles a nbx post: immediate completion, error, or a request finished later by a callback.
   void track(Op* op, ucs_status_ptr_t result);
   void start_send(const std::shared_ptr<ConnState>& conn, const std::shared_ptr<BasicRequest>& request,
-                  std::span<const std::byte> message, MemoryRegion* mr);
+                  std::span<const std::byte> message, MemoryRegion* mr, uint64_t tag_bits = 0);
+  // Posts our FIN behind every send; null when the connection failed, is closing or its peer is.
+  std::shared_ptr<Request> post_fin(const std::shared_ptr<ConnState>& conn);          // mutex_ held
+  std::shared_ptr<Request> post_close_flush(const std::shared_ptr<ConnState>& conn);  // mutex_ held
+  // After the peer's FIN: fails the connection once no receive posted before it is pending.
+  void finish_drain(ConnState& conn);  // mutex_ held
+  // Liveness of every connection, and the grace of failed endpoints. mutex_ held.
+  void check_connections(side::Clock::time_point now);
   // Force-closes `ep`; its close request is reaped later (closing_). mutex_ held.
   void close_ep(ucp_ep_h ep);
 

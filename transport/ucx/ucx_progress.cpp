@@ -31,6 +31,17 @@ unsigned UcxTransport::progress() {
   return events;
 }
 
+void UcxTransport::check_connections(Clock::time_point now) {
+  for (auto& conn : conns_) {
+    Status alive = conn->check_alive(now, !conn->ops.empty());
+    if (!alive.ok()) {
+      fail(*conn, alive);
+    } else if (conn->ep_failed && !conn->peer_gone() && now - conn->ep_failed_at > kEpErrorGrace) {
+      fail(*conn, conn->ep_failed_status);  // no GOODBYE came: the endpoint's error stands
+    }
+  }
+}
+
 void UcxTransport::reap_closed_eps() {
   std::erase_if(closing_, [](void* request) {
     if (ucp_request_check_status(request) == UCS_INPROGRESS) return false;
@@ -93,10 +104,7 @@ void UcxTransport::progress_loop() {
     if (burst > 0) last_activity = now;
     if (now - last_liveness >= 2ms) {
       last_liveness = now;
-      for (auto& conn : conns_) {
-        Status alive = conn->check_alive(now);
-        if (!alive.ok()) fail(*conn, alive);
-      }
+      check_connections(now);
       reap_closed_eps();
       // Connections that are closed and have no UCX operation left are forgotten.
       std::erase_if(conns_, [](const std::shared_ptr<ConnState>& conn) {
