@@ -248,6 +248,8 @@ bool Receiver::Impl::fetch_snapshot(const Member& source) {
     else
       session.install(end.version, std::move(*digest));
     log->info("{}: took a snapshot of version {} from rank {}", who(), end.version, source.rank);
+    ++snapshots_taken;
+    last_snapshot_source = source.rank;
     return true;
   } catch (const Error& e) {
     log->warn("{}: snapshot from rank {} failed: {}", who(), source.rank, e.what());
@@ -422,6 +424,8 @@ ReceiverStats Receiver::stats() const {
   r.payload_bytes = s.payload_bytes;
   r.versions_committed = d.versions.committed_count();
   r.versions_aborted = d.versions.aborted_count();
+  r.snapshots_taken = d.snapshots_taken;
+  r.last_snapshot_source = d.last_snapshot_source;
   return r;
 }
 

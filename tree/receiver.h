@@ -85,6 +85,8 @@ struct ReceiverStats {
   uint64_t versions_committed = 0;
   uint64_t versions_aborted = 0;
   uint64_t payload_bytes = 0;      // frame bytes received
+  uint64_t snapshots_taken = 0;    // whole versions taken on catch-up (from a peer or the producer)
+  int64_t last_snapshot_source = -1;  // the rank that served the last of them (0: the producer; -1: none)
 };
 
 struct RunSummary {

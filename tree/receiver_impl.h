@@ -46,6 +46,9 @@ struct Receiver::Impl {
   // This link's HELLO stated the placement's slices; else a placed member states them by PLACED
   // before its first READY on the link (serve()).
   bool slices_stated = false;
+  // Snapshots this member took on catch-up, and who served the last one (stats()).
+  std::atomic<uint64_t> snapshots_taken{0};
+  std::atomic<int64_t> last_snapshot_source{-1};
 
   // `active` is the Receiver's version().
   Impl(transport::Transport& t, ReceiverOptions o, std::atomic<uint64_t>& active);
