@@ -8,7 +8,8 @@ void add_repair_json(nlohmann::json& out, const RefitReport& r) {
     failed.push_back({{"rank", m.rank},
                       {"cause", m.cause},
                       {"detected_at_s", m.detected_at_s},
-                      {"detection_seconds", m.detection_seconds}});
+                      {"detection_seconds", m.detection_seconds},
+                      {"detected_at_unix", m.detected_at_unix}});
   out["failed_members"] = failed;
   out["epoch"] = r.epoch;
   out["repair_seconds"] = r.repair_seconds;

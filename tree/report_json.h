@@ -11,7 +11,7 @@ namespace deltacast::tree {
 // checkpoint_bytes, encode_seconds, refit_seconds, receivers, verified_receivers, and the repair
 // keys (add_repair_json).
 nlohmann::json refit_report_json(const RefitReport& r);
-// failed_members [{rank, cause, detected_at_s, detection_seconds}], epoch, repair_seconds,
+// failed_members [{rank, cause, detected_at_s, detection_seconds, detected_at_unix}], epoch, repair_seconds,
 // resent_chunks.
 void add_repair_json(nlohmann::json& out, const RefitReport& r);
 

@@ -1,8 +1,10 @@
 #include "tools/run/fault.h"
 
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <thread>
 
 #include "util/error.h"
 #include "util/log.h"
@@ -31,8 +33,9 @@ Fault parse_fault(const std::string& spec) {
     f.signal = SIGKILL;
   else if (f.action == "stop")
     f.signal = SIGSTOP;
-  else
-    throw Error(Errc::invalid_argument, "--fault " + spec + ": unknown action '" + f.action + "' (kill or stop)");
+  else if (f.action != "stall")
+    throw Error(Errc::invalid_argument,
+                "--fault " + spec + ": unknown action '" + f.action + "' (kill, stop or stall)");
   const std::string rest = spec.substr(at + 1);
   const size_t colon = rest.find(':');
   f.version = parse_positive(rest.substr(0, colon), spec, "VERSION");
@@ -48,6 +51,13 @@ void install_fault(tree::ReceiverOptions& options, const Fault& f, int rank) {
   options.on_data = [f, rank, seen](uint64_t version, uint64_t /*handled*/) {
     if (version != f.version || seen->fetch_add(1) + 1 != f.after) return;
     auto log = logger("run");
+    if (f.action == "stall") {
+      // This relay thread stops draining its parent's link for good; the process, its other
+      // threads and its transport's heartbeats go on.
+      log->warn("rank {}: --fault stall@{}:{}: this relay thread stops draining now", rank, f.version, f.after);
+      log->flush();
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
     log->warn("rank {}: --fault {}@{}:{}: {} this process now", rank, f.action, f.version, f.after,
               f.signal == SIGKILL ? "killing" : "stopping");
     log->flush();

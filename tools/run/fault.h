@@ -1,7 +1,8 @@
 #pragma once
 // `deltacast run --fault ACTION@VERSION[:N]`, a testing aid (the tests and `deltacast demo
 // --kill/--freeze`): a receiver kills (SIGKILL) or freezes (SIGSTOP) itself after handling N data
-// messages of VERSION; the producer does so after sending N data messages of VERSION, or, with
+// messages of VERSION, or (stall) the relay thread that handled the N-th stops draining its
+// parent's link for good while the process and its heartbeats go on (a stalled child); the producer does so after sending N data messages of VERSION, or, with
 // ACTION@VERSION:commit, once VERSION is decided and its state written, right before its COMMIT.
 #include <atomic>
 #include <cstdint>
@@ -15,7 +16,7 @@ namespace deltacast::tools {
 
 // A parsed --fault: after `after` data messages of `version`, raise `signal` at this process.
 struct Fault {
-  int signal = 0;  // SIGKILL (kill) or SIGSTOP (stop)
+  int signal = 0;  // SIGKILL (kill) or SIGSTOP (stop); 0 for stall
   std::string action;
   uint64_t version = 0;
   uint64_t after = 1;
@@ -23,7 +24,7 @@ struct Fault {
                            // written, before its COMMIT goes out
 };
 
-// "kill@3", "stop@2:5", "kill@2:commit". Throws Error(invalid_argument) naming what is wrong.
+// "kill@3", "stop@2:5", "stall@3:4", "kill@2:commit". Throws Error(invalid_argument) naming what is wrong.
 Fault parse_fault(const std::string& spec);
 
 // Installs the fault as the receiver's on_data hook (called on the relay threads, one per tree).

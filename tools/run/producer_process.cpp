@@ -83,7 +83,11 @@ class ProducerRun {
       check_state_against_config(*resumed_, c, state_file_);
       state_ = *resumed_;
     }
-    if (!o.fault.empty()) fault_ = parse_fault(o.fault);
+    if (!o.fault.empty()) {
+      fault_ = parse_fault(o.fault);
+      if (fault_->action == "stall")
+        throw Error(Errc::invalid_argument, "--fault " + o.fault + ": stall is a receiver's fault (a relay thread)");
+    }
   }
 
   void run() {

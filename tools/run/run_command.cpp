@@ -105,7 +105,8 @@ void setup(CLI::App& parent) {
                   "TESTING AID: ACTION@VERSION[:N] with ACTION kill (SIGKILL) or stop (SIGSTOP): this "
                   "process kills or freezes itself once it has handled (a receiver) or sent (the "
                   "producer) N (default 1) data messages of VERSION (version 1 = the full checkpoint, "
-                  "step s = version s+1)")
+                  "step s = version s+1); stall (a receiver): the relay thread that handled the N-th "
+                  "stops draining for good while the process and its heartbeats go on")
       ->group("Testing aids");
   cmd->add_option_function<std::string>(
          "--slow-disk",

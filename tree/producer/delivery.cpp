@@ -174,10 +174,50 @@ void Producer::Impl::execute(const VersionRound::Actions& actions) {
   if (f.report) f.report->commit_delegate = f.round->commit_delegate();
 }
 
+void Producer::Impl::fail_laggards(InFlight& f) {
+  if (!membership || !f.round) return;
+  const auto now = Clock::now();
+  if (epoch() != f.epoch_seen) {  // a repair: moved members need time to get what they lack
+    f.epoch_seen = epoch();
+    f.epoch_changed_at = now;
+  }
+  const std::vector<uint32_t> attempt_members = f.round->members();
+  for (uint32_t rank : attempt_members)
+    if (f.round->answer(rank) == VersionRound::Answer::verified) f.verified_at.try_emplace(rank, now);
+  const auto patience = options.peer_timeout + std::min<std::chrono::milliseconds>(1000ms, options.peer_timeout / 2);
+  std::vector<uint32_t> late;
+  for (uint32_t rank : attempt_members) {
+    if (f.round->answer(rank) != VersionRound::Answer::none || !membership->live(rank)) continue;
+    Clock::time_point fed = std::max(f.sealed_at, f.epoch_changed_at);
+    bool parents_have_it = true;
+    for (int t = 0; t < membership->trees() && parents_have_it; ++t) {
+      const auto parent = membership->parent(rank, t);
+      if (!parent) {
+        parents_have_it = false;
+      } else if (*parent != kProducerRank) {
+        const auto it = f.verified_at.find(*parent);
+        if (it == f.verified_at.end())
+          parents_have_it = false;
+        else
+          fed = std::max(fed, it->second);
+      }
+    }
+    if (parents_have_it && now - fed > patience) late.push_back(rank);
+  }
+  for (uint32_t rank : late)
+    fail(rank, FailureCause::stalled,
+         "had not verified version " + std::to_string(f.version) + " " +
+             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(patience).count()) +
+             " ms after its parents had it (a relay that stopped forwarding, or a straggler)",
+         now);
+}
+
 void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
                                   const std::function<void()>& on_commit) {
   auto& f = *in_flight;
   VersionRound& round = *f.round;
+  f.sealed_at = f.epoch_changed_at = Clock::now();
+  f.epoch_seen = epoch();
   execute(round.sealed(expected_digest, membership->root(0), Clock::now(), f.state_digest));
   if (round.phase() == VersionRound::Phase::delegated)
     log->debug("version {}: rank {} decides the commit", f.version, round.commit_delegate());
@@ -190,6 +230,7 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
     }
     pump(20ms);
     if (!deciding) flush_resends();
+    if (!round.decision_out() && in_flight) fail_laggards(*in_flight);
     execute(round.tick(Clock::now()));
   }
   report.receivers = round.receivers();

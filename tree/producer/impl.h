@@ -214,6 +214,12 @@ struct Producer::Impl {
     bool remembered = false;  // the committed version went into `history`
     RefitReport* report = nullptr;
     Clock::time_point start;
+    // Laggards (fail_laggards): when each member was first seen verified, when everything was
+    // sent, and when the forest last changed during the attempt.
+    std::map<uint32_t, Clock::time_point> verified_at;
+    Clock::time_point sealed_at;
+    uint64_t epoch_seen = 0;
+    Clock::time_point epoch_changed_at;
   };
   std::optional<InFlight> in_flight;
 
@@ -311,6 +317,12 @@ struct Producer::Impl {
   // pumping events meanwhile. on_commit runs once the version is committed, even when waiting
   // for the ACTIVEs fails (Error(timeout)).
   void joint_commit(RefitReport& report, uint64_t expected_digest, const std::function<void()>& on_commit = {});
+  // Before the decision: fails (cause stalled) every member that has not verified the attempt
+  // timeouts.peer + min(1 s, timeouts.peer / 2) after all it needs reached its parents (each of its
+  // parents verified, or the producer sent everything, and the forest last changed). A relay whose
+  // process lives but stopped forwarding is caught so even when its parent's sends all fit in
+  // socket buffers (docs/protocol.md, "Detection"); a frozen member's silence is seen first.
+  void fail_laggards(InFlight& f);
 
   // ---- refit.cpp ----
   // The layout of a refit: null when `wanted` is absent or equal to the committed one. Throws

@@ -93,7 +93,9 @@ void Producer::Impl::fail(uint32_t rank, FailureCause cause, const std::string& 
   const double detection = cause == FailureCause::silent || cause == FailureCause::stalled
                                ? std::chrono::duration<double>(options.peer_timeout).count()
                                : 0.0;
-  FailedMember failed{rank, failure_cause_name(cause), since_start, detection};
+  const double unix_at =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch() - (Clock::now() - at)).count();
+  FailedMember failed{rank, failure_cause_name(cause), since_start, detection, unix_at};
   if (in_flight && in_flight->report)
     in_flight->report->failed_members.push_back(failed);
   else

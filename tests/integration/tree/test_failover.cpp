@@ -931,12 +931,6 @@ TEST(Gate, RejoinAndRepairAroundGatedMembers) {
     std::this_thread::sleep_for(100ms);
   }
   EXPECT_TRUE(back) << "the restarted member never rejoined";
-  // Its snapshot came from a live member of its own cluster b (ranks 4 and 6), not across the
-  // cluster boundary (a, ranks 1-3) nor from the producer.
-  const ReceiverStats restarted = c.receiver(5).stats();
-  EXPECT_EQ(restarted.snapshots_taken, 1u);
-  EXPECT_TRUE(restarted.last_snapshot_source == 4 || restarted.last_snapshot_source == 6)
-      << "snapshot from rank " << restarted.last_snapshot_source;
   RefitReport last = run.step(c, 15);
   ASSERT_TRUE(last.committed) << last.abort_reason;
   c.finish();
