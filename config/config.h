@@ -114,7 +114,7 @@ struct StoreConfig {
   // The pause between a gateway's polls (one GET of the next version's manifest each, so about
   // one request per RTT + poll; a found version is fetched at once).
   std::chrono::milliseconds poll{25};
-  std::vector<std::string> clusters;    // member cluster labels that take versions from the store
+  std::vector<std::string> clusters;  // member cluster labels that take versions from the store
   bool enabled() const noexcept { return !endpoint.empty(); }
 };
 

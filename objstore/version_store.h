@@ -115,10 +115,10 @@ class VersionReader {
   // does not exist (never written, or pruned), Error(corrupt_frame) when it is not a consistent
   // manifest of that version (inline: its bytes after the manifest's line are not object_size).
   VersionManifest manifest(uint64_t version);
-  // Every frame of `m`, in order: inline, split from m.inline_frames (no request); else ranged GETs of consecutive frames (about object / parallel bytes
-  // each, 4 to 16 MiB), `parallel` at a time, each frame checked against its XXH3 (and, signed,
-  // its SHA-256: Error(auth)). Error(corrupt_frame) naming the frame and the version when its
-  // bytes differ or the object does not hold it (truncated, replaced by a shorter one).
+  // Every frame of `m`, in order: inline, split from m.inline_frames (no request); else ranged GETs of consecutive
+  // frames (about object / parallel bytes each, 4 to 16 MiB), `parallel` at a time, each frame checked against its XXH3
+  // (and, signed, its SHA-256: Error(auth)). Error(corrupt_frame) naming the frame and the version when its bytes
+  // differ or the object does not hold it (truncated, replaced by a shorter one).
   std::vector<std::vector<std::byte>> frames(const VersionManifest& m);
 
  private:

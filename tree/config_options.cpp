@@ -69,7 +69,10 @@ objstore::S3Options store_s3_options(const config::Config& c) {
 
 StoreLayout store_layout(const config::Config& c) {
   // With a secret_file the store's versions are signed and checked with it, as the tree's links are.
-  return StoreLayout{c.store.prefix, c.store.part_bytes, c.store.parallel, c.store.retain_versions,
+  return StoreLayout{c.store.prefix,
+                     c.store.part_bytes,
+                     c.store.parallel,
+                     c.store.retain_versions,
                      c.secret_file.empty() ? std::string() : transport::load_secret(c.secret_file),
                      c.store.inline_bytes};
 }

@@ -177,7 +177,7 @@ struct FailedMember {
   // carried nothing, heartbeats included, that long; not measured here), 0 for a closed link.
   // Detection measured from a fault: bench/recovery (the harness knows when it struck).
   double detection_seconds = 0;
-  double detected_at_unix = 0;   // the verdict's wall-clock time (seconds since the epoch)
+  double detected_at_unix = 0;  // the verdict's wall-clock time (seconds since the epoch)
 };
 
 struct RefitReport {

@@ -14,8 +14,11 @@ namespace deltacast::tree {
 namespace {
 
 objstore::VersionStoreOptions under(const StoreLayout& layout, const char* what) {
-  return objstore::VersionStoreOptions{layout.prefix.empty() ? what : layout.prefix + "/" + what, layout.part_bytes,
-                                       layout.parallel, layout.retain_versions, layout.secret,
+  return objstore::VersionStoreOptions{layout.prefix.empty() ? what : layout.prefix + "/" + what,
+                                       layout.part_bytes,
+                                       layout.parallel,
+                                       layout.retain_versions,
+                                       layout.secret,
                                        layout.inline_bytes};
 }
 

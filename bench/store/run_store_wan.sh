@@ -18,7 +18,7 @@
 # Environment: BUILD (default build), RESULT (default bench/store/results/store_wan.jsonl), PARAMS
 # (50M), LR (1.3e-6: ~1% of the BF16 elements change per step), STEPS (3), RECEIVERS (8), UPLINK
 # (100mbit), INNER (1gbit), DELAY (25 ms one way), LINKS (shared | split), TOPOLOGY (tree mode:
-# double_binary), POLL (store.poll, 100ms), MODES ("tree store hybrid"), RGW_NODELAY (1: radosgw
+# double_binary), POLL (store.poll, 25ms: the default), MODES ("tree store hybrid"), RGW_NODELAY (1: radosgw
 # with tcp_nodelay, see below; 0: as scripts/s3-server.sh starts it), RUN_TIMEOUT (s per run, 400),
 # CACHE (where the synthetic checkpoints are kept, /tmp/deltacast-store-wan-cache), KEEP (non-empty:
 # keep the work directory: every run's logs and radosgw's access log), CHECK_RESULT (scripts/wan.sh
@@ -38,7 +38,7 @@ export DELTACAST_WAN_SHIM="${DELTACAST_WAN_SHIM:-$BUILD/bench/netns/dc_delay_shi
 export DELTACAST_WAN_PREFIX="${DELTACAST_WAN_PREFIX:-dws}"
 PARAMS="${PARAMS:-50M}" LR="${LR:-1.3e-6}" STEPS="${STEPS:-3}" RECEIVERS="${RECEIVERS:-8}"
 UPLINK="${UPLINK:-100mbit}" INNER="${INNER:-1gbit}" DELAY="${DELAY:-25}" TOPOLOGY="${TOPOLOGY:-double_binary}"
-POLL="${POLL:-100ms}" MODES="${MODES:-tree store hybrid}" RUN_TIMEOUT="${RUN_TIMEOUT:-400}" LINKS="${LINKS:-shared}"
+POLL="${POLL:-25ms}" MODES="${MODES:-tree store hybrid}" RUN_TIMEOUT="${RUN_TIMEOUT:-400}" LINKS="${LINKS:-shared}"
 CACHE="${CACHE:-/tmp/deltacast-store-wan-cache}"
 OUT="$ROOT/bench/store/results"
 RESULT="${RESULT:-$OUT/store_wan.jsonl}"

@@ -296,6 +296,9 @@ class Run:
                 or q["path"].endswith("/deltas/latest.json"))]
             man = [q["start"] for q in mine if q["path"].endswith(f"/v{v:020d}/manifest.json")]
             fr = [q for q in mine if q["path"].endswith(f"/v{v:020d}/frames")]
+            if not fr:  # inline: the manifest GET that found the version brought its frames
+                fr = [q for q in mine if q["path"].endswith(f"/v{v:020d}/manifest.json") and str(q["status"]) == "200"
+                      and q["start"] >= published - 0.001]
             per_gw[g] = {"poll_seen_at": min(seen) if seen else None, "manifest_get_at": min(man) if man else None,
                          "frames_get_first_at": min(q["start"] for q in fr) if fr else None,
                          "frames_requests": len(fr), "frames_bytes": sum(q["bytes"] for q in fr),
@@ -354,9 +357,11 @@ class Run:
         else:
             crossings_ideal = {"tree": 1, "store": self.n - self.n // 2, "hybrid": 1}[a.mode]
         # The tree pushes: the data is at the members half a round trip after it leaves (the delegated
-        # commit is local to them). The store is pulled: a member learns of a version from an answer
-        # (half a round trip after the publish at best), then asks for the frames (one round trip).
-        floor_rtts = {"tree": 0.5, "store": 1.5, "hybrid": 1.5}[a.mode]
+        # commit is local to them). The store is pulled: a version of at most store.inline_bytes is
+        # in its manifest object, so the poll that finds it brings it; with one poll always in flight
+        # that request reaches the store half a round trip after the publish on average (polls leave
+        # every RTT + store.poll), and its answer takes half a round trip back: one round trip.
+        floor_rtts = {"tree": 0.5, "store": 1.0, "hybrid": 1.0}[a.mode]
         # split, tree: with producer_cluster `trainer` the producer feeds each tree's root in one
         # cluster and the other cluster's entry hangs below a member of the first (tree/topology.cpp:
         # the cluster-level tree; double_binary: tree 0 rooted in east, tree 1 in west), so that

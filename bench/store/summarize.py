@@ -45,8 +45,9 @@ root in one cluster, the other cluster's entry hangs below a member of the first
 tree 0 rooted in east, tree 1 in west), so each link carries the whole payload towards its cluster
 (half from the producer, half forwarded by the other cluster) and the forwarded half starts one
 link's round trip later: max(P/R + RTT/2, P/(2R) + RTT/2 + RTT_x/2); one tree (binary, chain):
-P/R + RTT/2 + RTT_x/2. hybrid: each gateway pulls over its own link, both at once: P/R + 1.5 RTT.
-store: each link carries its cluster's members' downloads: (N/2) x P/R + 1.5 RTT. Link bytes /
+P/R + RTT/2 + RTT_x/2. hybrid: each gateway pulls over its own link, both at once: P/R + 1 RTT (the poll that finds an
+inline version brings it). store: each link carries its cluster's members' downloads: (N/2) x P/R
++ 1 RTT. Link bytes /
 payload: summed over both links, towards the clusters + from them (the tree's east <-> west
 forward goes up one link and down the other; ACKs are in the counts too)."""
 

@@ -104,11 +104,11 @@ class Sim {
 
  private:
   struct MemberState {
-    bool alive = true;   // the process runs (not killed)
+    bool alive = true;  // the process runs (not killed)
     bool frozen = false;
-    uint64_t gen = 0;    // bumps when its data arrival is rescheduled (a repair above it)
-    bool acked = false;  // in the current round
-    double ready_at = 0; // a moved member's READY (its new edges up)
+    uint64_t gen = 0;                // bumps when its data arrival is rescheduled (a repair above it)
+    bool acked = false;              // in the current round
+    double ready_at = 0;             // a moved member's READY (its new edges up)
     std::optional<Membership> copy;  // a checked member's own view
   };
   struct Event {
@@ -154,7 +154,7 @@ class Sim {
   // ---- epoch 0 ----
   void welcome_all() {
     tree::Welcome w;
-    w.topology = o_.kind == tree::TopologyKind::binary ? "binary"
+    w.topology = o_.kind == tree::TopologyKind::binary  ? "binary"
                  : o_.kind == tree::TopologyKind::chain ? "chain"
                                                         : "double_binary";
     w.members.push_back(tree::Member{0, url_of(0), "", true});
@@ -166,8 +166,7 @@ class Sim {
     for (uint32_t r = 1; r <= o_.members; ++r) ranks[r - 1] = r;
     std::shuffle(ranks.begin(), ranks.end(), rng_);
     ranks.resize(std::min<size_t>(ranks.size(), o_.check_members));
-    for (uint32_t r : ranks)
-      members_[r].copy = Membership::from_welcome(o_.kind, 0, w.members, w.forest, o_.producers);
+    for (uint32_t r : ranks) members_[r].copy = Membership::from_welcome(o_.kind, 0, w.members, w.forest, o_.producers);
     forests_[0] = w.forest;
   }
 
@@ -175,8 +174,8 @@ class Sim {
     std::uniform_int_distribution<uint64_t> version(std::min<uint64_t>(2, o_.versions), o_.versions);
     std::uniform_real_distribution<double> u(0, 1);
     for (uint32_t i = 0; i < o_.failures; ++i)
-      planned_.push_back(PlannedFailure{version(rng_), u(rng_), u(rng_) < o_.freeze_share,
-                                        u(rng_) * 100 < o_.rejoin_share_pct});
+      planned_.push_back(
+          PlannedFailure{version(rng_), u(rng_), u(rng_) < o_.freeze_share, u(rng_) * 100 < o_.rejoin_share_pct});
   }
 
   uint32_t hops(uint32_t rank) const {  // producer -> member, over its deepest tree
@@ -336,10 +335,9 @@ class Sim {
       faulted_ = true;
       for (uint32_t n : neighbours)
         if (answering(n) && membership_->live(n))
-          to_producer(n,
-                      tree::Report{n, victim, 0, frozen ? tree::FailureCause::silent : tree::FailureCause::link_closed,
-                                   ""},
-                      [] {});
+          to_producer(
+              n, tree::Report{n, victim, 0, frozen ? tree::FailureCause::silent : tree::FailureCause::link_closed, ""},
+              [] {});
     });
     at(now_ + seen, [this, victim, frozen = f.frozen] {
       fail_member(victim, frozen ? tree::FailureCause::silent : tree::FailureCause::link_closed);
@@ -532,7 +530,7 @@ std::string to_json(const Report& r) {
   const Options& o = r.options;
   nlohmann::json j{
       {"members", o.members},
-      {"kind", o.kind == tree::TopologyKind::binary ? "binary"
+      {"kind", o.kind == tree::TopologyKind::binary  ? "binary"
                : o.kind == tree::TopologyKind::chain ? "chain"
                                                      : "double_binary"},
       {"producers", o.producers},

@@ -24,40 +24,40 @@ namespace deltacast::fleet_sim {
 struct Options {
   uint32_t members = 1000;
   tree::TopologyKind kind = tree::TopologyKind::double_binary;
-  uint32_t clusters = 1;       // labels c0.. in contiguous rank blocks
-  int producers = 1;           // a producer group's ranks M (each feeds its share of the trees)
-  uint32_t versions = 20;      // version rounds after the bootstrap
-  uint32_t failures = 10;      // members killed or frozen, at random moments of random versions
-  double freeze_share = 0.3;   // of the failures, frozen (detected after peer_rtts) not killed
+  uint32_t clusters = 1;           // labels c0.. in contiguous rank blocks
+  int producers = 1;               // a producer group's ranks M (each feeds its share of the trees)
+  uint32_t versions = 20;          // version rounds after the bootstrap
+  uint32_t failures = 10;          // members killed or frozen, at random moments of random versions
+  double freeze_share = 0.3;       // of the failures, frozen (detected after peer_rtts) not killed
   uint32_t rejoin_share_pct = 50;  // of the failed members, this many percent come back later
-  double peer_rtts = 20;       // timeouts.peer in RTTs (a frozen member is seen after it)
-  double jitter = 0.1;         // each one-way delay is 0.5 RTT x (1 + U[0, jitter])
-  uint32_t check_members = 32; // members whose own Membership copy is kept and compared
+  double peer_rtts = 20;           // timeouts.peer in RTTs (a frozen member is seen after it)
+  double jitter = 0.1;             // each one-way delay is 0.5 RTT x (1 + U[0, jitter])
+  uint32_t check_members = 32;     // members whose own Membership copy is kept and compared
   uint64_t seed = 1;
 };
 
 struct FailureRecord {
   uint32_t rank = 0;
   bool frozen = false;
-  uint64_t version = 0;            // the version in flight when it failed
-  uint32_t moves = 0;              // edges the repair changed (members moved, over every tree)
-  uint32_t orphaned = 0;           // members that lost a parent
-  double detect_rtts = 0;          // failure to the producer's verdict
-  double repair_rtts = 0;          // failure to the last moved member's READY (detection included)
-  uint64_t epoch_messages = 0;     // the EPOCH that announced it
+  uint64_t version = 0;         // the version in flight when it failed
+  uint32_t moves = 0;           // edges the repair changed (members moved, over every tree)
+  uint32_t orphaned = 0;        // members that lost a parent
+  double detect_rtts = 0;       // failure to the producer's verdict
+  double repair_rtts = 0;       // failure to the last moved member's READY (detection included)
+  uint64_t epoch_messages = 0;  // the EPOCH that announced it
   uint64_t epoch_bytes = 0;
 };
 
 struct VersionRecord {
   uint64_t version = 0;
   bool committed = false;
-  bool faulted = false;            // a failure or a rejoin happened during it
-  uint32_t live = 0;               // live members when it started
-  uint32_t verified = 0;           // members that verified it
-  uint32_t lost = 0;               // members of the round failed during it
-  uint64_t control_messages = 0;   // every control message sent during the round (both ways)
+  bool faulted = false;           // a failure or a rejoin happened during it
+  uint32_t live = 0;              // live members when it started
+  uint32_t verified = 0;          // members that verified it
+  uint32_t lost = 0;              // members of the round failed during it
+  uint64_t control_messages = 0;  // every control message sent during the round (both ways)
   uint64_t control_bytes = 0;
-  double rtts = 0;                 // start to the last ACTIVE
+  double rtts = 0;  // start to the last ACTIVE
 };
 
 struct Report {
@@ -65,12 +65,12 @@ struct Report {
   std::vector<VersionRecord> versions;
   std::vector<FailureRecord> failures;
   uint32_t rejoins = 0;
-  uint32_t max_depth = 0;            // deepest live member over every tree, at the end
+  uint32_t max_depth = 0;  // deepest live member over every tree, at the end
   uint32_t max_depth_epoch0 = 0;
   uint64_t epochs = 0;
-  uint64_t copies_checked = 0;       // (member copy, epoch) pairs compared with the producer's forest
-  uint64_t copies_diverged = 0;      // of them, different (must be 0)
-  uint64_t welcome_bytes = 0;        // one WELCOME at epoch 0 (it lists every member)
+  uint64_t copies_checked = 0;           // (member copy, epoch) pairs compared with the producer's forest
+  uint64_t copies_diverged = 0;          // of them, different (must be 0)
+  uint64_t welcome_bytes = 0;            // one WELCOME at epoch 0 (it lists every member)
   double producer_bytes_per_member = 0;  // heap held by Membership + VersionRound, per member
   double wall_seconds = 0;
 };

@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   app.add_option("--check-members", o.check_members, "members that keep and compare their own view");
   app.add_option("--seed", o.seed, "random seed");
   CLI11_PARSE(app, argc, argv);
-  o.kind = kind == "binary" ? tree::TopologyKind::binary
+  o.kind = kind == "binary"  ? tree::TopologyKind::binary
            : kind == "chain" ? tree::TopologyKind::chain
                              : tree::TopologyKind::double_binary;
   try {

@@ -77,9 +77,9 @@ TEST_P(FleetSim, BoundsHoldThroughFailuresAndRejoins) {
 
 std::string case_name(const ::testing::TestParamInfo<Case>& param) {
   const Case& c = param.param;
-  const char* kind = c.kind == tree::TopologyKind::binary ? "binary"
+  const char* kind = c.kind == tree::TopologyKind::binary  ? "binary"
                      : c.kind == tree::TopologyKind::chain ? "chain"
-                                                            : "double_binary";
+                                                           : "double_binary";
   return std::to_string(c.members) + "_" + kind + "_m" + std::to_string(c.producers) + "_c" +
          std::to_string(c.clusters);
 }

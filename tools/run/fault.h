@@ -2,8 +2,9 @@
 // `deltacast run --fault ACTION@VERSION[:N]`, a testing aid (the tests and `deltacast demo
 // --kill/--freeze`): a receiver kills (SIGKILL) or freezes (SIGSTOP) itself after handling N data
 // messages of VERSION, or (stall) the relay thread that handled the N-th stops draining its
-// parent's link for good while the process and its heartbeats go on (a stalled child); the producer does so after sending N data messages of VERSION, or, with
-// ACTION@VERSION:commit, once VERSION is decided and its state written, right before its COMMIT.
+// parent's link for good while the process and its heartbeats go on (a stalled child); the producer does so after
+// sending N data messages of VERSION, or, with ACTION@VERSION:commit, once VERSION is decided and its state written,
+// right before its COMMIT.
 #include <atomic>
 #include <cstdint>
 #include <functional>

@@ -76,7 +76,7 @@ struct Op {
   fi_context2 context{};
   OpKind kind = OpKind::send;
   std::shared_ptr<Message> message;
-  bool posted = false;  // false while it waits in ConnState::backlog
+  bool posted = false;      // false while it waits in ConnState::backlog
   uint64_t recv_index = 0;  // recv_first: its place in the order receives were posted
 };
 

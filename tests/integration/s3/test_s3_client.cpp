@@ -347,8 +347,7 @@ TEST_F(S3Server, VirtualHostAddressingSeesTheSameBucket) {
   const auto body = random_bytes(100'000, 61);
   vhost.put(prefix_ + "a b+c.bin", body);
   EXPECT_EQ(client_->get(prefix_ + "a b+c.bin"), body) << "written virtual-host, read path-style";
-  EXPECT_EQ(vhost.get_range(prefix_ + "a b+c.bin", 99'990, 10),
-            std::vector<std::byte>(body.end() - 10, body.end()));
+  EXPECT_EQ(vhost.get_range(prefix_ + "a b+c.bin", 99'990, 10), std::vector<std::byte>(body.end() - 10, body.end()));
   const auto listed = vhost.list(prefix_);
   ASSERT_EQ(listed.size(), 1u);
   EXPECT_EQ(listed[0].key, prefix_ + "a b+c.bin");

@@ -351,9 +351,8 @@ TEST_P(Failover, FrozenMemberIsDetectedWithinPeerTimeoutAndRejoinsAfterThaw) {
   // machine). A detector 2x slower fails. (FailedMember::detection_seconds is the bound itself.)
   ASSERT_NE(frozen_at->load(), 0);
   const std::chrono::steady_clock::time_point froze{std::chrono::steady_clock::duration(frozen_at->load())};
-  const auto verdict = c.producer().session_start() +
-                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                           std::chrono::duration<double>(frozen.detected_at_s));
+  const auto verdict = c.producer().session_start() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                          std::chrono::duration<double>(frozen.detected_at_s));
   const double detection = std::chrono::duration<double>(verdict - froze).count();
   const double peer = std::chrono::duration<double>(kPeerTimeout).count();
   std::printf("frozen member: verdict %.3f s after the freeze (timeouts.peer %.3f s)\n", detection, peer);
