@@ -1,7 +1,12 @@
-// Raw-socket checks of the tcp listener: nothing reaches the application before authentication.
+// Raw-socket checks of the tcp listener (nothing reaches the application before authentication)
+// and tcp-only close behaviour the conformance suite does not reach.
 #include <utility>  // before Asio: Boost 1.74 coroutines with GCC 12 need std::exchange
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include <boost/asio.hpp>
 #include <gtest/gtest.h>
@@ -70,6 +75,57 @@ TEST(TcpWire, OversizeFrameHeaderClosesTheConnection) {
   auto status = recv->wait(5s);
   EXPECT_EQ(status.code, Errc::connection) << status.message;
   EXPECT_NE(status.message.find("max_message_bytes"), std::string::npos) << status.message;
+}
+
+// Sends `sizes` (each send completes before the next is posted), closes, then receives them,
+// waiting `first` before the first receive and `between` before each other; every message must
+// arrive, then the close.
+void expect_all_arrive_after_close(const std::vector<size_t>& sizes, std::chrono::milliseconds first,
+                                   std::chrono::milliseconds between) {
+  auto options = options_with("secret");
+  options.heartbeat_interval = 20ms;
+  options.peer_timeout = 1500ms;
+  auto server = make_transport("tcp", options);
+  auto client = make_transport("tcp", options);
+  auto listener = server->listen(Url::parse("tcp://127.0.0.1:0"));
+  auto sender = client->connect(listener->local_url(), 2s);
+  auto receiver = listener->accept(2s);
+  ASSERT_TRUE(receiver);
+  std::vector<std::vector<std::byte>> sent;
+  size_t largest = 1;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    sent.emplace_back(sizes[k], static_cast<std::byte>(k + 1));
+    largest = std::max(largest, sizes[k]);
+  }
+  for (auto& message : sent) ASSERT_TRUE(sender->post_send(message)->wait(5s).ok());
+  auto started = std::chrono::steady_clock::now();
+  sender->close();
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 500ms) << "close waited for the peer";
+  std::vector<std::byte> buffer(largest);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    std::this_thread::sleep_for(k == 0 ? first : between);
+    auto recv = receiver->post_recv(buffer);
+    auto status = recv->wait(5s);
+    ASSERT_TRUE(status.ok()) << "message " << k << ": " << status.message;
+    ASSERT_EQ(recv->bytes(), sizes[k]);
+    EXPECT_TRUE(std::equal(sent[k].begin(), sent[k].end(), buffer.begin())) << "message " << k;
+  }
+  auto last = receiver->post_recv(buffer)->wait(5s);
+  EXPECT_EQ(last.code, Errc::connection) << last.message;
+}
+
+// A receiver that posts its receives only after the closer's drain gave up (kCloseDrainLimit)
+// still gets every message: it saw the closer's FIN and stopped its heartbeats, which would
+// otherwise reach the closed socket, draw a reset and fail its receives ("send ... failed: Broken
+// pipe"). The close itself does not wait for the slow receiver.
+TEST(TcpWire, AReceiverThatReadsLongAfterTheCloseGetsEverything) {
+  expect_all_arrive_after_close({4096, size_t{1} << 20, 7}, tcp::kCloseDrainLimit + 600ms, 0ms);
+}
+
+// More than the peer's socket buffer holds, read slowly: the closer's drain lasts while the
+// receiver still takes bytes (it sees the FIN only behind them, and heartbeats until then).
+TEST(TcpWire, AReceiverThatReadsSlowlyAfterTheCloseGetsEverything) {
+  expect_all_arrive_after_close(std::vector<size_t>(12, size_t{1} << 20), 250ms, 250ms);
 }
 
 TEST(TcpWire, ClientGivesUpOnAServerThatNeverAnswers) {

@@ -1,10 +1,14 @@
 #include "transport/tcp/tcp_connection.h"
 
+#include <linux/sockios.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 
 #include <algorithm>
 #include <future>
+#include <vector>
 
 #include "util/bytes.h"
 #include "util/log.h"
@@ -22,10 +26,16 @@ constexpr size_t kReadSlice = size_t{8} << 20;
 constexpr int kSocketBufferBytes = 8 << 20;
 
 // Asio's transfer_all() caps each read/write system call at 64 KiB; on loopback and fast links the
-// per-call cost then dominates. This condition lets one call move everything that is ready.
+// per-call cost then dominates. This condition lets one call move everything that is ready. Given
+// a clock, it stamps it before each call: bytes still arriving prove the peer alive, also in the
+// middle of a slice (on a loaded host one slice can take longer than peer_timeout).
 struct TransferAllUncapped {
   size_t total;
-  size_t operator()(const boost::system::error_code& ec, size_t done) const { return ec ? 0 : total - done; }
+  Clock::time_point* progress = nullptr;
+  size_t operator()(const boost::system::error_code& ec, size_t done) const {
+    if (progress != nullptr) *progress = Clock::now();
+    return ec ? 0 : total - done;
+  }
 };
 
 }  // namespace
@@ -54,7 +64,8 @@ TcpConnection::TcpConnection(asio::io_context& context, asio::ip::tcp::socket so
       options_(options),
       writer_wake_(socket_.get_executor()),
       reader_wake_(socket_.get_executor()),
-      heartbeat_timer_(socket_.get_executor()) {
+      heartbeat_timer_(socket_.get_executor()),
+      drain_deadline_(socket_.get_executor()) {
   options_.secret.clear();  // the connection never needs it again
   boost::system::error_code ec;
   auto endpoint = socket_.remote_endpoint(ec);
@@ -141,7 +152,7 @@ void TcpConnection::cancel_queued(const std::shared_ptr<BasicRequest>& request) 
 void TcpConnection::close() {
   auto executor = context_.get_executor();
   if (executor.running_in_this_thread() || context_.stopped()) {
-    fail(Status{Errc::connection, "connection closed locally"});
+    fail(Status{Errc::connection, "connection closed locally"}, true);
     return;
   }
   // The closure owns the promise: after the bounded wait below gives up, it may still run later,
@@ -149,7 +160,7 @@ void TcpConnection::close() {
   auto done = std::make_shared<std::promise<void>>();
   auto future = done->get_future();
   asio::post(executor, [self = shared_from_this(), done] {
-    self->fail(Status{Errc::connection, "connection closed locally"});
+    self->fail(Status{Errc::connection, "connection closed locally"}, true);
     done->set_value();
   });
   // The io thread may stop before running the closure (transport torn down): do not wait forever.
@@ -158,16 +169,23 @@ void TcpConnection::close() {
   }
 }
 
-void TcpConnection::fail(const Status& status) {
+void TcpConnection::fail(const Status& status, bool orderly) {
   if (failed_) return;
   failed_ = true;
   failure_ = status;
-  if (status.message != "connection closed locally") {
-    logger("transport")->debug("tcp: connection to {} failed: {}", peer_, status.message);
-  }
   boost::system::error_code ignored;
-  socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
-  socket_.close(ignored);
+  if (orderly) {
+    // Stops the reader and a writer mid-frame (that send fails: the peer sees a cut message, then
+    // EOF); every completed send is already in the socket buffer, ahead of our FIN.
+    socket_.cancel(ignored);
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_send, ignored);
+    asio::co_spawn(
+        socket_.get_executor(), [self = shared_from_this()] { return self->drain_then_close(); }, asio::detached);
+  } else {
+    logger("transport")->debug("tcp: connection to {} failed: {}", peer_, status.message);
+    socket_.shutdown(asio::ip::tcp::socket::shutdown_both, ignored);
+    socket_.close(ignored);
+  }
   writer_wake_.cancel();
   reader_wake_.cancel();
   heartbeat_timer_.cancel();
@@ -181,6 +199,66 @@ void TcpConnection::fail(const Status& status) {
   for (auto& op : recv_queue_) op.request->complete(status, 0);
   send_queue_.clear();
   recv_queue_.clear();
+}
+
+// Reads and discards until the peer's EOF (it read our FIN and closed too), or until our unsent
+// and unacknowledged bytes (SIOCOUTQ, our FIN included) stop shrinking for the drain limit: a peer
+// frozen or gone quiet, or one that got everything and did not close. A slow reader that still
+// takes our bytes keeps the drain going: closing under it would let its heartbeats (sent until it
+// reads our FIN) draw a reset that drops the rest. After EOF nothing is unread, so the close sends
+// no reset; at the limit, what arrived last is discarded first, which narrows the window.
+awaitable<void> TcpConnection::drain_then_close() {
+  auto self = shared_from_this();
+  auto limit_passed = std::make_shared<bool>(false);
+  watch_drain(limit_passed, unacknowledged_bytes());
+  std::vector<std::byte> scratch(size_t{64} << 10);
+  boost::system::error_code ec;
+  while (!ec && !*limit_passed) {
+    co_await socket_.async_read_some(asio::buffer(scratch), redirect_error(use_awaitable, ec));
+  }
+  drain_deadline_.cancel();
+  boost::system::error_code ignored;
+  if (*limit_passed) {
+    logger("transport")->debug("tcp: {} did not close after our close", peer_);
+    for (size_t n = socket_.available(ignored); n > 0 && !ignored; n = socket_.available(ignored)) {
+      socket_.read_some(asio::buffer(scratch.data(), std::min(n, scratch.size())), ignored);
+    }
+  }
+  socket_.close(ignored);
+}
+
+// Ends the drain (cancels its read) once a whole limit passed without our queue shrinking.
+void TcpConnection::watch_drain(std::shared_ptr<bool> limit_passed, size_t unacknowledged) {
+  drain_deadline_.expires_after(std::min(kCloseDrainLimit, options_.peer_timeout));
+  drain_deadline_.async_wait(
+      [self = shared_from_this(), limit_passed, unacknowledged](const boost::system::error_code& ec) {
+        if (ec || !self->socket_.is_open()) return;
+        size_t now_unacknowledged = self->unacknowledged_bytes();
+        if (now_unacknowledged < unacknowledged) {
+          self->watch_drain(limit_passed, now_unacknowledged);
+          return;
+        }
+        *limit_passed = true;
+        boost::system::error_code ignored;
+        self->socket_.cancel(ignored);
+      });
+}
+
+size_t TcpConnection::unacknowledged_bytes() {
+  int bytes = 0;
+  if (::ioctl(socket_.native_handle(), SIOCOUTQ, &bytes) != 0) return 0;
+  return static_cast<size_t>(std::max(bytes, 0));
+}
+
+// The peer shut down its sending half (our socket saw its FIN, maybe behind unread data): it is
+// draining toward its close, and a heartbeat arriving after that close would make its kernel
+// answer with a reset, which fails our receives of the data still queued here.
+bool TcpConnection::peer_closed_sending() {
+  if (!peer_fin_seen_) {
+    pollfd probe{socket_.native_handle(), POLLRDHUP, 0};
+    peer_fin_seen_ = ::poll(&probe, 1, 0) == 1 && (probe.revents & POLLRDHUP) != 0;
+  }
+  return peer_fin_seen_;
 }
 
 awaitable<void> TcpConnection::write_loop() {
@@ -257,8 +335,8 @@ awaitable<void> TcpConnection::read_loop() {
     size_t done = 0;
     while (done < length) {
       size_t slice = std::min<size_t>(kReadSlice, length - done);
-      co_await asio::async_read(socket_, asio::buffer(op.buffer.data() + done, slice), TransferAllUncapped{slice},
-                                redirect_error(use_awaitable, ec));
+      co_await asio::async_read(socket_, asio::buffer(op.buffer.data() + done, slice),
+                                TransferAllUncapped{slice, &last_rx_}, redirect_error(use_awaitable, ec));
       if (failed_) co_return;
       if (ec) {
         fail(Status{Errc::connection, "tcp: peer " + peer_ + " went away mid-message: " + ec.message()});
@@ -286,7 +364,8 @@ awaitable<void> TcpConnection::heartbeat_loop() {
                                         std::to_string(options_.peer_timeout.count()) + " ms"});
       co_return;
     }
-    if (send_queue_.empty() && !current_send_ && now - last_tx_ >= options_.heartbeat_interval) {
+    if (send_queue_.empty() && !current_send_ && now - last_tx_ >= options_.heartbeat_interval &&
+        !peer_closed_sending()) {
       SendOp beat{};
       store_le<uint32_t>(beat.header.data(), kFrameMagic);
       store_le<uint32_t>(beat.header.data() + 4, static_cast<uint32_t>(FrameKind::heartbeat));

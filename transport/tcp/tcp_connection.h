@@ -7,6 +7,13 @@
 // silent longer than peer_timeout while we wait for its bytes).
 // Every member that touches queues or the socket runs on the io thread; the public entry points
 // post there. Failure completes every pending request with one Status and closes the socket.
+// close() is orderly: it shuts down only the sending half (the peer reads every byte already in
+// our socket buffer, then EOF) and reads on, discarding, until the peer's EOF, or until the peer
+// takes none of our bytes for kCloseDrainLimit, and only then closes; a socket closed with unread
+// bytes (the peer's heartbeats) makes the kernel send a reset, which drops what the peer has not
+// read yet. The drain runs on the io thread after close() returned; the transport's destruction
+// waits for it, up to kCloseDrainLimit. Every other failure (peer gone, silent, malformed) closes
+// at once. A connection that sees the peer's FIN sends no more heartbeats.
 #include <utility>  // before Asio: Boost 1.74 coroutines with GCC 12 need std::exchange
 
 #include <array>
@@ -29,6 +36,10 @@ namespace asio = boost::asio;
 inline constexpr uint32_t kFrameMagic = 0x31544344;  // "DCT1"
 inline constexpr size_t kFrameHeaderSize = 16;
 enum class FrameKind : uint32_t { data = 1, heartbeat = 2 };
+
+// How long an orderly close waits for the peer's EOF while the peer takes none of our bytes (also
+// at most peer_timeout) before closing.
+inline constexpr std::chrono::milliseconds kCloseDrainLimit{1000};
 
 // Applies the socket options every deltacast TCP socket gets: TCP_NODELAY, large buffers, and
 // TCP_USER_TIMEOUT = peer_timeout (a host that vanished with unacknowledged data is detected by
@@ -67,7 +78,12 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   asio::awaitable<void> read_loop();
   asio::awaitable<void> heartbeat_loop();
   void enqueue_send(SendOp op);
-  void fail(const Status& status);
+  // Completes every pending request with `status`; an orderly close drains, the rest close at once.
+  void fail(const Status& status, bool orderly = false);
+  asio::awaitable<void> drain_then_close();
+  void watch_drain(std::shared_ptr<bool> limit_passed, size_t unacknowledged);
+  size_t unacknowledged_bytes();
+  bool peer_closed_sending();
   void cancel_queued(const std::shared_ptr<BasicRequest>& request);
   std::shared_ptr<BasicRequest> cancellable_request();
 
@@ -78,6 +94,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   asio::steady_timer writer_wake_;
   asio::steady_timer reader_wake_;
   asio::steady_timer heartbeat_timer_;
+  asio::steady_timer drain_deadline_;
   std::deque<SendOp> send_queue_;
   std::deque<RecvOp> recv_queue_;
   std::shared_ptr<BasicRequest> current_send_;
@@ -85,6 +102,7 @@ class TcpConnection : public std::enable_shared_from_this<TcpConnection> {
   bool failed_ = false;
   Status failure_;
   bool reader_paused_ = false;
+  bool peer_fin_seen_ = false;  // the peer shut down its sending half: we send no more heartbeats
   std::chrono::steady_clock::time_point last_rx_;
   std::chrono::steady_clock::time_point last_tx_;
   std::array<std::byte, kFrameHeaderSize> rx_header_{};

@@ -77,10 +77,18 @@ awaitable<void> server_handshake(tcp_socket& socket, const std::string& secret) 
 
 class IoEngine {
  public:
-  IoEngine() : work_(asio::make_work_guard(context_)), thread_([this] { context_.run(); }) {}
+  IoEngine()
+      : work_(asio::make_work_guard(context_)), ran_dry_(stopped_.get_future()), thread_([this] {
+          context_.run();
+          stopped_.set_value();
+        }) {}
   ~IoEngine() {
+    // Connections closed last may still be draining toward their peer's EOF (tcp_connection.h):
+    // the context runs dry when they are done, each within kCloseDrainLimit of its close.
     work_.reset();
-    context_.stop();
+    if (ran_dry_.wait_for(kCloseDrainLimit + std::chrono::milliseconds(500)) != std::future_status::ready) {
+      context_.stop();
+    }
     thread_.join();
   }
   asio::io_context& context() { return context_; }
@@ -88,6 +96,8 @@ class IoEngine {
  private:
   asio::io_context context_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::promise<void> stopped_;
+  std::future<void> ran_dry_;
   std::thread thread_;
 };
 
