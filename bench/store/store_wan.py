@@ -196,10 +196,12 @@ class Run:
             gateways = [1, self.n // 2 + 1]
             pat = "joined its tree at version 1" if v == 1 else f"version {v} through the cluster"
             return all(pat in self.text(g) for g in gateways)
-        # store: every member asked radosgw for the version's frames object
-        key = f"/v{v:020d}/frames"
-        asked = {q["client"] for q in rgw_requests(self.rgw_log, rgw_offset) if key in q["path"] and q["status"] < 300}
-        return all(self.addr(r) in asked for r in range(1, self.n + 1))
+        # store: the producer heard every member's acknowledgement (acks/<member>.json, written once
+        # it committed the version)
+        pat = (r"full checkpoint \(version 1\).*held by (\d+)/(\d+) store clusters" if v == 1 else
+               rf"^step \d+: version {v} .*held by (\d+)/(\d+) store clusters")
+        m = re.search(pat, self.text(0), re.M)
+        return bool(m) and m.group(1) == m.group(2) == str(self.n)
 
     def wait_quiet(self, deadline: float) -> None:
         """Until the inter-cluster link(s) carry < quiet_bytes per 0.5 s in all (only polls left)."""

@@ -97,7 +97,7 @@ def summarize(runs: list, links: str) -> None:
           "version 1 at every member, s |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for mode in ORDER:
-        rs = [by[mode][rd] for rd in rounds if rd in by.get(mode, {})]
+        rs = [by[mode][rd] for rd in rounds if rd in by.get(mode, {}) and vs(by[mode][rd])]  # failed runs: listed above
         if not rs:
             continue
         allv = [v for r in rs for v in vs(r)]

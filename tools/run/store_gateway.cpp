@@ -56,20 +56,21 @@ class Gateway {
     }
     // Until the version end.json names; a store that shows nothing new for 4 x timeouts.refit (a
     // producer lost for good) ends it as the producer's silence ends a receiver.
-    // A poll reads the next version's manifest only (one request); every 10th poll that found
-    // nothing, and the first, also looks for a gap (latest.json, a snapshot) and for end.json
-    // (written after the last version).
+    // A poll reads the next version's manifest only (one request); the first poll, and one every
+    // 2 s while nothing new comes, also looks for a gap (latest.json, a snapshot) and for end.json
+    // (written after the last version). Those take a few round trips in which a new version is not
+    // seen, so they are rare (a version found meanwhile is fetched by the next poll at once).
     auto progress_at = Clock::now();
-    unsigned idle = 0;
+    auto wide_at = Clock::time_point{};
     for (uint64_t held = follower_->version();;) {
-      const bool wide = idle % 10 == 0;
+      const bool wide = Clock::now() - wide_at >= std::chrono::seconds(2);
+      if (wide) wide_at = Clock::now();
       const uint64_t now_held = follow(Clock::now() + c_.timeouts.producer_loss, "the store stayed unreadable", wide);
       if (now_held > held) {
         progress_at = Clock::now();
         held = now_held;
         continue;
       }
-      ++idle;
       if (wide) {
         if (const auto end = read_end_or_nullopt(); end && held >= *end) break;
       }
