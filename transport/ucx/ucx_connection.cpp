@@ -149,7 +149,7 @@ void UcxTransport::finished(Op* op, ucs_status_t status, size_t received) {
     while (conn->writes_unflushed == 0 && !conn->deferred_sends.empty()) {
       auto next = std::move(conn->deferred_sends.front());
       conn->deferred_sends.pop_front();
-      next();
+      next.start();
     }
     return;
   }
@@ -173,7 +173,8 @@ void UcxTransport::finished(Op* op, ucs_status_t status, size_t received) {
 
 void UcxTransport::fail(ConnState& conn, const Status& why) {
   if (!conn.mark_broken(why)) return;
-  for (auto& deferred : conn.deferred_sends) (void)deferred;  // their requests fail below
+  // Sends never started: no UCX operation will finish them, so they fail here.
+  for (auto& deferred : conn.deferred_sends) deferred.request->complete(why, 0);
   conn.deferred_sends.clear();
   // Receives sit on the shared worker: cancel them (their callbacks finish the requests). A
   // forced close makes UCX finish every send/put on the endpoint with an error.
@@ -225,9 +226,9 @@ std::shared_ptr<Request> UcxTransport::post_send(const std::shared_ptr<ConnState
   auto request = std::make_shared<BasicRequest>();
   if (conn->writes_unflushed > 0 || !conn->deferred_sends.empty()) {
     std::weak_ptr<ConnState> weak = conn;
-    conn->deferred_sends.push_back([this, weak, request, message, mr] {
-      if (auto locked = weak.lock()) start_send(locked, request, message, mr);
-    });
+    conn->deferred_sends.push_back({request, [this, weak, request, message, mr] {
+                                      if (auto locked = weak.lock()) start_send(locked, request, message, mr);
+                                    }});
     if (conn->broken) request->complete(conn->broken_status, 0);
     return request;
   }
@@ -308,9 +309,9 @@ std::shared_ptr<Request> UcxTransport::post_fin(const std::shared_ptr<ConnState>
   auto request = std::make_shared<BasicRequest>();
   if (conn->writes_unflushed > 0 || !conn->deferred_sends.empty()) {  // behind them, as post_send
     std::weak_ptr<ConnState> weak = conn;
-    conn->deferred_sends.push_back([this, weak, request] {
-      if (auto locked = weak.lock()) start_send(locked, request, {}, nullptr, kFinTag);
-    });
+    conn->deferred_sends.push_back({request, [this, weak, request] {
+                                      if (auto locked = weak.lock()) start_send(locked, request, {}, nullptr, kFinTag);
+                                    }});
   } else {
     start_send(conn, request, {}, nullptr, kFinTag);
   }

@@ -80,7 +80,13 @@ struct ConnState : EngineConnState {
   uint32_t recv_id = 0;   // our receives match tags with this id
   uint64_t send_tag = 0;  // the peer's receive id, shifted
   OpTable<Op> ops;
-  std::deque<std::function<void()>> deferred_sends;  // waiting for a write flush
+  // Sends waiting for a write flush: each request (completed with the failure if the connection
+  // breaks first) and what starts it.
+  struct DeferredSend {
+    std::shared_ptr<BasicRequest> request;
+    std::function<void()> start;
+  };
+  std::deque<DeferredSend> deferred_sends;
   size_t writes_unflushed = 0;
   uint64_t recvs_posted = 0;  // the next receive's recv_index
   bool closing = false;       // close() posted our FIN: no more posts
