@@ -74,8 +74,9 @@ class FailCluster : public LoopCluster {
     po.version_timeout = 30s;
     po.join_timeout = test_time::scaled(10s);
     po.delegate_commit = delegated;
-    po.on_progress = [this](uint32_t sent, uint32_t) {
+    po.on_progress = [this](uint32_t sent, uint32_t count) {
       if (on_progress_) on_progress_(sent);
+      if (on_progress_of_) on_progress_of_(sent, count);
     };
     po.before_commit = [this](uint64_t version, uint64_t) {
       if (before_commit_) before_commit_(version);
@@ -86,6 +87,8 @@ class FailCluster : public LoopCluster {
     if (!finished()) finish();
   }
   void on_progress(std::function<void(uint32_t)> f) { on_progress_ = std::move(f); }
+  // Runs after the producer posted each data message of a version: (posted so far, the version's).
+  void on_progress_of(std::function<void(uint32_t, uint32_t)> f) { on_progress_of_ = std::move(f); }
   // Runs when the producer has decided to commit a version, before COMMIT goes out.
   void before_commit(std::function<void(uint64_t)> f) { before_commit_ = std::move(f); }
 
@@ -116,6 +119,7 @@ class FailCluster : public LoopCluster {
   std::vector<std::string> clusters_;
   std::set<uint32_t> gated_;
   std::function<void(uint32_t)> on_progress_;
+  std::function<void(uint32_t, uint32_t)> on_progress_of_;
   std::function<void(uint64_t)> before_commit_;
 };
 
@@ -247,6 +251,50 @@ TEST_P(Failover, RootDiesMidDelta) {
   expect_failed(r3, 1, "link_closed");
   RefitReport r4 = run.step(c, 4);
   ASSERT_TRUE(r4.committed) << r4.abort_reason;
+  c.finish();
+  expect_survivors_exact(c, n, {1}, run.model);
+}
+
+// Issue 35's whole-job loss: the root dies once the producer has posted the bootstrap's last
+// piece, and the new root lacks more than the producer's window on a root (here: every piece;
+// the old root forwarded nothing). Every re-send then goes out from the joint commit's loop, which
+// asks only OutboundLink::inflight_bytes() whether the new root has room. Before f8d46ab that
+// count moved only in wait_below(), so the root stayed "full", the re-sends stayed queued, nobody
+// acked, the version aborted at the version timeout and `deltacast run` exited 1 with nothing
+// committed. One member's death must never end the job.
+TEST_P(Failover, RootDiesAfterTheLastPieceWasPostedAndEveryReSendGoesFromTheCommitLoop) {
+  const uint32_t n = 6;
+  Refits run;
+  FailCluster c = make(run.model.manifest, n);
+  // Rank 1 takes every piece from the producer and passes none on (its RAW headers and bodies to
+  // its children are lost): whoever replaces it holds nothing of version 1.
+  c.hook(1, [](const Sent& s) {
+    const bool raw_data = !s.type || *s.type == MessageType::raw;
+    return raw_data ? loop::Fault{loop::Fault::Kind::drop} : loop::Fault{};
+  });
+  // On the producer's thread, right after it posted the last piece: the kill lands in the joint
+  // commit, with no data left to send (the producer's RAW bootstrap has no seal).
+  std::atomic<bool> killed{false};
+  uint32_t pieces = 0;
+  c.on_progress_of([&](uint32_t sent, uint32_t count) {
+    pieces = count;
+    if (sent == count && !killed.exchange(true)) loop::kill(c.transport_of(1));
+  });
+  const auto started = std::chrono::steady_clock::now();
+  RefitReport full = c.producer().bootstrap(run.model.weights());
+  ASSERT_TRUE(killed.load());
+  ASSERT_TRUE(full.committed) << full.abort_reason << " (after "
+                              << std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count()
+                              << " s)";
+  expect_failed(full, 1, "link_closed");
+  // Every piece went again, far more than the 256 KiB window on a root.
+  EXPECT_GE(full.resent_chunks, pieces / 2) << "of " << pieces << " pieces";
+  EXPECT_GT(uint64_t{full.resent_chunks} * (32 << 10), uint64_t{256} << 10);
+  EXPECT_EQ(full.receivers, n - 1);
+  for (uint64_t step = 2; step <= 3; ++step) {
+    RefitReport r = run.step(c, step);
+    ASSERT_TRUE(r.committed) << r.abort_reason;
+  }
   c.finish();
   expect_survivors_exact(c, n, {1}, run.model);
 }
