@@ -5,6 +5,7 @@
 //   dc_fleet_sim --members 1000,10000 --producers 1,3 [--kind double_binary] [--clusters 1]
 //                [--versions 30] [--failures 20] [--seed 1]
 #include <cstdio>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,9 @@
 #include "tests/fleet/fleet_sim.h"
 #include "util/error.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_main(int argc, char** argv) {
   using namespace deltacast;
   CLI::App app{"dc_fleet_sim: the control plane at fleet scale, simulated on the real state machines"};
   std::vector<uint32_t> members{1000, 10000};
@@ -52,4 +55,17 @@ int main(int argc, char** argv) {
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dc_fleet_sim: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "dc_fleet_sim: an unknown error\n");
+  }
+  return 1;
 }

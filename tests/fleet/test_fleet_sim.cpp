@@ -59,8 +59,8 @@ TEST_P(FleetSim, BoundsHoldThroughFailuresAndRejoins) {
     EXPECT_GE(f.detect_rtts, detect - 1e-9);
     EXPECT_LE(f.repair_rtts, detect + 4.0) << "rank " << f.rank;  // EPOCH, JOIN+RESUME, data, READY
     // Every live member hears the EPOCH once (FENCED to the victim besides).
-    EXPECT_GE(f.epoch_messages, static_cast<uint64_t>(c.members) - 2 * o.failures);
-    EXPECT_LE(f.epoch_messages, static_cast<uint64_t>(c.members) + 1 + 2 * f.orphaned);
+    EXPECT_GE(f.epoch_messages, static_cast<uint64_t>(c.members) - uint64_t{2} * o.failures);
+    EXPECT_LE(f.epoch_messages, static_cast<uint64_t>(c.members) + 1 + uint64_t{2} * f.orphaned);
   }
   if (c.kind != tree::TopologyKind::chain) {
     // Each cluster's tree is O(log(N/C)) deep, and the clusters form a tree of the same kind whose
