@@ -185,6 +185,7 @@ void Producer::Impl::fail_laggards(InFlight& f) {
   for (uint32_t rank : attempt_members)
     if (f.round->answer(rank) == VersionRound::Answer::verified) f.verified_at.try_emplace(rank, now);
   const auto patience = options.peer_timeout + std::min<std::chrono::milliseconds>(1000ms, options.peer_timeout / 2);
+  if (now - std::max(f.sealed_at, f.epoch_changed_at) <= patience) return;  // nobody can be late yet
   std::vector<uint32_t> late;
   for (uint32_t rank : attempt_members) {
     if (f.round->answer(rank) != VersionRound::Answer::none || !membership->live(rank)) continue;
