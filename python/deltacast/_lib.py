@@ -151,6 +151,10 @@ def load(package_dir=None, environ=None):
             except OSError as exc:
                 raise LibraryNotFoundError(f"deltacast: cannot load {path}: {exc}") from exc
             _declare(lib)
+            # libdeltacast.so is a shim over deltacast/libdeltacast_core.so.X.Y.Z beside it: without
+            # its core it answers "" here and dc_last_error() says what it tried.
+            if not lib.dc_version_string():
+                raise LibraryNotFoundError(f"deltacast: {path} is unusable: {lib.dc_last_error().decode()}")
             number = lib.dc_version_number()
             if number // 10000 != EXPECTED_MAJOR:
                 raise LibraryNotFoundError(

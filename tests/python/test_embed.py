@@ -192,6 +192,17 @@ class TestBinding(unittest.TestCase):
             os.makedirs(os.path.join(prefix, "lib", "x86_64-linux-gnu"))
             installed = os.path.join(prefix, "lib", "x86_64-linux-gnu", "libdeltacast.so.0")
             shutil.copy(_api.LIBRARY_PATH, installed)
+            # The shim without its core (deltacast/libdeltacast_core.so.X.Y.Z beside it): a clear
+            # error naming the path it tried.
+            run = self._python(code, dict(env, PYTHONPATH=site))
+            self.assertNotEqual(run.returncode, 0)
+            self.assertIn("LibraryNotFoundError", run.stderr)
+            core_dir = os.path.join(os.path.dirname(os.path.realpath(_api.LIBRARY_PATH)), "deltacast")
+            (core_name,) = os.listdir(core_dir)
+            self.assertIn(os.path.join(prefix, "lib", "x86_64-linux-gnu", "deltacast", core_name), run.stderr)
+            os.makedirs(os.path.join(prefix, "lib", "x86_64-linux-gnu", "deltacast"))
+            shutil.copy(os.path.join(core_dir, core_name),
+                        os.path.join(prefix, "lib", "x86_64-linux-gnu", "deltacast", core_name))
             run = self._python(code, dict(env, PYTHONPATH=site))
             self.assertEqual(run.returncode, 0, run.stderr)
             self.assertEqual(run.stdout.strip(), installed)

@@ -16,6 +16,7 @@
 #include "transport/ofi/ofi_engine.h"
 #include "transport/ofi/shm_names.h"
 #include "util/log.h"
+#include "util/signal_dispositions.h"
 
 namespace deltacast::transport::ofi {
 namespace {
@@ -52,6 +53,9 @@ fi_info* query(const std::string& provider, bool want_rma) {
 
 OfiTransport::OfiTransport(std::string provider, const TransportOptions& options)
     : provider_(std::move(provider)), options_(options) {
+  // fi_getinfo and fi_fabric may open provider libraries (dlopen): the host's signal handlers are
+  // put back if one of them replaces any.
+  SignalDispositionGuard keep_host_handlers;
   info_ = query(provider_, true);
   rma_ = info_ != nullptr;
   if (!info_) info_ = query(provider_, false);

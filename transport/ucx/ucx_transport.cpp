@@ -15,6 +15,7 @@
 #include "transport/engine_handles.h"
 #include "transport/ucx/ucx_engine.h"
 #include "util/log.h"
+#include "util/signal_dispositions.h"
 
 namespace deltacast::transport::ucx {
 
@@ -76,6 +77,9 @@ bool has_tcp_resource(ucp_context_h context) {
 }  // namespace
 
 UcxTransport::UcxTransport(const TransportOptions& options) : options_(options) {
+  // ucp_init and ucp_worker_create open UCX's transport modules (dlopen): the host's signal
+  // handlers are put back if one of them replaces any.
+  SignalDispositionGuard keep_host_handlers;
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP;

@@ -3,7 +3,11 @@
 #   - libdeltacast.so exports only dc_* symbols (nm -D), with a versioned SONAME;
 #   - examples/consumer builds out of tree with pkg-config and with find_package(deltacast) and runs;
 #   - examples/embed (the C receiver) builds out of tree with find_package;
-#   - the Python package under P/lib/python3/dist-packages finds the installed library by itself.
+#   - the Python package under P/lib/python3/dist-packages finds the installed library by itself;
+#   - libdeltacast.so (a shim) and its core, P/lib/deltacast/libdeltacast_core.so.X.Y.Z, export the
+#     same dc_* functions, and the shim needs no transport library;
+#   - a C host and a Python host keep their signal handlers through loading deltacast and opening a
+#     producer on tcp, ucx and ofi+tcp (signal_host.c, signal_host.py).
 # Usage: install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build="$1"
@@ -37,6 +41,16 @@ for f in dc_version_number dc_status_name dc_receiver_create dc_receiver_attach 
   grep -qx "$f" "$work/exports.txt" || fail "$f is not exported"
 done
 echo "install_test: $(wc -l < "$work/exports.txt") exported symbols, all dc_*; SONAME $soname"
+# The shim forwards every function of its core, and loads no transport library itself.
+core="$(ls "$prefix"/lib/deltacast/libdeltacast_core.so.*.*.* | head -1)"
+[ -n "$core" ] || fail "no deltacast/libdeltacast_core.so.X.Y.Z under $prefix/lib"
+nm -D --defined-only "$core" | awk '{print $NF}' > "$work/core-exports.txt"
+diff <(sort "$work/exports.txt") <(sort "$work/core-exports.txt") > "$work/exports.diff" ||
+  fail "libdeltacast.so and its core export different symbols: $(cat "$work/exports.diff")"
+needed="$(readelf -d "$lib" | sed -n 's/.*NEEDED.*\[\(.*\)\]/\1/p' | tr '\n' ' ')"
+[[ "$needed" != *fabric* && "$needed" != *uc[ps]* && "$needed" != *spdlog* ]] ||
+  fail "the shim libdeltacast.so needs more than libc and libstdc++: $needed"
+echo "install_test: the shim forwards $(wc -l < "$work/core-exports.txt") functions to $(basename "$core"); it needs: $needed"
 
 export LD_LIBRARY_PATH="$prefix/lib"
 # pkg-config
@@ -69,5 +83,19 @@ print(deltacast.__file__, loaded[0] if loaded else "(libdeltacast not loaded)")
   [[ "$out" == "$prefix"/lib/python3/dist-packages/deltacast/__init__.py*"$prefix"/lib/* ]] ||
     fail "the installed Python package did not use the installed library: $out"
   echo "install_test: python: $out"
+fi
+# Signal handlers: a C host and a Python host keep theirs through deltacast and its providers.
+export UCX_TLS="${UCX_TLS:-tcp,self}" UCX_NET_DEVICES="${UCX_NET_DEVICES:-lo}" FI_TCP_IFACE="${FI_TCP_IFACE:-lo}"
+PKG_CONFIG_PATH="$prefix/lib/pkgconfig" cc -std=c11 -Wall -Werror "$src/tests/integration/embed/signal_host.c" \
+  $(PKG_CONFIG_PATH="$prefix/lib/pkgconfig" pkg-config --cflags --libs deltacast) -o "$work/signal_host"
+out="$("$work/signal_host" tcp ucx ofi+tcp 2>&1)" || fail "a C host's signal handlers were replaced: $out"
+echo "install_test: C host: $out"
+if /usr/bin/python3 -c 'import numpy' 2> /dev/null; then
+  out="$(env -u LD_LIBRARY_PATH -u DELTACAST_LIB PYTHONPATH="$prefix/lib/python3/dist-packages" \
+    /usr/bin/python3 "$src/tests/integration/embed/signal_host.py" tcp ucx ofi+tcp 2>&1)" ||
+    fail "a Python host's signal handlers were replaced: $out"
+  echo "install_test: Python host: $out"
+else
+  fail "python3-numpy is missing (scripts/install-deps.sh --test installs it)"
 fi
 echo "install_test: OK"
