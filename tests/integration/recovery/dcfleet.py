@@ -175,6 +175,9 @@ class JobConfig:
     producer_loss: str = "30s"
     log_level: str = "info"
     commit: str = "auto"  # auto | producer | delegated (docs/config.md)
+    # A producer group (docs/producer-group.md): job ranks 0..producers-1 are its ranks (0 the
+    # coordinator, the one with --report), the receivers ranks producers..producers+receivers-1.
+    producers: int = 1
     # Network namespaces: the address of each rank (index 0 = producer). None: all on 127.0.0.1.
     hosts: Optional[list] = None
     cluster: str = "local"
@@ -226,7 +229,7 @@ class Fleet:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.job = job
         self.wrap = wrap or (lambda rank: [])
-        self.base_port = base_port if base_port is not None else pick_base_port(job.receivers + 1, rng)
+        self.base_port = base_port if base_port is not None else pick_base_port(job.receivers + job.producers, rng)
         self.procs: dict = {}  # (rank, instance) -> Proc
         self.current: dict = {}  # rank -> latest Proc
         self._cv = threading.Condition()
@@ -241,6 +244,15 @@ class Fleet:
     def port(self, rank: int) -> int:
         return self.base_port + rank
 
+    @property
+    def size(self) -> int:
+        return self.job.receivers + self.job.producers
+
+    @property
+    def receiver_ranks(self) -> range:
+        """The receivers' job ranks: 1..N with one producer, M..M+N-1 with a group of M."""
+        return range(self.job.producers, self.size)
+
     def url(self, rank: int) -> str:
         return f"{self.job.transport}://{self.host(rank)}:{self.port(rank)}"
 
@@ -252,12 +264,13 @@ class Fleet:
         if j.hosts or j.clusters:
             label = (lambda r: j.clusters[r - 1]) if j.clusters else (lambda r: j.cluster)
             members = "members:\n" + "".join(
-                f"  - {{rank: {r - 1}, host: {self.host(r)}, port: {self.port(r)}, cluster: {label(r)}}}\n"
-                for r in range(1, j.receivers + 1))
+                f"  - {{rank: {r - j.producers}, host: {self.host(r)}, port: {self.port(r)}, cluster: {label(r)}}}\n"
+                for r in range(j.producers, j.producers + j.receivers))
         else:
-            members = (f"members:\n  count: {j.receivers}\n  host: 127.0.0.1\n  base_port: {self.base_port + 1}\n"
+            members = (f"members:\n  count: {j.receivers}\n  host: 127.0.0.1\n  base_port: {self.base_port + j.producers}\n"
                        f"  cluster: {j.cluster}\n")
         text = (f"producer: {self.url(0)}\n"
+                + (f"producers: {j.producers}\n" if j.producers > 1 else "") +
                 f"transport: {j.transport}\n"
                 f"topology: {j.topology}\n"
                 f"chunk_bytes: {j.chunk_bytes}\n"
@@ -282,13 +295,13 @@ class Fleet:
         instance = sum(1 for (r, _) in self.procs if r == rank)
         suffix = f"rank-{rank}" + (f".{instance}" if instance else "")
         log = self.dir / f"{suffix}.log"
-        summary = None if rank == 0 else self.dir / f"{suffix}.json"
+        summary = None if rank < self.job.producers else self.dir / f"{suffix}.json"
         guard = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
         argv = guard + self.wrap(rank) + [self.dc, "run", "--config", str(self.config), "--rank", str(rank),
-                                  "--size", str(self.job.receivers + 1)] + extra
+                                  "--size", str(self.size)] + extra
         if summary is not None:
             argv += ["--summary", str(summary)]
-        else:
+        elif rank == 0:
             argv += ["--report", str(self.dir / "report.json")]
         err = open(log, "ab")
         out = subprocess.PIPE if stdout_to_lines else open(self.dir / f"{suffix}.out", "ab")
@@ -324,16 +337,21 @@ class Fleet:
         return self._spawn(rank, args, stdout_to_lines=False)
 
     def start_receivers(self, faults: Optional[dict] = None) -> None:
-        for r in range(1, self.job.receivers + 1):
+        for r in self.receiver_ranks:
             self.start_receiver(r, (faults or {}).get(r))
 
-    def start_producer(self, extra: Optional[list] = None) -> Proc:
-        return self._spawn(0, list(extra or []), stdout_to_lines=True)
+    def start_producer(self, extra: Optional[list] = None, rank: int = 0) -> Proc:
+        """Producer rank `rank` (0: the producer, or a group's coordinator: its stdout lines are
+        what wait_line reads; a part rank's lines are in its Proc's lines too)."""
+        return self._spawn(rank, list(extra or []), stdout_to_lines=True)
 
     def start(self, faults: Optional[dict] = None) -> None:
-        """Receivers first (they wait up to timeouts.join for the producer), then the producer."""
+        """Receivers first (they wait up to timeouts.join for the producer), then the producer's
+        ranks (a group: the part ranks before the coordinator). `faults` may name producer ranks."""
         self.start_receivers(faults)
-        self.start_producer()
+        for p in range(self.job.producers - 1, -1, -1):
+            f = (faults or {}).get(p)
+            self.start_producer(["--fault", f] if f else [], rank=p)
 
     @property
     def producer(self) -> Proc:
@@ -399,7 +417,7 @@ class Fleet:
         """Exit codes of the receivers' current processes (None: still running at the deadline)."""
         deadline = time.monotonic() + timeout
         codes = {}
-        for r in sorted(ranks if ranks is not None else range(1, self.job.receivers + 1)):
+        for r in sorted(ranks if ranks is not None else self.receiver_ranks):
             codes[r] = self.current[r].wait(deadline - time.monotonic())
         return codes
 
