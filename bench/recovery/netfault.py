@@ -199,7 +199,7 @@ def run_partition(args, plan: dict, work: Path, tag: str) -> dict:
 def run_straggler_job(args, plan: dict, work: Path, tag: str, straggle: bool) -> dict:
     n = plan["receivers"]
     rates = {k: args.rate for k in range(n + 1)}
-    slow = bits_rate(rate_bits(args.rate) / args.ratio)
+    slow = bits_rate(rate_bits(args.delta_rate or args.rate) / args.ratio)
     if straggle and args.straggle_from == "bootstrap":
         rates[plan["victim"]] = slow
     result = dict(plan, straggle=straggle, victim_rate=slow if straggle else args.rate,
@@ -208,10 +208,16 @@ def run_straggler_job(args, plan: dict, work: Path, tag: str, straggle: bool) ->
     try:
         job.tail_release.set()
         job.start()
-        if straggle and args.straggle_from == "delta":
-            # Capped once the bootstrap committed: every delta version runs with the straggler.
+        if (straggle and args.straggle_from == "delta") or args.delta_rate:
+            # Once the bootstrap committed: every delta version runs at --delta-rate (when given)
+            # and with the straggler (--straggle-from delta).
             if job.fleet.wait_line(r"^full checkpoint \(version 1\)", args.refit * 2):
-                job.net.shape(plan["victim"], slow)
+                base = args.delta_rate or args.rate
+                for k in range(n + 1):
+                    if k == plan["victim"] and straggle:
+                        job.net.shape(k, bits_rate(rate_bits(base) / args.ratio))
+                    elif args.delta_rate:
+                        job.net.shape(k, base)
         job.finish(result, set())
         result["clean_refit_seconds_median"] = delta_medians(result, set())
         result["bootstrap_seconds"] = result["refit_seconds"].get("1")
@@ -321,6 +327,9 @@ def main() -> int:
     p.add_argument("--ratio", type=float, default=20.0, help="the straggler's egress is --rate / --ratio")
     p.add_argument("--straggle-from", choices=["bootstrap", "delta"], default="bootstrap",
                    help="the straggler's cap from the start (the whole run) or from the first delta on")
+    p.add_argument("--delta-rate", default=None,
+                   help="every egress from the first delta on (the bootstrap at --rate); the straggler's 1/--ratio "
+                        "of it")
     p.add_argument("--params", default="10M")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--lr", default="1e-5")

@@ -2,7 +2,7 @@
 """A partition and a straggler in network namespaces (issue 35; bench/recovery/netfault.py is the
 campaign, this is its short form for ctest, `ctest -L netns`).
 
-    netfault_test.py DELTACAST partition|straggler
+    netfault_test.py DELTACAST partition|straggler|bootstrap
 
 Real `deltacast run` processes, tcp, one producer and 6 receivers (binary tree: rank 2 is an
 interior member with children 4 and 5), each rank in its own namespace behind a veth to a bridge,
@@ -15,10 +15,20 @@ the producer fed from a watch directory one step at a time.
              down, its children move, every version commits, the 5 others end bit-exact; rank 2
              finds the producer lost, keeps its committed version, rejoins once the link is back
              (the last steps wait for it) and ends bit-exact too: never divergent.
-  straggler  rank 2's egress capped to 1/20 of the others' (10 Mbit/s) from the first delta on.
-             Expected: every version commits and all 6 end bit-exact, with no hang (the process
-             exits within 2 x timeouts.refit); the delta version times with the straggler are
-             printed (docs/reliability.md, "Partitions and stragglers", has the measured policy).
+  straggler  an 8M-parameter model; after the bootstrap every egress is set to 20 Mbit/s and rank
+             2's to 1 Mbit/s (1/20): its two children need ~7 s per delta through it, more than
+             the laggard rule's patience (timeouts.peer + 1 s). Expected (docs/protocol.md,
+             "Detection"): rank 2 itself is failed as stalled, once; its children move; it
+             rejoins as a leaf; every version commits; all 6 end bit-exact; nobody else is
+             failed. Before 2026-12-07 its children were failed instead, version after version
+             (the members moved under it next went the same way), and the fleet shrank.
+  bootstrap  no fault: a 30M-parameter bootstrap (57 MiB) on 100 Mbit/s links, timeouts.peer 2 s.
+             Expected: nobody is failed. The whole model fits in the producer's window to the root
+             (max_inflight_bytes_per_root, 64 MiB), so the producer has posted it all at once; the
+             root drains it at its own pace (~3.5 MiB/s here: its egress feeds two children). Before
+             2026-12-07 the laggard rule counted a root's patience from that posting and failed the
+             healthy root "stalled" 3 s later, then its successor (found by netfault.py, 60M at
+             200 Mbit/s); now it counts from the moment the producer's sends to it finished.
 
 Exit 0 passed, 1 failed (the reason and the logs' last lines on stderr), 77 skipped (`ip netns
 add` is not permitted here: not root).
@@ -29,7 +39,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -113,26 +122,54 @@ def partition(deltacast: str, work: Path, tag: str) -> str:
 
 
 def straggler(deltacast: str, work: Path, tag: str) -> str:
-    args = settings(deltacast, steps=4)
+    args = settings(deltacast, steps=6)
+    args.params = "8M"
     plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer"}
     job = dcnetns.Job(args, plan, work, {k: RATE for k in range(RECEIVERS + 1)}, set(), tag)
     try:
         job.tail_release.set()
         job.start()
         check(job.fleet.wait_line(r"^full checkpoint \(version 1\)", 120 * SCALE), "no bootstrap:\n" + logs(job))
-        job.net.shape(RELAY, "10mbit")
+        for k in range(RECEIVERS + 1):
+            job.net.shape(k, "1mbit" if k == RELAY else "20mbit")
         result = job.finish({}, set())
         check(not result["hang"], f"a hang: {result['hang_what']} (exit codes {result['exit_codes']})\n" + logs(job))
         check(result["producer_ok"], f"the producer did not end ok: exit codes {result['exit_codes']}\n" + logs(job))
         check(result["versions_committed"] == args.steps + 1,
               f"{result['versions_committed']} of {args.steps + 1} versions committed\n" + logs(job))
+        others = [f for f in result["failures"] if f["rank"] != RELAY]
+        check(not others, f"members other than the straggler were failed (its children, for its slowness?): "
+                          f"{result['failures']}\n" + logs(job))
+        mine = [f for f in result["failures"] if f["rank"] == RELAY]
+        check(len(mine) == 1 and mine[0]["cause"] == "stalled",
+              f"the straggler was not failed once as stalled: {result['failures']}\n" + logs(job))
         check(result["survivors_exact"] == RECEIVERS,
               f"exact {result['survivors_exact']}/{RECEIVERS}: divergent {result['divergent_survivors']}, "
               f"stale {result['stale_survivors']}, failed {result['failed_survivors']}\n" + logs(job))
-        deltas = [v for k, v in result["refit_seconds"].items() if int(k) >= 3]
-        return (f"rank {RELAY} at 1/20 of the others' egress from the first delta on: {args.steps + 1} versions "
-                f"committed, {RECEIVERS} receivers bit-exact; delta refits {min(deltas):.3f}-{max(deltas):.3f} s "
-                f"(median {statistics.median(deltas):.3f}); failures {result['failures'] or 'none'}")
+        after = [v for k, v in result["refit_seconds"].items() if int(k) > mine[0]["version"]]
+        return (f"rank {RELAY} at 1/20 of the others' egress (1 of 20 Mbit/s) from the first delta on: failed "
+                f"(stalled) in version {mine[0]['version']} in its children's place, rejoined as a leaf; "
+                f"{args.steps + 1} versions committed, {RECEIVERS} receivers bit-exact; refits after it "
+                f"{', '.join(f'{x:.2f}' for x in after)} s")
+    finally:
+        job.close()
+
+
+def bootstrap(deltacast: str, work: Path, tag: str) -> str:
+    args = settings(deltacast, steps=1)
+    args.params = "30M"
+    plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer"}
+    job = dcnetns.Job(args, plan, work, {k: "100mbit" for k in range(RECEIVERS + 1)}, set(), tag)
+    try:
+        job.tail_release.set()
+        job.start()
+        result = job.finish({}, set())
+        check(not result["hang"], f"a hang: {result['hang_what']} (exit codes {result['exit_codes']})\n" + logs(job))
+        check(not result["failures"], f"members failed in a run with no fault: {result['failures']}\n" + logs(job))
+        check(result["producer_ok"], f"the producer did not end ok: exit codes {result['exit_codes']}\n" + logs(job))
+        check(result["survivors_exact"] == RECEIVERS, f"exact {result['survivors_exact']}/{RECEIVERS}\n" + logs(job))
+        return (f"a 30M bootstrap on 100 Mbit/s links in {result['refit_seconds']['1']:.1f} s with timeouts.peer "
+                f"{PEER_S:.0f} s: nobody failed, {RECEIVERS} receivers bit-exact")
     finally:
         job.close()
 
@@ -140,7 +177,7 @@ def straggler(deltacast: str, work: Path, tag: str) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("deltacast")
-    p.add_argument("case", choices=["partition", "straggler"])
+    p.add_argument("case", choices=["partition", "straggler", "bootstrap"])
     p.add_argument("--keep", action="store_true")
     a = p.parse_args()
     if not dcnetns.netns_permitted():
@@ -151,7 +188,8 @@ def main() -> int:
     started = time.monotonic()
     passed = False
     try:
-        text = (partition if a.case == "partition" else straggler)(a.deltacast, work, f"{os.getpid()}t")
+        run = {"partition": partition, "straggler": straggler, "bootstrap": bootstrap}[a.case]
+        text = run(a.deltacast, work, f"{os.getpid()}t")
         print("ok: " + text)
         passed = True
     except Failed as e:
