@@ -195,7 +195,21 @@ void Producer::Impl::fail_laggards(InFlight& f) {
       const auto parent = membership->parent(rank, t);
       if (!parent) {
         parents_have_it = false;
-      } else if (*parent != kProducerRank) {
+      } else if (*parent == kProducerRank) {
+        // A root has everything once the producer's sends to it finished, not once they were
+        // posted: up to max_inflight_bytes_per_root may still be queued at sealing (64 MiB is
+        // 5.4 s at 100 Mbit/s), and counting from the posting failed healthy roots of a
+        // bootstrap on shaped links (bench/recovery/netfault.py, docs/reliability.md). A root
+        // that drains nothing for timeouts.peer is counted from the sealing, as before.
+        const auto link = static_cast<size_t>(t) < roots.size() ? roots[static_cast<size_t>(t)] : nullptr;
+        const bool draining = link && !link->dead() && link->inflight_bytes() > 0;
+        if (draining && link->stalled_for() <= options.peer_timeout) {
+          f.root_drained_at.erase({t, rank});
+          parents_have_it = false;
+        } else if (!draining) {
+          fed = std::max(fed, f.root_drained_at.try_emplace({t, rank}, now).first->second);
+        }
+      } else {
         const auto it = f.verified_at.find(*parent);
         if (it == f.verified_at.end())
           parents_have_it = false;
@@ -205,12 +219,41 @@ void Producer::Impl::fail_laggards(InFlight& f) {
     }
     if (parents_have_it && now - fed > patience) late.push_back(rank);
   }
+  const std::string waited =
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(patience).count()) + " ms";
+  // A slow relay rather than its children (a straggler: its sends queue behind a slow egress,
+  // nothing is lost, so no REPORT comes): when a parent that has the version has two or more
+  // children in a tree and every one of them is late, the parent is failed in their place. Its
+  // children move and it rejoins as a leaf (Membership::add), where its egress holds nobody back.
+  // Failing the children instead only moved the next members under it, failed in turn version
+  // after version until one member was left (bench/recovery/netfault.py, docs/reliability.md).
+  const std::set<uint32_t> late_set(late.begin(), late.end());
+  std::set<uint32_t> slow_parents;
   for (uint32_t rank : late)
-    fail(rank, FailureCause::stalled,
-         "had not verified version " + std::to_string(f.version) + " " +
-             std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(patience).count()) +
-             " ms after its parents had it (a relay that stopped forwarding, or a straggler)",
+    for (int t = 0; t < membership->trees(); ++t) {
+      const auto parent = membership->parent(rank, t);
+      if (!parent || *parent == kProducerRank || !membership->live(*parent)) continue;
+      const auto& kids = membership->children(*parent, t);
+      if (kids.size() >= 2 && std::all_of(kids.begin(), kids.end(), [&](uint32_t c) { return late_set.count(c) > 0; }))
+        slow_parents.insert(*parent);
+    }
+  // Decided before anyone is failed: a failure moves children, and these are the ones to spare.
+  std::set<uint32_t> spared(slow_parents);
+  for (uint32_t parent : slow_parents)
+    for (int t = 0; t < membership->trees(); ++t)
+      for (uint32_t child : membership->children(parent, t)) spared.insert(child);
+  for (uint32_t parent : slow_parents)
+    fail(parent, FailureCause::stalled,
+         "none of its children had verified version " + std::to_string(f.version) + " " + waited +
+             " after it had it (a relay whose sends do not drain: a straggler); it rejoins as a leaf",
          now);
+  for (uint32_t rank : late) {
+    if (spared.count(rank) || !membership->live(rank)) continue;
+    fail(rank, FailureCause::stalled,
+         "had not verified version " + std::to_string(f.version) + " " + waited +
+             " after its parents had it (a relay that stopped forwarding, or a straggler)",
+         now);
+  }
 }
 
 void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
@@ -231,7 +274,13 @@ void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,
     }
     pump(20ms);
     if (!deciding) flush_resends();
-    if (!round.decision_out() && in_flight) fail_laggards(*in_flight);
+    // Laggards are failed until a decision is out: while the producer collects the answers and
+    // while a commit delegate decides (its view waits for the same members, and an EPOCH takes a
+    // failed one out of it, as after a silence verdict). Not only before DELEGATE: with
+    // `commit: delegated` a relay that stopped forwarding held the version to timeouts.refit.
+    const auto phase = round.phase();
+    if (in_flight && (phase == VersionRound::Phase::collecting || phase == VersionRound::Phase::delegated))
+      fail_laggards(*in_flight);
     execute(round.tick(Clock::now()));
   }
   report.receivers = round.receivers();

@@ -217,6 +217,9 @@ struct Producer::Impl {
     // Laggards (fail_laggards): when each member was first seen verified, when everything was
     // sent, and when the forest last changed during the attempt.
     std::map<uint32_t, Clock::time_point> verified_at;
+    // (tree, root rank) -> when the producer's link to that root was first seen with nothing in
+    // flight: a root has the version from then on, not from the posting of its last piece.
+    std::map<std::pair<int, uint32_t>, Clock::time_point> root_drained_at;
     Clock::time_point sealed_at;
     uint64_t epoch_seen = 0;
     Clock::time_point epoch_changed_at;

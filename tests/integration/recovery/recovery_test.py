@@ -20,6 +20,9 @@ CASE:
                   reports it stalled after timeouts.peer (2 s), the producer fails it after its
                   grace (1 s), its children move, the version commits without it, every other
                   member ends bit-exact.
+  stall_relay_delegated  the same with `commit: delegated` (tree 0's root decides the commit):
+                  the producer's laggard rule must go on while the delegate waits (before 2026-12-07
+                  it stopped at DELEGATE, and the stalled relay held the version to timeouts.refit).
   restart_member  kill -9 of an interior relay after the bootstrap, then a new `deltacast run`
                   process for the same rank: snapshot from a peer + replay while steps keep
                   flowing, admitted back, ends bit-exact (its --summary SHA-256 = the report's).
@@ -321,6 +324,9 @@ CASES = {
     "kill_relay": (kill_relay, dict(steps=8)),
     "stop_relay": (stop_relay, dict(steps=60, peer="2s")),
     "stall_relay": (stall_relay, dict(steps=6, peer="2s")),
+    # The same with the commit delegated to tree 0's root (docs/protocol.md, "Delegated commit"):
+    # the producer's laggard rule must run while the delegate decides.
+    "stall_relay_delegated": (stall_relay, dict(steps=6, peer="2s", commit="delegated")),
     "restart_member": (restart_member, dict(steps=60)),
     "no_producer": (no_producer, dict(receivers=2, join="3s", connect="1s")),
     "producer_dies_before_commit": (producer_dies_before_commit, dict(steps=60, params="5M")),
