@@ -34,7 +34,29 @@ std::shared_ptr<const std::vector<std::byte>> BytePool::copy(std::span<const std
 }
 
 void BytePool::prewarm(const std::vector<size_t>& sizes) {
-  for (size_t size : sizes) {
+  // The pool is made one version's frames: a free buffer that would serve one of `sizes` (as
+  // copy() picks) is kept for it, a new one is added for each size none serves, and the free
+  // buffers no size claimed are let go. Adding buffers for every size regardless grew every
+  // relay's idle buffers by a version's frames per version, up to the cap (64 MiB per member: the
+  // soak in docs/reliability.md found it); keeping unclaimed ones still grew the pool while frame
+  // sizes crept up (buffers just too small for every later frame).
+  std::vector<size_t> missing;
+  std::multimap<size_t, std::unique_ptr<std::vector<std::byte>>> unclaimed;  // freed outside the lock
+  {
+    std::lock_guard lock(state_->mutex);
+    std::multimap<size_t, std::unique_ptr<std::vector<std::byte>>> claimed;
+    for (size_t size : sizes) {
+      auto it = state_->free.lower_bound(size);
+      if (it != state_->free.end() && it->first <= 2 * size + 4096)
+        claimed.insert(state_->free.extract(it));
+      else
+        missing.push_back(size);
+    }
+    for (const auto& [capacity, buffer] : state_->free) state_->pooled -= capacity;
+    unclaimed.swap(state_->free);
+    state_->free.swap(claimed);
+  }
+  for (size_t size : missing) {
     const size_t capacity = (size + 4095) / 4096 * 4096;
     {
       std::lock_guard lock(state_->mutex);

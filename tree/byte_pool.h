@@ -24,7 +24,10 @@ class BytePool {
   explicit BytePool(size_t max_pooled_bytes);
   // A shared copy of `bytes`, in a pooled buffer when one fits (capacity at most 2x + 4 KiB).
   std::shared_ptr<const std::vector<std::byte>> copy(std::span<const std::byte> bytes);
-  // Adds touched buffers of the given sizes (each rounded up to 4 KiB), as far as the cap allows.
+  // Makes the free buffers one version's frames: for each of `sizes` (one buffer per entry) a
+  // free buffer that copy() would pick is kept, or a touched one (rounded up to 4 KiB) is added as
+  // far as the cap allows; free buffers no size claimed are freed. Called once per version with the
+  // last version's frame sizes, the pool holds about one version's frames, however many versions.
   void prewarm(const std::vector<size_t>& sizes);
   size_t pooled_bytes() const;
 

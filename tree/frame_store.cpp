@@ -1,5 +1,7 @@
 #include "tree/frame_store.h"
 
+#include <algorithm>
+
 namespace deltacast::tree {
 
 FrameStore::FrameStore(size_t in_flight_budget, uint32_t retain_versions)
@@ -94,8 +96,20 @@ void FrameStore::end_attempt(uint64_t attempt, bool committed) {
       messages.push_back(stored.message);
     }
     if (messages.size() == in_flight_.size()) {
+      uint64_t bytes = 0;
+      for (const auto& m : messages) bytes += m->size();
       archive_[version_] = std::move(messages);
-      while (archive_.size() > retain_versions_) archive_.erase(archive_.begin());
+      archive_bytes_[version_] = bytes;
+      while (archive_.size() > retain_versions_) {
+        archive_.erase(archive_.begin());
+        archive_bytes_.erase(archive_bytes_.begin());
+      }
+      retained_.versions = static_cast<uint32_t>(archive_.size());
+      retained_.bytes = 0;
+      for (const auto& [v, b] : archive_bytes_) retained_.bytes += b;
+      retained_.peak_versions = std::max(retained_.peak_versions, retained_.versions);
+      retained_.peak_bytes = std::max(retained_.peak_bytes, retained_.bytes);
+      retained_.largest_version_bytes = std::max(retained_.largest_version_bytes, bytes);
     }
   }
   in_flight_.clear();
@@ -116,6 +130,11 @@ std::optional<std::vector<SharedBytes>> FrameStore::archived(uint64_t from, uint
 uint64_t FrameStore::newest_archived() const {
   std::lock_guard lock(mutex_);
   return archive_.empty() ? 0 : archive_.rbegin()->first;
+}
+
+FrameStore::Retained FrameStore::retained() const {
+  std::lock_guard lock(mutex_);
+  return retained_;
 }
 
 }  // namespace deltacast::tree

@@ -74,6 +74,19 @@ class FrameStore {
   // The newest archived version (0 when none).
   uint64_t newest_archived() const;
 
+  // What the archive holds now, and the most it ever held (the memory retain_versions bounds):
+  // bytes are the archived messages' sizes (buffers the archive keeps alive; a message being
+  // forwarded at the same moment shares its buffer). largest_version_bytes: the largest one
+  // version archived so far, so `peak_bytes <= retain_versions * largest_version_bytes` holds.
+  struct Retained {
+    uint32_t versions = 0;
+    uint64_t bytes = 0;
+    uint32_t peak_versions = 0;
+    uint64_t peak_bytes = 0;
+    uint64_t largest_version_bytes = 0;
+  };
+  Retained retained() const;
+
  private:
   const size_t budget_;
   const uint32_t retain_versions_;
@@ -83,6 +96,8 @@ class FrameStore {
   std::map<uint32_t, StoredMessage> in_flight_;
   size_t kept_bytes_ = 0;
   std::map<uint64_t, std::vector<SharedBytes>> archive_;  // version -> chunks then seal
+  std::map<uint64_t, uint64_t> archive_bytes_;              // version -> its messages' bytes
+  Retained retained_;
 };
 
 }  // namespace deltacast::tree

@@ -426,6 +426,14 @@ ReceiverStats Receiver::stats() const {
   r.versions_aborted = d.versions.aborted_count();
   r.snapshots_taken = d.snapshots_taken;
   r.last_snapshot_source = d.last_snapshot_source;
+  if (const FrameStore* store = d.held.store()) {
+    const FrameStore::Retained kept = store->retained();
+    r.retained_versions = kept.versions;
+    r.retained_bytes = kept.bytes;
+    r.retained_versions_peak = kept.peak_versions;
+    r.retained_bytes_peak = kept.peak_bytes;
+    r.retained_largest_version_bytes = kept.largest_version_bytes;
+  }
   return r;
 }
 

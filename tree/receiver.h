@@ -87,6 +87,13 @@ struct ReceiverStats {
   uint64_t payload_bytes = 0;      // frame bytes received
   uint64_t snapshots_taken = 0;    // whole versions taken on catch-up (from a peer or the producer)
   int64_t last_snapshot_source = -1;  // the rank that served the last of them (0: the producer; -1: none)
+  // Committed delta versions kept for a rejoining peer's replay (at most retain_versions): now and
+  // the most ever (FrameStore::Retained; 0 before attach()).
+  uint32_t retained_versions = 0;
+  uint64_t retained_bytes = 0;
+  uint32_t retained_versions_peak = 0;
+  uint64_t retained_bytes_peak = 0;
+  uint64_t retained_largest_version_bytes = 0;
 };
 
 struct RunSummary {

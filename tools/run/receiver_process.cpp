@@ -147,6 +147,15 @@ codec::Placement join_placed(std::unique_ptr<tree::Receiver>& receiver, transpor
   }
 }
 
+// The committed deltas this member kept for replay (retain_versions), now and at the most.
+nlohmann::json retained_json(const tree::ReceiverStats& s) {
+  return {{"versions", s.retained_versions},
+          {"bytes", s.retained_bytes},
+          {"peak_versions", s.retained_versions_peak},
+          {"peak_bytes", s.retained_bytes_peak},
+          {"largest_version_bytes", s.retained_largest_version_bytes}};
+}
+
 // --summary: what the tests and the chaos harness compare across ranks.
 void write_summary(const std::string& path, int rank, const tree::RunSummary& summary,
                    const codec::ConstWeights& weights, uint64_t started_at, const CheckpointDirWriter* writer,
@@ -162,7 +171,8 @@ void write_summary(const std::string& path, int rank, const tree::RunSummary& su
                       {"frames_forwarded", summary.stats.frames_forwarded},
                       {"versions_committed", summary.stats.versions_committed},
                       {"versions_aborted", summary.stats.versions_aborted},
-                      {"peak_rss_bytes", peak_rss_bytes()}};
+                      {"peak_rss_bytes", peak_rss_bytes()},
+                      {"retained", retained_json(summary.stats)}};
   nlohmann::json at = nlohmann::json::object();  // when each version became active here (unix seconds)
   for (const auto& [v, t] : committed_at) at[std::to_string(v)] = t;
   s["committed_at_unix"] = at;
@@ -236,7 +246,8 @@ void run_placed_receiver(const config::Config& c, const tree::LaunchEnv& env, co
                      {"frames_forwarded", summary.stats.frames_forwarded},
                      {"versions_committed", summary.stats.versions_committed},
                      {"versions_aborted", summary.stats.versions_aborted},
-                     {"peak_rss_bytes", peak_rss_bytes()}};
+                     {"peak_rss_bytes", peak_rss_bytes()},
+                     {"retained", retained_json(summary.stats)}};
     if (writer) {
       const auto w = writer->stats();
       s["checkpoint_dir"] = {

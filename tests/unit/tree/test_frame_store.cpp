@@ -304,6 +304,37 @@ TEST(FrameStore, AtMostRetainVersionsAreKept) {
   EXPECT_EQ(none.newest_archived(), 0u);
 }
 
+TEST(FrameStore, RetainedCountsTheArchiveNowAndAtItsMost) {
+  FrameStore store(kBig, 2);
+  EXPECT_EQ(store.retained().versions, 0u);
+  EXPECT_EQ(store.retained().bytes, 0u);
+  // Version v: chunks of 64 + c bytes and the seal (see_version), v chunks.
+  auto bytes_of = [](uint32_t k) {
+    uint64_t b = 0;
+    for (uint32_t c = 0; c <= k; ++c) b += 64 + c;
+    return b;
+  };
+  for (uint64_t v = 1; v <= 5; ++v) {
+    see_version(store, 10 + v, v, static_cast<uint32_t>(6 - v));  // each version smaller than the last
+    store.end_attempt(10 + v, true);
+  }
+  const FrameStore::Retained kept = store.retained();
+  EXPECT_EQ(kept.versions, 2u);
+  EXPECT_EQ(kept.bytes, bytes_of(2) + bytes_of(1));  // versions 4 and 5
+  EXPECT_EQ(kept.peak_versions, 2u);
+  EXPECT_EQ(kept.peak_bytes, bytes_of(5) + bytes_of(4));  // versions 1 and 2
+  EXPECT_EQ(kept.largest_version_bytes, bytes_of(5));
+  EXPECT_LE(kept.peak_bytes, 2 * kept.largest_version_bytes);
+  // An aborted attempt, or a version not whole here, changes nothing.
+  see_version(store, 20, 6, 3);
+  store.end_attempt(20, false);
+  EXPECT_EQ(store.retained().bytes, kept.bytes);
+  FrameStore none(kBig, 0);
+  see_version(none, 1, 1, 1);
+  none.end_attempt(1, true);
+  EXPECT_EQ(none.retained().peak_bytes, 0u);
+}
+
 TEST(FrameStore, AVersionMissingInTheMiddleMakesTheRangeMissing) {
   FrameStore store(kBig, 8);
   see_version(store, 1, 1, 1);
