@@ -118,7 +118,13 @@ std::optional<double> symmetric(const RankMatrix& m, int a, int b) {
   return ab ? ab : ba;
 }
 
-ClusterResult find_clusters(const RankMatrix& bandwidth, const std::vector<int>& present, double min_gap) {
+namespace {
+
+// The gap rule over `closeness` (larger = closer): the symmetric figures of the measured pairs,
+// sorted; the largest ratio between consecutive values; when it is >= min_gap and `accept` takes
+// the values on either side, the connected components of the pairs above it, else one cluster.
+ClusterResult split_at_gap(const RankMatrix& closeness, const std::vector<int>& present, double min_gap,
+                           const std::function<bool(double below, double above)>& accept) {
   ClusterResult result;
   struct Edge {
     int a, b;
@@ -127,20 +133,22 @@ ClusterResult find_clusters(const RankMatrix& bandwidth, const std::vector<int>&
   std::vector<Edge> edges;
   for (size_t i = 0; i < present.size(); ++i)
     for (size_t j = i + 1; j < present.size(); ++j)
-      if (auto v = symmetric(bandwidth, present[i], present[j]); v && *v > 0)
+      if (auto v = symmetric(closeness, present[i], present[j]); v && *v > 0)
         edges.push_back({present[i], present[j], *v});
   std::vector<double> sorted;
   sorted.reserve(edges.size());
   for (const auto& e : edges) sorted.push_back(e.value);
   std::sort(sorted.begin(), sorted.end());
+  double below = 0;
   for (size_t k = 0; k + 1 < sorted.size(); ++k) {
     const double ratio = sorted[k + 1] / sorted[k];
     if (ratio > result.gap_ratio) {
       result.gap_ratio = ratio;
       result.threshold = sorted[k + 1];
+      below = sorted[k];
     }
   }
-  if (result.gap_ratio < min_gap) {
+  if (result.gap_ratio < min_gap || !accept(below, *result.threshold)) {
     result.threshold.reset();
     if (!present.empty()) result.clusters.push_back(present);
     return result;
@@ -156,6 +164,37 @@ ClusterResult find_clusters(const RankMatrix& bandwidth, const std::vector<int>&
   for (auto& [_, members] : groups) result.clusters.push_back(std::move(members));
   std::sort(result.clusters.begin(), result.clusters.end());
   return result;
+}
+
+}  // namespace
+
+ClusterResult find_clusters(const RankMatrix& bandwidth, const std::vector<int>& present, double min_gap) {
+  ClusterResult result = split_at_gap(bandwidth, present, min_gap, [](double, double) { return true; });
+  if (result.threshold) result.basis = "bandwidth";
+  return result;
+}
+
+ClusterResult find_clusters_by_round_trip(const RankMatrix& latency_us, const std::vector<int>& present,
+                                          double min_gap, double min_boundary_us) {
+  RankMatrix closeness = latency_us;  // 1 / round trip: a short round trip is close
+  for (auto& row : closeness)
+    for (auto& v : row)
+      if (v) v = *v > 0 ? std::optional<double>(1 / *v) : std::nullopt;
+  ClusterResult result = split_at_gap(closeness, present, min_gap,
+                                      [&](double below, double) { return below > 0 && 1 / below >= min_boundary_us; });
+  if (result.threshold) {
+    result.threshold = 1 / *result.threshold;  // the longest round trip inside a cluster
+    result.basis = "round trip";
+  }
+  return result;
+}
+
+ClusterResult find_clusters(const RankMatrix& bandwidth, const RankMatrix& latency_us,
+                            const std::vector<int>& present) {
+  ClusterResult by_bandwidth = find_clusters(bandwidth, present);
+  if (by_bandwidth.threshold) return by_bandwidth;
+  ClusterResult by_round_trip = find_clusters_by_round_trip(latency_us, present);
+  return by_round_trip.threshold ? by_round_trip : by_bandwidth;
 }
 
 uint64_t chunk_for_bandwidth(double bytes_per_second) {

@@ -64,6 +64,8 @@ struct ClusterResult {
   std::vector<std::vector<int>> clusters;  // each ascending; ordered by smallest rank (rank 0's first)
   double gap_ratio = 1;                    // the largest ratio between consecutive sorted figures
   std::optional<double> threshold;         // the smallest figure above the gap, when it split
+                                           // (by round trip: the longest round trip inside)
+  std::string basis;                       // what split them: "bandwidth", "round trip"; "" when one
 };
 
 // Clusters from a bandwidth matrix over the ranks in `present` (others are left out): the
@@ -71,6 +73,18 @@ struct ClusterResult {
 // consecutive values; when it is >= min_gap, the clusters are the connected components of the
 // graph of pairs whose figure lies above the gap, else all of `present` is one cluster.
 ClusterResult find_clusters(const RankMatrix& bandwidth, const std::vector<int>& present, double min_gap = 3.0);
+
+// Clusters from round trips (microseconds): the same rule over 1 / round trip (the pairs below the
+// gap are joined), where the round trip just above the gap must also be >= min_boundary_us: a
+// boundary is a wide-area link, not the noise between fast local pairs (30 vs 120 us is 4x).
+ClusterResult find_clusters_by_round_trip(const RankMatrix& latency_us, const std::vector<int>& present,
+                                          double min_gap = 3.0, double min_boundary_us = 1000);
+
+// The cluster rule (docs/probe.md): by bandwidth when its gap splits them, else by round trip
+// (clusters joined by links of the same bandwidth as their inside, e.g. 100-200 Mbit/s everywhere
+// with 20-60 ms between clusters), else one cluster.
+ClusterResult find_clusters(const RankMatrix& bandwidth, const RankMatrix& latency_us,
+                            const std::vector<int>& present);
 
 // Chunk size for a bottleneck bandwidth (bytes per second): bandwidth x 10 ms, clamped to
 // 256 KiB..16 MiB, rounded to the nearest power of two (in log scale).

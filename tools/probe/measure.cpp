@@ -75,7 +75,7 @@ class Coordinator {
     measure_latency(unordered_pairs(pairs));
     measure_bandwidth(pairs);
     if (!settings_.quick) measure_shared();
-    out_.clusters = find_clusters(out_.bandwidth_gbit, out_.present).clusters;
+    out_.clusters = find_clusters(out_.bandwidth_gbit, out_.latency_us, out_.present).clusters;
     // Stop listening before "done": a member told it is done may connect to rank 0's URL at once
     // (`run` with clusters: auto starts the tree on the same port), and must find nobody there
     // (refused: it retries until the producer listens), not this listener, which would take its

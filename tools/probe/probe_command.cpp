@@ -100,8 +100,8 @@ void print_table(const Measurements& m, const ClusterResult& clusters, const std
                 : cluster_of[static_cast<size_t>(r)] < 0 ? "-"
                                                          : std::to_string(cluster_of[static_cast<size_t>(r)]).c_str());
   }
-  std::printf("clusters (largest gap %.1fx%s):", clusters.gap_ratio,
-              clusters.threshold ? "" : ", below 3x: one cluster");
+  std::printf("clusters (%s gap %.1fx%s):", clusters.basis.empty() ? "largest" : clusters.basis.c_str(),
+              clusters.gap_ratio, clusters.threshold ? "" : ", below 3x in bandwidth and round trip: one cluster");
   for (const auto& c : clusters.clusters) std::printf(" %s", ranks_text(c).c_str());
   std::printf("\n");
   for (const auto& s : m.shared_links) {
@@ -152,7 +152,7 @@ bool run_commits_delegated(const config::Config& c, const std::vector<std::vecto
 }
 
 void report(const Measurements& m, const ProbeOptions& o, const config::Config& c) {
-  const ClusterResult clusters = find_clusters(m.bandwidth_gbit, m.present);
+  const ClusterResult clusters = find_clusters(m.bandwidth_gbit, m.latency_us, m.present);
   PredictOptions predict_options;
   predict_options.params = static_cast<double>(config::parse_size(o.predict_params));
   predict_options.change_rates = o.change_rates;
@@ -178,6 +178,7 @@ void report(const Measurements& m, const ProbeOptions& o, const config::Config& 
                            {"shared_links", m.shared_links},
                            {"clusters", clusters.clusters},
                            {"cluster_gap_ratio", clusters.gap_ratio},
+                           {"cluster_basis", clusters.basis},
                            {"recommended", rec ? recommendation_json(*rec) : nlohmann::json(nullptr)},
                            {"predicted", predicted},
                            {"cost_model", predict_options.model.to_json()},

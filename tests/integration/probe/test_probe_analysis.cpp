@@ -74,6 +74,63 @@ TEST(ProbeClusters, SymmetricUsesTheMinimumAndAbsentRanksAreLeftOut) {
   EXPECT_EQ(result.clusters[0], (std::vector<int>{0, 1}));
 }
 
+// The layout of probe_wan_test.sh (measured there): the producer 0 alone, clusters {1,2} and {3,4};
+// 100 and 50 Mbit/s links at 20 and 40 ms, 200 Mbit/s and ~0.1 ms inside. Bandwidth has gaps of 2x
+// only; the round trips split them.
+TEST(ProbeClusters, RoundTripsSplitWhereBandwidthDoesNot) {
+  const double mbit[5][5] = {{0, 95.6, 95.0, 47.8, 47.8},
+                             {95.3, 0, 192.1, 47.8, 47.8},
+                             {95.6, 192.2, 0, 47.8, 47.8},
+                             {47.7, 47.9, 47.8, 0, 191.5},
+                             {47.8, 47.8, 47.9, 192.1, 0}};
+  const double rtt_us[5][5] = {{0, 20922, 20930, 40911, 40920},
+                               {20922, 0, 95, 61454, 61460},
+                               {20930, 95, 0, 61450, 61458},
+                               {40911, 61454, 61450, 0, 88},
+                               {40920, 61460, 61458, 88, 0}};
+  RankMatrix bw(5, std::vector<std::optional<double>>(5)), rtt = bw;
+  for (int a = 0; a < 5; ++a)
+    for (int b = 0; b < 5; ++b)
+      if (a != b) bw[a][b] = mbit[a][b] / 1000, rtt[a][b] = rtt_us[a][b];
+  EXPECT_EQ(find_clusters(bw, all_ranks(5)).clusters.size(), 1u);  // bandwidth alone: one cluster
+  const auto result = find_clusters(bw, rtt, all_ranks(5));
+  EXPECT_EQ(result.clusters, (std::vector<std::vector<int>>{{0}, {1, 2}, {3, 4}}));
+  EXPECT_EQ(result.basis, "round trip");
+  EXPECT_GT(result.gap_ratio, 100);
+  EXPECT_DOUBLE_EQ(*result.threshold, 95);  // the longest round trip inside a cluster
+}
+
+// Local pairs whose round trips differ by 4x (30 vs 120 us) are not split: a boundary is >= 1 ms.
+TEST(ProbeClusters, RoundTripNoiseBelowAMillisecondSplitsNothing) {
+  const int n = 6;
+  RankMatrix rtt(n, std::vector<std::optional<double>>(n));
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) rtt[a][b] = (a < 3) == (b < 3) ? 30 : 120;
+  const auto bw = two_groups(n, {});
+  EXPECT_EQ(find_clusters_by_round_trip(rtt, all_ranks(n)).clusters.size(), 1u);
+  const auto result = find_clusters(bw, rtt, all_ranks(n));
+  EXPECT_EQ(result.clusters.size(), 1u);
+  EXPECT_EQ(result.basis, "");
+  // The same shape at 0.3 vs 12 ms is two clusters.
+  for (auto& row : rtt)
+    for (auto& v : row)
+      if (v) v = *v == 30 ? 300 : 12000;
+  EXPECT_EQ(find_clusters(bw, rtt, all_ranks(n)).clusters, (std::vector<std::vector<int>>{{0, 1, 2}, {3, 4, 5}}));
+}
+
+// Where bandwidth splits, it decides (round trips that would split otherwise are not consulted).
+TEST(ProbeClusters, BandwidthSplitComesFirst) {
+  const int n = 5;
+  RankMatrix rtt(n, std::vector<std::optional<double>>(n));
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b)
+      if (a != b) rtt[a][b] = (a < 2) == (b < 2) ? 100 : 20000;  // {0,1} {2,3,4} by round trip
+  const auto result = find_clusters(two_groups(n, {3, 4}), rtt, all_ranks(n));
+  EXPECT_EQ(result.basis, "bandwidth");
+  EXPECT_EQ(result.clusters, (std::vector<std::vector<int>>{{0, 1, 2}, {3, 4}}));
+}
+
 TEST(ProbeChunk, RoundedToAPowerOfTwoAndClamped) {
   EXPECT_EQ(chunk_for_bandwidth(1e6), 256u << 10);       // 10 KB -> 256 KiB floor
   EXPECT_EQ(chunk_for_bandwidth(100e9 / 8), 16u << 20);  // 125 MB -> 16 MiB ceiling
