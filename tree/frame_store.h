@@ -96,7 +96,7 @@ class FrameStore {
   std::map<uint32_t, StoredMessage> in_flight_;
   size_t kept_bytes_ = 0;
   std::map<uint64_t, std::vector<SharedBytes>> archive_;  // version -> chunks then seal
-  std::map<uint64_t, uint64_t> archive_bytes_;              // version -> its messages' bytes
+  std::map<uint64_t, uint64_t> archive_bytes_;            // version -> its messages' bytes
   Retained retained_;
 };
 

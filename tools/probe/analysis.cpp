@@ -174,8 +174,8 @@ ClusterResult find_clusters(const RankMatrix& bandwidth, const std::vector<int>&
   return result;
 }
 
-ClusterResult find_clusters_by_round_trip(const RankMatrix& latency_us, const std::vector<int>& present,
-                                          double min_gap, double min_boundary_us) {
+ClusterResult find_clusters_by_round_trip(const RankMatrix& latency_us, const std::vector<int>& present, double min_gap,
+                                          double min_boundary_us) {
   RankMatrix closeness = latency_us;  // 1 / round trip: a short round trip is close
   for (auto& row : closeness)
     for (auto& v : row)

@@ -83,8 +83,7 @@ ClusterResult find_clusters_by_round_trip(const RankMatrix& latency_us, const st
 // The cluster rule (docs/probe.md): by bandwidth when its gap splits them, else by round trip
 // (clusters joined by links of the same bandwidth as their inside, e.g. 100-200 Mbit/s everywhere
 // with 20-60 ms between clusters), else one cluster.
-ClusterResult find_clusters(const RankMatrix& bandwidth, const RankMatrix& latency_us,
-                            const std::vector<int>& present);
+ClusterResult find_clusters(const RankMatrix& bandwidth, const RankMatrix& latency_us, const std::vector<int>& present);
 
 // Chunk size for a bottleneck bandwidth (bytes per second): bandwidth x 10 ms, clamped to
 // 256 KiB..16 MiB, rounded to the nearest power of two (in log scale).
