@@ -79,14 +79,21 @@ std::shared_ptr<ConnState> OfiTransport::establish(side::Fd fd, bool is_server, 
     av_attr.type = FI_AV_TABLE;
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_TAGGED;
-    cq_attr.wait_obj = FI_WAIT_NONE;
+    cq_attr.wait_obj = FI_WAIT_FD;  // the progress thread sleeps in poll() on it (ofi_progress.cpp)
     cq_attr.size = info->tx_attr->size + info->rx_attr->size;  // every posted op fits
     int rc = fi_domain(fabric_, info, &conn->domain, nullptr);
     if (rc == 0) rc = fi_endpoint(conn->domain, info, &conn->ep, nullptr);
     fi_freeinfo(info);
     check(rc, "fi_domain/fi_endpoint");
     check(fi_av_open(conn->domain, &av_attr, &conn->av, nullptr), "fi_av_open");
-    check(fi_cq_open(conn->domain, &cq_attr, &conn->cq, nullptr), "fi_cq_open");
+    if (fi_cq_open(conn->domain, &cq_attr, &conn->cq, nullptr) == 0 &&
+        fi_control(&conn->cq->fid, FI_GETWAIT, &conn->cq_fd) != 0) {
+      conn->cq_fd = -1;
+    }
+    if (!conn->cq) {  // no wait object from this provider: a CQ without, read by spinning
+      cq_attr.wait_obj = FI_WAIT_NONE;
+      check(fi_cq_open(conn->domain, &cq_attr, &conn->cq, nullptr), "fi_cq_open");
+    }
     check(fi_ep_bind(conn->ep, &conn->av->fid, 0), "fi_ep_bind(av)");
     check(fi_ep_bind(conn->ep, &conn->cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
     check(fi_enable(conn->ep), "fi_enable");
@@ -124,7 +131,7 @@ std::shared_ptr<ConnState> OfiTransport::establish(side::Fd fd, bool is_server, 
   std::lock_guard lock(mutex_);
   conn->start_liveness(std::move(fd), options_);
   conns_.push_back(conn);
-  wake_.notify_all();
+  wake();
   return conn;
 }
 

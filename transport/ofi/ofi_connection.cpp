@@ -31,7 +31,7 @@ bool OfiTransport::post_op(ConnState& conn, std::unique_ptr<Op> op, const PostFn
       rc = try_post(conn, raw, post);
     }
     if (rc == 0) {
-      wake_.notify_all();  // the progress thread may be sleeping: there is work now
+      wake();  // the progress thread may be sleeping: there is work now
       return true;
     }
     if (rc != -FI_EAGAIN) {
@@ -40,7 +40,7 @@ bool OfiTransport::post_op(ConnState& conn, std::unique_ptr<Op> op, const PostFn
     }
   }
   conn.backlog.emplace_back(raw, post);
-  wake_.notify_all();
+  wake();
   return true;
 }
 

@@ -90,6 +90,7 @@ struct ConnState : EngineConnState {
   fid_ep* ep = nullptr;
   fid_av* av = nullptr;
   fid_cq* cq = nullptr;
+  int cq_fd = -1;  // the CQ's wait object (FI_WAIT_FD), owned by the CQ; -1 when the provider has none
   fi_addr_t peer = FI_ADDR_UNSPEC;
   OpTable<Op> ops;
   std::unordered_map<const OfiMemoryRegion*, fid_mr*> registrations;

@@ -88,6 +88,12 @@ class OfiTransport final : public Transport, public std::enable_shared_from_this
 
   // ofi_progress.cpp.
   void progress_loop();
+  // Sleeps in poll() on every live connection's CQ wait fd and wake_fd_ for up to `timeout`, after
+  // fi_trywait says nothing is ready; returns false, not sleeping, when some CQ has no wait fd or
+  // fi_trywait fails (the caller sleeps briefly instead). `lock` holds mutex_ on entry and return.
+  bool sleep_in_poll(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds timeout);
+  // Ends a sleep of the progress thread (the condition variable's or sleep_in_poll's). mutex_ held.
+  void wake();
 
   std::vector<const OfiMemoryRegion*> regions_;
 
@@ -103,6 +109,9 @@ class OfiTransport final : public Transport, public std::enable_shared_from_this
   mutable std::mutex mutex_;
   std::vector<std::shared_ptr<ConnState>> conns_;
   std::condition_variable wake_;
+  side::Fd wake_fd_;       // an eventfd that ends sleep_in_poll
+  bool in_poll_ = false;   // the progress thread sleeps in poll(): posts write wake_fd_
+  bool poll_ok_ = true;    // false after fi_trywait failed once: spin and short sleeps as before
   bool stop_ = false;
   std::thread progress_;
   std::shared_ptr<spdlog::logger> log_ = logger("transport");

@@ -5,6 +5,8 @@
 // ofi_progress.cpp (the progress thread). Design: ofi_transport.h, docs/transport-ofi-ucx.md.
 #include "transport/ofi/ofi_transport.h"
 
+#include <sys/eventfd.h>
+
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
@@ -43,6 +45,12 @@ fi_info* query(const std::string& provider, bool want_rma) {
     node = source != nullptr ? source : "127.0.0.1";
     flags = FI_SOURCE;
   }
+  // tcp;ofi_rxm's shared receive context (its default) makes every endpoint's fi_enable allocate
+  // and clear ~68 MB of receive buffers (210 ms each here, seconds on a loaded machine, where the
+  // listeners' serial setups then timed out): each deltacast connection has an endpoint of its own,
+  // so there is nothing to share. Without it: 3 ms and ~1 MB. Read when libfabric initialises its
+  // providers, i.e. at the process's first fi_getinfo; a value the user set is kept.
+  if (provider != "shm") ::setenv("FI_OFI_RXM_USE_SRX", "0", 0);
   fi_info* info = nullptr;
   int rc = fi_getinfo(FI_VERSION(1, 9), node, nullptr, flags, hints, &info);
   fi_freeinfo(hints);
@@ -74,6 +82,8 @@ OfiTransport::OfiTransport(std::string provider, const TransportOptions& options
   }
   log_->debug("ofi: provider {} ({}), domain {}, rma {}, fragment {} bytes", provider_, info_->fabric_attr->prov_name,
               info_->domain_attr->name ? info_->domain_attr->name : "?", rma_, fragment_);
+  wake_fd_ = side::Fd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!wake_fd_) poll_ok_ = false;
   progress_ = std::thread([this] { progress_loop(); });
 }
 
@@ -83,8 +93,8 @@ OfiTransport::~OfiTransport() {
     stop_ = true;
     for (auto& conn : conns_) fail(*conn, Status{Errc::connection, "transport destroyed"});
     conns_.clear();
+    wake();
   }
-  wake_.notify_all();
   if (progress_.joinable()) progress_.join();
   if (fabric_) fi_close(&fabric_->fid);
   fi_freeinfo(info_);
