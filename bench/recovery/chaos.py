@@ -382,7 +382,7 @@ def run_trial(dc: str, plan: dict, hang_s: float, work: Path, peer_s: float, ref
                             params=plan["params"], steps=plan["steps"], lr="1e-5", seed=plan["trial"] + 1,
                             chunk_bytes="256KiB", connect="5s", heartbeat=f"{int(peer_s * 250)}ms",
                             peer=f"{int(peer_s * 1000)}ms",
-                            refit=f"{int(refit_s)}s", join="60s", producer_loss="30s", log_level="info",
+                            refit=f"{int(refit_s)}s", join="60s", producer_loss="30s", log_level=os.environ.get("DC_CHAOS_LOG_LEVEL", "info"),
                             commit=plan.get("commit", "auto"), producers=M, trainer_yaml=trainer_yaml)
     t0 = time.monotonic()
     result = dict(plan)

@@ -59,8 +59,9 @@ void OfiTransport::progress_loop() {
     }
     if (check_liveness) last_liveness = now;
     if (!pending) {
-      auto slice = std::min<std::chrono::milliseconds>(options_.heartbeat_interval / 2, 50ms);
-      wake_.wait_for(lock, std::max<std::chrono::milliseconds>(slice, 1ms));
+      auto slice = std::max<std::chrono::milliseconds>(
+          std::min<std::chrono::milliseconds>(options_.heartbeat_interval / 2, 50ms), 1ms);
+      if (!sleep_in_poll(lock, slice)) wake_.wait_for(lock, slice);
       last_activity = Clock::now();
       spin_window = kMinSpin;
     } else if (now - last_activity > spin_window) {

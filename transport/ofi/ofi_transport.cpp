@@ -23,6 +23,23 @@
 namespace deltacast::transport::ofi {
 namespace {
 
+// tcp;ofi_rxm's settings where the environment does not give them (each read once, when libfabric
+// initialises its providers at the process's first fi_getinfo; bench figures in
+// docs/transport-ofi-ucx.md, "rxm settings"):
+//  * no shared receive context (FI_OFI_RXM_USE_SRX=0): with it, every endpoint's fi_enable
+//    allocated and cleared ~68 MB (210 ms idle, seconds on a loaded machine, where a listener's
+//    serial setups timed out). Each deltacast connection has an endpoint of its own: nothing to share;
+//  * 4 KiB eager buffers (FI_OFI_RXM_BUFFER_SIZE, 16 KiB by default): rxm's connection set up on
+//    the first send cleared ~50 ms worth of buffer pools with 16 KiB; deltacast's frames are far
+//    larger than either and go by rendezvous, its control messages fit in 4 KiB;
+//  * connection-manager progress every 1 ms instead of 10 ms (FI_OFI_RXM_CM_PROGRESS_INTERVAL):
+//    the first message on a new connection waited up to 10 ms for it, on every hop of a repair.
+void set_rxm_defaults() {
+  ::setenv("FI_OFI_RXM_USE_SRX", "0", 0);
+  ::setenv("FI_OFI_RXM_BUFFER_SIZE", "4096", 0);
+  ::setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "1000", 0);
+}
+
 // Asks fi_getinfo for an RDM endpoint with tagged messages (and RMA with write-then-send order
 // when `want_rma`). Returns nullptr when the provider can not give that.
 fi_info* query(const std::string& provider, bool want_rma) {
@@ -45,12 +62,7 @@ fi_info* query(const std::string& provider, bool want_rma) {
     node = source != nullptr ? source : "127.0.0.1";
     flags = FI_SOURCE;
   }
-  // tcp;ofi_rxm's shared receive context (its default) makes every endpoint's fi_enable allocate
-  // and clear ~68 MB of receive buffers (210 ms each here, seconds on a loaded machine, where the
-  // listeners' serial setups then timed out): each deltacast connection has an endpoint of its own,
-  // so there is nothing to share. Without it: 3 ms and ~1 MB. Read when libfabric initialises its
-  // providers, i.e. at the process's first fi_getinfo; a value the user set is kept.
-  if (provider != "shm") ::setenv("FI_OFI_RXM_USE_SRX", "0", 0);
+  if (provider != "shm") set_rxm_defaults();
   fi_info* info = nullptr;
   int rc = fi_getinfo(FI_VERSION(1, 9), node, nullptr, flags, hints, &info);
   fi_freeinfo(hints);
