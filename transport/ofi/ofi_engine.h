@@ -109,9 +109,9 @@ class OfiTransport final : public Transport, public std::enable_shared_from_this
   mutable std::mutex mutex_;
   std::vector<std::shared_ptr<ConnState>> conns_;
   std::condition_variable wake_;
-  side::Fd wake_fd_;       // an eventfd that ends sleep_in_poll
-  bool in_poll_ = false;   // the progress thread sleeps in poll(): posts write wake_fd_
-  bool poll_ok_ = true;    // false after fi_trywait failed once: spin and short sleeps as before
+  side::Fd wake_fd_;      // an eventfd that ends sleep_in_poll
+  bool in_poll_ = false;  // the progress thread sleeps in poll(): posts write wake_fd_
+  bool poll_ok_ = true;   // false after fi_trywait failed once: spin and short sleeps as before
   bool stop_ = false;
   std::thread progress_;
   std::shared_ptr<spdlog::logger> log_ = logger("transport");
