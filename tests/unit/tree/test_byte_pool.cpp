@@ -92,6 +92,7 @@ size_t most_pooled_over_versions(int versions, size_t growth, size_t* largest_ve
   *largest_version = 0;
   for (int version = 0; version < versions; ++version) {
     std::vector<size_t> sizes;
+    sizes.reserve(9);
     std::vector<std::shared_ptr<const std::vector<std::byte>>> frames;
     for (int chunk = 0; chunk < 8; ++chunk) sizes.push_back(size_of(rng) + version * growth);
     sizes.push_back(200);  // the seal
