@@ -2,6 +2,13 @@
 // re-sending what a lost root dropped, and driving the attempt's VersionRound (the joint commit)
 // to its end while events are handled.
 #include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tree/producer/impl.h"
 
@@ -82,6 +89,7 @@ void Producer::Impl::deliver(int tree, const Outgoing& out) {
       root->post(out.message);
     else
       root->post_pair(out.message, out.body);
+    if (in_flight) in_flight->tree_bytes[tree] += (out.message ? out.message->size() : 0) + out.body.size();
     return;
   }
 }
@@ -142,7 +150,10 @@ RefitReport Producer::Impl::run_version(InFlight flight, const std::function<voi
   }
   report.epoch = epoch();
   last_version_seconds = seconds_since(in_flight->start);
+  const auto slow = report.committed ? slow_relays(*in_flight) : std::vector<std::pair<uint32_t, std::string>>{};
   in_flight.reset();
+  // Between versions: the next one starts on the repaired forest (the failure is in its report).
+  for (const auto& [rank, why] : slow) fail(rank, FailureCause::stalled, why, Clock::now());
   return report;
 }
 
@@ -173,6 +184,12 @@ void Producer::Impl::execute(const VersionRound::Actions& actions) {
   }
   if (f.report) f.report->commit_delegate = f.round->commit_delegate();
 }
+
+namespace {
+constexpr double kSlowRelayFactor = 4;
+constexpr double kSlowRelayFloorMs = 200;
+constexpr int kSlowRelayVersions = 3;
+}  // namespace
 
 void Producer::Impl::fail_laggards(InFlight& f) {
   if (!membership || !f.round) return;
@@ -213,6 +230,14 @@ void Producer::Impl::fail_laggards(InFlight& f) {
         const auto it = f.verified_at.find(*parent);
         if (it == f.verified_at.end())
           parents_have_it = false;
+        else if (const auto root = membership->root(t); root && f.verified_at.count(*root) && f.tree_bytes[t] > 0)
+          // Its parent forwards the tree's bytes to each of its children at about the pace its
+          // root took them from the producer: a bootstrap of 57 MiB through a root with two
+          // children on 100 Mbit/s links reaches them 4.8 s after the root has it, past the
+          // fixed patience (netfault_test.py bootstrap).
+          fed = std::max(fed, it->second + std::chrono::duration_cast<Clock::duration>(
+                                               (f.verified_at.at(*root) - f.start) *
+                                               static_cast<double>(membership->children(*parent, t).size())));
         else
           fed = std::max(fed, it->second);
       }
@@ -236,6 +261,11 @@ void Producer::Impl::fail_laggards(InFlight& f) {
       const auto& kids = membership->children(*parent, t);
       if (kids.size() >= 2 && std::all_of(kids.begin(), kids.end(), [&](uint32_t c) { return late_set.count(c) > 0; }))
         slow_parents.insert(*parent);
+      // Or the parent verified late itself, against the fleet's pace (slow_relays' test): its own
+      // ACK queued behind what it forwards. One child that got its data first is not late then.
+      if (const auto fleet = pace(f); fleet && f.verified_at.count(*parent) &&
+          std::chrono::duration<double, std::milli>(f.verified_at.at(*parent) - f.sealed_at).count() > fleet->late)
+        slow_parents.insert(*parent);
     }
   // Decided before anyone is failed: a failure moves children, and these are the ones to spare.
   std::set<uint32_t> spared(slow_parents);
@@ -254,6 +284,64 @@ void Producer::Impl::fail_laggards(InFlight& f) {
              " after its parents had it (a relay that stopped forwarding, or a straggler)",
          now);
   }
+}
+
+std::optional<Producer::Impl::Pace> Producer::Impl::pace(const InFlight& f) const {
+  if (f.verified_at.size() < 4) return std::nullopt;
+  std::vector<double> all;
+  all.reserve(f.verified_at.size());
+  for (const auto& [rank, at] : f.verified_at)
+    all.push_back(std::max(0.0, std::chrono::duration<double, std::milli>(at - f.sealed_at).count()));
+  std::sort(all.begin(), all.end());
+  const double quick = all[all.size() / 4];  // the first quartile: the fleet's pace
+  return Pace{quick, std::max(kSlowRelayFactor * quick, quick + kSlowRelayFloorMs)};
+}
+
+std::vector<std::pair<uint32_t, std::string>> Producer::Impl::slow_relays(const InFlight& f) {
+  std::vector<std::pair<uint32_t, std::string>> out;
+  std::map<uint32_t, int> streak;
+  if (!membership || f.verified_at.size() < 4) {
+    slow_streak.clear();
+    return out;
+  }
+  // Each member's verification after the sealing, ms. A relay whose egress is slow verifies late
+  // itself (its ACK queues behind what it forwards) and so do its children; a slow receiver alone
+  // is late with no late children, and demoting it would not help.
+  using Ms = std::chrono::duration<double, std::milli>;
+  std::map<uint32_t, double> after;
+  for (const auto& [rank, at] : f.verified_at) after[rank] = std::max(0.0, Ms(at - f.sealed_at).count());
+  const auto [quick, bar] = *pace(f);
+  const auto late = [&](uint32_t rank) {
+    const auto it = after.find(rank);
+    return it == after.end() || it->second > bar;  // not verified at all: later still
+  };
+  for (const auto& [relay, ms] : after) {
+    if (!membership->live(relay)) continue;
+    // Its children in a tree all late: two or more of them (its egress: it may have verified on
+    // time itself), or one when it is late too (its ingress).
+    bool relays_late = false, parent_on_time = true;
+    for (int t = 0; t < membership->trees(); ++t) {
+      const auto& kids = membership->children(relay, t);
+      if (!kids.empty() && (kids.size() >= 2 || ms > bar) && std::all_of(kids.begin(), kids.end(), late))
+        relays_late = true;
+      const auto parent = membership->parent(relay, t);
+      if (parent && *parent != kProducerRank && late(*parent)) parent_on_time = false;
+    }
+    if (!relays_late || !parent_on_time) continue;  // the top of a late subtree only
+    const int n = slow_streak[relay] + 1;
+    if (n < kSlowRelayVersions) {
+      streak[relay] = n;
+      continue;
+    }
+    char why[256];
+    std::snprintf(why, sizeof why,
+                  "a straggler: on %d versions in a row every child of it in a tree verified late (over %.0f ms "
+                  "after the sealing, the fleet's first quartile %.0f ms; it %.0f ms); it rejoins as a leaf",
+                  n, bar, quick, ms);
+    out.emplace_back(relay, why);
+  }
+  slow_streak.swap(streak);
+  return out;
 }
 
 void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,

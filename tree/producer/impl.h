@@ -220,6 +220,9 @@ struct Producer::Impl {
     // (tree, root rank) -> when the producer's link to that root was first seen with nothing in
     // flight: a root has the version from then on, not from the posting of its last piece.
     std::map<std::pair<int, uint32_t>, Clock::time_point> root_drained_at;
+    // tree -> the bytes posted to its root in this attempt (deliver()): with the root's own
+    // verification time, what a relay needs to forward the version to its children.
+    std::map<int, uint64_t> tree_bytes;
     Clock::time_point sealed_at;
     uint64_t epoch_seen = 0;
     Clock::time_point epoch_changed_at;
@@ -326,6 +329,21 @@ struct Producer::Impl {
   // process lives but stopped forwarding is caught so even when its parent's sends all fit in
   // socket buffers (docs/protocol.md, "Detection"); a frozen member's silence is seen first.
   void fail_laggards(InFlight& f);
+  // Straggler relays, after a committed version (docs/protocol.md, "Detection"): a relay whose
+  // children in some tree all verified late against the fleet's pace (pace(): two or more
+  // children, or one when the relay is late too), while its parents were on time (the top of a
+  // late subtree), on kSlowRelayVersions consecutive committed versions. Returns those to fail
+  // (they rejoin as leaves, where their egress holds nobody back), each with the reason; keeps
+  // the streaks in slow_streak.
+  std::vector<std::pair<uint32_t, std::string>> slow_relays(const InFlight& f);
+  // The fleet's pace in an attempt, from the members' verifications after the sealing (ms): the
+  // first quartile, and the time above which a member is late against it, max(kSlowRelayFactor x
+  // quick, quick + kSlowRelayFloor). nullopt with fewer than 4 members verified.
+  struct Pace {
+    double quick = 0, late = 0;
+  };
+  std::optional<Pace> pace(const InFlight& f) const;
+  std::map<uint32_t, int> slow_streak;
 
   // ---- refit.cpp ----
   // The layout of a refit: null when `wanted` is absent or equal to the committed one. Throws

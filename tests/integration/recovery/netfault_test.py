@@ -2,7 +2,7 @@
 """A partition and a straggler in network namespaces (issue 35; bench/recovery/netfault.py is the
 campaign, this is its short form for ctest, `ctest -L netns`).
 
-    netfault_test.py DELTACAST partition|straggler|bootstrap
+    netfault_test.py DELTACAST partition|straggler|slow_relay|bootstrap
 
 Real `deltacast run` processes, tcp, one producer and 6 receivers (binary tree: rank 2 is an
 interior member with children 4 and 5), each rank in its own namespace behind a veth to a bridge,
@@ -22,6 +22,12 @@ the producer fed from a watch directory one step at a time.
              rejoins as a leaf; every version commits; all 6 end bit-exact; nobody else is
              failed. Before 2026-12-07 its children were failed instead, version after version
              (the members moved under it next went the same way), and the fleet shrank.
+  slow_relay a 10M-parameter model, every egress at 200 Mbit/s and rank 2's at 10 Mbit/s from the
+             first delta on: its children need ~0.7 s per delta through it instead of ~0.1 s, well
+             under the laggard rule's patience. Expected (docs/protocol.md, "Detection", the
+             straggler rule): after 3 slow versions rank 2 is failed as stalled between versions,
+             once, and rejoins as a leaf; the refits after it are 3x faster than before (~7x
+             measured); every version commits; all 6 end bit-exact; nobody else is failed.
   bootstrap  no fault: a 30M-parameter bootstrap (57 MiB) on 100 Mbit/s links, timeouts.peer 2 s.
              Expected: nobody is failed. The whole model fits in the producer's window to the root
              (max_inflight_bytes_per_root, 64 MiB), so the producer has posted it all at once; the
@@ -155,6 +161,48 @@ def straggler(deltacast: str, work: Path, tag: str) -> str:
         job.close()
 
 
+def slow_relay(deltacast: str, work: Path, tag: str) -> str:
+    args = settings(deltacast, steps=10)
+    args.params = "10M"
+    plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer"}
+    job = dcnetns.Job(args, plan, work, {k: RATE for k in range(RECEIVERS + 1)}, set(), tag)
+    try:
+        job.tail_release.set()
+        job.start()
+        check(job.fleet.wait_line(r"^full checkpoint \(version 1\)", 120 * SCALE), "no bootstrap:\n" + logs(job))
+        job.net.shape(RELAY, "10mbit")  # 1/20 of the others' egress, from the first delta on
+        result = job.finish({}, set())
+        check(not result["hang"], f"a hang: {result['hang_what']} (exit codes {result['exit_codes']})\n" + logs(job))
+        check(result["producer_ok"], f"the producer did not end ok: exit codes {result['exit_codes']}\n" + logs(job))
+        check(result["versions_committed"] == args.steps + 1,
+              f"{result['versions_committed']} of {args.steps + 1} versions committed\n" + logs(job))
+        others = [f for f in result["failures"] if f["rank"] != RELAY]
+        check(not others, f"members other than the straggler were failed: {result['failures']}\n" + logs(job))
+        mine = [f for f in result["failures"] if f["rank"] == RELAY]
+        check(len(mine) == 1 and mine[0]["cause"] == "stalled",
+              f"the slow relay was not demoted once (failed as stalled): {result['failures']}\n" + logs(job))
+        # Three slow versions (2-4) decide it; it is failed between versions, in the next one's report.
+        check(mine[0]["version"] <= 6, f"demoted only in version {mine[0]['version']}\n" + logs(job))
+        check(result["survivors_exact"] == RECEIVERS,
+              f"exact {result['survivors_exact']}/{RECEIVERS}: divergent {result['divergent_survivors']}, "
+              f"stale {result['stale_survivors']}, failed {result['failed_survivors']}\n" + logs(job))
+        secs = {int(k): v for k, v in result["refit_seconds"].items()}
+        before = sorted(secs[v] for v in range(2, mine[0]["version"]) if v in secs)
+        after = sorted(secs[v] for v in range(mine[0]["version"] + 1, args.steps + 2) if v in secs)
+        check(len(before) >= 2 and len(after) >= 3, f"refits before {before}, after {after}")
+        slow, fast = before[len(before) // 2], after[len(after) // 2]
+        # Through a 10 Mbit/s relay a delta of this model takes ~0.7 s, ~0.1 s without it: the margin
+        # is 2x below that 7x.
+        check(fast * 3 < slow, f"refits after the demotion ({after}) are not 3x faster than before ({before})\n"
+              + logs(job))
+        return (f"rank {RELAY} at 1/20 of the others' egress (10 of 200 Mbit/s) from the first delta on, under "
+                f"the laggard rule's patience: demoted (failed as stalled) in version {mine[0]['version']}, "
+                f"rejoined as a leaf; refit median {slow:.2f} s before, {fast:.2f} s after; "
+                f"{args.steps + 1} versions committed, {RECEIVERS} receivers bit-exact")
+    finally:
+        job.close()
+
+
 def bootstrap(deltacast: str, work: Path, tag: str) -> str:
     args = settings(deltacast, steps=1)
     args.params = "30M"
@@ -177,7 +225,7 @@ def bootstrap(deltacast: str, work: Path, tag: str) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("deltacast")
-    p.add_argument("case", choices=["partition", "straggler", "bootstrap"])
+    p.add_argument("case", choices=["partition", "straggler", "slow_relay", "bootstrap"])
     p.add_argument("--keep", action="store_true")
     a = p.parse_args()
     if not dcnetns.netns_permitted():
@@ -188,7 +236,7 @@ def main() -> int:
     started = time.monotonic()
     passed = False
     try:
-        run = {"partition": partition, "straggler": straggler, "bootstrap": bootstrap}[a.case]
+        run = {"partition": partition, "straggler": straggler, "slow_relay": slow_relay, "bootstrap": bootstrap}[a.case]
         text = run(a.deltacast, work, f"{os.getpid()}t")
         print("ok: " + text)
         passed = True
