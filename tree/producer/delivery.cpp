@@ -254,6 +254,7 @@ void Producer::Impl::fail_laggards(InFlight& f) {
   // after version until one member was left (bench/recovery/netfault.py, docs/reliability.md).
   const std::set<uint32_t> late_set(late.begin(), late.end());
   std::set<uint32_t> slow_parents;
+  const auto fleet = pace(f);
   for (uint32_t rank : late)
     for (int t = 0; t < membership->trees(); ++t) {
       const auto parent = membership->parent(rank, t);
@@ -263,7 +264,7 @@ void Producer::Impl::fail_laggards(InFlight& f) {
         slow_parents.insert(*parent);
       // Or the parent verified late itself, against the fleet's pace (slow_relays' test): its own
       // ACK queued behind what it forwards. One child that got its data first is not late then.
-      if (const auto fleet = pace(f); fleet && f.verified_at.count(*parent) &&
+      if (fleet && f.verified_at.count(*parent) &&
           std::chrono::duration<double, std::milli>(f.verified_at.at(*parent) - f.sealed_at).count() > fleet->late)
         slow_parents.insert(*parent);
     }
@@ -310,7 +311,8 @@ std::vector<std::pair<uint32_t, std::string>> Producer::Impl::slow_relays(const 
   using Ms = std::chrono::duration<double, std::milli>;
   std::map<uint32_t, double> after;
   for (const auto& [rank, at] : f.verified_at) after[rank] = std::max(0.0, Ms(at - f.sealed_at).count());
-  const auto [quick, bar] = *pace(f);
+  const Pace fleet = *pace(f);
+  const double quick = fleet.quick, bar = fleet.late;  // (not a structured binding: the lambda captures it)
   const auto late = [&](uint32_t rank) {
     const auto it = after.find(rank);
     return it == after.end() || it->second > bar;  // not verified at all: later still
