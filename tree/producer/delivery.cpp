@@ -89,7 +89,6 @@ void Producer::Impl::deliver(int tree, const Outgoing& out) {
       root->post(out.message);
     else
       root->post_pair(out.message, out.body);
-    if (in_flight) in_flight->tree_bytes[tree] += (out.message ? out.message->size() : 0) + out.body.size();
     return;
   }
 }
@@ -230,7 +229,7 @@ void Producer::Impl::fail_laggards(InFlight& f) {
         const auto it = f.verified_at.find(*parent);
         if (it == f.verified_at.end())
           parents_have_it = false;
-        else if (const auto root = membership->root(t); root && f.verified_at.count(*root) && f.tree_bytes[t] > 0)
+        else if (const auto root = membership->root(t); root && f.verified_at.count(*root))
           // Its parent forwards the tree's bytes to each of its children at about the pace its
           // root took them from the producer: a bootstrap of 57 MiB through a root with two
           // children on 100 Mbit/s links reaches them 4.8 s after the root has it, past the

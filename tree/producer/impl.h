@@ -220,9 +220,6 @@ struct Producer::Impl {
     // (tree, root rank) -> when the producer's link to that root was first seen with nothing in
     // flight: a root has the version from then on, not from the posting of its last piece.
     std::map<std::pair<int, uint32_t>, Clock::time_point> root_drained_at;
-    // tree -> the bytes posted to its root in this attempt (deliver()): with the root's own
-    // verification time, what a relay needs to forward the version to its children.
-    std::map<int, uint64_t> tree_bytes;
     Clock::time_point sealed_at;
     uint64_t epoch_seen = 0;
     Clock::time_point epoch_changed_at;

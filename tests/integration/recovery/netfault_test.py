@@ -127,17 +127,21 @@ def partition(deltacast: str, work: Path, tag: str) -> str:
         job.close()
 
 
-def straggler(deltacast: str, work: Path, tag: str) -> str:
-    args = settings(deltacast, steps=6)
-    args.params = "8M"
+def slow_relay_job(deltacast: str, work: Path, tag: str, steps: int, params: str, rates: dict) -> tuple:
+    """A binary tree at RATE; once the bootstrap committed, the egress rates in `rates` (rank ->
+    tbf rate). Checks what every straggler case expects (no hang, every version committed, only
+    RELAY failed, once, as stalled, every receiver bit-exact) and returns (args, result, RELAY's
+    failure record)."""
+    args = settings(deltacast, steps=steps)
+    args.params = params
     plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer"}
     job = dcnetns.Job(args, plan, work, {k: RATE for k in range(RECEIVERS + 1)}, set(), tag)
     try:
         job.tail_release.set()
         job.start()
         check(job.fleet.wait_line(r"^full checkpoint \(version 1\)", 120 * SCALE), "no bootstrap:\n" + logs(job))
-        for k in range(RECEIVERS + 1):
-            job.net.shape(k, "1mbit" if k == RELAY else "20mbit")
+        for k, rate in rates.items():
+            job.net.shape(k, rate)
         result = job.finish({}, set())
         check(not result["hang"], f"a hang: {result['hang_what']} (exit codes {result['exit_codes']})\n" + logs(job))
         check(result["producer_ok"], f"the producer did not end ok: exit codes {result['exit_codes']}\n" + logs(job))
@@ -152,55 +156,38 @@ def straggler(deltacast: str, work: Path, tag: str) -> str:
         check(result["survivors_exact"] == RECEIVERS,
               f"exact {result['survivors_exact']}/{RECEIVERS}: divergent {result['divergent_survivors']}, "
               f"stale {result['stale_survivors']}, failed {result['failed_survivors']}\n" + logs(job))
-        after = [v for k, v in result["refit_seconds"].items() if int(k) > mine[0]["version"]]
-        return (f"rank {RELAY} at 1/20 of the others' egress (1 of 20 Mbit/s) from the first delta on: failed "
-                f"(stalled) in version {mine[0]['version']} in its children's place, rejoined as a leaf; "
-                f"{args.steps + 1} versions committed, {RECEIVERS} receivers bit-exact; refits after it "
-                f"{', '.join(f'{x:.2f}' for x in after)} s")
+        return args, result, mine[0], logs(job)
     finally:
         job.close()
+
+
+def straggler(deltacast: str, work: Path, tag: str) -> str:
+    rates = {k: "1mbit" if k == RELAY else "20mbit" for k in range(RECEIVERS + 1)}
+    args, result, mine, _ = slow_relay_job(deltacast, work, tag, steps=6, params="8M", rates=rates)
+    after = [v for k, v in result["refit_seconds"].items() if int(k) > mine["version"]]
+    return (f"rank {RELAY} at 1/20 of the others' egress (1 of 20 Mbit/s) from the first delta on: failed "
+            f"(stalled) in version {mine['version']} in its children's place, rejoined as a leaf; "
+            f"{args.steps + 1} versions committed, {RECEIVERS} receivers bit-exact; refits after it "
+            f"{', '.join(f'{x:.2f}' for x in after)} s")
 
 
 def slow_relay(deltacast: str, work: Path, tag: str) -> str:
-    args = settings(deltacast, steps=10)
-    args.params = "10M"
-    plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer"}
-    job = dcnetns.Job(args, plan, work, {k: RATE for k in range(RECEIVERS + 1)}, set(), tag)
-    try:
-        job.tail_release.set()
-        job.start()
-        check(job.fleet.wait_line(r"^full checkpoint \(version 1\)", 120 * SCALE), "no bootstrap:\n" + logs(job))
-        job.net.shape(RELAY, "10mbit")  # 1/20 of the others' egress, from the first delta on
-        result = job.finish({}, set())
-        check(not result["hang"], f"a hang: {result['hang_what']} (exit codes {result['exit_codes']})\n" + logs(job))
-        check(result["producer_ok"], f"the producer did not end ok: exit codes {result['exit_codes']}\n" + logs(job))
-        check(result["versions_committed"] == args.steps + 1,
-              f"{result['versions_committed']} of {args.steps + 1} versions committed\n" + logs(job))
-        others = [f for f in result["failures"] if f["rank"] != RELAY]
-        check(not others, f"members other than the straggler were failed: {result['failures']}\n" + logs(job))
-        mine = [f for f in result["failures"] if f["rank"] == RELAY]
-        check(len(mine) == 1 and mine[0]["cause"] == "stalled",
-              f"the slow relay was not demoted once (failed as stalled): {result['failures']}\n" + logs(job))
-        # Three slow versions (2-4) decide it; it is failed between versions, in the next one's report.
-        check(mine[0]["version"] <= 6, f"demoted only in version {mine[0]['version']}\n" + logs(job))
-        check(result["survivors_exact"] == RECEIVERS,
-              f"exact {result['survivors_exact']}/{RECEIVERS}: divergent {result['divergent_survivors']}, "
-              f"stale {result['stale_survivors']}, failed {result['failed_survivors']}\n" + logs(job))
-        secs = {int(k): v for k, v in result["refit_seconds"].items()}
-        before = sorted(secs[v] for v in range(2, mine[0]["version"]) if v in secs)
-        after = sorted(secs[v] for v in range(mine[0]["version"] + 1, args.steps + 2) if v in secs)
-        check(len(before) >= 2 and len(after) >= 3, f"refits before {before}, after {after}")
-        slow, fast = before[len(before) // 2], after[len(after) // 2]
-        # Through a 10 Mbit/s relay a delta of this model takes ~0.7 s, ~0.1 s without it: the margin
-        # is 2x below that 7x.
-        check(fast * 3 < slow, f"refits after the demotion ({after}) are not 3x faster than before ({before})\n"
-              + logs(job))
-        return (f"rank {RELAY} at 1/20 of the others' egress (10 of 200 Mbit/s) from the first delta on, under "
-                f"the laggard rule's patience: demoted (failed as stalled) in version {mine[0]['version']}, "
-                f"rejoined as a leaf; refit median {slow:.2f} s before, {fast:.2f} s after; "
-                f"{args.steps + 1} versions committed, {RECEIVERS} receivers bit-exact")
-    finally:
-        job.close()
+    # 1/20 of the others' egress (10 of 200 Mbit/s), from the first delta on.
+    args, result, mine, tail = slow_relay_job(deltacast, work, tag, steps=10, params="10M", rates={RELAY: "10mbit"})
+    # Three slow versions (2-4) decide it; it is failed between versions, in the next one's report.
+    check(mine["version"] <= 6, f"demoted only in version {mine['version']}\n" + tail)
+    secs = {int(k): v for k, v in result["refit_seconds"].items()}
+    before = sorted(secs[v] for v in range(2, mine["version"]) if v in secs)
+    after = sorted(secs[v] for v in range(mine["version"] + 1, args.steps + 2) if v in secs)
+    check(len(before) >= 2 and len(after) >= 3, f"refits before {before}, after {after}")
+    slow, fast = before[len(before) // 2], after[len(after) // 2]
+    # Through a 10 Mbit/s relay a delta of this model takes ~0.7 s, ~0.1 s without it: the margin
+    # is 2x below that 7x.
+    check(fast * 3 < slow, f"refits after the demotion ({after}) are not 3x faster than before ({before})\n" + tail)
+    return (f"rank {RELAY} at 1/20 of the others' egress (10 of 200 Mbit/s) from the first delta on, under "
+            f"the laggard rule's patience: demoted (failed as stalled) in version {mine['version']}, "
+            f"rejoined as a leaf; refit median {slow:.2f} s before, {fast:.2f} s after; "
+            f"{args.steps + 1} versions committed, {RECEIVERS} receivers bit-exact")
 
 
 def bootstrap(deltacast: str, work: Path, tag: str) -> str:
