@@ -2,6 +2,7 @@
 // re-sending what a lost root dropped, and driving the attempt's VersionRound (the joint commit)
 // to its end while events are handled.
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -187,7 +188,8 @@ void Producer::Impl::execute(const VersionRound::Actions& actions) {
 namespace {
 constexpr double kSlowRelayFactor = 4;
 constexpr double kSlowRelayFloorMs = 200;
-constexpr int kSlowRelayVersions = 3;
+constexpr int kSlowRelayVersions = 3;  // slow on this many of the last kSlowRelayWindow committed versions
+constexpr int kSlowRelayWindow = 5;
 }  // namespace
 
 void Producer::Impl::fail_laggards(InFlight& f) {
@@ -299,11 +301,7 @@ std::optional<Producer::Impl::Pace> Producer::Impl::pace(const InFlight& f) cons
 
 std::vector<std::pair<uint32_t, std::string>> Producer::Impl::slow_relays(const InFlight& f) {
   std::vector<std::pair<uint32_t, std::string>> out;
-  std::map<uint32_t, int> streak;
-  if (!membership || f.verified_at.size() < 4) {
-    slow_streak.clear();
-    return out;
-  }
+  if (!membership || f.verified_at.size() < 4) return out;  // no pace: this version says nothing
   // Each member's verification after the sealing, ms. A relay whose egress is slow verifies late
   // itself (its ACK queues behind what it forwards) and so do its children; a slow receiver alone
   // is late with no late children, and demoting it would not help.
@@ -316,6 +314,11 @@ std::vector<std::pair<uint32_t, std::string>> Producer::Impl::slow_relays(const 
     const auto it = after.find(rank);
     return it == after.end() || it->second > bar;  // not verified at all: later still
   };
+  // One bit per committed version, the newest lowest; a relay whose window empties is forgotten.
+  constexpr uint32_t window = (1u << kSlowRelayWindow) - 1;
+  std::map<uint32_t, uint32_t> windows;
+  for (const auto& [relay, bits] : slow_history)
+    if (membership->live(relay) && ((bits << 1) & window)) windows[relay] = (bits << 1) & window;
   for (const auto& [relay, ms] : after) {
     if (!membership->live(relay)) continue;
     // Its children in a tree all late: two or more of them (its egress: it may have verified on
@@ -329,19 +332,21 @@ std::vector<std::pair<uint32_t, std::string>> Producer::Impl::slow_relays(const 
       if (parent && *parent != kProducerRank && late(*parent)) parent_on_time = false;
     }
     if (!relays_late || !parent_on_time) continue;  // the top of a late subtree only
-    const int n = slow_streak[relay] + 1;
-    if (n < kSlowRelayVersions) {
-      streak[relay] = n;
-      continue;
-    }
+    const uint32_t bits = windows[relay] |= 1u;
+    const int n = std::popcount(bits);
+    log->debug("producer: version {}: rank {} is a slow relay (its children late, over {:.0f} ms; {} of the last {} "
+               "versions)",
+               f.version, relay, bar, n, kSlowRelayWindow);
+    if (n < kSlowRelayVersions) continue;
+    windows.erase(relay);
     char why[256];
     std::snprintf(why, sizeof why,
-                  "a straggler: on %d versions in a row every child of it in a tree verified late (over %.0f ms "
-                  "after the sealing, the fleet's first quartile %.0f ms; it %.0f ms); it rejoins as a leaf",
-                  n, bar, quick, ms);
+                  "a straggler: on %d of the last %d versions every child of it in a tree verified late (over %.0f "
+                  "ms after the sealing, the fleet's first quartile %.0f ms; it %.0f ms); it rejoins as a leaf",
+                  n, kSlowRelayWindow, bar, quick, ms);
     out.emplace_back(relay, why);
   }
-  slow_streak.swap(streak);
+  slow_history.swap(windows);
   return out;
 }
 

@@ -329,9 +329,10 @@ struct Producer::Impl {
   // Straggler relays, after a committed version (docs/protocol.md, "Detection"): a relay whose
   // children in some tree all verified late against the fleet's pace (pace(): two or more
   // children, or one when the relay is late too), while its parents were on time (the top of a
-  // late subtree), on kSlowRelayVersions consecutive committed versions. Returns those to fail
-  // (they rejoin as leaves, where their egress holds nobody back), each with the reason; keeps
-  // the streaks in slow_streak.
+  // late subtree), on kSlowRelayVersions of the last kSlowRelayWindow committed versions (one
+  // quick version, from noise or a token bucket's burst, does not reset it). Returns those to
+  // fail (they rejoin as leaves, where their egress holds nobody back), each with the reason;
+  // keeps each relay's window in slow_history (bit 0: the newest version).
   std::vector<std::pair<uint32_t, std::string>> slow_relays(const InFlight& f);
   // The fleet's pace in an attempt, from the members' verifications after the sealing (ms): the
   // first quartile, and the time above which a member is late against it, max(kSlowRelayFactor x
@@ -340,7 +341,7 @@ struct Producer::Impl {
     double quick = 0, late = 0;
   };
   std::optional<Pace> pace(const InFlight& f) const;
-  std::map<uint32_t, int> slow_streak;
+  std::map<uint32_t, uint32_t> slow_history;
 
   // ---- refit.cpp ----
   // The layout of a refit: null when `wanted` is absent or equal to the committed one. Throws

@@ -174,8 +174,9 @@ def straggler(deltacast: str, work: Path, tag: str) -> str:
 def slow_relay(deltacast: str, work: Path, tag: str) -> str:
     # 1/20 of the others' egress (10 of 200 Mbit/s), from the first delta on.
     args, result, mine, tail = slow_relay_job(deltacast, work, tag, steps=10, params="10M", rates={RELAY: "10mbit"})
-    # Three slow versions (2-4) decide it; it is failed between versions, in the next one's report.
-    check(mine["version"] <= 6, f"demoted only in version {mine['version']}\n" + tail)
+    # Three slow versions (2-4) decide it; it is failed between versions, in the next one's report
+    # (5). A loaded machine may make one or two of them quick (3 of the last 5 count): 7 at most.
+    check(mine["version"] <= 7, f"demoted only in version {mine['version']}\n" + tail)
     secs = {int(k): v for k, v in result["refit_seconds"].items()}
     before = sorted(secs[v] for v in range(2, mine["version"]) if v in secs)
     after = sorted(secs[v] for v in range(mine["version"] + 1, args.steps + 2) if v in secs)
