@@ -334,9 +334,10 @@ std::vector<std::pair<uint32_t, std::string>> Producer::Impl::slow_relays(const 
     if (!relays_late || !parent_on_time) continue;  // the top of a late subtree only
     const uint32_t bits = windows[relay] |= 1u;
     const int n = std::popcount(bits);
-    log->debug("producer: version {}: rank {} is a slow relay (its children late, over {:.0f} ms; {} of the last {} "
-               "versions)",
-               f.version, relay, bar, n, kSlowRelayWindow);
+    log->debug(
+        "producer: version {}: rank {} is a slow relay (its children late, over {:.0f} ms; {} of the last {} "
+        "versions)",
+        f.version, relay, bar, n, kSlowRelayWindow);
     if (n < kSlowRelayVersions) continue;
     windows.erase(relay);
     char why[256];
