@@ -105,6 +105,11 @@ struct ProducerOptions {
   // version yet, and a NACK may still abort it: a producer lost then resumes at it all the same,
   // and every member catches up to it). Optional.
   std::function<void(uint64_t version, uint64_t digest)> before_commit;
+  // Called on the driving thread in finish(), right before BYE goes out to the members (the one
+  // producer's, a group's coordinator's; not a part rank's): the moment to persist "the members
+  // were told to leave", so that a producer lost after it is not resumed to wait for them.
+  // Optional.
+  std::function<void()> before_bye;
   // Delegated commit (config `commit: delegated`; docs/protocol.md "Delegated commit"): a member
   // next to the receivers (tree 0's root) takes each version's commit decision, so that a refit
   // across a WAN costs one round trip, not three. before_commit then runs when the version's last

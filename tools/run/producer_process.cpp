@@ -92,6 +92,7 @@ class ProducerRun {
 
   void run() {
     if (!open_source()) return;
+    if (resumed_ && resumed_->ended) return ended_already();
     transport_ = transport::make_transport(c_.transport, tree::producer_transport_options(c_));
     const tree::ProducerOptions options = producer_options();
     // The producer keeps a reference to its manifest: a copy of its own, as the source may be
@@ -118,6 +119,7 @@ class ProducerRun {
       ok = refit_step(step);
     }
     producer_->finish();
+    if (rank_ > 0) ended();  // the coordinator's BYE reached this rank (rank 0: before_bye)
     close_store();
     write_report(ok, started);
     if (!ok) throw Error(Errc::verify_failed, "not every version was verified and committed by every live receiver");
@@ -174,6 +176,7 @@ class ProducerRun {
     // The state file is written when a version is decided, before its COMMIT goes out (a group's
     // part rank: once the coordinator said it committed, part_committed()).
     if (rank_ == 0) options.before_commit = [this](uint64_t version, uint64_t digest) { decided(version, digest); };
+    if (rank_ == 0) options.before_bye = [this] { ended(); };
     return options;
   }
 
@@ -231,6 +234,41 @@ class ProducerRun {
       std::fflush(stdout);
       std::raise(fault_->signal);
     }
+  }
+
+  // BYE goes out (rank 0), or went out (a part rank): the state file says the receivers left, so
+  // that a producer lost from here on is not resumed to wait timeouts.join for them. Nothing to
+  // write before a version committed (the file would name version 0).
+  void ended() {
+    if (state_.version == 0) return;
+    state_.ended = true;
+    try {
+      write_state(state_file_, state_);
+    } catch (const Error& e) {
+      logger("run")->error("producer state not marked ended at version {}: {}", state_.version, e.what());
+    }
+  }
+
+  // --resume of a state whose BYE went out: the receivers left, there is nobody to send to. A job
+  // that ran its trainer.steps (or followed a trainer until it was stopped: steps 0) reports the
+  // version it ended at, with the trainer's bits re-checked against it (open_source), and exits 0;
+  // one that ended before its last step cannot be continued: Error(state).
+  void ended_already() {
+    const uint64_t version = resumed_->version, step = resumed_->trainer_step;
+    if (c_.trainer.steps != 0 && step < static_cast<uint64_t>(c_.trainer.steps))
+      throw Error(Errc::state, "--resume: the run in " + state_file_ + " ended at version " + std::to_string(version) +
+                                   " (trainer step " + std::to_string(step) + " of " +
+                                   std::to_string(c_.trainer.steps) +
+                                   "): BYE went out and the receivers left; nothing can continue it (start a new run)");
+    std::printf("%s: the run in %s had ended at version %llu (step %llu): BYE went out and the receivers left; "
+                "nothing to resume\n",
+                who_.c_str(), state_file_.c_str(), static_cast<unsigned long long>(version),
+                static_cast<unsigned long long>(step));
+    std::fflush(stdout);
+    full_.version = 1;
+    full_.committed = true;
+    full_.refit_seconds = resumed_->full_seconds;
+    write_report(true, tree::StartReport{});
   }
 
   // The group stepped back to the state's previous version in start() (tree::ProducerResume::
@@ -407,7 +445,7 @@ class ProducerRun {
                              {"max_rss_anon_bytes", max_rss_anon_},
                              {"peak_rss_bytes", peak_rss_bytes()},
                              {"trainer_bytes", source_->trainer_bytes()},
-                             {"part_bytes", producer_->part_bytes()},
+                             {"part_bytes", producer_ ? producer_->part_bytes() : 0},
                              {"chunk_bytes", c_.chunk_bytes},
                              {"full", full_json},
                              {"steps", steps_}};  // only the steps this process ran
@@ -419,14 +457,16 @@ class ProducerRun {
                            {"live", started.count(Role::live)},
                            {"catching_up", started.count(Role::catching_up)},
                            {"refused", started.count(Role::refused)}};
+      if (!producer_) report["resumed"]["ended"] = true;  // ended_already(): nothing was started
     }
-    report["version"] = producer_->version();
+    const uint64_t version = producer_ ? producer_->version() : state_.version;
+    report["version"] = version;
     if (uplink_) report["store"] = store_json_;
     // The committed version's combined StateDigest (a group's: the sum of its ranks' parts, each
     // taken from that rank's own memory), and the SHA-256 of the bits when this process holds them
     // all (a group's synthetic rank holds its part only).
-    const auto history = producer_->history();
-    if (const auto known = history.find(producer_->version()); known != history.end())
+    const auto history = producer_ ? producer_->history() : state_.history;
+    if (const auto known = history.find(version); known != history.end())
       report["digest"] = hex64(known->second);
     if (source_->whole()) report["sha256"] = weights_sha256(source_->weights());
     if (c_.producers > 1) report["producer_rank"] = rank_;

@@ -63,7 +63,8 @@ nlohmann::json state_json(const ProducerState& s) {
                         {"dir", s.dir},
                         {"checkpoint", s.checkpoint},
                         {"history", history},
-                        {"full_seconds", s.full_seconds}};
+                        {"full_seconds", s.full_seconds},
+                        {"ended", s.ended}};
   if (s.previous.version != 0)
     out["previous"] = {{"version", s.previous.version},
                        {"digest", hex64(s.previous.digest)},
@@ -122,6 +123,7 @@ ProducerState read_state(const std::string& path) {
     s.dir = j.value("dir", std::string());
     s.checkpoint = j.value("checkpoint", std::string());
     s.full_seconds = j.value("full_seconds", 0.0);
+    s.ended = j.value("ended", false);
     for (const auto& h : j.at("history")) {
       const uint64_t version = h.at("version").get<uint64_t>();
       s.history[version] = parse_hex(h.at("digest"), "the digest of version " + std::to_string(version));

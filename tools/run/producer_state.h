@@ -23,6 +23,9 @@ struct ProducerState {
   std::string checkpoint;                // watch: the checkpoint (name in dir) of `version`
   std::map<uint64_t, uint64_t> history;  // the committed versions' digests the producer remembers
   double full_seconds = 0;               // the bootstrap's time: the reference of the speedup column
+  // BYE went out at `version`: the receivers were told to leave (the job finished, or was stopped,
+  // or failed). A resume of such a state has nobody to send to: it says so and does nothing.
+  bool ended = false;
   // The committed version before `version` (version 0: none): what a producer group's coordinator
   // steps back to when it was lost after deciding `version`, before any rank or receiver heard so
   // (tree::ProducerResume::previous).

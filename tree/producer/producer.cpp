@@ -246,6 +246,7 @@ void Producer::finish() {
   d.wait_for_catch_ups();
   for (auto& root : d.roots)
     if (root) root->flush(kRootSettleTimeout);
+  if (d.options.before_bye) d.options.before_bye();
   d.broadcast(Bye{}, true);
   if (d.coordinator()) d.tell_ranks(Bye{});
   drive.unlock();

@@ -10,7 +10,14 @@
 #      (step 2) with all 3 receivers holding it, run steps 3..6 only, exit 0, and every receiver's
 #      SHA-256 must equal the producer's report.
 #   3. --resume fails with a clear error, before listening, for a state file whose digest is wrong,
-#      a corrupt or missing one, one written under another config, and on a receiver.
+#      a corrupt or missing one, one written under another config, one that ended (BYE) before its
+#      last step, and on a receiver.
+#   4. --resume of the finished run (its state says BYE went out: "ended") says so and exits 0 at
+#      once, its report naming the same version and SHA-256, instead of waiting timeouts.join for
+#      receivers that left (chaos seed 31 trial 212).
+#   5. A producer killed after deciding the last version, before its COMMIT and BYE
+#      (--fault kill@7:commit): the receivers wait; the resumed producer commits version 7 with
+#      them, says BYE, and every receiver ends bit-exact.
 # The freeze makes the moment of the kill exact: a kill from outside at "step 2:" could land after
 # version 4 committed (resuming there) or after the run ended.
 set -euo pipefail
@@ -109,7 +116,7 @@ assert [s["step"] for s in report["steps"]] == [3, 4, 5, 6], [s["step"] for s in
 assert all(s["committed"] and s["verified_receivers"] == 3 for s in report["steps"]), report["steps"]
 assert report["version"] == 7, report["version"]
 assert report["resumed"]["version"] == 3 and report["resumed"]["live"] == 3, report["resumed"]
-assert state["version"] == 7 and state["trainer_step"] == 6, state
+assert state["version"] == 7 and state["trainer_step"] == 6 and state["ended"] is True, state
 for path in sys.argv[3:]:
     summary = json.load(open(path))
     assert summary["version"] == 7, (path, summary)
@@ -155,10 +162,82 @@ expect_failure "a truncated file" "is corrupt"
 cp state-v3.json bad/producer-state.json
 expect_failure "another seed" "was written by a run with another config (trainer.seed 7 there, 8 here)" \
   --set trainer.seed=8
+python3 - state-v3.json bad/producer-state.json <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+s["ended"] = True
+json.dump(s, open(sys.argv[2], "w"))
+PY
+expect_failure "a run that ended at step 2 of 6" \
+  "ended at version 3 (trainer step 2 of 6): BYE went out and the receivers left; nothing can continue it"
 status=0
 timeout 20 "$DC" run --resume --config cluster.yaml --rank 2 --size 4 >bad.out 2>bad.err || status=$?
 [ "$status" != 0 ] && [ "$status" != 124 ] || fail "--resume on a receiver did not fail (status $status)"
 grep -qF -- "--resume applies to a producer (rank 0" bad.err || fail "--resume on a receiver: $(cat bad.err)"
 echo "ok: --resume on a receiver fails: $(tail -n 1 bad.err) (at ${SECONDS} s)"
+
+# --- 4. --resume of the finished run -------------------------------------------------------------
+cp "$STATE" state-ended.json
+start=$SECONDS
+status=0
+timeout 30 "$DC" run --resume --config cluster.yaml --rank 0 --size 4 --report report-again.json \
+  >again.out 2>again.err || status=$?
+[ "$status" = 0 ] || fail "--resume of the finished run exited with $status: $(tail -n 3 again.err)"
+[ $((SECONDS - start)) -lt 20 ] || fail "--resume of the finished run took $((SECONDS - start)) s (it waited)"
+want="producer: the run in $STATE had ended at version 7 (step 6): BYE went out and the receivers left"
+grep -qF "$want" again.out || fail "--resume of the finished run did not say: $want"
+cmp -s state-ended.json "$STATE" || fail "--resume of the finished run changed the state file"
+python3 - report-again.json report.json <<'PY' || fail "the finished run's resumed report is not as expected"
+import json, sys
+again, first = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert again["ok"] is True and again["steps"] == [], again
+assert again["version"] == 7 and again["resumed"]["ended"] is True, again
+assert again["sha256"] == first["sha256"] and again["digest"] == first["digest"], (again, first)
+PY
+echo "ok: --resume of the finished run exits 0 in $((SECONDS - start)) s saying it ended (at ${SECONDS} s)"
+
+# --- 5. killed after deciding the last version, before BYE ---------------------------------------
+for r in 1 2 3; do
+  "$DC" run --config cluster.yaml --rank "$r" --size 4 --set "output.dir=$WORK/out5" --summary "rank5-$r.json" \
+    >"rank5-$r.out" 2>"rank5-$r.log" &
+  RECEIVER[$r]=$!
+  PIDS+=("$!")
+done
+"$DC" run --config cluster.yaml --rank 0 --size 4 --set "output.dir=$WORK/out5" --fault kill@7:commit \
+  >producer-5.out 2>producer-5.log &
+P5=$!
+PIDS+=("$P5")
+status=0
+wait_exit "$P5" 60 || status=$?
+[ "$status" = 137 ] || fail "the producer with --fault kill@7:commit exited with $status (not killed)"
+python3 - "$WORK/out5/producer-state.json" <<'PY' || fail "the state after deciding version 7 is not as expected"
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["version"] == 7 and s["trainer_step"] == 6 and s["ended"] is False, s
+PY
+for r in 1 2 3; do kill -0 "${RECEIVER[$r]}" 2>/dev/null || fail "rank $r exited before BYE"; done
+"$DC" run --resume --config cluster.yaml --rank 0 --size 4 --set "output.dir=$WORK/out5" --report report-5.json \
+  >producer-5b.out 2>producer-5b.log &
+P5=$!
+PIDS+=("$P5")
+status=0
+wait_exit "$P5" 45 || status=$?
+[ "$status" = 0 ] || fail "the producer resumed after deciding the last version exited with $status"
+for r in 1 2 3; do
+  status=0
+  wait_exit "${RECEIVER[$r]}" 15 || status=$?
+  [ "$status" = 0 ] || fail "rank $r (after the last version's resume) exited with $status"
+done
+python3 - report-5.json "$WORK/out5/producer-state.json" rank5-1.json rank5-2.json rank5-3.json <<'PY' \
+  || fail "the last version's resume: the results are not as expected"
+import json, sys
+report, state = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert report["ok"] is True and report["version"] == 7 and report["steps"] == [], report
+assert state["version"] == 7 and state["ended"] is True, state
+for path in sys.argv[3:]:
+    summary = json.load(open(path))
+    assert summary["version"] == 7 and summary["sha256"] == report["sha256"], (path, summary)
+PY
+echo "ok: killed after deciding version 7 (the last), resumed: committed with every receiver, BYE, bit-exact (at ${SECONDS} s)"
 PASSED=1
 echo "ok: producer restart (at ${SECONDS} s)"
