@@ -260,10 +260,11 @@ class ProducerRun {
                                    " (trainer step " + std::to_string(step) + " of " +
                                    std::to_string(c_.trainer.steps) +
                                    "): BYE went out and the receivers left; nothing can continue it (start a new run)");
-    std::printf("%s: the run in %s had ended at version %llu (step %llu): BYE went out and the receivers left; "
-                "nothing to resume\n",
-                who_.c_str(), state_file_.c_str(), static_cast<unsigned long long>(version),
-                static_cast<unsigned long long>(step));
+    std::printf(
+        "%s: the run in %s had ended at version %llu (step %llu): BYE went out and the receivers left; "
+        "nothing to resume\n",
+        who_.c_str(), state_file_.c_str(), static_cast<unsigned long long>(version),
+        static_cast<unsigned long long>(step));
     std::fflush(stdout);
     full_.version = 1;
     full_.committed = true;
@@ -466,8 +467,7 @@ class ProducerRun {
     // taken from that rank's own memory), and the SHA-256 of the bits when this process holds them
     // all (a group's synthetic rank holds its part only).
     const auto history = producer_ ? producer_->history() : state_.history;
-    if (const auto known = history.find(version); known != history.end())
-      report["digest"] = hex64(known->second);
+    if (const auto known = history.find(version); known != history.end()) report["digest"] = hex64(known->second);
     if (source_->whole()) report["sha256"] = weights_sha256(source_->weights());
     if (c_.producers > 1) report["producer_rank"] = rank_;
     std::string path = !o_.report_path.empty() ? o_.report_path : c_.output.metrics_file;
