@@ -44,7 +44,8 @@ the failure this harness exists to find), stale (an older version), failed (a no
 summary; exit 1 after an aborted version is legitimate when the member ends exact); versions
 committed and aborted; detection from the fault (this harness's signal time or the victim's
 --fault line) to the producer's verdict (the report's FailedMember detected_at_unix); the
-faulted version's (refit - detection inside it) / the trial's median clean delta; a restarted
+faulted version's (refit - detection inside it: the union of each failed member's window from its
+fault, or the version's start, to its verdict) / the trial's median clean delta; a restarted
 victim's rejoin time (relaunch to the producer's 'back in the tree'); a killed producer's
 detection (the receivers' 'lost the producer', or the coordinator's 'rank 1 lost') and the time
 to the resumed producer's first commit. A trial is clean when nothing hung, the producer (every
@@ -132,6 +133,19 @@ def roles(topology: str, n: int) -> dict:
     for m in range(n):
         out[m + 1] = "root" if parents[m] == -1 else ("interior" if m in parents else "leaf")
     return out
+
+
+def union_seconds(windows: list) -> float:
+    """The length of the union of [begin, end] intervals (seconds)."""
+    total, reach = 0.0, None
+    for begin, end in sorted(windows):
+        if reach is None or begin > reach:
+            total += end - begin
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
 
 
 # --- the plan of one trial -----------------------------------------------------------------------
@@ -679,25 +693,32 @@ def run_trial(dc: str, plan: dict, hang_s: float, work: Path, peer_s: float, ref
             for e in ents:
                 if not e.get("failed_members"):
                     continue
-                # The detection inside this version: from the later of the fault and the version's
-                # start to the verdict (a freeze may begin before the version it is detected in).
+                # The detection inside this version: for each failed member, from the later of its
+                # fault and the version's start to its verdict (a freeze may begin before the
+                # version it is detected in); two faults at two moments (two, second_in_repair) are
+                # two detections one after the other: their union is the time spent detecting.
                 start = e.get("started_at_unix")
-                inside = []
+                windows = []
                 for mbr in e["failed_members"]:
                     at = fault_at.get(mbr["rank"])
                     if at is not None and mbr.get("detected_at_unix") is not None:
-                        inside.append(max(0.0, mbr["detected_at_unix"] - max(at, start or at)))
+                        begin = max(at, start or at)
+                        windows.append((begin, max(begin, mbr["detected_at_unix"])))
                 item = {"version": e["version"], "committed": e["committed"],
                         "failed": [{"rank": m["rank"], "cause": m["cause"],
-                                    "detection_bound_seconds": round(m["detection_seconds"], 3)}
+                                    "detection_bound_seconds": round(m["detection_seconds"], 3),
+                                    "fault_at_unix": fault_at.get(m["rank"]),
+                                    "detected_at_unix": m.get("detected_at_unix")}
                                    for m in e["failed_members"]],
                         "refit_seconds": round(e["refit_seconds"], 4),
-                        "detection_in_version_seconds": round(max(inside), 3) if inside else None,
+                        "detection_in_version_seconds": round(union_seconds(windows), 3) if windows else None,
                         "started_at_unix": start,
                         "repair_seconds": round(e.get("repair_seconds", 0.0), 4),
                         "resent_chunks": e.get("resent_chunks", 0)}
-                if e["version"] > 2 and clean_ref and inside and len(inside) == len(e["failed_members"]):
-                    item["overhead_ratio"] = round((e["refit_seconds"] - max(inside)) / clean_ref, 3)
+                if e["version"] > 2 and clean_ref and windows and len(windows) == len(e["failed_members"]):
+                    item["overhead_ratio"] = round((e["refit_seconds"] - union_seconds(windows)) / clean_ref, 3)
+                    # What the fault added beyond its detection and the version itself, seconds.
+                    item["excess_seconds"] = round(e["refit_seconds"] - union_seconds(windows) - clean_ref, 4)
                 result["faulted"].append(item)
             named = {m["rank"] for e in ents for m in e.get("failed_members", [])}
             late = {v["rank"] for v in result["victims"] if v.get("after_last_commit")}
@@ -770,22 +791,32 @@ def summarize(results: list) -> str:
         return "-" if not xs else f"{fmt.format(statistics.median(xs))} / {fmt.format(pct(xs, 0.99))}"
 
     lines.append("Per transport and fault kind. ratio: a faulted version's refit minus the detection inside it "
-                 "(from the later of the fault and the version's start to the producer's verdict), over the "
+                 "(the union over its failed members of the window from the later of the fault and the "
+                 "version's start to the producer's verdict), over the "
                  "trial's median clean delta (versions after the first delta only); median / p99. Detection: from "
                  "the fault (harness signal or the victim's --fault line) to the verdict (FailedMember "
                  "detected_at_unix), median / p99, s. Producer kinds: detection = the receivers' 'lost the "
                  "producer' (or the coordinator's 'rank 1 lost'); back = from the kill to the first commit of the "
-                 "resumed group.")
+                 "resumed group. excess: the faulted version's refit minus the detection inside it minus the clean median, "
+                 "s (median / p99): what the repair itself cost.")
     lines.append("")
-    lines.append("| transport | kind | n | clean | ratio | ratio n | detection kill | detection freeze "
+    lines.append("| transport | kind | n | clean | ratio | ratio n | excess s | detection kill | detection freeze "
                  "| rejoin (restart) / back (producer) s |")
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+
+    def measured(rs: list, key: str) -> list:
+        return [f[key] for r in rs for f in r["faulted"] if f.get(key) is not None]
     for t in TRANSPORTS:
-        for k in KINDS:
-            rs = [r for r in results if r["transport"] == t and r.get("kind", "kill") == k]
+        for k in KINDS + ["all"]:
+            rs = [r for r in results if r["transport"] == t and (k == "all" or r.get("kind", "kill") == k)]
             if not rs:
                 continue
-            ratios = [f["overhead_ratio"] for r in rs for f in r["faulted"] if f.get("overhead_ratio") is not None]
+            if k == "all":
+                ratios, excess = measured(rs, "overhead_ratio"), measured(rs, "excess_seconds")
+                lines.append(f"| **{t}** | **all** | {len(rs)} | {sum(r['clean'] for r in rs)} | **{stat(ratios)}** "
+                             f"| {len(ratios)} | {stat(excess, '{:.3f}')} | | | |")
+                continue
+            ratios, excess = measured(rs, "overhead_ratio"), measured(rs, "excess_seconds")
             dk = [d for r in rs for d in detections(r, "SIGKILL")]
             ds = [d for r in rs for d in detections(r, "SIGSTOP")]
             if k in ("producer", "group_rank"):
@@ -796,7 +827,7 @@ def summarize(results: list) -> str:
             else:
                 extra = [v["rejoin_seconds"] for r in rs for v in r["victims"] if v.get("rejoin_seconds") is not None]
             lines.append(f"| {t} | {k} | {len(rs)} | {sum(r['clean'] for r in rs)} | {stat(ratios)} | {len(ratios)} "
-                         f"| {stat(dk, '{:.3f}')} | {stat(ds)} | {stat(extra)} |")
+                         f"| {stat(excess, '{:.3f}')} | {stat(dk, '{:.3f}')} | {stat(ds)} | {stat(extra)} |")
     lines.append("")
     lines.append("| by | trials | clean trials | survivors exact | hangs |")
     lines.append("| --- | --- | --- | --- | --- |")
