@@ -61,7 +61,38 @@ void pause_until(const ConnectRetry& o, milliseconds pause, Clock::time_point de
   }
 }
 
+// One attempt: on the calling thread, or (o.abandoned) on a thread of its own while `cancelled` is
+// polled; a cancelled attempt goes to o.abandoned and the call throws Error(cancelled).
+std::unique_ptr<transport::Connection> attempt_once(transport::Transport& transport, const transport::Url& url,
+                                                    milliseconds timeout, const ConnectRetry& o,
+                                                    const std::string& url_text) {
+  if (!o.abandoned || !o.cancelled) return transport.connect(url, timeout);
+  auto attempt = std::async(std::launch::async, [&transport, url, timeout] { return transport.connect(url, timeout); });
+  while (attempt.wait_for(milliseconds(10)) != std::future_status::ready) {
+    if (is_cancelled(o)) {
+      o.abandoned->add(std::move(attempt));
+      throw_cancelled(o, url_text);
+    }
+  }
+  return attempt.get();
+}
+
 }  // namespace
+
+void AbandonedAttempts::add(std::future<std::unique_ptr<transport::Connection>> attempt) {
+  std::lock_guard lock(mutex_);
+  std::erase_if(attempts_, [](const auto& a) { return a.wait_for(milliseconds(0)) == std::future_status::ready; });
+  attempts_.push_back(std::move(attempt));
+}
+
+void AbandonedAttempts::wait() {
+  std::vector<std::future<std::unique_ptr<transport::Connection>>> attempts;
+  {
+    std::lock_guard lock(mutex_);
+    attempts.swap(attempts_);
+  }
+  for (auto& a : attempts) a.wait();  // (their connections, or errors, go with them)
+}
 
 std::unique_ptr<transport::Connection> connect_with_retry(transport::Transport& transport, const transport::Url& url,
                                                           const ConnectRetry& o) {
@@ -80,7 +111,7 @@ std::unique_ptr<transport::Connection> connect_with_retry(transport::Transport& 
       attempt = std::max(attempt, milliseconds(1));
     }
     try {
-      auto connection = transport.connect(url, attempt);
+      auto connection = attempt_once(transport, url, attempt, o, url_text);
       if (failures > 0) {
         log->info("{}", prefixed(o.who, "reached " + o.what + " at " + url_text + " after " +
                                             seconds_text(rounded(since(start))) + " (" + std::to_string(failures + 1) +

@@ -1,6 +1,7 @@
 // connect_with_retry over the real tcp transport on 127.0.0.1: a producer that starts listening
 // late is reached, nobody listening fails after give_up_after naming the URL, the first warning is
-// logged at once and repeated every report_every, a wrong secret fails at once, cancel stops it.
+// logged at once and repeated every report_every, a wrong secret fails at once, cancel stops it,
+// also in the middle of a handshake with a silent (frozen) peer when attempts may be abandoned.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -8,6 +9,11 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
@@ -171,6 +177,54 @@ TEST(ConnectRetry, WarnsAtOnceAndStopsWhenCancelled) {
     EXPECT_EQ(e.code(), Errc::cancelled) << e.what();
     EXPECT_NE(std::string(e.what()).find(url.str()), std::string::npos) << e.what();
   }
+}
+
+// A frozen parent: the kernel completes the TCP handshake (the backlog), nobody ever answers the
+// transport's. A cancel during that attempt returns at once when attempts may be abandoned, and
+// the abandoned attempt ends on its own within attempt_timeout; without `abandoned` the call waits
+// for the attempt's timeout (what a member moved off a frozen parent used to wait).
+TEST(ConnectRetry, CancelAbandonsAHandshakeWithASilentPeer) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 16), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const auto url = transport::Url::parse("tcp://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  auto client = transport::make_transport("tcp", options_with_secret(""));
+  for (const bool abandon : {true, false}) {
+    AbandonedAttempts abandoned;
+    std::atomic<bool> stop{false};
+    ConnectRetry o = quick(30s);
+    o.attempt_timeout = 2s;
+    o.cancelled = [&] { return stop.load(); };
+    if (abandon) o.abandoned = &abandoned;
+    auto result = std::async(std::launch::async, [&] { return connect_with_retry(*client, url, o); });
+    std::this_thread::sleep_for(300ms);  // well inside the first attempt's handshake
+    ASSERT_NE(result.wait_for(0ms), std::future_status::ready) << "a silent peer's handshake succeeded";
+    const auto cancelled_at = Clock::now();
+    stop = true;
+    ASSERT_EQ(result.wait_for(5s), std::future_status::ready);
+    const auto took = Clock::now() - cancelled_at;
+    try {
+      result.get();
+      FAIL() << "connected to a silent peer";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::cancelled) << e.what();
+    }
+    if (abandon) {
+      EXPECT_LT(took, 300ms) << "the cancel waited for the handshake";
+      const auto waiting = Clock::now();
+      abandoned.wait();  // the attempt ends by its own timeout
+      EXPECT_LT(Clock::now() - waiting, 3s);
+    } else {
+      EXPECT_GT(took, 1s) << "without `abandoned` the attempt in progress is waited for";
+    }
+  }
+  ::close(fd);
 }
 
 TEST(ConnectRetry, WrongSecretFailsAtOnce) {
