@@ -1,7 +1,8 @@
 #pragma once
 // Connection and Transport handles for backends built around one shared engine object (ofi, ucx):
 // the engine owns every resource and does the work; a handle keeps the engine alive and forwards.
-// Engine provides post_send / post_recv / post_write (conn, ...), close_connection(conn, Status),
+// Engine provides post_send / post_recv / post_write (conn, ...), close_connection(conn, Status)
+// (orderly: may linger for the FIN), abort_connection(conn, Status) (at once),
 // listen, connect, register_memory, capabilities and options(); Conn derives from
 // EngineConnState (transport/engine_state.h).
 // Rules the handles add, so each engine need not repeat them:
@@ -45,6 +46,7 @@ class EngineConnection final : public Connection {
     return engine_->post_write(conn_, local, local_mr, remote);
   }
   void close() override { engine_->close_connection(conn_, Status{Errc::connection, "connection closed locally"}); }
+  void abort() override { engine_->abort_connection(conn_, Status{Errc::connection, "connection aborted locally"}); }
   std::string peer() const override { return conn_->peer_url; }
 
  private:

@@ -157,8 +157,16 @@ class Connection {
   // the default throws Errc::unsupported. Ordered with respect to later sends on this connection.
   virtual std::shared_ptr<Request> post_write(std::span<const std::byte> local, MemoryRegion* local_mr,
                                               const RemoteBuffer& remote);
-  // Closes the link; pending requests finish with Errc::connection. Idempotent.
+  // Closes the link; pending requests finish with Errc::connection. Idempotent. Orderly: what was
+  // sent still reaches a live peer ahead of the close, and a backend may wait for that (ofi, ucx:
+  // up to a linger of min(1 s, peer_timeout) on the caller's thread).
   virtual void close() = 0;
+  // Closes the link without waiting for anything sent to reach the peer: for a link given up on
+  // (its peer failed or froze, its sends will never finish). Pending requests finish with
+  // Errc::connection at once; the peer may lose messages it had not received. Idempotent. The
+  // default is close(), for backends whose close never waits on the caller's thread (tcp drains
+  // on its io thread, loopback).
+  virtual void abort() { close(); }
   // The peer's address in URL form, for logs ("tcp://127.0.0.1:40312").
   virtual std::string peer() const = 0;
 };

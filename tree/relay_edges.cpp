@@ -88,7 +88,7 @@ void RelayEdges::start(const Membership& membership) {
 
 void RelayEdges::update(const Membership& membership, const std::vector<Member>& joined,
                         const std::vector<TreeEdge>& moves, const std::vector<std::string>& producer_urls) {
-  std::vector<std::shared_ptr<OutboundLink>> dropped;
+  std::vector<std::pair<std::shared_ptr<OutboundLink>, bool>> dropped;  // (link, its peer left)
   {
     std::lock_guard lock(mutex_);
     if (!membership_) return;
@@ -112,13 +112,18 @@ void RelayEdges::update(const Membership& membership, const std::vector<Member>&
         slot.parent = *parent;
         slot.epoch = membership.epoch();
         ++slot.generation;
-        if (slot.connection) slot.connection->close();
+        // (A parent that left is not waited for: an orderly close to a frozen one lingers.)
+        const auto was = old.parent(options_.rank, t);
+        if (slot.connection && was && *was != kProducerRank && !membership.live(*was))
+          slot.connection->abort();
+        else if (slot.connection)
+          slot.connection->close();
       }
       auto& kids = children_[t];
       for (auto it = kids.begin(); it != kids.end();) {
         const uint32_t c = (*it)->peer_rank();
         if (!membership.live(c) || membership.parent(c, t) != options_.rank) {
-          dropped.push_back(*it);
+          dropped.emplace_back(*it, !membership.live(c));
           it = kids.erase(it);
         } else {
           ++it;
@@ -127,7 +132,7 @@ void RelayEdges::update(const Membership& membership, const std::vector<Member>&
     }
   }
   changed_.notify_all();
-  for (auto& link : dropped) link->cancel_all();
+  for (auto& [link, left] : dropped) link->cancel_all(left);
 }
 
 void RelayEdges::stop() {
@@ -142,6 +147,7 @@ void RelayEdges::stop() {
   changed_.notify_all();
   for (auto& reader : readers_)
     if (reader.joinable()) reader.join();
+  abandoned_.wait();
   if (acceptor_.joinable()) acceptor_.join();
   servers_.join_all();
   std::vector<std::shared_ptr<OutboundLink>> links;
@@ -152,8 +158,7 @@ void RelayEdges::stop() {
     children_.clear();
   }
   // What was posted to children still goes out (the last version's frames), within bounds.
-  for (auto& link : links) link->flush(options_.peer_timeout);
-  for (auto& link : links) link->cancel_all();
+  for (auto& link : links) link->cancel_all(!link->flush(options_.peer_timeout));
 }
 
 // ---- children -------------------------------------------------------------------------------
@@ -323,7 +328,7 @@ void RelayEdges::drop_child(int tree, uint32_t rank, FailureCause cause, const s
   if (!link) return;
   logger("tree")->warn("rank {}: dropped child rank {} in tree {} ({}: {})", options_.rank, rank, tree,
                        failure_cause_name(cause), detail);
-  link->cancel_all();
+  link->cancel_all(true);
   if (tell) report(Report{options_.rank, rank, static_cast<uint32_t>(tree), cause, detail});
 }
 
@@ -431,6 +436,7 @@ void RelayEdges::read_loop(int tree) {
       retry.what = parent == kProducerRank ? "the producer (tree " + std::to_string(tree) + ")"
                                            : "parent rank " + std::to_string(parent);
       retry.cancelled = [&] { return !current(); };
+      retry.abandoned = &abandoned_;  // a reassignment ends the handshake wait at once
       link = connect_with_retry(transport_, transport::Url::parse(url), retry);
       send_control(*link, Join{options_.rank, static_cast<uint32_t>(tree)}, options_.connect_timeout, epoch);
       const auto held = store_.resume_state();

@@ -39,6 +39,7 @@
 #include "codec/manifest.h"
 #include "transport/transport.h"
 #include "tree/byte_pool.h"
+#include "tree/connect_retry.h"
 #include "tree/frame_store.h"
 #include "tree/membership.h"
 #include "tree/relay_link.h"
@@ -156,6 +157,7 @@ class RelayEdges {
   std::vector<std::vector<std::shared_ptr<OutboundLink>>> children_;  // [tree]
   std::vector<std::unique_ptr<ParentSlot>> parents_;                 // [tree]
   std::vector<std::thread> readers_;
+  AbandonedAttempts abandoned_;  // parent handshakes given up on when the parent changed
   std::thread acceptor_;
   TaskThreads servers_;  // one per accepted connection being served
   std::atomic<bool> stopping_{false};

@@ -74,19 +74,27 @@ OutboundLink::OutboundLink(std::unique_ptr<transport::Connection> connection, ui
                            int tree)
     : connection_(std::move(connection)), peer_rank_(peer_rank), tree_(tree) {}
 
-OutboundLink::~OutboundLink() { cancel_all(); }
+OutboundLink::~OutboundLink() { cancel_all(); }  // (a no-op after an earlier cancel_all)
 
-void OutboundLink::cancel_all() noexcept {
+void OutboundLink::cancel_all(bool peer_failed) noexcept {
   std::deque<Pending> pending;
   {
     std::lock_guard lock(mutex_);
+    dead_ = true;             // (before the drain: a failed send found now is not logged again)
+    drain_finished_locked();  // what finished needs no abort
     pending.swap(pending_);
     inflight_bytes_ = 0;
-    dead_ = true;
   }
   // Closing fails every pending send at once; the transport may still read from the buffers
-  // until each request finished, so wait before they are freed.
-  connection_->close();
+  // until each request finished, so wait before they are freed. Sends that will not finish (a
+  // frozen or failed peer) are given up on: abort, which does not linger for the peer to take
+  // them; so is a peer the caller declared failed (a frozen peer's orderly close lingered: ucx
+  // waited 0.3-0.45 s for a frozen root's FIN, on the producer's driving thread). Else an orderly
+  // close, so that a live peer still gets everything sent.
+  if (pending.empty() && !peer_failed)
+    connection_->close();
+  else
+    connection_->abort();
   for (auto& p : pending) cancel_and_wait(*p.request);
 }
 

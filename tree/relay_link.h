@@ -40,6 +40,7 @@ class SharedConnection final : public transport::Connection {
     return inner_->post_recv(buffer, mr);
   }
   void close() override { inner_->close(); }
+  void abort() override { inner_->abort(); }
   std::string peer() const override { return inner_->peer(); }
 
  private:
@@ -101,9 +102,11 @@ class OutboundLink {
   // Waits until every posted send finished or the peer stalled for `stall_timeout`; true when
   // all finished (or the link is dead).
   bool flush(std::chrono::milliseconds stall_timeout);
-  // Closes the connection, then waits until the transport no longer reads the posted buffers.
-  // The link is dead afterwards.
-  void cancel_all() noexcept;
+  // Closes the connection, then waits until the transport no longer reads the posted buffers. The
+  // close is orderly when every send finished and the peer is not known to have failed; else
+  // Connection::abort (peer_failed: the caller declared the peer failed, frozen or stalled), which
+  // does not linger for a peer that will not take anything. The link is dead afterwards.
+  void cancel_all(bool peer_failed = false) noexcept;
   bool dead() const noexcept;
   // The bytes of sends not finished yet (finished ones are taken off first: a caller that only
   // asks this, say a re-send waiting for room, sees the room as the peer drains).

@@ -447,6 +447,35 @@ TEST_P(Conformance, SilentPeerTimesOut) {
   EXPECT_EQ(status.code, Errc::connection) << status.message;
 }
 
+// abort() gives a link up at once: a frozen peer (SIGSTOP) takes nothing, and an orderly close()
+// may linger for it (ofi, ucx: up to min(1 s, peer_timeout) for the FIN); abort must not, and
+// every request pending on the link must be finished when it returns.
+TEST_P(Conformance, AbortGivesUpOnAFrozenPeerAtOnce) {
+  if (GetParam() == "loop") GTEST_SKIP() << "loopback peers live in one process";
+  constexpr size_t kMessage = 1 << 20;
+  // Fork before any transport thread exists in this process (libfabric/UCX dislike forking late).
+  listener_.reset();
+  server_.reset();
+  client_.reset();
+  testing::StreamingPeer peer(GetParam(), test_options(), kMessage);
+  client_ = make_transport(GetParam(), test_options());
+  auto connection = client_->connect(peer.url(), test_time::scaled(5s));
+  std::vector<std::byte> buffer(kMessage);
+  expect_ok(connection->post_recv(buffer));
+  peer.signal(SIGSTOP);
+  const std::vector<std::byte> out(4096, std::byte{7});
+  auto send = connection->post_send(out);  // may finish locally; its FIN would not
+  auto recv = connection->post_recv(buffer);
+  const auto start = std::chrono::steady_clock::now();
+  connection->abort();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, test_time::scaled(300ms)) << "abort lingered for the frozen peer";
+  EXPECT_TRUE(send->test());
+  EXPECT_TRUE(recv->test());
+  connection->abort();  // idempotent
+  connection->close();
+}
+
 TEST_P(Conformance, ConnectToNothingFails) {
   if (GetParam() == "loop") {
     EXPECT_THROW(client_->connect(Url::parse("loop://nobody-listens-here"), 1s), Error);

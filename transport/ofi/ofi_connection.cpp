@@ -337,6 +337,12 @@ void OfiTransport::finish_drain(ConnState& conn) {
   fail(conn, EngineConnState::peer_closed());  // receives posted after the FIN's find nothing
 }
 
+void OfiTransport::abort_connection(const std::shared_ptr<ConnState>& conn, const Status& why) {
+  std::unique_lock lock(mutex_);
+  fail(*conn, why);
+  std::erase(conns_, conn);
+}
+
 void OfiTransport::close_connection(const std::shared_ptr<ConnState>& conn, const Status& why) {
   std::unique_lock lock(mutex_);
   if (auto fin = post_fin(*conn)) {

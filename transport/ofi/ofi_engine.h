@@ -65,6 +65,8 @@ class OfiTransport final : public Transport, public std::enable_shared_from_this
   std::shared_ptr<Request> post_write(const std::shared_ptr<ConnState>& conn, std::span<const std::byte> local,
                                       MemoryRegion* local_mr, const RemoteBuffer& remote);
   void close_connection(const std::shared_ptr<ConnState>& conn, const Status& why);
+  // Fails the connection at once (no FIN, no linger): Connection::abort.
+  void abort_connection(const std::shared_ptr<ConnState>& conn, const Status& why);
 
  private:
   // ofi_connection.cpp.

@@ -226,6 +226,10 @@ class PacedConnection : public Connection {
     pacer_->drop(this, Status{Errc::connection, "connection closed"});
     inner_->close();
   }
+  void abort() override {
+    pacer_->drop(this, Status{Errc::connection, "connection aborted"});
+    inner_->abort();
+  }
   std::string peer() const override { return inner_->peer(); }
 
  private:

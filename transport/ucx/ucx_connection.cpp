@@ -330,6 +330,11 @@ std::shared_ptr<Request> UcxTransport::post_close_flush(const std::shared_ptr<Co
   return request;
 }
 
+void UcxTransport::abort_connection(const std::shared_ptr<ConnState>& conn, const Status& why) {
+  std::unique_lock lock(mutex_);
+  fail(*conn, why);
+}
+
 void UcxTransport::close_connection(const std::shared_ptr<ConnState>& conn, const Status& why) {
   std::unique_lock lock(mutex_);
   if (auto fin = post_fin(conn)) {

@@ -67,6 +67,8 @@ class UcxTransport final : public Transport, public std::enable_shared_from_this
   std::shared_ptr<Request> post_write(const std::shared_ptr<ConnState>& conn, std::span<const std::byte> local,
                                       MemoryRegion* local_mr, const RemoteBuffer& remote);
   void close_connection(const std::shared_ptr<ConnState>& conn, const Status& why);
+  // Fails the connection at once (no FIN, no linger): Connection::abort.
+  void abort_connection(const std::shared_ptr<ConnState>& conn, const Status& why);
   // UCX callbacks (run inside ucp_worker_progress, a post or ucp_request_cancel, mutex_ held).
   void callback(Op* op, ucs_status_t status, size_t received);
   void finished(Op* op, ucs_status_t status, size_t received);

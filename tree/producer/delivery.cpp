@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 void Producer::Impl::settle_roots() noexcept {
   for (auto& root : roots) {
     if (!root) continue;
-    if (!root->flush(kRootSettleTimeout)) root->cancel_all();
+    if (!root->flush(kRootSettleTimeout)) root->cancel_all(true);
   }
 }
 
@@ -72,7 +72,7 @@ void Producer::Impl::deliver(int tree, const Outgoing& out) {
       if (part_rank()) {
         // The root reports its lost parent link to the coordinator, which repairs the tree; the
         // root (or its replacement) JOINs again and RESUMEs.
-        root->cancel_all();
+        root->cancel_all(true);
         root.reset();
         root_lost[tree] = Clock::now();
         continue;

@@ -111,7 +111,7 @@ void Producer::Impl::handle_coordinator(const ControlEvent& e) {
       auto& root = roots[t];
       if (!root) continue;
       if (!membership->live(root->peer_rank()) || membership->root(t) != root->peer_rank()) {
-        root->cancel_all();
+        root->cancel_all(!membership->live(root->peer_rank()));
         root.reset();
         root_lost[t] = Clock::now();
       }

@@ -111,7 +111,7 @@ void Producer::Impl::fail(uint32_t rank, FailureCause cause, const std::string& 
   close_control(rank);
   for (int t = 0; t < static_cast<int>(roots.size()); ++t) {
     if (roots[t] && roots[t]->peer_rank() == rank) {
-      roots[t]->cancel_all();
+      roots[t]->cancel_all(true);
       roots[t].reset();
       root_lost[t] = Clock::now();
     }
