@@ -27,7 +27,10 @@ Status wait_for(transport::Request& request, std::chrono::milliseconds timeout,
   for (;;) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     Status s = request.wait(std::clamp(left, 1ms, std::chrono::milliseconds(200)));
-    if (s.code != Errc::timeout || request.test()) return s;
+    if (s.code != Errc::timeout) return s;
+    // It may have finished between wait's timeout and now: its own status, not the timeout (the
+    // timeout's "still pending" failed a healthy flow: probe_wan_clusters under load).
+    if (request.test()) return request.status();
     if (Clock::now() >= deadline) return {Errc::timeout, "no answer within " + std::to_string(timeout.count()) + " ms"};
     if (stopping && stopping->load()) return {Errc::cancelled, "stopping"};
   }
