@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -72,6 +73,9 @@ class Conformance : public ::testing::TestWithParam<std::string> {
     if (!server) throw Error(Errc::timeout, "accept returned no connection");
     return {std::move(client), std::move(server)};
   }
+
+  std::unique_ptr<Connection> connect_to_forked_peer(std::optional<testing::StreamingPeer>& peer,
+                                                     size_t message_bytes);
 
   std::unique_ptr<Transport> server_;
   std::unique_ptr<Transport> client_;
@@ -406,16 +410,23 @@ Status drain_until_failure(Connection& connection, size_t message_bytes, int* go
   return Status{Errc::internal, "peer never failed"};
 }
 
-TEST_P(Conformance, PeerProcessKilledMidTransferGivesAnError) {
-  if (GetParam() == "loop") GTEST_SKIP() << "loopback peers live in one process";
-  constexpr size_t kMessage = 16 << 20;
-  // Fork before any transport thread exists in this process (libfabric/UCX dislike forking late).
+// A StreamingPeer of kMessage-byte messages in a forked process, and a connection to it. The fork
+// comes before any transport thread exists in this process (libfabric/UCX dislike forking late).
+std::unique_ptr<Connection> Conformance::connect_to_forked_peer(std::optional<testing::StreamingPeer>& peer,
+                                                                size_t message_bytes) {
   listener_.reset();
   server_.reset();
   client_.reset();
-  testing::StreamingPeer peer(GetParam(), test_options(), kMessage);
+  peer.emplace(GetParam(), test_options(), message_bytes);
   client_ = make_transport(GetParam(), test_options());
-  auto connection = client_->connect(peer.url(), test_time::scaled(5s));
+  return client_->connect(peer->url(), test_time::scaled(5s));
+}
+
+TEST_P(Conformance, PeerProcessKilledMidTransferGivesAnError) {
+  if (GetParam() == "loop") GTEST_SKIP() << "loopback peers live in one process";
+  constexpr size_t kMessage = 16 << 20;
+  std::optional<testing::StreamingPeer> peer;
+  auto connection = connect_to_forked_peer(peer, kMessage);
   std::vector<std::byte> buffer(kMessage);
   for (uint64_t k = 0; k < 2; ++k) {
     auto recv = connection->post_recv(buffer);
@@ -423,7 +434,7 @@ TEST_P(Conformance, PeerProcessKilledMidTransferGivesAnError) {
     ASSERT_EQ(recv->bytes(), kMessage);
     EXPECT_EQ(buffer[5], static_cast<std::byte>((k + 5) & 0xff));
   }
-  peer.signal(SIGKILL);
+  peer->signal(SIGKILL);
   int good = 0;
   auto status = drain_until_failure(*connection, kMessage, &good);
   EXPECT_EQ(status.code, Errc::connection) << status.message;
@@ -432,16 +443,11 @@ TEST_P(Conformance, PeerProcessKilledMidTransferGivesAnError) {
 TEST_P(Conformance, SilentPeerTimesOut) {
   if (GetParam() == "loop") GTEST_SKIP() << "loopback peers live in one process";
   constexpr size_t kMessage = 1 << 20;
-  // Fork before any transport thread exists in this process (libfabric/UCX dislike forking late).
-  listener_.reset();
-  server_.reset();
-  client_.reset();
-  testing::StreamingPeer peer(GetParam(), test_options(), kMessage);
-  client_ = make_transport(GetParam(), test_options());
-  auto connection = client_->connect(peer.url(), test_time::scaled(5s));
+  std::optional<testing::StreamingPeer> peer;
+  auto connection = connect_to_forked_peer(peer, kMessage);
   std::vector<std::byte> buffer(kMessage);
   expect_ok(connection->post_recv(buffer));
-  peer.signal(SIGSTOP);  // alive for the kernel, silent for us
+  peer->signal(SIGSTOP);  // alive for the kernel, silent for us
   int good = 0;
   auto status = drain_until_failure(*connection, kMessage, &good);
   EXPECT_EQ(status.code, Errc::connection) << status.message;
@@ -453,16 +459,11 @@ TEST_P(Conformance, SilentPeerTimesOut) {
 TEST_P(Conformance, AbortGivesUpOnAFrozenPeerAtOnce) {
   if (GetParam() == "loop") GTEST_SKIP() << "loopback peers live in one process";
   constexpr size_t kMessage = 1 << 20;
-  // Fork before any transport thread exists in this process (libfabric/UCX dislike forking late).
-  listener_.reset();
-  server_.reset();
-  client_.reset();
-  testing::StreamingPeer peer(GetParam(), test_options(), kMessage);
-  client_ = make_transport(GetParam(), test_options());
-  auto connection = client_->connect(peer.url(), test_time::scaled(5s));
+  std::optional<testing::StreamingPeer> peer;
+  auto connection = connect_to_forked_peer(peer, kMessage);
   std::vector<std::byte> buffer(kMessage);
   expect_ok(connection->post_recv(buffer));
-  peer.signal(SIGSTOP);
+  peer->signal(SIGSTOP);
   const std::vector<std::byte> out(4096, std::byte{7});
   auto send = connection->post_send(out);  // may finish locally; its FIN would not
   auto recv = connection->post_recv(buffer);
