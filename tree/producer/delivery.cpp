@@ -231,16 +231,8 @@ void Producer::Impl::fail_laggards(InFlight& f) {
         const auto it = f.verified_at.find(*parent);
         if (it == f.verified_at.end())
           parents_have_it = false;
-        else if (const auto root = membership->root(t); root && f.verified_at.count(*root))
-          // Its parent forwards the tree's bytes to each of its children at about the pace its
-          // root took them from the producer: a bootstrap of 57 MiB through a root with two
-          // children on 100 Mbit/s links reaches them 4.8 s after the root has it, past the
-          // fixed patience (netfault_test.py bootstrap).
-          fed = std::max(fed, it->second + std::chrono::duration_cast<Clock::duration>(
-                                               (f.verified_at.at(*root) - f.start) *
-                                               static_cast<double>(membership->children(*parent, t).size())));
         else
-          fed = std::max(fed, it->second);
+          fed = std::max(fed, std::max(it->second, forwarded_by(f, rank, *parent, t)));
       }
     }
     if (parents_have_it && now - fed > patience) late.push_back(rank);
@@ -286,6 +278,28 @@ void Producer::Impl::fail_laggards(InFlight& f) {
              " after its parents had it (a relay that stopped forwarding, or a straggler)",
          now);
   }
+}
+
+Clock::time_point Producer::Impl::forwarded_by(const InFlight& f, uint32_t rank, uint32_t parent, int tree) const {
+  const auto root = membership->root(tree);
+  if (!root || !f.verified_at.count(*root)) return f.start;
+  // A parent forwards as it receives (cut-through), the bytes of each of its k children through
+  // one egress: with links like the root's, its children have the version about k times the
+  // root's own time after the start. A bootstrap of 57 MiB through a root with two children on
+  // 100 Mbit/s links reaches them 4.8 s after the root has it, past the fixed patience
+  // (netfault_test.py bootstrap).
+  const auto& kids = membership->children(parent, tree);
+  Clock::time_point by = f.start + std::chrono::duration_cast<Clock::duration>((f.verified_at.at(*root) - f.start) *
+                                                                               static_cast<double>(kids.size()));
+  // A sibling that has it shows how long the parent's egress took: a time taken by the CPU of a
+  // loaded machine rather than by bandwidth is not multiplied (the CI run of 2026-12-07 failed a
+  // stalled relay 5.3 s after its stall, past timeouts.peer + grace, because the root's 0.9 s
+  // was counted three times over).
+  std::optional<Clock::time_point> sibling;
+  for (uint32_t kid : kids)
+    if (const auto it = f.verified_at.find(kid); kid != rank && it != f.verified_at.end())
+      sibling = std::max(sibling.value_or(it->second), it->second);
+  return sibling ? std::min(by, *sibling) : by;
 }
 
 std::optional<Producer::Impl::Pace> Producer::Impl::pace(const InFlight& f) const {

@@ -334,6 +334,11 @@ struct Producer::Impl {
   // fail (they rejoin as leaves, where their egress holds nobody back), each with the reason;
   // keeps each relay's window in slow_history (bit 0: the newest version).
   std::vector<std::pair<uint32_t, std::string>> slow_relays(const InFlight& f);
+  // When `rank`'s parent in `tree` can have forwarded it the version (the laggard rule's start
+  // of patience, apart from the parent's own verification): the start plus the root's time
+  // times the parent's children (cut-through through one egress), or the latest sibling's
+  // verification when one has it sooner. f.start when the root has not verified.
+  Clock::time_point forwarded_by(const InFlight& f, uint32_t rank, uint32_t parent, int tree) const;
   // The fleet's pace in an attempt, from the members' verifications after the sealing (ms): the
   // first quartile, and the time above which a member is late against it, max(kSlowRelayFactor x
   // quick, quick + kSlowRelayFloor). nullopt with fewer than 4 members verified.
