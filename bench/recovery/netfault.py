@@ -2,6 +2,7 @@
 """Network faults for the relay tree: partitions and stragglers, in network namespaces (issue 35).
 
     netfault.py [--trials 8] [--seed 1] [--kinds leaf,interior,subtree,straggler] [--only N,M]
+                [--transports tcp,ucx,ofi+tcp]
                 [--rate 200mbit] [--ratio 20] [--params 10M] [--steps 10] [--peer 2]
                 [--deltacast PATH] [--out FILE.jsonl] [--keep-all]
     netfault.py --straggler-rounds R [--role interior] [--straggle-from delta] ...
@@ -11,7 +12,7 @@
     netfault.py --summarize FILE.jsonl
     netfault.py --cleanup                                    removes namespaces left by a killed run
 
-Every job is real `deltacast run` processes (tests/integration/recovery/dcfleet.py), tcp, one
+Every job is real `deltacast run` processes (tests/integration/recovery/dcfleet.py), one
 producer and 6-8 receivers, each in its own network namespace (tests/integration/recovery/
 dcnetns.py): `dcnf-<pid>x<trial>-K` for rank K, one veth to a bridge namespace, addresses
 10.203.0.(K+1)/24; nothing is added to the host's namespace, and every namespace is removed on exit
@@ -19,6 +20,8 @@ dcnetns.py): `dcnf-<pid>x<trial>-K` for rank K, one veth to a bridge namespace, 
 --rate (burst 128kb, latency 50 ms), so each member has the same uplink and a straggler's
 1/--ratio of it means something. A `subtree` trial puts an interior member and its tree-0
 descendants (a "rack") behind a second bridge namespace joined to the main one by one veth.
+The transport is drawn per trial from --transports (tcp, ucx and ofi+tcp, UCX and libfabric on
+each namespace's eth0); drawn after the rest of the plan, so a seed's other draws are as before.
 
 The producer reads a watch directory (trainer.kind watch): the harness drops step s+1 once step s
 committed and at least --pace seconds after the previous drop, so versions keep flowing while a
@@ -81,7 +84,7 @@ KINDS = ["leaf", "interior", "subtree", "straggler"]
 
 
 # --- plans -------------------------------------------------------------------------------------
-def plan_trial(seed: int, trial: int, kinds: list) -> dict:
+def plan_trial(seed: int, trial: int, kinds: list, transports: tuple = ("tcp",)) -> dict:
     rng = random.Random(f"{seed}:{trial}")
     kind = kinds[trial % len(kinds)]
     receivers = rng.choice([6, 7, 8])
@@ -93,6 +96,7 @@ def plan_trial(seed: int, trial: int, kinds: list) -> dict:
         role = rng.choice(["root", "interior", "leaf"])
         plan["role"] = role
         plan["victim"] = rng.choice([r for r, x in role_of.items() if x == role])
+        plan["transport"] = rng.choice(transports)  # drawn last: a seed's other draws stay as they were
         return plan
     want = "leaf" if kind == "leaf" else "interior"
     plan["role"] = want
@@ -100,6 +104,7 @@ def plan_trial(seed: int, trial: int, kinds: list) -> dict:
     plan["version"] = rng.randint(3, 5)  # delta versions 3-5 (steps 2-4): a clean delta before it
     plan["delay_s"] = round(rng.uniform(0.0, 0.8), 3)
     plan["down_s"] = round(rng.uniform(1.0, 10.0), 2)
+    plan["transport"] = rng.choice(transports)
     return plan
 
 
@@ -269,8 +274,11 @@ def summarize(results: list) -> str:
              "| cut members: rejoined exact / exited / other | detection from link down, s | faulted / clean delta "
              "| (faulted - detection) / clean |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for kind in KINDS:
-        rs = [r for r in results if r["kind"] == kind]
+    groups = [(kind, [r for r in results if r["kind"] == kind]) for kind in KINDS]
+    transports = sorted({r.get("transport", "tcp") for r in results})
+    if len(transports) > 1:
+        groups += [(f"all, {t}", [r for r in results if r.get("transport", "tcp") == t]) for t in transports]
+    for kind, rs in groups:
         if not rs:
             continue
         fates = [f for r in rs for f in r.get("cut_fate", {}).values()]
@@ -286,15 +294,15 @@ def summarize(results: list) -> str:
             + f" | {rng_text(det, '{:.2f}')} | {rng_text([r.get('overhead_ratio') for r in rs])} | "
             f"{rng_text([r.get('overhead_ratio_less_detection') for r in rs])} |")
     lines.append("")
-    lines.append("| trial | kind | topology | n | commit | victim (role) | fault | committed | exact | cut fate "
+    lines.append("| trial | kind | transport | topology | n | commit | victim (role) | fault | committed | exact | cut fate "
                  "| failures (version:rank:cause) | faulted/clean | wall s |")
-    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
         fault = (f"rate {r.get('victim_rate')}" if r["kind"] == "straggler" else
                  f"v{r['version']}+{r['delay_s']}s, down {r['down_s']}s" + ("" if r.get("fired") else " (not fired)"))
         fate = ", ".join(f"{k}:{v['class']}/rc{v['exit']}" for k, v in r.get("cut_fate", {}).items()) or "-"
         fails = " ".join(f"{f['version']}:{f['rank']}:{f['cause']}" for f in r["failures"]) or "-"
-        lines.append(f"| {r['trial']} | {r['kind']} | {r['topology']} | {r['receivers']} | {r.get('commit')} | "
+        lines.append(f"| {r['trial']} | {r['kind']} | {r.get('transport', 'tcp')} | {r['topology']} | {r['receivers']} | {r.get('commit')} | "
                      f"{r['victim']} ({r['role']}) | {fault} | {r['versions_committed']}/{r['versions_expected']} | "
                      f"{r['survivors_exact']}/{r['survivors']} | {fate} | {fails} | {r.get('overhead_ratio', '-')} | "
                      f"{r['wall_seconds']} |")
@@ -323,6 +331,8 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--kinds", default=",".join(KINDS))
     p.add_argument("--only", default=None)
+    p.add_argument("--transports", default="tcp,ucx,ofi+tcp", help="drawn per trial (UCX and libfabric on each "
+                   "namespace's eth0)")
     p.add_argument("--rate", default="200mbit", help="every node's egress")
     p.add_argument("--ratio", type=float, default=20.0, help="the straggler's egress is --rate / --ratio")
     p.add_argument("--straggle-from", choices=["bootstrap", "delta"], default="bootstrap",
@@ -363,7 +373,7 @@ def main() -> int:
     trials = [int(x) for x in args.only.split(",")] if args.only else list(range(args.trials))
     if args.plan:
         for t in trials:
-            print(json.dumps(plan_trial(args.seed, t, kinds)))
+            print(json.dumps(plan_trial(args.seed, t, kinds, args.transports.split(","))))
         return 0
     if not netns_permitted():
         print("netfault: 'ip netns add' is not permitted here; skipped")
@@ -411,7 +421,7 @@ def main() -> int:
     results = []
     with open(out, "a") as sink:
         for t in trials:
-            plan = plan_trial(args.seed, t, kinds)
+            plan = plan_trial(args.seed, t, kinds, args.transports.split(","))
             work = Path(tempfile.mkdtemp(prefix=f"dcnf-s{args.seed}-t{t}."))
             r = run_trial(args, plan, work, f"{tag}x{t}")
             r.update(deltacast=args.deltacast, rate=args.rate, ratio=args.ratio, peer_s=args.peer)
@@ -425,7 +435,7 @@ def main() -> int:
             sink.write(json.dumps(r) + "\n")
             sink.flush()
             results.append(r)
-            print(f"trial {t:3d} {r['kind']:9s} {r['topology']:13s} n={r['receivers']} victim {r['victim']} "
+            print(f"trial {t:3d} {r['kind']:9s} {r.get('transport', 'tcp'):7s} {r['topology']:13s} n={r['receivers']} victim {r['victim']} "
                   f"({r['role']}) -> {'ok' if r['clean'] else 'NOT CLEAN'} exact {r['survivors_exact']}/"
                   f"{r['survivors']} cut {r.get('cut_fate', {})} committed {r['versions_committed']}/"
                   f"{r['versions_expected']} ratio {r.get('overhead_ratio')} ({r['wall_seconds']} s)", flush=True)

@@ -223,12 +223,15 @@ class Job:
         self.net = Net(tag, n, rates, rack)
         peer_ms = int(args.peer * 1000)
         job = dcfleet.JobConfig(
-            receivers=n, topology=plan["topology"], transport="tcp", chunk_bytes="256KiB", connect="5s",
+            receivers=n, topology=plan["topology"], transport=plan.get("transport", "tcp"), chunk_bytes="256KiB",
+            connect="5s",
             heartbeat=f"{peer_ms // 4}ms", peer=f"{peer_ms}ms", refit=f"{int(args.refit)}s", join="60s",
             producer_loss=f"{int(args.producer_loss)}s", log_level="info", commit=plan.get("commit", "auto"),
             hosts=[Net.addr(k) for k in range(n + 1)],
             trainer_yaml=f"  kind: watch\n  dir: {self.watch}\n  steps: {args.steps}\n")
         self.fleet = dcfleet.Fleet(args.deltacast, work / "job", job, wrap=self.net.wrap, base_port=29800)
+        # Each node's one interface is eth0 (its veth): UCX and libfabric on it, not on lo.
+        self.fleet.env.update(UCX_NET_DEVICES="eth0", FI_TCP_IFACE="eth0", FI_SOCKETS_IFACE="eth0")
         self.dropped: dict = {}  # step -> time.monotonic() of its drop
         self.committed: dict = {}  # step -> time.monotonic() of its progress line
         self.stop = threading.Event()
