@@ -15,6 +15,9 @@
 namespace deltacast::transport::loopback {
 namespace {
 
+// Capabilities::cuda_memory_detail: the in-process backend copies with memcpy.
+const std::string kHostOnly = "the loop backend copies host memory in process (memcpy)";
+
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -585,12 +588,13 @@ class LoopTransport final : public Transport {
   }
 
   std::unique_ptr<MemoryRegion> register_memory(std::span<std::byte> bytes, MemoryKind kind) override {
-    if (kind != MemoryKind::host) throw Error(Errc::unsupported, "loop: CUDA memory registration is not supported");
+    if (kind != MemoryKind::host)
+      throw Error(Errc::unsupported, "loop: CUDA memory can not be registered here: " + kHostOnly);
     return std::make_unique<HostRegion>(bytes);
   }
 
   Capabilities capabilities() const override {
-    return Capabilities{"loop", false, false, false, options_.max_message_bytes, !options_.secret.empty()};
+    return Capabilities{"loop", false, false, false, options_.max_message_bytes, !options_.secret.empty(), kHostOnly};
   }
 
   Member& member() { return *member_; }

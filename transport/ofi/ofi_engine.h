@@ -43,6 +43,8 @@ class OfiTransport final : public Transport, public std::enable_shared_from_this
   OfiTransport(std::string provider, const TransportOptions& options);
   ~OfiTransport() override;
   Capabilities capabilities() const override;
+  // What the provider said of device memory, as Capabilities::cuda_memory_detail says it.
+  std::string cuda_memory_detail() const;
   const std::string& provider() const { return provider_; }
   const TransportOptions& options() const { return options_; }
 
@@ -105,6 +107,8 @@ class OfiTransport final : public Transport, public std::enable_shared_from_this
   fid_fabric* fabric_ = nullptr;
   size_t fragment_ = kFragmentCap;
   bool rma_ = false;
+  bool hmem_ = false;         // the provider offers FI_HMEM (device memory registered with FI_HMEM_CUDA)
+  bool cuda_driver_ = false;  // libcuda.so.1 loads here (FI_HMEM is asked for only then)
   bool virt_addr_ = false;
   std::atomic<uint64_t> next_key_{1};
 

@@ -1,6 +1,8 @@
 // libfabric memory registration and remote keys (rules in ofi_memory.h).
 #include "transport/ofi/ofi_memory.h"
 
+#include <sys/uio.h>
+
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
 
@@ -28,10 +30,11 @@ RemoteKey read_remote_key(const RemoteBuffer& remote, size_t bytes) {
 }
 
 std::unique_ptr<MemoryRegion> OfiTransport::register_memory(std::span<std::byte> bytes, MemoryKind kind) {
-  if (kind != MemoryKind::host)
-    throw Error(Errc::unsupported, "ofi+" + provider_ + ": CUDA memory is not supported by this build");
+  if (kind == MemoryKind::cuda && !hmem_)
+    throw Error(Errc::unsupported,
+                "ofi+" + provider_ + ": CUDA memory can not be registered here: " + cuda_memory_detail());
   uint64_t base = virt_addr_ ? reinterpret_cast<uint64_t>(bytes.data()) : 0;
-  auto region = std::make_unique<OfiMemoryRegion>(*this, bytes, next_key_++, base);
+  auto region = std::make_unique<OfiMemoryRegion>(*this, bytes, kind, next_key_++, base);
   std::lock_guard lock(mutex_);
   for (auto& conn : conns_) {
     if (!conn->broken) register_in(*conn, *region);
@@ -44,7 +47,20 @@ void OfiTransport::register_in(ConnState& conn, const OfiMemoryRegion& region) {
   uint64_t access = FI_SEND | FI_RECV | (rma_ ? (FI_WRITE | FI_REMOTE_WRITE) : 0);
   fid_mr* mr = nullptr;
   auto bytes = region.bytes();
-  check(fi_mr_reg(conn.domain, bytes.data(), bytes.size(), access, 0, region.key(), 0, &mr, nullptr), "fi_mr_reg");
+  if (region.kind() == MemoryKind::cuda) {
+    // Device 0 of the process: one process per GPU (CUDA_VISIBLE_DEVICES), as inference servers run.
+    const iovec iov{bytes.data(), bytes.size()};
+    fi_mr_attr attr{};
+    attr.mr_iov = &iov;
+    attr.iov_count = 1;
+    attr.access = access;
+    attr.requested_key = region.key();
+    attr.iface = FI_HMEM_CUDA;
+    attr.device.cuda = 0;
+    check(fi_mr_regattr(conn.domain, &attr, 0, &mr), "fi_mr_regattr(FI_HMEM_CUDA)");
+  } else {
+    check(fi_mr_reg(conn.domain, bytes.data(), bytes.size(), access, 0, region.key(), 0, &mr, nullptr), "fi_mr_reg");
+  }
   conn.registrations[&region] = mr;
 }
 

@@ -3,8 +3,9 @@
 // connection, those open now and those established later, all under the one key we requested
 // for it, so one remote key serves every connection: [u64 address][u64 key][u64 length] (host
 // byte order), the address being the region's own with FI_MR_VIRT_ADDR and 0 without.
-// Rules: host memory only (this libfabric has no FI_HMEM: register_memory throws
-// Errc::unsupported for MemoryKind::cuda); providers that insist on provider-chosen keys
+// Rules: CUDA memory is registered with fi_mr_regattr (FI_HMEM_CUDA, device 0 of the process)
+// where the provider offers FI_HMEM; elsewhere register_memory throws Errc::unsupported for
+// MemoryKind::cuda, saying what libfabric and the provider offer. Providers that insist on provider-chosen keys
 // (FI_MR_PROV_KEY) get no RMA (capabilities().rma == false). A region must not outlive its
 // transport; destroying it closes its registrations under the transport's mutex, so it may happen
 // on any thread.
@@ -25,17 +26,18 @@ inline constexpr size_t kRemoteKeyBytes = 24;  // addr, key, length (u64 each, l
 // FI_MR_PROV_KEY honour it), so one remote key serves every connection.
 class OfiMemoryRegion final : public MemoryRegion {
  public:
-  OfiMemoryRegion(OfiTransport& transport, std::span<std::byte> bytes, uint64_t key, uint64_t base)
-      : transport_(transport), bytes_(bytes), key_(key), base_(base) {}
+  OfiMemoryRegion(OfiTransport& transport, std::span<std::byte> bytes, MemoryKind kind, uint64_t key, uint64_t base)
+      : transport_(transport), bytes_(bytes), kind_(kind), key_(key), base_(base) {}
   ~OfiMemoryRegion() override;
   std::span<std::byte> bytes() const override { return bytes_; }
-  MemoryKind kind() const override { return MemoryKind::host; }
+  MemoryKind kind() const override { return kind_; }
   std::vector<std::byte> remote_key() const override;
   uint64_t key() const { return key_; }
 
  private:
   OfiTransport& transport_;
   std::span<std::byte> bytes_;
+  MemoryKind kind_;
   uint64_t key_;
   uint64_t base_;  // the address the peer writes relative to (0 without FI_MR_VIRT_ADDR)
 };

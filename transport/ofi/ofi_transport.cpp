@@ -5,6 +5,7 @@
 // ofi_progress.cpp (the progress thread). Design: ofi_transport.h, docs/transport-ofi-ucx.md.
 #include "transport/ofi/ofi_transport.h"
 
+#include <dlfcn.h>
 #include <sys/eventfd.h>
 
 #include <rdma/fabric.h>
@@ -41,13 +42,15 @@ void set_rxm_defaults() {
 }
 
 // Asks fi_getinfo for an RDM endpoint with tagged messages (and RMA with write-then-send order
-// when `want_rma`). Returns nullptr when the provider can not give that.
-fi_info* query(const std::string& provider, bool want_rma) {
+// when `want_rma`, device memory (FI_HMEM) when `want_hmem`). Returns nullptr when the provider
+// can not give that.
+fi_info* query(const std::string& provider, bool want_rma, bool want_hmem) {
   fi_info* hints = fi_allocinfo();
-  hints->caps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | (want_rma ? (FI_RMA | FI_WRITE | FI_REMOTE_WRITE) : 0);
+  hints->caps = FI_MSG | FI_TAGGED | FI_SEND | FI_RECV | (want_rma ? (FI_RMA | FI_WRITE | FI_REMOTE_WRITE) : 0) |
+                (want_hmem ? FI_HMEM : 0);
   hints->mode = FI_CONTEXT | FI_CONTEXT2;
   hints->ep_attr->type = FI_EP_RDM;
-  hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY;
+  hints->domain_attr->mr_mode = FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | (want_hmem ? FI_MR_HMEM : 0);
   hints->domain_attr->threading = FI_THREAD_SAFE;  // shm shares peer maps across domains of one process
   hints->tx_attr->msg_order = FI_ORDER_SAS | (want_rma ? FI_ORDER_SAW : 0);
   hints->rx_attr->msg_order = FI_ORDER_SAS;
@@ -69,6 +72,15 @@ fi_info* query(const std::string& provider, bool want_rma) {
   return rc == 0 ? info : nullptr;
 }
 
+// Whether the NVIDIA driver's library loads here (what FI_HMEM_CUDA needs at run time); no CUDA
+// library is linked.
+bool cuda_driver_loads() {
+  void* driver = ::dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver == nullptr) return false;
+  ::dlclose(driver);
+  return true;
+}
+
 }  // namespace
 
 OfiTransport::OfiTransport(std::string provider, const TransportOptions& options)
@@ -76,9 +88,18 @@ OfiTransport::OfiTransport(std::string provider, const TransportOptions& options
   // fi_getinfo and fi_fabric may open provider libraries (dlopen): the host's signal handlers are
   // put back if one of them replaces any.
   SignalDispositionGuard keep_host_handlers;
-  info_ = query(provider_, true);
-  rma_ = info_ != nullptr;
-  if (!info_) info_ = query(provider_, false);
+  // RMA first, then device memory: a provider with both gives both; FI_HMEM is asked for apart so
+  // that its absence (a libfabric built without CUDA, or a provider without it) costs nothing else,
+  // and only where a CUDA driver loads: shm offers FI_HMEM on a machine without a GPU too, and its
+  // host transfers need not take the HMEM paths there.
+  cuda_driver_ = cuda_driver_loads();
+  for (const bool want_rma : {true, false}) {
+    info_ = cuda_driver_ ? query(provider_, want_rma, true) : nullptr;
+    hmem_ = info_ != nullptr;
+    if (!info_) info_ = query(provider_, want_rma, false);
+    rma_ = want_rma;
+    if (info_) break;
+  }
   if (!info_) {
     throw Error(Errc::unsupported, "libfabric provider '" + provider_ + "' offers no RDM endpoint with tagged messages here");
   }
@@ -112,11 +133,21 @@ OfiTransport::~OfiTransport() {
   fi_freeinfo(info_);
 }
 
+std::string OfiTransport::cuda_memory_detail() const {
+  const uint32_t version = fi_version();
+  const std::string who = "libfabric " + std::to_string(FI_MAJOR(version)) + "." + std::to_string(FI_MINOR(version)) +
+                          " provider " + provider_;
+  if (hmem_) return who + " offers FI_HMEM: CUDA memory is registered with FI_HMEM_CUDA (device 0 of the process)";
+  if (!cuda_driver_) return "no CUDA driver here (libcuda.so.1 does not load): " + who + " was not asked for FI_HMEM";
+  return who + " does not offer FI_HMEM (fi_info -p " + provider_ + " -c FI_HMEM finds nothing): no CUDA memory";
+}
+
 Capabilities OfiTransport::capabilities() const {
   Capabilities caps;
   caps.backend = "ofi+" + provider_;
   caps.rma = rma_;
-  caps.cuda_memory = false;  // this libfabric has no CUDA (FI_HMEM) support built in
+  caps.cuda_memory = hmem_;
+  caps.cuda_memory_detail = cuda_memory_detail();
   caps.zero_copy_send = true;
   caps.max_message = options_.max_message_bytes;
   caps.authenticated = !options_.secret.empty();

@@ -19,6 +19,9 @@
 namespace deltacast::transport::tcp {
 namespace {
 
+// Capabilities::cuda_memory_detail: sockets read and write host memory only.
+const std::string kHostOnly = "the tcp backend moves bytes through host memory only (sockets)";
+
 using asio::awaitable;
 using asio::use_awaitable;
 using tcp_socket = asio::ip::tcp::socket;
@@ -273,12 +276,13 @@ class TcpTransport final : public Transport {
   }
 
   std::unique_ptr<MemoryRegion> register_memory(std::span<std::byte> bytes, MemoryKind kind) override {
-    if (kind != MemoryKind::host) throw Error(Errc::unsupported, "tcp: CUDA memory registration is not supported");
+    if (kind != MemoryKind::host)
+      throw Error(Errc::unsupported, "tcp: CUDA memory can not be registered here: " + kHostOnly);
     return std::make_unique<HostRegion>(bytes);
   }
 
   Capabilities capabilities() const override {
-    return Capabilities{"tcp", false, false, true, options_.max_message_bytes, !options_.secret.empty()};
+    return Capabilities{"tcp", false, false, true, options_.max_message_bytes, !options_.secret.empty(), kHostOnly};
   }
 
  private:

@@ -23,6 +23,7 @@
 // marked "mutex_ held", and the UCX callbacks, run with it held. Failures of a link never throw
 // from post_*: they finish requests (transport/transport.h).
 #include <ucp/api/ucp.h>
+#include <ucs/memory/memory_type.h>
 
 #include <chrono>
 #include <memory>
@@ -49,6 +50,10 @@ class UcxTransport final : public Transport, public std::enable_shared_from_this
   ~UcxTransport() override;
   Capabilities capabilities() const override;
   const TransportOptions& options() const { return options_; }
+  // Whether this UCX registers CUDA memory (its context reports UCS_MEMORY_TYPE_CUDA), and the
+  // memory types it reports, as Capabilities::cuda_memory_detail says them.
+  bool cuda_memory() const;
+  std::string cuda_memory_detail() const;
 
   // ucx_connect.cpp: connections over the side channel.
   std::unique_ptr<Listener> listen(const Url& url) override;
@@ -113,6 +118,7 @@ class UcxTransport final : public Transport, public std::enable_shared_from_this
   TransportOptions options_;
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
+  uint64_t memory_types_ = 0;  // UCS_BIT(ucs_memory_type_t) UCX supports here (ucp_context_query)
   uint32_t next_recv_id_ = 1;
   std::mutex mutex_;
   std::vector<std::shared_ptr<ConnState>> conns_;

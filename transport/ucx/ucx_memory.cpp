@@ -14,10 +14,13 @@ UcxMemoryRegion::~UcxMemoryRegion() {
 }
 
 std::unique_ptr<MemoryRegion> UcxTransport::register_memory(std::span<std::byte> bytes, MemoryKind kind) {
-  if (kind != MemoryKind::host) throw Error(Errc::unsupported, "ucx: CUDA memory is not supported by this build");
+  if (kind == MemoryKind::cuda && !cuda_memory())
+    throw Error(Errc::unsupported, "ucx: CUDA memory can not be registered here: " + cuda_memory_detail());
   std::lock_guard lock(mutex_);
   ucp_mem_map_params_t params{};
-  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.field_mask =
+      UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  params.memory_type = kind == MemoryKind::cuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
   params.address = bytes.data();
   params.length = bytes.size();
   ucp_mem_h memh = nullptr;
@@ -35,7 +38,7 @@ std::unique_ptr<MemoryRegion> UcxTransport::register_memory(std::span<std::byte>
   std::memcpy(key.data(), words, 16);
   std::memcpy(key.data() + 16, packed, packed_size);
   ucp_rkey_buffer_release(packed);
-  return std::make_unique<UcxMemoryRegion>(mutex_, context_, memh, bytes, std::move(key));
+  return std::make_unique<UcxMemoryRegion>(mutex_, context_, memh, bytes, kind, std::move(key));
 }
 
 RemoteKey read_remote_key(const RemoteBuffer& remote, size_t bytes) {

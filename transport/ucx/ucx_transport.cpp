@@ -96,6 +96,9 @@ UcxTransport::UcxTransport(const TransportOptions& options) : options_(options) 
     ucp_cleanup(context_);
     context_ = nullptr;
   }
+  ucp_context_attr_t context_attr{};
+  context_attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(context_, &context_attr) == UCS_OK) memory_types_ = context_attr.memory_types;
   ucp_worker_params_t worker_params{};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;  // our mutex serialises every call
@@ -139,11 +142,25 @@ UcxTransport::~UcxTransport() {
   ucp_cleanup(context_);
 }
 
+bool UcxTransport::cuda_memory() const { return (memory_types_ & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0; }
+
+std::string UcxTransport::cuda_memory_detail() const {
+  std::string types;
+  for (int t = UCS_MEMORY_TYPE_HOST; t < UCS_MEMORY_TYPE_LAST; ++t)
+    if (memory_types_ & UCS_BIT(t)) types += (types.empty() ? "" : ", ") + std::string(ucs_memory_type_names[t]);
+  std::string text = "UCX " + std::string(ucp_get_version_string()) + " supports memory types " +
+                     (types.empty() ? "(none reported)" : types);
+  return cuda_memory()
+             ? text + ": CUDA memory is registered as UCS_MEMORY_TYPE_CUDA"
+             : text + ": no cuda (a UCX built with CUDA and its cuda transports loaded has it; see ucx_info -d)";
+}
+
 Capabilities UcxTransport::capabilities() const {
   Capabilities caps;
   caps.backend = "ucx";
   caps.rma = true;
-  caps.cuda_memory = false;  // UCX here is built without CUDA
+  caps.cuda_memory = cuda_memory();
+  caps.cuda_memory_detail = cuda_memory_detail();
   caps.zero_copy_send = true;
   caps.max_message = options_.max_message_bytes;
   caps.authenticated = !options_.secret.empty();
