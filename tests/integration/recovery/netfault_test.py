@@ -2,9 +2,9 @@
 """A partition and a straggler in network namespaces (issue 35; bench/recovery/netfault.py is the
 campaign, this is its short form for ctest, `ctest -L netns`).
 
-    netfault_test.py DELTACAST partition|straggler|slow_relay|bootstrap
+    netfault_test.py DELTACAST partition|straggler|slow_relay|bootstrap [--transport tcp|ucx|ofi+tcp]
 
-Real `deltacast run` processes, tcp, one producer and 6 receivers (binary tree: rank 2 is an
+Real `deltacast run` processes (tcp unless --transport), one producer and 6 receivers (binary tree: rank 2 is an
 interior member with children 4 and 5), each rank in its own namespace behind a veth to a bridge,
 every egress shaped to 200 Mbit/s (tests/integration/recovery/dcnetns.py), a 4M-parameter model,
 the producer fed from a watch directory one step at a time.
@@ -14,7 +14,8 @@ the producer fed from a watch directory one step at a time.
              fails rank 2 as silent within timeouts.peer + a heartbeat + slack of the link going
              down, its children move, every version commits, the 5 others end bit-exact; rank 2
              finds the producer lost, keeps its committed version, rejoins once the link is back
-             (the last steps wait for it) and ends bit-exact too: never divergent.
+             (the last steps wait until the producer says it is back) and ends bit-exact too:
+             never divergent.
   straggler  an 8M-parameter model; after the bootstrap every egress is set to 20 Mbit/s and rank
              2's to 1 Mbit/s (1/20): its two children need ~7 s per delta through it, more than
              the laggard rule's patience (timeouts.peer + 1 s). Expected (docs/protocol.md,
@@ -61,6 +62,7 @@ RELAY = 2  # binary tree over 6: rank 2's children are ranks 4 and 5
 PEER_S = 2.0
 HEARTBEAT_S = PEER_S / 4
 RATE = "200mbit"
+TRANSPORT = "tcp"  # --transport (UCX and libfabric on each namespace's eth0)
 
 
 class Failed(Exception):
@@ -87,7 +89,7 @@ def logs(job: dcnetns.Job) -> str:
 
 def partition(deltacast: str, work: Path, tag: str) -> str:
     args = settings(deltacast, steps=6)
-    plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer"}
+    plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer", "transport": TRANSPORT}
     job = dcnetns.Job(args, plan, work, {k: RATE for k in range(RECEIVERS + 1)}, set(), tag)
     try:
         job.start()
@@ -98,6 +100,12 @@ def partition(deltacast: str, work: Path, tag: str) -> str:
         job.net.link(RELAY, up=False)
         time.sleep(3.5)
         job.net.link(RELAY, up=True)
+        # The last steps wait until the cut member is back (on ucx and ofi+tcp the versions after
+        # the link came back took 0.03 s each, and the job ended before its reconnection retry).
+        deadline = time.monotonic() + 30 * SCALE
+        while time.monotonic() < deadline and not dcfleet.log_times(
+                job.fleet.current[0].log, rf"producer: rank {RELAY} is back in the tree"):
+            time.sleep(0.1)
         job.tail_release.set()
         result = job.finish({}, {RELAY})
         check(not result["hang"], f"a hang: {result['hang_what']} (exit codes {result['exit_codes']})\n" + logs(job))
@@ -134,7 +142,7 @@ def slow_relay_job(deltacast: str, work: Path, tag: str, steps: int, params: str
     failure record)."""
     args = settings(deltacast, steps=steps)
     args.params = params
-    plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer"}
+    plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer", "transport": TRANSPORT}
     job = dcnetns.Job(args, plan, work, {k: RATE for k in range(RECEIVERS + 1)}, set(), tag)
     try:
         job.tail_release.set()
@@ -194,7 +202,7 @@ def slow_relay(deltacast: str, work: Path, tag: str) -> str:
 def bootstrap(deltacast: str, work: Path, tag: str) -> str:
     args = settings(deltacast, steps=1)
     args.params = "30M"
-    plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer"}
+    plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer", "transport": TRANSPORT}
     job = dcnetns.Job(args, plan, work, {k: "100mbit" for k in range(RECEIVERS + 1)}, set(), tag)
     try:
         job.tail_release.set()
@@ -215,7 +223,10 @@ def main() -> int:
     p.add_argument("deltacast")
     p.add_argument("case", choices=["partition", "straggler", "slow_relay", "bootstrap"])
     p.add_argument("--keep", action="store_true")
+    p.add_argument("--transport", choices=["tcp", "ucx", "ofi+tcp"], default="tcp")
     a = p.parse_args()
+    global TRANSPORT
+    TRANSPORT = a.transport
     if not dcnetns.netns_permitted():
         print("netfault_test: 'ip netns add' is not permitted here; skipped")
         return 77
@@ -231,7 +242,7 @@ def main() -> int:
     except Failed as e:
         print(f"FAIL: {e}", file=sys.stderr)
         print(f"--- work directory: {work}", file=sys.stderr)
-    print(f"{a.case}: {'passed' if passed else 'FAILED'} in {time.monotonic() - started:.1f} s")
+    print(f"{a.case} ({a.transport}): {'passed' if passed else 'FAILED'} in {time.monotonic() - started:.1f} s")
     if passed and not a.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if passed else 1

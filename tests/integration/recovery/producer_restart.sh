@@ -87,17 +87,21 @@ cp "$STATE" state-v3.json
 for r in 1 2 3; do kill -0 "${RECEIVER[$r]}" 2>/dev/null || fail "rank $r exited after the producer's loss"; done
 
 # --- 2. the resumed producer ---------------------------------------------------------------------
+# job_ends PID WHAT: the (resumed) producer PID exits 0 within 45 s, then every receiver within 15 s.
+job_ends() {
+  local pid=$1 what=$2 status=0 r
+  wait_exit "$pid" 45 || status=$?
+  [ "$status" = 0 ] || fail "$what exited with $status"
+  for r in 1 2 3; do
+    status=0
+    wait_exit "${RECEIVER[$r]}" 15 || status=$?
+    [ "$status" = 0 ] || fail "rank $r exited with $status after $what"
+  done
+}
 "$DC" run --resume --config cluster.yaml --rank 0 --size 4 --report report.json >producer-2.out 2>producer-2.log &
 P2=$!
 PIDS+=("$P2")
-status=0
-wait_exit "$P2" 45 || status=$?
-[ "$status" = 0 ] || fail "the resumed producer exited with $status"
-for r in 1 2 3; do
-  status=0
-  wait_exit "${RECEIVER[$r]}" 15 || status=$?
-  [ "$status" = 0 ] || fail "rank $r exited with $status"
-done
+job_ends "$P2" "the resumed producer"
 want="producer: resumed at version 3 (step 2) from $STATE; 3 receivers hold it"
 grep -qF "$want" producer-2.out || fail "the resumed producer did not say: $want"
 grep -q "^full checkpoint" producer-2.out && fail "the resumed producer sent a full checkpoint"
@@ -220,14 +224,7 @@ for r in 1 2 3; do kill -0 "${RECEIVER[$r]}" 2>/dev/null || fail "rank $r exited
   >producer-5b.out 2>producer-5b.log &
 P5=$!
 PIDS+=("$P5")
-status=0
-wait_exit "$P5" 45 || status=$?
-[ "$status" = 0 ] || fail "the producer resumed after deciding the last version exited with $status"
-for r in 1 2 3; do
-  status=0
-  wait_exit "${RECEIVER[$r]}" 15 || status=$?
-  [ "$status" = 0 ] || fail "rank $r (after the last version's resume) exited with $status"
-done
+job_ends "$P5" "the producer resumed after deciding the last version"
 python3 - report-5.json "$WORK/out5/producer-state.json" rank5-1.json rank5-2.json rank5-3.json <<'PY' \
   || fail "the last version's resume: the results are not as expected"
 import json, sys
