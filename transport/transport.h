@@ -77,9 +77,9 @@ struct Capabilities {
   size_t max_message = 0;       // largest message one post_send may carry
   bool authenticated = false;   // a shared secret is set: every connection proves it (auth.h)
   // How CUDA memory is registered, or why it is not: for ucx and ofi what the library and
-  // provider say at run time (e.g. "UCX 1.13.1 supports memory types host, ...: no cuda"); for
-  // tcp and loop that they move bytes through host memory only.
-  std::string cuda_memory_detail;
+  // provider say at run time (e.g. "UCX 1.13.1 supports memory types host, ...: no cuda"); the
+  // default, for tcp and loop, that they move bytes through host memory only.
+  std::string cuda_memory_detail = "this backend moves bytes through host memory only";
 };
 
 struct TransportOptions {

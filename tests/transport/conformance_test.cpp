@@ -511,7 +511,9 @@ TEST_P(Conformance, CudaMemoryIsUnsupportedUnlessAdvertised) {
     FAIL() << "CUDA registration did not throw";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Errc::unsupported);
-    EXPECT_NE(std::string(e.what()).find(caps.cuda_memory_detail), std::string::npos) << e.what();
+    if (GetParam() == "ucx" || GetParam().starts_with("ofi+")) {  // the library's own answer, in the error
+      EXPECT_NE(std::string(e.what()).find(caps.cuda_memory_detail), std::string::npos) << e.what();
+    }
   }
   auto region = server_->register_memory(bytes, MemoryKind::host);
   EXPECT_EQ(region->bytes().data(), bytes.data());

@@ -75,6 +75,7 @@ void setup(CLI::App& parent) {
   cmd->callback([json] { run_transports(*json); });
 }
 
+// NOLINTNEXTLINE(cert-err58-cpp): registration at start-up, as in every cmd_*.cpp
 const CommandRegistrar registrar{"transports", &setup};
 
 }  // namespace

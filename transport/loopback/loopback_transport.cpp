@@ -15,9 +15,6 @@
 namespace deltacast::transport::loopback {
 namespace {
 
-// Capabilities::cuda_memory_detail: the in-process backend copies with memcpy.
-const std::string kHostOnly = "the loop backend copies host memory in process (memcpy)";
-
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
@@ -588,13 +585,12 @@ class LoopTransport final : public Transport {
   }
 
   std::unique_ptr<MemoryRegion> register_memory(std::span<std::byte> bytes, MemoryKind kind) override {
-    if (kind != MemoryKind::host)
-      throw Error(Errc::unsupported, "loop: CUDA memory can not be registered here: " + kHostOnly);
+    if (kind != MemoryKind::host) throw Error(Errc::unsupported, "loop: CUDA memory registration is not supported");
     return std::make_unique<HostRegion>(bytes);
   }
 
   Capabilities capabilities() const override {
-    return Capabilities{"loop", false, false, false, options_.max_message_bytes, !options_.secret.empty(), kHostOnly};
+    return Capabilities{"loop", false, false, false, options_.max_message_bytes, !options_.secret.empty()};
   }
 
   Member& member() { return *member_; }

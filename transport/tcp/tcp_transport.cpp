@@ -19,9 +19,6 @@
 namespace deltacast::transport::tcp {
 namespace {
 
-// Capabilities::cuda_memory_detail: sockets read and write host memory only.
-const std::string kHostOnly = "the tcp backend moves bytes through host memory only (sockets)";
-
 using asio::awaitable;
 using asio::use_awaitable;
 using tcp_socket = asio::ip::tcp::socket;
@@ -276,13 +273,12 @@ class TcpTransport final : public Transport {
   }
 
   std::unique_ptr<MemoryRegion> register_memory(std::span<std::byte> bytes, MemoryKind kind) override {
-    if (kind != MemoryKind::host)
-      throw Error(Errc::unsupported, "tcp: CUDA memory can not be registered here: " + kHostOnly);
+    if (kind != MemoryKind::host) throw Error(Errc::unsupported, "tcp: CUDA memory registration is not supported");
     return std::make_unique<HostRegion>(bytes);
   }
 
   Capabilities capabilities() const override {
-    return Capabilities{"tcp", false, false, true, options_.max_message_bytes, !options_.secret.empty(), kHostOnly};
+    return Capabilities{"tcp", false, false, true, options_.max_message_bytes, !options_.secret.empty()};
   }
 
  private:
