@@ -74,8 +74,7 @@ class Conformance : public ::testing::TestWithParam<std::string> {
     return {std::move(client), std::move(server)};
   }
 
-  std::unique_ptr<Connection> connect_to_forked_peer(std::optional<testing::StreamingPeer>& peer,
-                                                     size_t message_bytes);
+  std::unique_ptr<Connection> connect_to_forked_peer(std::optional<testing::StreamingPeer>& peer, size_t message_bytes);
 
   std::unique_ptr<Transport> server_;
   std::unique_ptr<Transport> client_;
