@@ -5,10 +5,10 @@
 // byte order), the address being the region's own with FI_MR_VIRT_ADDR and 0 without.
 // Rules: CUDA memory is registered with fi_mr_regattr (FI_HMEM_CUDA, device 0 of the process)
 // where the provider offers FI_HMEM; elsewhere register_memory throws Errc::unsupported for
-// MemoryKind::cuda, saying what libfabric and the provider offer. Providers that insist on provider-chosen keys
-// (FI_MR_PROV_KEY) get no RMA (capabilities().rma == false). A region must not outlive its
-// transport; destroying it closes its registrations under the transport's mutex, so it may happen
-// on any thread.
+// MemoryKind::cuda, saying what libfabric and the provider offer. Providers that insist on
+// provider-chosen keys (FI_MR_PROV_KEY) get no RMA (capabilities().rma == false). A region must
+// not outlive its transport; destroying it closes its registrations under the transport's mutex,
+// so it may happen on any thread.
 #include <cstddef>
 #include <cstdint>
 #include <span>

@@ -232,7 +232,7 @@ void Producer::Impl::fail_laggards(InFlight& f) {
         if (it == f.verified_at.end())
           parents_have_it = false;
         else
-          fed = std::max(fed, std::max(it->second, forwarded_by(f, rank, *parent, t)));
+          fed = std::max({fed, it->second, forwarded_by(f, rank, *parent, t)});
       }
     }
     if (parents_have_it && now - fed > patience) late.push_back(rank);

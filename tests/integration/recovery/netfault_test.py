@@ -4,8 +4,8 @@ campaign, this is its short form for ctest, `ctest -L netns`).
 
     netfault_test.py DELTACAST partition|straggler|slow_relay|bootstrap [--transport tcp|ucx|ofi+tcp]
 
-Real `deltacast run` processes (tcp unless --transport), one producer and 6 receivers (binary tree: rank 2 is an
-interior member with children 4 and 5), each rank in its own namespace behind a veth to a bridge,
+Real `deltacast run` processes (tcp unless --transport), one producer and 6 receivers (binary
+tree: rank 2 is an interior member with children 4 and 5), each rank in its own namespace behind a veth to a bridge,
 every egress shaped to 200 Mbit/s (tests/integration/recovery/dcnetns.py), a 4M-parameter model,
 the producer fed from a watch directory one step at a time.
 
