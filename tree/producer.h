@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -268,14 +269,24 @@ class Producer {
   // replay .dcx files. Frames are sent in the given order, duplicates included.
   RefitReport publish(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version, uint64_t expected_digest,
                       const RefitOptions& options = {});
+  // The relay's own copy of a forwarded version: its bits (the relay's buffers, read until the
+  // version commits) and their StateDigest.
+  struct RelayCopy {
+    codec::ConstWeights bits;
+    codec::StateDigest digest;
+  };
   // publish() for a relay of another producer's versions (a store gateway, docs/object-storage.md
-  // "Hybrid"): `bits` are version `new_version`'s (already verified against `digest` by the
-  // caller, e.g. by applying the same frames); once it commits they become the baseline (copied),
-  // so the producer serves snapshots of it to members that rejoin. Throws like publish();
-  // Error(invalid_argument) when `bits` do not match the manifest, Error(state) before start() or
-  // in a group.
-  RefitReport forward(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
-                      const codec::ConstWeights& bits, const codec::StateDigest& digest);
+  // "Hybrid"), sent on while the relay applies them itself: `own_copy` becomes ready once the
+  // relay's own copy holds `new_version` (applied and verified from the same frames, e.g. on
+  // another thread meanwhile). The producer sends the frames, then handles its members' messages
+  // until the copy is ready, and only then can the version commit. An exception in the copy
+  // aborts the version in the tree (every member rolls back) and comes out of forward(); so does a
+  // copy whose combined digest is not `expected_digest` (Error(verify_failed)). Once the version
+  // commits, the copy becomes the baseline (copied), so the producer serves snapshots of it to
+  // members that rejoin. Throws like publish(); Error(invalid_argument) when the bits do not
+  // match the manifest, Error(state) before start() or in a group.
+  RefitReport forward(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version, uint64_t expected_digest,
+                      const std::shared_future<RelayCopy>& own_copy);
   // Sends BYE to every receiver and closes the links.
   void finish();
 

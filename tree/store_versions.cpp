@@ -7,6 +7,7 @@
 
 #include "tree/producer/raw_pieces.h"
 #include "tree/protocol.h"
+#include "util/bytes.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -198,22 +199,33 @@ bool StoreFollower::replay(uint64_t v) {
   }
   if (m.base_version != applier_->version()) return false;
   const auto frames = deltas_.frames(m);
+  if (relay_)
+    relay_(m, frames, [&] { apply_delta(m, frames); });
+  else
+    apply_delta(m, frames);
+  if (applier_->version() != v)
+    throw Error(Errc::state, "store: the relay of delta " + std::to_string(v) + " returned without applying it");
+  return true;
+}
+
+void StoreFollower::apply_delta(const objstore::VersionManifest& m, const std::vector<std::vector<std::byte>>& frames) {
+  const std::string what = "store: delta " + std::to_string(m.version);
   try {
     for (const auto& frame : frames) {
       stats_.bytes_downloaded += frame.size();
       applier_->apply(frame);
     }
-    if (!applier_->complete())
-      throw Error(Errc::corrupt_frame, "store: delta " + std::to_string(v) + " lacks chunks or its seal");
+    if (!applier_->complete()) throw Error(Errc::corrupt_frame, what + " lacks chunks or its seal");
     applier_->verify();
+    if (applier_->pending_combined() != m.digest)
+      throw Error(Errc::verify_failed, what + ": its seal names digest " + hex64(applier_->pending_combined()) +
+                                           ", its manifest " + hex64(m.digest));
     applier_->commit();
   } catch (const Error&) {
     if (applier_->pending_version()) applier_->rollback();
     throw;
   }
   ++stats_.deltas_applied;
-  if (on_delta_) on_delta_(m, frames);
-  return true;
 }
 
 void StoreFollower::take_snapshot(uint64_t v) {

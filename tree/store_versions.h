@@ -104,11 +104,17 @@ class StoreFollower {
   // version held. Call catch_up() now and then: a gap in the deltas (pruned while this member was
   // away, a publish the producer dropped) is crossed only by it.
   uint64_t follow_deltas();
-  // Called after each delta this follower replayed and committed, with its frames as stored (a
-  // gateway forwards them to its cluster's tree; docs/object-storage.md, "Hybrid"). A callback
-  // that throws stops catch_up with its error; the delta stays committed here.
-  using DeltaHook = std::function<void(const objstore::VersionManifest&, const std::vector<std::vector<std::byte>>&)>;
-  void on_delta(DeltaHook hook) { on_delta_ = std::move(hook); }
+  // A relay of the deltas this follower replays (a gateway sending them on to its cluster's tree
+  // while it applies them; docs/object-storage.md, "Hybrid"): called with each delta's manifest
+  // and frames as downloaded and checked, before a bit of it lands here, and with `apply`, which
+  // applies, verifies and commits the delta here, or throws with the weights as they were (a
+  // seal whose digests the bits miss, or whose version digest is not the manifest's). The relay
+  // calls `apply` exactly once, on any thread, and returns only after it returned or threw; what
+  // the relay throws stops catch_up with that error, and a relay that returns without the delta
+  // applied is Error(state). Without a relay the follower applies each delta itself.
+  using DeltaRelay = std::function<void(const objstore::VersionManifest&, const std::vector<std::vector<std::byte>>&,
+                                        const std::function<void()>& apply)>;
+  void relay_deltas(DeltaRelay relay) { relay_ = std::move(relay); }
   uint64_t version() const;
   uint64_t digest() const;  // combined StateDigest of version()
   const codec::StateDigest& state_digest() const;
@@ -121,8 +127,11 @@ class StoreFollower {
   Stats stats() const { return stats_; }
 
  private:
-  // Applies delta `v` (base: the version held). False when the store has no manifest for it.
+  // Applies delta `v` (base: the version held), through the relay when there is one. False when
+  // the store has no manifest for it.
   bool replay(uint64_t v);
+  // Applies, verifies and commits a downloaded delta; rolls back and throws when it does not verify.
+  void apply_delta(const objstore::VersionManifest& m, const std::vector<std::vector<std::byte>>& frames);
   // Lands snapshot `v` and makes it the version held.
   void take_snapshot(uint64_t v);
 
@@ -131,7 +140,7 @@ class StoreFollower {
   objstore::VersionReader snapshots_;
   codec::MutableWeights weights_;
   std::unique_ptr<codec::DeltaApplier> applier_;
-  DeltaHook on_delta_;
+  DeltaRelay relay_;
   Stats stats_;
 };
 

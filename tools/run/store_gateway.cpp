@@ -1,6 +1,8 @@
 // run_store_gateway: a store cluster's gateway (tools/run/store_processes.h).
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -39,10 +41,9 @@ class Gateway {
     for (auto& b : buffers_) weights.tensors.emplace_back(b.data(), b.size());
     weights_ = weights.as_const();
     follower_.emplace(manifest, client_, layout_, weights, 0, codec::StateDigest::zeros(manifest));
-    follower_->on_delta([this](const objstore::VersionManifest& m, const std::vector<std::vector<std::byte>>& frames) {
-      committed_at_[m.version] = unix_now();
-      if (producer_) forward(m, frames);
-    });
+    follower_->relay_deltas([this](const objstore::VersionManifest& m,
+                                   const std::vector<std::vector<std::byte>>& frames,
+                                   const std::function<void()>& apply) { relay(m, frames, apply); });
     // Version 1 (or whatever the store holds now): the cluster's tree starts from it.
     const auto first_by = Clock::now() + c_.timeouts.join;
     while (follow(first_by, "no version in the store") == 0) {
@@ -171,11 +172,39 @@ class Gateway {
     std::fflush(stdout);
   }
 
-  // A delta the follower committed, through the cluster's tree (tried three times).
-  void forward(const objstore::VersionManifest& m, const std::vector<std::vector<std::byte>>& frames) {
+  // A delta from the store: applied here and, once the cluster's tree runs, sent on through it at
+  // the same time (the tree's members apply it as it passes while this gateway applies its own
+  // copy; the version commits in the cluster only once both hold it).
+  void relay(const objstore::VersionManifest& m, const std::vector<std::vector<std::byte>>& frames,
+             const std::function<void()>& apply) {
+    if (!producer_) {
+      apply();
+      committed_at_[m.version] = unix_now();
+      return;
+    }
+    double applied_at = 0;
+    const std::shared_future<tree::Producer::RelayCopy> copy =
+        std::async(std::launch::async, [&] {
+          apply();
+          applied_at = unix_now();
+          return tree::Producer::RelayCopy{weights_, follower_->state_digest()};
+        }).share();
+    try {
+      forward(m, frames, copy);
+    } catch (...) {
+      copy.wait();  // the apply reads `frames`: it ends before they go
+      if (applied_at > 0) committed_at_[m.version] = applied_at;
+      throw;
+    }
+    committed_at_[m.version] = applied_at;
+  }
+
+  // A delta through the cluster's tree (tried three times), `copy` this gateway's own.
+  void forward(const objstore::VersionManifest& m, const std::vector<std::vector<std::byte>>& frames,
+               const std::shared_future<tree::Producer::RelayCopy>& copy) {
     tree::RefitReport r;
     for (int attempt = 1; attempt <= 3; ++attempt) {
-      r = producer_->forward(frames, m.version, weights_, follower_->state_digest());
+      r = producer_->forward(frames, m.version, m.digest, copy);
       if (r.committed) break;
       logger("run")->warn("gateway rank {}: version {} aborted in the cluster ({}); sending it again",
                           env_.receiver_rank(), m.version, r.abort_reason);

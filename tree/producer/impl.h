@@ -360,10 +360,12 @@ struct Producer::Impl {
   // refit's common part: sends what `encoder` encodes as version+1 (with `new_layout` when it
   // changes) and runs the joint commit; once committed, adopt(version, digest) makes the new
   // version the baseline.
-  // publish()/forward(): sends pre-encoded frames as `new_version`; `committed` runs when it commits.
+  // publish()/forward(): sends pre-encoded frames as `new_version`; `sent` (when given) runs once
+  // they are sent, before the joint commit (what it throws aborts the version); `committed` runs
+  // when it commits.
   RefitReport publish_frames(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
                              uint64_t expected_digest, const RefitOptions& refit_options,
-                             const std::function<void()>& committed);
+                             const std::function<void()>& sent, const std::function<void()>& committed);
   RefitReport refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
                          const RefitOptions& refit_options,
                          const std::function<void(uint64_t, codec::StateDigest)>& adopt);

@@ -325,26 +325,36 @@ RefitReport Producer::publish(const std::vector<std::vector<std::byte>>& frames,
                               uint64_t expected_digest, const RefitOptions& refit_options) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
-  return d.publish_frames(frames, new_version, expected_digest, refit_options,
+  return d.publish_frames(frames, new_version, expected_digest, refit_options, {},
                           [&d, new_version] { d.version = new_version; });
 }
 
 RefitReport Producer::forward(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
-                              const codec::ConstWeights& bits, const codec::StateDigest& digest) {
+                              uint64_t expected_digest, const std::shared_future<RelayCopy>& own_copy) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
-  codec::ConstWeights checked = bits;
-  checked.manifest = &d.manifest;
-  codec::check_weights(checked);
-  return d.publish_frames(frames, new_version, digest.combined(), {}, [&] {
+  const auto held = [&] {
+    while (own_copy.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready)
+      d.pump(std::chrono::milliseconds(5));
+    const RelayCopy& copy = own_copy.get();  // rethrows the copy's error
+    codec::ConstWeights bits = copy.bits;
+    bits.manifest = &d.manifest;
+    codec::check_weights(bits);
+    if (copy.digest.combined() != expected_digest)
+      throw Error(Errc::verify_failed, "the relay's own copy of version " + std::to_string(new_version) +
+                                           " has digest " + hex64(copy.digest.combined()) + ", not " +
+                                           hex64(expected_digest));
+    return bits;
+  };
+  return d.publish_frames(frames, new_version, expected_digest, {}, held, [&] {
     d.version = new_version;
-    d.baseline->adopt(checked, new_version, digest);
+    d.baseline->adopt(held(), new_version, own_copy.get().digest);
   });
 }
 
 RefitReport Producer::Impl::publish_frames(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
                                            uint64_t expected_digest, const RefitOptions& refit_options,
-                                           const std::function<void()>& committed) {
+                                           const std::function<void()>& sent, const std::function<void()>& committed) {
   auto& d = *this;
   if (!d.membership) throw Error(Errc::state, "Producer::publish before start()");
   if (d.group) throw Error(Errc::state, "a producer group encodes its versions itself (refit), rank by rank");
@@ -375,7 +385,7 @@ RefitReport Producer::Impl::publish_frames(const std::vector<std::vector<std::by
                         encode_frame_message(frames[it->second], d.in_flight->envelope(route), d.epoch())),
                     {}};
   };
-  auto send_all = [&](Impl::InFlight& f) {
+  auto send_frames = [&](Impl::InFlight& f) {
     for (size_t i = 0; i < frames.size(); ++i) {
       const uint32_t key = key_of[i];
       d.deliver(f.tree_of(key), Outgoing{std::make_shared<const std::vector<std::byte>>(
@@ -385,6 +395,10 @@ RefitReport Producer::Impl::publish_frames(const std::vector<std::vector<std::by
       f.report->frames_bytes += frames[i].size();
       if (!is_seal[key]) ++f.report->chunks;
     }
+  };
+  auto send_all = [&](Impl::InFlight& f) {
+    send_frames(f);
+    if (sent) sent();
   };
   RefitReport report = d.run_version(
       std::move(flight), send_all, [&] { return expected_digest; }, refit_options.dry_run, committed);

@@ -3,6 +3,7 @@
 // listings, multipart uploads completed and aborted, refusals that are never retried (a wrong
 // secret, a bucket that does not exist, a range outside the object), and a radosgw stopped in
 // the middle of a sequence of requests: retried until it is back.
+#include <functional>
 #include <map>
 #include <random>
 #include <string>
@@ -463,6 +464,53 @@ TEST_F(S3Server, ADamagedDeltaLeavesTheMemberAtItsVersion) {
   publisher.publish_delta(2, 1, 1, digest_of(v2), frames);  // published again, whole
   EXPECT_EQ(member.catch_up(), 2u);
   EXPECT_TRUE(tree::same_bits(held, v2.weights()));
+}
+
+// A relay (a gateway) sees each delta before a bit of it lands and applies it on its own thread;
+// a relay that does not apply it, and a delta whose manifest names another digest than its seal,
+// leave the member exactly at the version it held. Broken by applying before the relay, by
+// trusting a relay that returned, or by not comparing the manifest's digest.
+TEST_F(S3Server, ARelayAppliesEachDeltaItselfAndAWrongDigestIsRefused) {
+  tree::StoreLayout layout{prefix_ + "job", uint64_t{5} << 20, 2, 4};
+  tree::Model v1 = tree::Model::make(95);
+  tree::StorePublisher publisher(v1.manifest, *client_, layout);
+  publisher.publish_snapshot(1, 1, v1.weights(), 100'000);
+  std::vector<tree::Bytes> held;
+  codec::MutableWeights w{&v1.manifest, {}};
+  for (const auto& t : v1.manifest.tensors()) held.emplace_back(t.nbytes());
+  for (auto& t : held) w.tensors.emplace_back(t.data(), t.size());
+  tree::StoreFollower member(v1.manifest, *client_, layout, w, 0, codec::StateDigest::zeros(v1.manifest));
+  ASSERT_EQ(member.catch_up(), 1u);
+  tree::Model v2 = v1;
+  v2.step(2);
+  const auto frames = delta_frames(v1, v2, 2);
+  publisher.publish_delta(2, 1, 1, digest_of(v1), frames);  // the manifest names the base's digest
+  EXPECT_THROW(member.catch_up(), Error);
+  EXPECT_EQ(member.version(), 1u);
+  EXPECT_TRUE(tree::same_bits(held, v1.weights())) << "a delta of another digest left bits behind";
+  publisher.publish_delta(2, 1, 1, digest_of(v2), frames);
+  member.relay_deltas([](const objstore::VersionManifest&, const std::vector<std::vector<std::byte>>&,
+                         const std::function<void()>&) {});
+  try {
+    member.catch_up();
+    ADD_FAILURE() << "a relay that did not apply was trusted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::state) << e.what();
+  }
+  EXPECT_EQ(member.version(), 1u);
+  std::vector<uint64_t> relayed;
+  member.relay_deltas([&](const objstore::VersionManifest& m, const std::vector<std::vector<std::byte>>& f,
+                          const std::function<void()>& apply) {
+    EXPECT_EQ(member.version(), m.base_version);
+    EXPECT_TRUE(tree::same_bits(held, v1.weights())) << "applied before the relay had it";
+    EXPECT_EQ(f, frames);
+    relayed.push_back(m.version);
+    std::thread(apply).join();
+  });
+  EXPECT_EQ(member.catch_up(), 2u);
+  EXPECT_EQ(relayed, std::vector<uint64_t>{2});
+  EXPECT_TRUE(tree::same_bits(held, v2.weights()));
+  EXPECT_EQ(member.digest(), digest_of(v2));
 }
 
 // The uplink of a producer (tree/store_uplink.h): version 1 whole, then deltas, a whole version at

@@ -3,6 +3,7 @@
 // by memcmp.
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -321,6 +322,89 @@ TEST_P(RelayTree, ReplayedChunkIsRefusedAndNotForwarded) {
     EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
   }
   EXPECT_EQ(replayed, 1u) << "the duplicate must be refused once, at the root, and not forwarded";
+}
+
+// forward() (a store gateway relaying versions it applies itself meanwhile): the members get the
+// frames at once, but the version commits only once the relay's own copy is ready; then the copy
+// is the baseline the next refit encodes against. Broken by committing without waiting for the
+// copy (the members are at version 2 while it is pending).
+TEST_P(RelayTree, AForwardedVersionCommitsOnlyOnceTheRelaysOwnCopyHoldsIt) {
+  Model model = Model::make(5);
+  const uint32_t n = 5;
+  Cluster cluster(GetParam(), model.manifest, n, sanitize(name()));
+  ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);
+  Model base = model;
+  model.step(40);
+  codec::EncodeOptions options;
+  options.chunk_bytes = 64 << 10;
+  const auto delta = codec::encode_delta(base.weights(), model.weights(), cluster.producer().digest(), {1, 2}, options);
+  std::promise<Producer::RelayCopy> own;
+  std::thread relay([&] {
+    // Every member has every frame and verified them; the version still waits for the relay.
+    const auto until = std::chrono::steady_clock::now() + test_time::scaled(std::chrono::milliseconds(30'000));
+    for (uint32_t i = 0; i < n; ++i)
+      while (cluster.receiver(i).stats().frames_received < delta.frames.size() &&
+             std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    for (uint32_t i = 0; i < n; ++i) EXPECT_EQ(cluster.receiver(i).version(), 1u) << "receiver " << i + 1;
+    own.set_value({model.weights(), delta.new_digest});
+  });
+  const RefitReport report =
+      cluster.producer().forward(delta.frames, 2, delta.new_digest.combined(), own.get_future().share());
+  relay.join();
+  EXPECT_TRUE(report.committed) << report.abort_reason;
+  EXPECT_EQ(report.verified_receivers, n);
+  EXPECT_EQ(cluster.producer().version(), 2u);
+  EXPECT_EQ(cluster.producer().digest().combined(), delta.new_digest.combined());
+  model.step(41);  // encoded against the forwarded copy
+  ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);
+  cluster.finish();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "");
+    EXPECT_EQ(cluster.receiver(i).version(), 3u);
+    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
+  }
+}
+
+// A relay whose own copy fails (its apply throws) or differs (another digest): the version aborts
+// on every member, which roll back to the base bits, forward() throws the copy's error, and the
+// producer's baseline stays the base. Broken by ignoring the copy's error or its digest.
+TEST_P(RelayTree, AForwardedVersionWhoseOwnCopyFailsAbortsOnEveryMember) {
+  Model model = Model::make(6);
+  const uint32_t n = 4;
+  Cluster cluster(GetParam(), model.manifest, n, sanitize(name()));
+  ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);
+  Model base = model;
+  model.step(50);
+  codec::EncodeOptions options;
+  options.chunk_bytes = 64 << 10;
+  const auto delta = codec::encode_delta(base.weights(), model.weights(), cluster.producer().digest(), {1, 2}, options);
+  std::promise<Producer::RelayCopy> failed;
+  failed.set_exception(std::make_exception_ptr(Error(Errc::corrupt_frame, "the relay's copy refused a chunk")));
+  try {
+    cluster.producer().forward(delta.frames, 2, delta.new_digest.combined(), failed.get_future().share());
+    ADD_FAILURE() << "a failed copy was forwarded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::corrupt_frame) << e.what();
+  }
+  std::promise<Producer::RelayCopy> other;
+  other.set_value({base.weights(), codec::StateDigest::full_scan(base.weights())});
+  try {
+    cluster.producer().forward(delta.frames, 2, delta.new_digest.combined(), other.get_future().share());
+    ADD_FAILURE() << "a copy of other bits was forwarded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::verify_failed) << e.what();
+  }
+  EXPECT_EQ(cluster.producer().version(), 1u);
+  EXPECT_EQ(cluster.producer().digest().combined(), codec::StateDigest::full_scan(base.weights()).combined());
+  ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);  // from the base, still the baseline
+  cluster.finish();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "");
+    EXPECT_EQ(cluster.receiver(i).version(), 2u);  // the refit from the base bits committed: rolled back
+    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
