@@ -171,6 +171,8 @@ void write_summary(const std::string& path, int rank, const tree::RunSummary& su
                       {"frames_forwarded", summary.stats.frames_forwarded},
                       {"versions_committed", summary.stats.versions_committed},
                       {"versions_aborted", summary.stats.versions_aborted},
+                      {"snapshots_taken", summary.stats.snapshots_taken},
+                      {"last_snapshot_source", summary.stats.last_snapshot_source},  // 0: the producer
                       {"peak_rss_bytes", peak_rss_bytes()},
                       {"retained", retained_json(summary.stats)}};
   nlohmann::json at = nlohmann::json::object();  // when each version became active here (unix seconds)
@@ -246,6 +248,8 @@ void run_placed_receiver(const config::Config& c, const tree::LaunchEnv& env, co
                      {"frames_forwarded", summary.stats.frames_forwarded},
                      {"versions_committed", summary.stats.versions_committed},
                      {"versions_aborted", summary.stats.versions_aborted},
+                     {"snapshots_taken", summary.stats.snapshots_taken},
+                     {"last_snapshot_source", summary.stats.last_snapshot_source},
                      {"peak_rss_bytes", peak_rss_bytes()},
                      {"retained", retained_json(summary.stats)}};
     if (writer) {

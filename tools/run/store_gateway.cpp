@@ -36,6 +36,7 @@ class Gateway {
 
   void run() {
     const codec::Manifest manifest = wait_for_model();
+    manifest_ = &manifest;
     for (const auto& t : manifest.tensors()) buffers_.emplace_back(t.nbytes());
     codec::MutableWeights weights{&manifest, {}};
     for (auto& b : buffers_) weights.tensors.emplace_back(b.data(), b.size());
@@ -120,10 +121,7 @@ class Gateway {
       const uint64_t before = follower_->version();
       try {
         const uint64_t held = wide ? follower_->catch_up() : follower_->follow_deltas();
-        if (producer_ && forwarded_ != held)
-          throw Error(Errc::state, "the gateway went from version " + std::to_string(before) + " to " +
-                                       std::to_string(held) + " by a snapshot: its cluster's members cannot follow " +
-                                       "(raise store.retain_versions)");
+        if (producer_ && forwarded_ != held) restart_cluster();  // a snapshot and no delta after it
         for (uint64_t v = before + 1; v <= held; ++v) committed_at_.emplace(v, unix_now());  // a snapshot's
         // A cluster's version counts once its tree has it (start_cluster acknowledges the first).
         if (held > before && (producer_ || route_.behind.empty())) acknowledge(held);
@@ -155,7 +153,8 @@ class Gateway {
   // The cluster's relay tree, rooted here: a producer resumed at the version held (its members,
   // at version 0 or at an older one, catch up by a snapshot of it), fed the store's frames.
   void start_cluster(const codec::Manifest& manifest, const codec::ConstWeights& weights) {
-    transport_ = transport::make_transport(c_.transport, tree::member_transport_options(c_, env_.member_rank()));
+    if (!transport_)
+      transport_ = transport::make_transport(c_.transport, tree::member_transport_options(c_, env_.member_rank()));
     tree::ProducerOptions options = tree::producer_options_from(c_);
     options.listen_url = me_.url;
     options.receivers = static_cast<uint32_t>(route_.behind.size());
@@ -172,6 +171,25 @@ class Gateway {
     std::fflush(stdout);
   }
 
+  // The gateway jumped by a snapshot (it was away longer than store.retain_versions deltas): its
+  // members, at the version last forwarded, cannot take the deltas after it. The cluster's tree
+  // starts again at the version held here, as after a restart of the gateway: the old producer goes
+  // without BYE (its members wait for one at this address for timeouts.producer_loss), the new one
+  // resumes at the snapshot's version and its members catch up to it by a snapshot from it.
+  void restart_cluster() {
+    logger("run")->warn(
+        "gateway rank {}: went from version {} to {} by a snapshot (away longer than store.retain_versions "
+        "deltas): the cluster's tree starts again at version {}",
+        env_.receiver_rank(), forwarded_, follower_->version(), follower_->version());
+    producer_.reset();
+    try {
+      start_cluster(*manifest_, weights_);
+    } catch (const Error&) {
+      cluster_failed_ = true;  // a cluster without its tree: the gateway stops
+      throw;
+    }
+  }
+
   // A delta from the store: applied here and, once the cluster's tree runs, sent on through it at
   // the same time (the tree's members apply it as it passes while this gateway applies its own
   // copy; the version commits in the cluster only once both hold it).
@@ -182,6 +200,7 @@ class Gateway {
       committed_at_[m.version] = unix_now();
       return;
     }
+    if (m.base_version != forwarded_) restart_cluster();  // a snapshot, then this delta on it
     double applied_at = 0;
     const std::shared_future<tree::Producer::RelayCopy> copy =
         std::async(std::launch::async, [&] {
@@ -264,6 +283,7 @@ class Gateway {
   const config::MemberConfig me_;
   const tree::StoreLayout layout_;
   objstore::S3Client client_;
+  const codec::Manifest* manifest_ = nullptr;  // run()'s, the model read from the store
   std::vector<std::vector<std::byte>> buffers_;
   codec::ConstWeights weights_;  // buffers_ as the follower's model
   std::optional<tree::StoreFollower> follower_;

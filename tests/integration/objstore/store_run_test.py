@@ -15,7 +15,9 @@ north (each alone: store-only). Faults while it runs:
     the publish again until it succeeds, the gateways keep polling.
 At the end every receiver holds the last checkpoint bit for bit (SHA-256 of its buffers, and one
 digest), and north, which never failed, downloaded at most 1.05x what was published for it (the
-whole version 1 plus every delta). Then bad input: a bucket that does not exist fails the producer
+whole version 1 plus every delta). Then a second job (retain_versions 2): east's gateway is frozen
+(SIGSTOP) until the delta after its version is pruned; it comes back by a snapshot, its cluster's
+tree starts again there, and its members catch up to it by a snapshot and end exact. Then bad input: a bucket that does not exist fails the producer
 naming it, and a gateway with a wrong secret exits 1 naming S3's refusal, before anything is
 applied.
 Standard library only.
@@ -25,6 +27,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -89,6 +92,22 @@ def wait_file_text(path: Path, text: str, timeout: float) -> bool:
             pass
         time.sleep(0.05)
     return False
+
+
+def wait_until(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def http_status(server: str, s3_dir: str, url: str) -> str:
+    """The HTTP status of a signed HEAD of `url` (scripts/s3-server.sh curl)."""
+    r = subprocess.run(["bash", server, "curl", s3_dir, "-I", "-o", "/dev/null", "-w", "%{http_code}", url],
+                       capture_output=True, text=True)
+    return r.stdout.strip()
 
 
 def main() -> None:
@@ -169,6 +188,61 @@ def main() -> None:
                   f"north downloaded {north['bytes_received']} bytes for {published} published (> 1.05x)")
             print(f"store_run_test: north downloaded {north['bytes_received']} bytes for {published} published "
                   f"({north['bytes_received'] / published:.4f}x); uplink retried {store['retried']} times")
+
+        # A gateway away for longer than store.retain_versions deltas (frozen by SIGSTOP while the
+        # producer's tree goes on): once it runs again, the delta after the version it held is
+        # pruned, it takes a snapshot, and its cluster's tree starts again there; its members catch
+        # up to it by a snapshot and take the versions after it. Rank 2 is east's gateway, 3 and 4
+        # its members; retain_versions 2.
+        jump_clusters = ["train", "east", "east", "east"]
+        job = dcfleet.JobConfig(receivers=len(jump_clusters), clusters=jump_clusters, chunk_bytes="256KiB",
+                                peer="5s", join="60s", producer_loss="60s",
+                                extra_yaml=store_yaml(env, prefix + "-jump", clusters="east").replace(
+                                    "retain_versions: 3", "retain_versions: 2"),
+                                trainer_yaml=f"  kind: watch\n  dir: {watch}-jump\n  steps: {STEPS}\n")
+        Path(f"{watch}-jump").mkdir()
+        shutil.copy(steps[0], Path(f"{watch}-jump") / "ckpt-0.safetensors")
+        with dcfleet.Fleet(dc, work / "jump", job) as fleet:
+            fleet.env.update(creds)
+            gateway_log = fleet.dir / "rank-2.out"
+            fleet.start()
+            check(wait_file_text(gateway_log, "2 members joined its tree at version 1", 60),
+                  "the east gateway's tree did not start:\n" + fleet.tail(2, 20))
+            for s in range(1, STEPS + 1):
+                dcfleet.drop(steps, Path(f"{watch}-jump"), s)
+                check(fleet.wait_line(rf"^step {s}: version {s + 1} .* verified 1/1", 60),
+                      f"step {s} did not commit in the producer's tree:\n" + fleet.tail(0, 20))
+                if s == 1:
+                    check(wait_file_text(gateway_log, "version 2 through the cluster", 60),
+                          "version 2 did not reach the east cluster:\n" + fleet.tail(2, 20))
+                    fleet.signal(2, signal.SIGSTOP)  # away for versions 3-5: delta 3 is pruned by 5
+                if s == 4:
+                    # The uplink publishes (and prunes) on its own thread: wait until delta 3 is gone.
+                    delta3 = (f"{env['S3_ENDPOINT']}/{env['S3_BUCKET']}/{prefix}-jump/deltas/"
+                              f"v{3:020d}/manifest.json")
+                    check(wait_until(lambda: http_status(server, s3_dir, delta3) == "404", 30),
+                          f"delta 3 was not pruned (retain_versions 2):\n" + fleet.tail(0, 20))
+                    fleet.signal(2, signal.SIGCONT)
+                    check(wait_file_text(gateway_log, "2 members joined its tree at version 5", 90),
+                          "east's tree did not start again at the snapshot:\n" + fleet.tail(2, 20) +
+                          fleet.tail(3, 20))
+            check(wait_file_text(gateway_log, f"version {STEPS + 1} through the cluster", 90),
+                  "the version after the jump did not reach east:\n" + fleet.tail(2, 20))
+            check(fleet.wait_producer(120) == 0, "the producer did not exit 0:\n" + fleet.tail(0, 30))
+            codes = fleet.wait_receivers(120)
+            check(all(code == 0 for code in codes.values()),
+                  f"receivers exited {codes}:\n" + "".join(fleet.tail(r, 15) for r in range(1, 5)))
+            want = checkpoint_sha256(steps[-1])
+            for r in range(1, len(jump_clusters) + 1):
+                summary = fleet.summary(r)
+                check(summary is not None and summary["version"] == STEPS + 1 and summary["sha256"] == want,
+                      f"rank {r} ({jump_clusters[r - 1]}) differs after the jump: {summary}")
+            jumped = fleet.summary(2)["store"]
+            check(jumped["snapshots_taken"] >= 2, f"the gateway did not jump by a snapshot: {jumped}")
+            for r in (3, 4):
+                check(fleet.summary(r)["snapshots_taken"] >= 1 and fleet.summary(r)["last_snapshot_source"] >= 0,
+                      f"rank {r} did not catch up by a snapshot: {fleet.summary(r)}")
+            print(f"store_run_test: the gateway jumped from version 2 by a snapshot ({jumped}); its members followed")
 
         # Bad input: a bucket that does not exist (the producer fails at start, naming it), a gateway
         # whose secret is wrong (exits 1 naming the refusal).
