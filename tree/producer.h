@@ -283,8 +283,11 @@ class Producer {
   // aborts the version in the tree (every member rolls back) and comes out of forward(); so does a
   // copy whose combined digest is not `expected_digest` (Error(verify_failed)). Once the version
   // commits, the copy becomes the baseline (copied), so the producer serves snapshots of it to
-  // members that rejoin. Throws like publish(); Error(invalid_argument) when the bits do not
-  // match the manifest, Error(state) before start() or in a group.
+  // members that rejoin. With placed members (docs/placement.md) the frames, not cut for their
+  // placements, are not sent: the version is encoded again from the copy once it is ready (a
+  // refit of it; `new_version` must be version() + 1). Throws like publish();
+  // Error(invalid_argument) when the bits do not match the manifest, Error(state) before start()
+  // or in a group.
   RefitReport forward(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version, uint64_t expected_digest,
                       const std::shared_future<RelayCopy>& own_copy);
   // Sends BYE to every receiver and closes the links.

@@ -194,10 +194,13 @@ void run_placed_receiver(const config::Config& c, const tree::LaunchEnv& env, co
   const int rank = env.receiver_rank();
   auto transport = transport::make_transport(c.transport, tree::member_transport_options(c, env.member_rank()));
   tree::ReceiverOptions options = receiver_options(c, env, o, /*gated=*/!checkpoint_dir.empty());
-  if (config::version_route(c, env.member_rank()).kind != config::VersionRoute::Kind::producer)
+  // Behind a gateway it is placed in the cluster's tree as in the producer's (the gateway encodes
+  // each version again for its placed members); a gateway, or a store-only member, applies whole
+  // versions from the store.
+  if (config::version_route(c, env.member_rank()).kind == config::VersionRoute::Kind::gateway)
     throw Error(Errc::config, "rank " + std::to_string(rank) +
-                                  ": a placed receiver (--placement) in a store cluster (store.clusters) is not "
-                                  "supported: a gateway forwards whole deltas, not cut for placements");
+                                  ": a placed receiver (--placement) cannot be its store cluster's gateway (the member "
+                                  "of lowest rank of a cluster in store.clusters reads whole versions from the store)");
   options.placement = config::load_placement_file(placement_path);
   std::unique_ptr<tree::Receiver> receiver;  // declared first: the writer (which reads it) goes first
   std::unique_ptr<CheckpointDirWriter> writer;

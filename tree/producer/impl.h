@@ -360,6 +360,9 @@ struct Producer::Impl {
   // refit's common part: sends what `encoder` encodes as version+1 (with `new_layout` when it
   // changes) and runs the joint commit; once committed, adopt(version, digest) makes the new
   // version the baseline.
+  // refit(ConstWeights) with the drive lock held: a delta from the baseline to `next` (whole
+  // buffers of the manifest), which becomes the baseline once committed.
+  RefitReport refit_bits(const codec::ConstWeights& next, const RefitOptions& refit_options);
   // publish()/forward(): sends pre-encoded frames as `new_version`; `sent` (when given) runs once
   // they are sent, before the joint commit (what it throws aborts the version); `committed` runs
   // when it commits.

@@ -58,13 +58,17 @@ RefitReport Producer::refit(const codec::ConstWeights& next, const RefitOptions&
     return refit(codec::SpanReader(checked), refit_options);
   }
   std::lock_guard drive(d.drive);
-  d.check_can_refit();
-  codec::check_weights(checked);
-  auto layout = d.changed_layout(refit_options.layout);
-  const codec::EncodeOptions encode = d.refit_encode_options(refit_options);
-  codec::DeltaEncoder encoder(d.baseline->weights(), checked, d.baseline->digest(), {d.version, d.version + 1}, encode);
-  return d.refit_with(encoder, std::move(layout), refit_options,
-                      [&](uint64_t v, codec::StateDigest digest) { d.baseline->adopt(checked, v, std::move(digest)); });
+  return d.refit_bits(checked, refit_options);
+}
+
+RefitReport Producer::Impl::refit_bits(const codec::ConstWeights& next, const RefitOptions& refit_options) {
+  check_can_refit();
+  codec::check_weights(next);
+  auto new_layout = changed_layout(refit_options.layout);
+  const codec::EncodeOptions encode = refit_encode_options(refit_options);
+  codec::DeltaEncoder encoder(baseline->weights(), next, baseline->digest(), {version, version + 1}, encode);
+  return refit_with(encoder, std::move(new_layout), refit_options,
+                    [&](uint64_t v, codec::StateDigest digest) { baseline->adopt(next, v, std::move(digest)); });
 }
 
 RefitReport Producer::refit(const codec::WeightsReader& next, const RefitOptions& refit_options) {
@@ -346,6 +350,15 @@ RefitReport Producer::forward(const std::vector<std::vector<std::byte>>& frames,
                                            hex64(expected_digest));
     return bits;
   };
+  if (!d.fleet_slices.empty()) {
+    // Placed members: the frames are not cut for their placements, and their seal has no slice
+    // table for them: the version is encoded again here, from the relay's own copy.
+    if (d.group) throw Error(Errc::state, "a producer group encodes its versions itself (refit), rank by rank");
+    if (new_version != d.version + 1)
+      throw Error(Errc::invalid_argument,
+                  "forward: version " + std::to_string(new_version) + " after version " + std::to_string(d.version));
+    return d.refit_bits(held(), {});
+  }
   return d.publish_frames(frames, new_version, expected_digest, {}, held, [&] {
     d.version = new_version;
     d.baseline->adopt(held(), new_version, own_copy.get().digest);

@@ -38,6 +38,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recovery"))
 import dcfleet  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+import placed_run_test  # noqa: E402  (its readers of safetensors files and placement files)
+
 STEPS = 5
 CLUSTERS = ["train", "train", "east", "east", "east", "west", "north"]
 
@@ -193,7 +196,8 @@ def main() -> None:
         # producer's tree goes on): once it runs again, the delta after the version it held is
         # pruned, it takes a snapshot, and its cluster's tree starts again there; its members catch
         # up to it by a snapshot and take the versions after it. Rank 2 is east's gateway, 3 and 4
-        # its members; retain_versions 2.
+        # its members (rank 4 placed: tensor-parallel rank 0 of 2, for which the gateway encodes
+        # each version again); retain_versions 2.
         jump_clusters = ["train", "east", "east", "east"]
         job = dcfleet.JobConfig(receivers=len(jump_clusters), clusters=jump_clusters, chunk_bytes="256KiB",
                                 peer="5s", join="60s", producer_loss="60s",
@@ -202,10 +206,16 @@ def main() -> None:
                                 trainer_yaml=f"  kind: watch\n  dir: {watch}-jump\n  steps: {STEPS}\n")
         Path(f"{watch}-jump").mkdir()
         shutil.copy(steps[0], Path(f"{watch}-jump") / "ckpt-0.safetensors")
+        placement = work / "p4.yaml"  # rank 4 holds tensor-parallel rank 0 of 2
+        subprocess.run([dc, "placement", "tp", "--checkpoint", str(steps[0]), "--rank", "0", "--size", "2", "-o",
+                        str(placement)], check=True, stdout=subprocess.DEVNULL)
         with dcfleet.Fleet(dc, work / "jump", job) as fleet:
             fleet.env.update(creds)
             gateway_log = fleet.dir / "rank-2.out"
-            fleet.start()
+            for r in (1, 2, 3):
+                fleet.start_receiver(r)
+            fleet.start_receiver(4, extra=["--placement", str(placement)])
+            fleet.start_producer()
             check(wait_file_text(gateway_log, "2 members joined its tree at version 1", 60),
                   "the east gateway's tree did not start:\n" + fleet.tail(2, 20))
             for s in range(1, STEPS + 1):
@@ -233,10 +243,17 @@ def main() -> None:
             check(all(code == 0 for code in codes.values()),
                   f"receivers exited {codes}:\n" + "".join(fleet.tail(r, 15) for r in range(1, 5)))
             want = checkpoint_sha256(steps[-1])
+            cut = work / "cut4.safetensors"
+            subprocess.run([dc, "placement", "check", str(placement), "--checkpoint", str(steps[-1]), "--extract",
+                            str(cut)], check=True, stdout=subprocess.DEVNULL)
+            shard = placed_run_test.safetensors(cut)
+            want_shard = placed_run_test.sha256(shard[name] for name in placed_run_test.placement_buffers(placement))
             for r in range(1, len(jump_clusters) + 1):
                 summary = fleet.summary(r)
-                check(summary is not None and summary["version"] == STEPS + 1 and summary["sha256"] == want,
-                      f"rank {r} ({jump_clusters[r - 1]}) differs after the jump: {summary}")
+                check(summary is not None and summary["version"] == STEPS + 1 and
+                      summary["sha256"] == (want_shard if r == 4 else want),
+                      f"rank {r} ({jump_clusters[r - 1]}{', placed' if r == 4 else ''}) differs after the jump: "
+                      f"{summary}")
             jumped = fleet.summary(2)["store"]
             check(jumped["snapshots_taken"] >= 2, f"the gateway did not jump by a snapshot: {jumped}")
             for r in (3, 4):

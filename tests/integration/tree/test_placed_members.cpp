@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <future>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "codec/encoder.h"
 #include "codec/placement.h"
 #include "codec/tp_placement.h"
 #include "tests/common/time_scale.h"
@@ -242,6 +244,42 @@ TEST_P(PlacedMembers, TensorParallelWorkersAreBitExactAfterEveryVersion) {
     // A placed member names the version it holds as a whole member does.
     EXPECT_EQ(cluster.receiver(i).digest(), digest) << "rank " << i + 1;
     EXPECT_EQ(cluster.receiver(i).stats().versions_aborted, 0u) << "rank " << i + 1;
+  }
+}
+
+// A relay of another producer's versions (a store gateway: Producer::forward) with placed members
+// in its tree: the stored frames are not cut for their placements, so the relay encodes each
+// version again from its own copy; every member ends bit-exact, and the next refit starts from the
+// forwarded copy. Broken by sending the stored frames (the placed members refuse segments they
+// hold partly: the version aborts).
+TEST_P(PlacedMembers, AForwardedVersionReachesPlacedMembersEncodedForThem) {
+  LlamaModel model = LlamaModel::make(4);
+  const std::vector<Shard> shards{{2, 0}, {0, 0}, {2, 1}, {0, 0}};
+  PlacedCluster cluster(GetParam(), model, shards);
+  const auto n = static_cast<uint32_t>(shards.size());
+  ASSERT_TRUE(cluster.producer().bootstrap(model.weights()).committed);
+  const LlamaModel before = model;
+  model.step(200, false);
+  codec::EncodeOptions upstream;  // the upstream producer knows no placement here
+  upstream.chunk_bytes = 24 << 10;
+  const auto delta =
+      codec::encode_delta(before.weights(), model.weights(), cluster.producer().digest(), {1, 2}, upstream);
+  std::promise<Producer::RelayCopy> own;
+  own.set_value({model.weights(), delta.new_digest});
+  const RefitReport r =
+      cluster.producer().forward(delta.frames, 2, delta.new_digest.combined(), own.get_future().share());
+  ASSERT_TRUE(r.committed) << r.abort_reason;
+  EXPECT_EQ(r.verified_receivers, n);
+  EXPECT_EQ(cluster.receiver(3).apply_pending(), 2u);
+  for (size_t i = 0; i < n; ++i) EXPECT_TRUE(cluster.holds(i, model)) << "rank " << i + 1 << " at version 2";
+  model.step(201, false);
+  ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);
+  EXPECT_EQ(cluster.receiver(3).apply_pending(), 3u);
+  cluster.finish();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(cluster.failure(i), "") << "rank " << i + 1;
+    EXPECT_EQ(cluster.receiver(i).version(), 3u);
+    EXPECT_TRUE(cluster.holds(i, model)) << "rank " << i + 1 << " at version 3";
   }
 }
 
