@@ -34,11 +34,20 @@ namespace {
 //    the first send cleared ~50 ms worth of buffer pools with 16 KiB; deltacast's frames are far
 //    larger than either and go by rendezvous, its control messages fit in 4 KiB;
 //  * connection-manager progress every 1 ms instead of 10 ms (FI_OFI_RXM_CM_PROGRESS_INTERVAL):
-//    the first message on a new connection waited up to 10 ms for it, on every hop of a repair.
+//    the first message on a new connection waited up to 10 ms for it, on every hop of a repair;
+//  * rendezvous by RMA write, not read (FI_OFI_RXM_USE_RNDV_WRITE=1): with reads, the tcp
+//    provider of libfabric 1.17.0 (Debian 12) cancels a receive of read data in flight twice when
+//    an endpoint closes, and rxm's flush of the second cancellation (op_context NULL) crashes
+//    fi_close: a relay's children died closing their links to a straggler failed mid-bootstrap
+//    (ctest recovery_netns_straggler_bootstrap_ofi; fixed upstream in 1.18, ofiwg/libfabric#8660).
+//    Written data arrives as internal transfers, whose cancellation is silent. Every deltacast
+//    process sets it, so both ends of a link agree; link throughput the same or better
+//    (docs/transport-ofi-ucx.md, "rxm settings").
 void set_rxm_defaults() {
   ::setenv("FI_OFI_RXM_USE_SRX", "0", 0);
   ::setenv("FI_OFI_RXM_BUFFER_SIZE", "4096", 0);
   ::setenv("FI_OFI_RXM_CM_PROGRESS_INTERVAL", "1000", 0);
+  ::setenv("FI_OFI_RXM_USE_RNDV_WRITE", "1", 0);
 }
 
 // Asks fi_getinfo for an RDM endpoint with tagged messages (and RMA with write-then-send order
