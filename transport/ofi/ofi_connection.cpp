@@ -339,6 +339,10 @@ void OfiTransport::finish_drain(ConnState& conn) {
 
 void OfiTransport::abort_connection(const std::shared_ptr<ConnState>& conn, const Status& why) {
   std::unique_lock lock(mutex_);
+  forget(conn, why);
+}
+
+void OfiTransport::forget(const std::shared_ptr<ConnState>& conn, const Status& why) {
   fail(*conn, why);
   std::erase(conns_, conn);
 }
@@ -351,8 +355,7 @@ void OfiTransport::close_connection(const std::shared_ptr<ConnState>& conn, cons
     lock.lock();
     if (left) conn->say_goodbye();
   }
-  fail(*conn, why);
-  std::erase(conns_, conn);
+  forget(conn, why);
 }
 
 }  // namespace deltacast::transport::ofi

@@ -85,6 +85,8 @@ class OfiTransport final : public Transport, public std::enable_shared_from_this
   // After the peer's FIN: fails the connection once nothing ahead of the FIN is pending. mutex_ held.
   void finish_drain(ConnState& conn);
   void fail(ConnState& conn, const Status& why);  // mutex_ held
+  // fail(), and the connection leaves conns_ (the progress thread stops reading it). mutex_ held.
+  void forget(const std::shared_ptr<ConnState>& conn, const Status& why);
 
   // ofi_memory.cpp.
   void* local_desc(const ConnState& conn, MemoryRegion* mr) const;
