@@ -540,7 +540,8 @@ void RelayEdges::handle_frame(int tree, std::span<const std::byte> message) {
   const uint64_t attempt = fm.envelope.attempt;
   count(&RelayStats::frames_received);
   count(&RelayStats::payload_bytes, fm.frame.size());
-  if (!session_.admit(Session::DataKind::frame, attempt, h.new_version, fm.envelope.new_layout)) {
+  if (!session_.admit(Session::DataKind::frame, attempt, h.new_version, fm.envelope.new_layout,
+                      options_.peer_timeout)) {
     count(&RelayStats::frames_refused);
     logger("tree")->debug("rank {}: dropped a stale frame (attempt {}, version {})", options_.rank, attempt, h.new_version);
     return;
@@ -594,7 +595,8 @@ bool RelayEdges::handle_raw(int tree, transport::Connection& parent, uint64_t ge
   const uint64_t attempt = h.envelope.attempt;
   count(&RelayStats::frames_received);
   count(&RelayStats::payload_bytes, h.byte_count);
-  const bool admitted = session_.admit(Session::DataKind::raw, attempt, h.version, h.envelope.new_layout);
+  const bool admitted =
+      session_.admit(Session::DataKind::raw, attempt, h.version, h.envelope.new_layout, options_.peer_timeout);
   auto header = std::make_shared<const std::vector<std::byte>>(message.begin(), message.end());
   bool first = false;
   if (admitted) {

@@ -279,8 +279,11 @@ void Session::reset_delta_locked(uint64_t version, codec::StateDigest digest) {
 
 Session::~Session() = default;
 
-bool Session::admit(DataKind kind, uint64_t attempt, uint64_t version, bool new_layout) {
-  std::lock_guard lock(state_mutex_);
+bool Session::admit(DataKind kind, uint64_t attempt, uint64_t version, bool new_layout,
+                    std::chrono::milliseconds wait_for_end) {
+  std::unique_lock lock(state_mutex_);
+  if (wait_for_end.count() > 0 && in_flight_ && in_flight_->attempt < attempt)
+    attempt_ended_.wait_for(lock, wait_for_end, [&] { return !in_flight_ || in_flight_->attempt >= attempt; });
   if (attempt <= floor_) return false;
   if (in_flight_) {
     if (in_flight_->attempt != attempt || in_flight_->version != version) return false;
@@ -418,6 +421,7 @@ std::optional<Message> Session::land_piece(const RawChunkHeader& h, std::optiona
 void Session::end_in_flight_locked(uint64_t attempt) {
   floor_ = std::max(floor_, attempt);
   in_flight_.reset();
+  attempt_ended_.notify_all();
 }
 
 void Session::commit(const Commit& commit, const std::function<void(const Message&)>& send) {
@@ -487,6 +491,7 @@ Message Session::abort(const Abort& abort) {
   if (in_flight_ && in_flight_->attempt <= abort.attempt) {
     if (auto* applier = applier_locked(in_flight_->kind)) applier->rollback();
     in_flight_.reset();
+    attempt_ended_.notify_all();
   }
   floor_ = std::max(floor_, abort.attempt);
   return Active{rank_, committed_version_, committed_digest_};

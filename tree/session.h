@@ -16,6 +16,8 @@
 //
 // Thread-safety: every member function may be called from any thread. Data calls (apply_frame,
 // claim_piece/land_piece) run concurrently with each other; commit, abort and drop wait for them.
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -90,7 +92,11 @@ class Session {
   // Whether a data message of `attempt` creating `version` belongs to the in-flight attempt
   // (starting it when idle). False: stale or foreign (drop it, do not forward it). new_layout: the
   // message's Envelope::new_layout (the attempt's version comes with a LAYOUT on the control link).
-  bool admit(DataKind kind, uint64_t attempt, uint64_t version, bool new_layout = false);
+  // Data of an attempt newer than the one in flight here means the producer ended that one (it
+  // starts an attempt only after the last ended), and its COMMIT or ABORT is still on its way on
+  // the control link: the call waits for it up to `wait_for_end` (0: not at all), then decides.
+  bool admit(DataKind kind, uint64_t attempt, uint64_t version, bool new_layout = false,
+             std::chrono::milliseconds wait_for_end = std::chrono::milliseconds(0));
   // True when `attempt` is in flight and its data said that a LAYOUT comes with it: its ACK must
   // wait until the member holds that LAYOUT (docs/protocol.md, "Checkpoint layouts").
   bool awaits_layout(uint64_t attempt) const;
@@ -219,6 +225,7 @@ class Session {
   // Data calls hold it shared, commit/abort/drop exclusively (they wait for bodies still landing).
   mutable std::shared_mutex data_mutex_;
   mutable std::mutex state_mutex_;  // in_flight_, floor_, committed_digest_ (after data_mutex_)
+  std::condition_variable attempt_ended_;  // in_flight_ ended (commit, abort, drop); with state_mutex_
   std::unique_ptr<VersionApplier> delta_;
   std::unique_ptr<VersionApplier> raw_;
   std::unique_ptr<codec::DeltaApplier> delta_applier_;

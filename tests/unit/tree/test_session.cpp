@@ -285,6 +285,36 @@ TEST_F(DeltaFixture, AdmitRefusesAttemptsAtOrBelowTheFloorAndForeignAttemptsInFl
   EXPECT_TRUE(session.admit(Session::DataKind::frame, 10, kBase + 2));
 }
 
+// Data of a newer attempt that overtook its predecessor's ABORT (the data and the decision travel
+// on different links): the admission waits for the decision and then starts the new attempt;
+// before 2026-12-07 it was dropped at once, and the member missed those chunks of the retry (a
+// relay stalled 11 s, then failed: RelayTree.AForwardedVersionWhoseOwnCopyFailsAbortsOnEveryMember).
+// With no decision coming it gives up after the wait and drops the data as before.
+TEST_F(DeltaFixture, DataOfANewerAttemptWaitsForTheDecisionOnTheOneInFlight) {
+  ASSERT_TRUE(session.admit(Session::DataKind::frame, 3, kBase + 1));
+  session.apply_frame(3, delta.views[0]);
+  auto aborter = std::async(std::launch::async, [&] {
+    std::this_thread::sleep_for(100ms);
+    session.abort(Abort{kBase + 1, 3, "the producer stopped this version"});
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(session.admit(Session::DataKind::frame, 4, kBase + 1, false, 10s));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 90ms) << "admitted before the ABORT arrived";
+  aborter.get();
+  EXPECT_EQ(session.in_flight_attempt(), 4u);
+  EXPECT_TRUE(same_bits(held, base)) << "attempt 3's chunk was not rolled back";
+  ASSERT_EQ(apply_all(delta, 4).size(), 1u);  // every chunk of the retry applies, the seal acks
+  Sent sent;
+  session.commit(Commit{kBase + 1, 4, delta.new_digest.combined()}, sent.fn());
+  EXPECT_TRUE(same_bits(held, next));
+  // No decision for the attempt in flight: after the wait, the newer data is dropped.
+  ASSERT_TRUE(session.admit(Session::DataKind::frame, 5, kBase + 2));
+  const auto t1 = std::chrono::steady_clock::now();
+  EXPECT_FALSE(session.admit(Session::DataKind::frame, 6, kBase + 2, false, 150ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - t1, 140ms);
+  EXPECT_EQ(session.in_flight_attempt(), 5u);
+}
+
 TEST_F(DeltaFixture, AbortWithNothingInFlightStillMovesTheFloor) {
   const Message active = session.abort(Abort{kBase + 1, 4, "nothing here"});
   const auto* a = std::get_if<Active>(&active);
