@@ -6,6 +6,7 @@
 #include <future>
 
 #include "tree/producer/group_share.h"
+#include "util/bytes.h"
 
 namespace deltacast::tree {
 
