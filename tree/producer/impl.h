@@ -357,9 +357,6 @@ struct Producer::Impl {
   codec::EncodeOptions refit_encode_options(const RefitOptions& refit_options);
   // Throws Error(state) before start(), or once the baseline was lost (baseline.lost()).
   void check_can_refit() const;
-  // refit's common part: sends what `encoder` encodes as version+1 (with `new_layout` when it
-  // changes) and runs the joint commit; once committed, adopt(version, digest) makes the new
-  // version the baseline.
   // refit(ConstWeights) with the drive lock held: a delta from the baseline to `next` (whole
   // buffers of the manifest), which becomes the baseline once committed.
   RefitReport refit_bits(const codec::ConstWeights& next, const RefitOptions& refit_options);
@@ -369,6 +366,9 @@ struct Producer::Impl {
   RefitReport publish_frames(const std::vector<std::vector<std::byte>>& frames, uint64_t new_version,
                              uint64_t expected_digest, const RefitOptions& refit_options,
                              const std::function<void()>& sent, const std::function<void()>& committed);
+  // refit's common part: sends what `encoder` encodes as version+1 (with `new_layout` when it
+  // changes) and runs the joint commit; once committed, adopt(version, digest) makes the new
+  // version the baseline.
   RefitReport refit_with(codec::DeltaEncoder& encoder, std::shared_ptr<const CheckpointLayout> new_layout,
                          const RefitOptions& refit_options,
                          const std::function<void(uint64_t, codec::StateDigest)>& adopt);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <future>
+#include <optional>
 
 #include "tree/producer/group_share.h"
 #include "util/bytes.h"
@@ -338,18 +339,19 @@ RefitReport Producer::forward(const std::vector<std::vector<std::byte>>& frames,
                               uint64_t expected_digest, const std::shared_future<RelayCopy>& own_copy) {
   auto& d = *impl_;
   std::lock_guard drive(d.drive);
-  const auto held = [&] {
+  // The relay's own copy, once ready: waited for (handling the members' messages meanwhile) and
+  // checked once.
+  std::optional<RelayCopy> copy;
+  const auto hold_copy = [&] {
     while (own_copy.wait_for(std::chrono::milliseconds(0)) != std::future_status::ready)
       d.pump(std::chrono::milliseconds(5));
-    const RelayCopy& copy = own_copy.get();  // rethrows the copy's error
-    codec::ConstWeights bits = copy.bits;
-    bits.manifest = &d.manifest;
-    codec::check_weights(bits);
-    if (copy.digest.combined() != expected_digest)
+    copy = own_copy.get();  // rethrows the copy's error
+    copy->bits.manifest = &d.manifest;
+    codec::check_weights(copy->bits);
+    if (copy->digest.combined() != expected_digest)
       throw Error(Errc::verify_failed, "the relay's own copy of version " + std::to_string(new_version) +
-                                           " has digest " + hex64(copy.digest.combined()) + ", not " +
+                                           " has digest " + hex64(copy->digest.combined()) + ", not " +
                                            hex64(expected_digest));
-    return bits;
   };
   if (!d.fleet_slices.empty()) {
     // Placed members: the frames are not cut for their placements, and their seal has no slice
@@ -358,11 +360,13 @@ RefitReport Producer::forward(const std::vector<std::vector<std::byte>>& frames,
     if (new_version != d.version + 1)
       throw Error(Errc::invalid_argument,
                   "forward: version " + std::to_string(new_version) + " after version " + std::to_string(d.version));
-    return d.refit_bits(held(), {});
+    hold_copy();
+    return d.refit_bits(copy->bits, {});
   }
-  return d.publish_frames(frames, new_version, expected_digest, {}, held, [&] {
+  // The copy is ready before any member can hear COMMIT: `sent` runs before the joint commit.
+  return d.publish_frames(frames, new_version, expected_digest, {}, hold_copy, [&] {
     d.version = new_version;
-    d.baseline->adopt(held(), new_version, own_copy.get().digest);
+    d.baseline->adopt(copy->bits, new_version, copy->digest);
   });
 }
 

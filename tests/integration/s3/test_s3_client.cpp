@@ -390,6 +390,15 @@ std::vector<std::vector<std::byte>> delta_frames(const tree::Model& base, const 
 
 uint64_t digest_of(const tree::Model& m) { return codec::StateDigest::full_scan(m.weights()).combined(); }
 
+// Zeroed buffers of `manifest` (version 0), appended to `held` (empty: its pointers are taken),
+// as a follower's weights.
+codec::MutableWeights zeroed(const codec::Manifest& manifest, std::vector<tree::Bytes>& held) {
+  for (const auto& t : manifest.tensors()) held.emplace_back(t.nbytes());
+  codec::MutableWeights w{&manifest, {}};
+  for (auto& t : held) w.tensors.emplace_back(t.data(), t.size());
+  return w;
+}
+
 // A member that only reaches the store: from version 0 it takes the newest snapshot and replays
 // the deltas after it; one that holds a version whose next delta was pruned takes the snapshot
 // too; one that is one version behind replays it. Every one ends exact on the newest version.
@@ -420,9 +429,7 @@ TEST_F(S3Server, AMemberCatchesUpFromTheStoreBySnapshotAndReplay) {
   const tree::Model& newest = versions.back();
   // From version 0: the snapshot of version 4, then delta 5.
   std::vector<tree::Bytes> fresh;
-  codec::MutableWeights fresh_w{&model.manifest, {}};
-  for (const auto& t : model.manifest.tensors()) fresh.emplace_back(t.nbytes());
-  for (auto& t : fresh) fresh_w.tensors.emplace_back(t.data(), t.size());
+  codec::MutableWeights fresh_w = zeroed(model.manifest, fresh);
   tree::StoreFollower newcomer(model.manifest, *client_, layout, fresh_w, 0,
                                codec::StateDigest::full_scan(fresh_w.as_const()));
   EXPECT_EQ(newcomer.catch_up(), 5u);
@@ -445,9 +452,7 @@ TEST_F(S3Server, ADamagedDeltaLeavesTheMemberAtItsVersion) {
   tree::StorePublisher publisher(v1.manifest, *client_, layout);
   publisher.publish_snapshot(1, 1, v1.weights(), 100'000);
   std::vector<tree::Bytes> held;
-  codec::MutableWeights w{&v1.manifest, {}};
-  for (const auto& t : v1.manifest.tensors()) held.emplace_back(t.nbytes());
-  for (auto& t : held) w.tensors.emplace_back(t.data(), t.size());
+  codec::MutableWeights w = zeroed(v1.manifest, held);
   tree::StoreFollower member(v1.manifest, *client_, layout, w, 0, codec::StateDigest::full_scan(w.as_const()));
   ASSERT_EQ(member.catch_up(), 1u);
   tree::Model v2 = v1;
@@ -476,9 +481,7 @@ TEST_F(S3Server, ARelayAppliesEachDeltaItselfAndAWrongDigestIsRefused) {
   tree::StorePublisher publisher(v1.manifest, *client_, layout);
   publisher.publish_snapshot(1, 1, v1.weights(), 100'000);
   std::vector<tree::Bytes> held;
-  codec::MutableWeights w{&v1.manifest, {}};
-  for (const auto& t : v1.manifest.tensors()) held.emplace_back(t.nbytes());
-  for (auto& t : held) w.tensors.emplace_back(t.data(), t.size());
+  codec::MutableWeights w = zeroed(v1.manifest, held);
   tree::StoreFollower member(v1.manifest, *client_, layout, w, 0, codec::StateDigest::zeros(v1.manifest));
   ASSERT_EQ(member.catch_up(), 1u);
   tree::Model v2 = v1;
@@ -542,9 +545,7 @@ TEST_F(S3Server, TheUplinkKeepsEveryVersionReachableFromVersionZero) {
     uplink.wait_idle();
     model = next;
     std::vector<tree::Bytes> fresh;
-    codec::MutableWeights w{&model.manifest, {}};
-    for (const auto& t : model.manifest.tensors()) fresh.emplace_back(t.nbytes());
-    for (auto& t : fresh) w.tensors.emplace_back(t.data(), t.size());
+    codec::MutableWeights w = zeroed(model.manifest, fresh);
     tree::StoreFollower member(model.manifest, *client_, layout, w, 0, codec::StateDigest::zeros(model.manifest));
     EXPECT_EQ(member.catch_up(), v);
     EXPECT_TRUE(tree::same_bits(fresh, model.weights())) << "version " << v;
@@ -587,9 +588,7 @@ TEST_F(S3Server, AForgedVersionIsRefusedWhenTheJobHasASecret) {
     tree::StorePublisher writer(v1.manifest, *client_, theirs);
     writer.publish_delta(3, 2, 1, digest_of(forged), delta_frames(v2, forged, 3));
     std::vector<tree::Bytes> held;
-    codec::MutableWeights w{&v1.manifest, {}};
-    for (const auto& t : v1.manifest.tensors()) held.emplace_back(t.nbytes());
-    for (auto& t : held) w.tensors.emplace_back(t.data(), t.size());
+    codec::MutableWeights w = zeroed(v1.manifest, held);
     tree::StoreFollower member(v1.manifest, *client_, layout, w, 0, codec::StateDigest::zeros(v1.manifest));
     try {
       member.catch_up();
@@ -608,9 +607,7 @@ TEST_F(S3Server, AForgedVersionIsRefusedWhenTheJobHasASecret) {
   tree::StoreLayout open = layout;
   open.secret.clear();
   std::vector<tree::Bytes> held;
-  codec::MutableWeights w{&v1.manifest, {}};
-  for (const auto& t : v1.manifest.tensors()) held.emplace_back(t.nbytes());
-  for (auto& t : held) w.tensors.emplace_back(t.data(), t.size());
+  codec::MutableWeights w = zeroed(v1.manifest, held);
   tree::StoreFollower unsigned_member(v1.manifest, *client_, open, w, 0, codec::StateDigest::zeros(v1.manifest));
   EXPECT_EQ(unsigned_member.catch_up(), 3u);
   EXPECT_TRUE(tree::same_bits(held, forged.weights()));

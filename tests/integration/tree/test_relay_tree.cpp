@@ -87,6 +87,14 @@ class Cluster {
   const std::string& failure(size_t i) const { return failures_[i]; }
   const std::vector<Bytes>& buffers(size_t i) const { return buffers_[i]; }
 
+  // Every receiver ended without failure at `version`, its buffers `expected` byte for byte.
+  void expect_every_member_at(uint64_t version, const codec::ConstWeights& expected) {
+    for (size_t i = 0; i < size(); ++i) {
+      EXPECT_EQ(failure(i), "") << "receiver " << i + 1;
+      EXPECT_EQ(receiver(i).version(), version) << "receiver " << i + 1;
+      EXPECT_TRUE(holds(i, expected)) << "receiver " << i + 1;
+    }
+  }
   // True when receiver i's buffers equal `expected` byte for byte.
   bool holds(size_t i, const codec::ConstWeights& expected) const {
     const auto& mine = buffers_[i];
@@ -188,11 +196,7 @@ TEST_P(RelayTree, RawBootstrapThenDeltasAreBitExact) {
     EXPECT_LT(delta.frames_bytes * 10, full.frames_bytes);
   }
   cluster.finish();
-  for (size_t i = 0; i < n; ++i) {
-    EXPECT_EQ(cluster.failure(i), "");
-    EXPECT_EQ(cluster.receiver(i).version(), 3u);
-    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
-  }
+  cluster.expect_every_member_at(3u, model.weights());
 }
 
 // Receivers refuse raw pieces that split an element: a chunk size that is not a multiple of 2 or
@@ -211,11 +215,7 @@ TEST_P(RelayTree, RawBootstrapWithOddChunkBytesIsBitExact) {
   RefitReport delta = cluster.producer().refit(model.weights());
   ASSERT_TRUE(delta.committed) << delta.abort_reason;
   cluster.finish();
-  for (size_t i = 0; i < n; ++i) {
-    EXPECT_EQ(cluster.failure(i), "");
-    EXPECT_EQ(cluster.receiver(i).version(), 2u);
-    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
-  }
+  cluster.expect_every_member_at(2u, model.weights());
 }
 
 // Receiver 1 (a root, or the head of the chain) holds version 5, so it refuses the bootstrap:
@@ -360,11 +360,7 @@ TEST_P(RelayTree, AForwardedVersionCommitsOnlyOnceTheRelaysOwnCopyHoldsIt) {
   model.step(41);  // encoded against the forwarded copy
   ASSERT_TRUE(cluster.producer().refit(model.weights()).committed);
   cluster.finish();
-  for (size_t i = 0; i < n; ++i) {
-    EXPECT_EQ(cluster.failure(i), "");
-    EXPECT_EQ(cluster.receiver(i).version(), 3u);
-    EXPECT_TRUE(cluster.holds(i, model.weights())) << "receiver " << i + 1;
-  }
+  cluster.expect_every_member_at(3u, model.weights());
 }
 
 // A relay whose own copy fails (its apply throws) or differs (another digest): the version aborts
