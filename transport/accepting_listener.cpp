@@ -1,5 +1,8 @@
 #include "transport/accepting_listener.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "util/log.h"
 
 namespace deltacast::transport::side {
@@ -21,24 +24,65 @@ AcceptingListener::~AcceptingListener() {
 void AcceptingListener::accept_loop() {
   using namespace std::chrono_literals;
   for (;;) {
+    reap_setups();
     {
-      std::lock_guard lock(mutex_);
+      std::unique_lock lock(mutex_);
       if (closed_) return;
+      if (setups_.size() >= kMaxSetups) {  // the rest wait in the backlog
+        lock.unlock();
+        std::this_thread::sleep_for(10ms);
+        continue;
+      }
     }
     Fd fd = socket_.accept_until(Clock::now() + 50ms);  // short slices so close() is prompt
     if (!fd) continue;
-    try {
-      const auto deadline = Clock::now() + setup_timeout_;
-      server_handshake(fd.get(), secret_, deadline);
-      auto connection = establish_(std::move(fd), deadline);
-      std::lock_guard lock(mutex_);
-      if (closed_) return;
+    Fd watch(::dup(fd.get()));
+    if (!watch) {
+      logger("transport")->warn("dropped an incoming connection on {}: dup failed", url_.str());
+      continue;
+    }
+    std::lock_guard lock(mutex_);
+    if (closed_) return;
+    auto setup = setups_.insert(setups_.end(), Setup{std::move(watch), {}, false});
+    setup->thread = std::thread([this, fd = std::move(fd), setup]() mutable { set_up(std::move(fd), setup); });
+  }
+}
+
+void AcceptingListener::set_up(Fd fd, std::list<Setup>::iterator setup) {
+  std::unique_ptr<Connection> connection;
+  try {
+    const auto deadline = Clock::now() + setup_timeout_;
+    server_handshake(fd.get(), secret_, deadline);
+    connection = establish_(std::move(fd), deadline);
+  } catch (const Error& e) {
+    logger("transport")
+        ->warn("dropped an incoming connection on {}: {}: {}", url_.str(), errc_name(e.code()), e.what());
+  } catch (const std::exception& e) {
+    logger("transport")->warn("dropped an incoming connection on {}: {}", url_.str(), e.what());
+  }
+  {
+    std::lock_guard lock(mutex_);
+    setup->watch.reset();
+    setup->done = true;
+    if (connection && !closed_) {
       queue_.push_back(std::move(connection));
       ready_.notify_all();
-    } catch (const Error& e) {
-      logger("transport")->warn("dropped an incoming connection on {}: {}: {}", url_.str(), errc_name(e.code()), e.what());
     }
   }
+  if (connection) connection->close();  // the listener closed while this peer was set up
+}
+
+void AcceptingListener::reap_setups() {
+  std::list<Setup> finished;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = setups_.begin(); it != setups_.end();) {
+      auto next = std::next(it);
+      if (it->done) finished.splice(finished.end(), setups_, it);
+      it = next;
+    }
+  }
+  for (auto& setup : finished) setup.thread.join();
 }
 
 std::unique_ptr<Connection> AcceptingListener::accept(std::chrono::milliseconds timeout) {
@@ -63,6 +107,19 @@ void AcceptingListener::close() {
   }
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
   socket_.close();
+  // Setups in flight end now: their sockets shut down, a handshake or an exchange waiting on the
+  // peer fails at once instead of at its deadline.
+  std::list<Setup> setups;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& setup : setups_) {
+      if (setup.watch) ::shutdown(setup.watch.get(), SHUT_RDWR);
+    }
+    setups.swap(setups_);
+  }
+  for (auto& setup : setups) {
+    if (setup.thread.joinable() && setup.thread.get_id() != std::this_thread::get_id()) setup.thread.join();
+  }
   // Connections set up but never accepted are closed now (as the tcp backend does), not when the
   // listener is destroyed: their clients would otherwise wait on a link nobody reads, which the
   // heartbeats keep alive.
