@@ -490,8 +490,7 @@ Message Session::abort(const Abort& abort) {
   std::lock_guard lock(state_mutex_);
   if (in_flight_ && in_flight_->attempt <= abort.attempt) {
     if (auto* applier = applier_locked(in_flight_->kind)) applier->rollback();
-    in_flight_.reset();
-    attempt_ended_.notify_all();
+    end_in_flight_locked(abort.attempt);
   }
   floor_ = std::max(floor_, abort.attempt);
   return Active{rank_, committed_version_, committed_digest_};
