@@ -139,8 +139,9 @@ template <>
 struct Schema<Ack> {
   static constexpr MessageType type = MessageType::ack;
   static constexpr auto fields =
-      std::tuple{field("rank", &Ack::rank), field("version", &Ack::version), field("digest", &Ack::digest),
-                 field("applied_changes", &Ack::applied_changes), field("attempt", &Ack::attempt)};
+      std::tuple{field("rank", &Ack::rank),       field("version", &Ack::version),
+                 field("digest", &Ack::digest),   field("applied_changes", &Ack::applied_changes),
+                 field("attempt", &Ack::attempt), field("receive_us", &Ack::receive_us)};
 };
 template <>
 struct Schema<Nack> {

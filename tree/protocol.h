@@ -180,6 +180,10 @@ struct Ack {
   uint64_t digest = 0;
   uint64_t applied_changes = 0;
   uint64_t attempt = 0;  // the attempt verified (a late ACK of an aborted attempt is not the retry's)
+  // From this member's first data message of the attempt to its verification, microseconds, on
+  // its own clock: how long it took to receive the version, which its ACK's arrival does not show
+  // when the ACK queued behind what the member forwards (a relay with a slow egress).
+  uint64_t receive_us = 0;
 };
 struct Nack {
   uint32_t rank = 0;

@@ -295,8 +295,14 @@ bool Session::admit(DataKind kind, uint64_t attempt, uint64_t version, bool new_
   f.version = version;
   f.kind = kind;
   f.new_layout = new_layout;
+  f.admitted_at = std::chrono::steady_clock::now();
   in_flight_ = f;
   return true;
+}
+
+uint64_t Session::InFlight::receive_us() const {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - admitted_at).count());
 }
 
 bool Session::awaits_layout(uint64_t attempt) const {
@@ -355,7 +361,7 @@ Session::Outcome Session::apply_frame(uint64_t attempt, const codec::FrameView& 
     try {
       const uint64_t digest = applier->verify();
       in_flight_->acked = true;
-      out.reply = Ack{rank_, version, digest, in_flight_->changes, in_flight_->attempt};
+      out.reply = Ack{rank_, version, digest, in_flight_->changes, in_flight_->attempt, in_flight_->receive_us()};
     } catch (const Error& e) {
       out.reply = refuse_locked(version, e);
     }
@@ -410,7 +416,7 @@ std::optional<Message> Session::land_piece(const RawChunkHeader& h, std::optiona
     if (applier && in_flight_) {
       if (hash && !in_flight_->acked && !in_flight_->nacked && applier->complete()) {
         in_flight_->acked = true;
-        reply = Ack{rank_, h.version, applier->verify(), 0, in_flight_->attempt};
+        reply = Ack{rank_, h.version, applier->verify(), 0, in_flight_->attempt, in_flight_->receive_us()};
       }
     }
   }

@@ -213,6 +213,9 @@ class Session {
     bool acked = false;
     bool nacked = false;
     uint64_t changes = 0;
+    std::chrono::steady_clock::time_point admitted_at;  // its first data message here
+    // ACK's receive_us: from admitted_at to now.
+    uint64_t receive_us() const;
   };
   std::optional<Message> refuse_locked(uint64_t version, const Error& e);
   VersionApplier* applier_locked(DataKind kind) const;

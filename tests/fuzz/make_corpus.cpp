@@ -257,7 +257,7 @@ void tree_message_seeds(const fs::path& golden) {
       {"welcome", welcome},
       {"join", Join{5, 1}},
       {"ready", Ready{5, 8, 0x77}},
-      {"ack", Ack{2, 5, 0xdeadbeef, 1234, 19}},
+      {"ack", Ack{2, 5, 0xdeadbeef, 1234, 19, 25'000}},
       {"nack", Nack{4, 6, 3, "wrong base", 20}},
       {"commit", Commit{8, 21, 77}},
       {"abort", Abort{8, 22, "dry run"}},

@@ -170,6 +170,8 @@ void Producer::Impl::handle_control(const ControlEvent& e) {
   const Message& m = *e.message;
   auto& f = in_flight;
   if (auto* ack = std::get_if<Ack>(&m)) {
+    if (f && ack->version == f->version && ack->attempt == f->attempt)
+      f->receive_ms.insert_or_assign(e.rank, static_cast<double>(ack->receive_us) / 1e3);
     if (f) execute(f->round->ack(e.rank, *ack));
   } else if (auto* nack = std::get_if<Nack>(&m)) {
     if (f) execute(f->round->nack(e.rank, *nack));

@@ -150,10 +150,10 @@ RefitReport Producer::Impl::run_version(InFlight flight, const std::function<voi
   }
   report.epoch = epoch();
   last_version_seconds = seconds_since(in_flight->start);
-  const auto slow = report.committed ? slow_relays(*in_flight) : std::vector<std::pair<uint32_t, std::string>>{};
+  const auto slow = report.committed ? slow_relays(*in_flight) : std::vector<SlowRelay>{};
   in_flight.reset();
   // Between versions: the next one starts on the repaired forest (the failure is in its report).
-  for (const auto& [rank, why] : slow) fail(rank, FailureCause::stalled, why, Clock::now());
+  for (const auto& relay : slow) fail(relay.rank, FailureCause::stalled, relay.why, Clock::now());
   return report;
 }
 
@@ -184,13 +184,6 @@ void Producer::Impl::execute(const VersionRound::Actions& actions) {
   }
   if (f.report) f.report->commit_delegate = f.round->commit_delegate();
 }
-
-namespace {
-constexpr double kSlowRelayFactor = 4;
-constexpr double kSlowRelayFloorMs = 200;
-constexpr int kSlowRelayVersions = 3;  // slow on this many of the last kSlowRelayWindow committed versions
-constexpr int kSlowRelayWindow = 5;
-}  // namespace
 
 void Producer::Impl::fail_laggards(InFlight& f) {
   if (!membership || !f.round) return;
@@ -247,7 +240,7 @@ void Producer::Impl::fail_laggards(InFlight& f) {
   // after version until one member was left (bench/recovery/netfault.py, docs/reliability.md).
   const std::set<uint32_t> late_set(late.begin(), late.end());
   std::set<uint32_t> slow_parents;
-  const auto fleet = pace(f);
+  const auto fleet = fleet_pace(verified_after_sealing(f));
   for (uint32_t rank : late)
     for (int t = 0; t < membership->trees(); ++t) {
       const auto parent = membership->parent(rank, t);
@@ -302,67 +295,16 @@ Clock::time_point Producer::Impl::forwarded_by(const InFlight& f, uint32_t rank,
   return sibling ? std::min(by, *sibling) : by;
 }
 
-std::optional<Producer::Impl::Pace> Producer::Impl::pace(const InFlight& f) const {
-  if (f.verified_at.size() < 4) return std::nullopt;
-  std::vector<double> all;
-  all.reserve(f.verified_at.size());
+std::map<uint32_t, double> Producer::Impl::verified_after_sealing(const InFlight& f) {
+  std::map<uint32_t, double> after;
   for (const auto& [rank, at] : f.verified_at)
-    all.push_back(std::max(0.0, std::chrono::duration<double, std::milli>(at - f.sealed_at).count()));
-  std::sort(all.begin(), all.end());
-  const double quick = all[all.size() / 4];  // the first quartile: the fleet's pace
-  return Pace{quick, std::max(kSlowRelayFactor * quick, quick + kSlowRelayFloorMs)};
+    after[rank] = std::max(0.0, std::chrono::duration<double, std::milli>(at - f.sealed_at).count());
+  return after;
 }
 
-std::vector<std::pair<uint32_t, std::string>> Producer::Impl::slow_relays(const InFlight& f) {
-  std::vector<std::pair<uint32_t, std::string>> out;
-  if (!membership || f.verified_at.size() < 4) return out;  // no pace: this version says nothing
-  // Each member's verification after the sealing, ms. A relay whose egress is slow verifies late
-  // itself (its ACK queues behind what it forwards) and so do its children; a slow receiver alone
-  // is late with no late children, and demoting it would not help.
-  using Ms = std::chrono::duration<double, std::milli>;
-  std::map<uint32_t, double> after;
-  for (const auto& [rank, at] : f.verified_at) after[rank] = std::max(0.0, Ms(at - f.sealed_at).count());
-  const Pace fleet = *pace(f);
-  const double quick = fleet.quick, bar = fleet.late;  // (not a structured binding: the lambda captures it)
-  const auto late = [&](uint32_t rank) {
-    const auto it = after.find(rank);
-    return it == after.end() || it->second > bar;  // not verified at all: later still
-  };
-  // One bit per committed version, the newest lowest; a relay whose window empties is forgotten.
-  constexpr uint32_t window = (1u << kSlowRelayWindow) - 1;
-  std::map<uint32_t, uint32_t> windows;
-  for (const auto& [relay, bits] : slow_history)
-    if (membership->live(relay) && ((bits << 1) & window)) windows[relay] = (bits << 1) & window;
-  for (const auto& [relay, ms] : after) {
-    if (!membership->live(relay)) continue;
-    // Its children in a tree all late: two or more of them (its egress: it may have verified on
-    // time itself), or one when it is late too (its ingress).
-    bool relays_late = false, parent_on_time = true;
-    for (int t = 0; t < membership->trees(); ++t) {
-      const auto& kids = membership->children(relay, t);
-      if (!kids.empty() && (kids.size() >= 2 || ms > bar) && std::all_of(kids.begin(), kids.end(), late))
-        relays_late = true;
-      const auto parent = membership->parent(relay, t);
-      if (parent && *parent != kProducerRank && late(*parent)) parent_on_time = false;
-    }
-    if (!relays_late || !parent_on_time) continue;  // the top of a late subtree only
-    const uint32_t bits = windows[relay] |= 1u;
-    const int n = std::popcount(bits);
-    log->debug(
-        "producer: version {}: rank {} is a slow relay (its children late, over {:.0f} ms; {} of the last {} "
-        "versions)",
-        f.version, relay, bar, n, kSlowRelayWindow);
-    if (n < kSlowRelayVersions) continue;
-    windows.erase(relay);
-    char why[256];
-    std::snprintf(why, sizeof why,
-                  "a straggler: on %d of the last %d versions every child of it in a tree verified late (over %.0f "
-                  "ms after the sealing, the fleet's first quartile %.0f ms; it %.0f ms); it rejoins as a leaf",
-                  n, kSlowRelayWindow, bar, quick, ms);
-    out.emplace_back(relay, why);
-  }
-  slow_history.swap(windows);
-  return out;
+std::vector<SlowRelay> Producer::Impl::slow_relays(const InFlight& f) {
+  if (!membership) return {};
+  return find_slow_relays(*membership, verified_after_sealing(f), f.receive_ms, f.version, slow_history);
 }
 
 void Producer::Impl::joint_commit(RefitReport& report, uint64_t expected_digest,

@@ -26,6 +26,7 @@
 #include "tree/producer/fleet_slices.h"
 #include "tree/producer/group_admission.h"
 #include "tree/producer/raw_pieces.h"
+#include "tree/producer/slow_relays.h"
 #include "tree/producer/version_round.h"
 #include "tree/protocol.h"
 #include "tree/relay_link.h"
@@ -217,6 +218,8 @@ struct Producer::Impl {
     // Laggards (fail_laggards): when each member was first seen verified, when everything was
     // sent, and when the forest last changed during the attempt.
     std::map<uint32_t, Clock::time_point> verified_at;
+    // Each member's ACK's receive_us of this attempt, ms (slow_relays).
+    std::map<uint32_t, double> receive_ms;
     // (tree, root rank) -> when the producer's link to that root was first seen with nothing in
     // flight: a root has the version from then on, not from the posting of its last piece.
     std::map<std::pair<int, uint32_t>, Clock::time_point> root_drained_at;
@@ -326,26 +329,17 @@ struct Producer::Impl {
   // process lives but stopped forwarding is caught so even when its parent's sends all fit in
   // socket buffers (docs/protocol.md, "Detection"); a frozen member's silence is seen first.
   void fail_laggards(InFlight& f);
-  // Straggler relays, after a committed version (docs/protocol.md, "Detection"): a relay whose
-  // children in some tree all verified late against the fleet's pace (pace(): two or more
-  // children, or one when the relay is late too), while its parents were on time (the top of a
-  // late subtree), on kSlowRelayVersions of the last kSlowRelayWindow committed versions (one
-  // quick version, from noise or a token bucket's burst, does not reset it). Returns those to
-  // fail (they rejoin as leaves, where their egress holds nobody back), each with the reason;
-  // keeps each relay's window in slow_history (bit 0: the newest version).
-  std::vector<std::pair<uint32_t, std::string>> slow_relays(const InFlight& f);
+  // Straggler relays, after a committed version (find_slow_relays, tree/producer/slow_relays.h):
+  // those to fail (they rejoin as leaves, where their egress holds nobody back), each with the
+  // reason; keeps each relay's window in slow_history.
+  std::vector<SlowRelay> slow_relays(const InFlight& f);
   // When `rank`'s parent in `tree` can have forwarded it the version (the laggard rule's start
   // of patience, apart from the parent's own verification): the start plus the root's time
   // times the parent's children (cut-through through one egress), or the latest sibling's
   // verification when one has it sooner. f.start when the root has not verified.
   Clock::time_point forwarded_by(const InFlight& f, uint32_t rank, uint32_t parent, int tree) const;
-  // The fleet's pace in an attempt, from the members' verifications after the sealing (ms): the
-  // first quartile, and the time above which a member is late against it, max(kSlowRelayFactor x
-  // quick, quick + kSlowRelayFloor). nullopt with fewer than 4 members verified.
-  struct Pace {
-    double quick = 0, late = 0;
-  };
-  std::optional<Pace> pace(const InFlight& f) const;
+  // Each verified member's verification after the sealing, ms.
+  static std::map<uint32_t, double> verified_after_sealing(const InFlight& f);
   std::map<uint32_t, uint32_t> slow_history;
 
   // ---- refit.cpp ----

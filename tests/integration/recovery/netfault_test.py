@@ -2,7 +2,7 @@
 """A partition and a straggler in network namespaces (issue 35; bench/recovery/netfault.py is the
 campaign, this is its short form for ctest, `ctest -L netns`).
 
-    netfault_test.py DELTACAST partition|straggler|straggler_bootstrap|slow_relay|bootstrap
+    netfault_test.py DELTACAST partition|straggler|straggler_bootstrap|slow_relay|slow_root|bootstrap
                      [--transport tcp|ucx|ofi+tcp]
 
 Real `deltacast run` processes (tcp unless --transport), one producer and 6 receivers (binary
@@ -30,6 +30,10 @@ the producer fed from a watch directory one step at a time.
              straggler rule): after 3 slow versions rank 2 is failed as stalled between versions,
              once, and rejoins as a leaf; the refits after it are 3x faster than before (~7x
              measured); every version commits; all 6 end bit-exact; nobody else is failed.
+  slow_root  slow_relay with rank 1, the root of the one tree, at 10 Mbit/s: every other member is
+             late, so against the fleet's pace (its first quartile) nobody is; rank 1's children
+             are late against rank 1 itself. Expected: the same as slow_relay for rank 1 (before
+             2026-12-08 it was never demoted and every version took the slow root's time).
   straggler_bootstrap  a 10M-parameter model, rank 2's egress at 10 of 200 Mbit/s from the start:
              failed as stalled in the bootstrap, its children move while the sends to them are
              still queued on their links to it. On ofi+tcp (libfabric 1.17's tcp provider) closing
@@ -142,11 +146,11 @@ def partition(deltacast: str, work: Path, tag: str) -> str:
 
 
 def slow_relay_job(deltacast: str, work: Path, tag: str, steps: int, params: str, rates: dict,
-                   from_bootstrap: bool = False) -> tuple:
+                   from_bootstrap: bool = False, relay: int = RELAY) -> tuple:
     """A binary tree at RATE; once the bootstrap committed (from the start with `from_bootstrap`),
     the egress rates in `rates` (rank -> tbf rate). Checks what every straggler case expects (no
-    hang, every version committed, only RELAY failed, once, as stalled, every receiver bit-exact)
-    and returns (args, result, RELAY's failure record)."""
+    hang, every version committed, only `relay` failed, once, as stalled, every receiver bit-exact)
+    and returns (args, result, its failure record)."""
     args = settings(deltacast, steps=steps)
     args.params = params
     plan = {"receivers": RECEIVERS, "topology": "binary", "commit": "producer", "transport": TRANSPORT}
@@ -163,10 +167,10 @@ def slow_relay_job(deltacast: str, work: Path, tag: str, steps: int, params: str
         check(result["producer_ok"], f"the producer did not end ok: exit codes {result['exit_codes']}\n" + logs(job))
         check(result["versions_committed"] == args.steps + 1,
               f"{result['versions_committed']} of {args.steps + 1} versions committed\n" + logs(job))
-        others = [f for f in result["failures"] if f["rank"] != RELAY]
+        others = [f for f in result["failures"] if f["rank"] != relay]
         check(not others, f"members other than the straggler were failed (its children, for its slowness?): "
                           f"{result['failures']}\n" + logs(job))
-        mine = [f for f in result["failures"] if f["rank"] == RELAY]
+        mine = [f for f in result["failures"] if f["rank"] == relay]
         check(len(mine) == 1 and mine[0]["cause"] == "stalled",
               f"the straggler was not failed once as stalled: {result['failures']}\n" + logs(job))
         check(result["survivors_exact"] == RECEIVERS,
@@ -197,9 +201,10 @@ def straggler_bootstrap(deltacast: str, work: Path, tag: str) -> str:
             f"{args.steps + 1} versions committed, {RECEIVERS} receivers bit-exact (none crashed)")
 
 
-def slow_relay(deltacast: str, work: Path, tag: str) -> str:
+def slow_relay(deltacast: str, work: Path, tag: str, relay: int = RELAY) -> str:
     # 1/20 of the others' egress (10 of 200 Mbit/s), from the first delta on.
-    args, result, mine, tail = slow_relay_job(deltacast, work, tag, steps=10, params="10M", rates={RELAY: "10mbit"})
+    args, result, mine, tail = slow_relay_job(deltacast, work, tag, steps=10, params="10M", rates={relay: "10mbit"},
+                                              relay=relay)
     # Three slow versions (2-4) decide it; it is failed between versions, in the next one's report
     # (5). A loaded machine may make one or two of them quick (3 of the last 5 count): 7 at most.
     check(mine["version"] <= 7, f"demoted only in version {mine['version']}\n" + tail)
@@ -211,10 +216,16 @@ def slow_relay(deltacast: str, work: Path, tag: str) -> str:
     # Through a 10 Mbit/s relay a delta of this model takes ~0.7 s, ~0.1 s without it: the margin
     # is 2x below that 7x.
     check(fast * 3 < slow, f"refits after the demotion ({after}) are not 3x faster than before ({before})\n" + tail)
-    return (f"rank {RELAY} at 1/20 of the others' egress (10 of 200 Mbit/s) from the first delta on, under "
+    return (f"rank {relay} at 1/20 of the others' egress (10 of 200 Mbit/s) from the first delta on, under "
             f"the laggard rule's patience: demoted (failed as stalled) in version {mine['version']}, "
             f"rejoined as a leaf; refit median {slow:.2f} s before, {fast:.2f} s after; "
             f"{args.steps + 1} versions committed, {RECEIVERS} receivers bit-exact")
+
+
+def slow_root(deltacast: str, work: Path, tag: str) -> str:
+    # The same straggler at the root of the one tree: everyone else is late, so the fleet's pace is
+    # its children's; they are late against the root itself.
+    return slow_relay(deltacast, work, tag, relay=1)
 
 
 def bootstrap(deltacast: str, work: Path, tag: str) -> str:
@@ -239,7 +250,8 @@ def bootstrap(deltacast: str, work: Path, tag: str) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("deltacast")
-    p.add_argument("case", choices=["partition", "straggler", "straggler_bootstrap", "slow_relay", "bootstrap"])
+    p.add_argument("case", choices=["partition", "straggler", "straggler_bootstrap", "slow_relay", "slow_root",
+                                    "bootstrap"])
     p.add_argument("--keep", action="store_true")
     p.add_argument("--transport", choices=["tcp", "ucx", "ofi+tcp"], default="tcp")
     a = p.parse_args()
@@ -254,7 +266,7 @@ def main() -> int:
     passed = False
     try:
         run = {"partition": partition, "straggler": straggler, "straggler_bootstrap": straggler_bootstrap,
-               "slow_relay": slow_relay, "bootstrap": bootstrap}[a.case]
+               "slow_relay": slow_relay, "slow_root": slow_root, "bootstrap": bootstrap}[a.case]
         text = run(a.deltacast, work, f"{os.getpid()}t")
         print("ok: " + text)
         passed = True

@@ -113,6 +113,7 @@ void expect_same(const Ack& a, const Ack& b) {
   EXPECT_FIELD(digest);
   EXPECT_FIELD(applied_changes);
   EXPECT_FIELD(attempt);
+  EXPECT_FIELD(receive_us);
 }
 void expect_same(const Nack& a, const Nack& b) {
   EXPECT_FIELD(rank);
@@ -313,7 +314,7 @@ std::vector<Message> sample_messages() {
       sample_welcome(),
       Join{5, 1},
       Ready{5, 8, 0x77},
-      Ack{2, 5, 0xdeadbeef, 1234, 19},
+      Ack{2, 5, 0xdeadbeef, 1234, 19, 25'000},
       Nack{4, 6, 3, "wrong base", 20},
       Commit{8, 21, 77},
       Abort{8, 22, "dry run"},
@@ -443,7 +444,7 @@ Bytes expected_body(const Message& message) {
         } else if constexpr (std::is_same_v<M, Ready> || std::is_same_v<M, Active>) {
           b.u32(m.rank).u64(m.version).u64(m.digest);
         } else if constexpr (std::is_same_v<M, Ack>) {
-          b.u32(m.rank).u64(m.version).u64(m.digest).u64(m.applied_changes).u64(m.attempt);
+          b.u32(m.rank).u64(m.version).u64(m.digest).u64(m.applied_changes).u64(m.attempt).u64(m.receive_us);
         } else if constexpr (std::is_same_v<M, Nack>) {
           b.u32(m.rank).u64(m.version).u32(m.errc).str(m.message).u64(m.attempt);
         } else if constexpr (std::is_same_v<M, Commit>) {
