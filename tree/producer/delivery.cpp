@@ -246,8 +246,18 @@ void Producer::Impl::fail_laggards(InFlight& f) {
       const auto parent = membership->parent(rank, t);
       if (!parent || *parent == kProducerRank || !membership->live(*parent)) continue;
       const auto& kids = membership->children(*parent, t);
-      if (kids.size() >= 2 && std::all_of(kids.begin(), kids.end(), [&](uint32_t c) { return late_set.count(c) > 0; }))
-        slow_parents.insert(*parent);
+      // A sibling that did verify counts with the late ones when it took over late_after(the
+      // parent's own receive time) to receive the version: the parent's egress served it first and
+      // the late one after (ucx sent one child's share before the other's, and the child still
+      // waiting was failed in its slow parent's place, recovery_netns_straggler_ucx).
+      const auto parent_receive = f.receive_ms.find(*parent);
+      const auto held_back = [&](uint32_t c) {
+        if (late_set.count(c)) return true;
+        if (parent_receive == f.receive_ms.end()) return false;
+        const auto it = f.receive_ms.find(c);
+        return it != f.receive_ms.end() && it->second > late_after(parent_receive->second);
+      };
+      if (kids.size() >= 2 && std::all_of(kids.begin(), kids.end(), held_back)) slow_parents.insert(*parent);
       // Or the parent verified late itself, against the fleet's pace (slow_relays' test): its own
       // ACK queued behind what it forwards. One child that got its data first is not late then.
       if (fleet && f.verified_at.count(*parent) &&
