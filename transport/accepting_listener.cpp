@@ -60,16 +60,19 @@ void AcceptingListener::set_up(Fd fd, std::list<Setup>::iterator setup) {
   } catch (const std::exception& e) {
     logger("transport")->warn("dropped an incoming connection on {}: {}", url_.str(), e.what());
   }
+  std::unique_ptr<Connection> unclaimed;  // the listener closed while this peer was set up
   {
     std::lock_guard lock(mutex_);
     setup->watch.reset();
     setup->done = true;
-    if (connection && !closed_) {
+    if (connection && closed_) {
+      unclaimed = std::move(connection);
+    } else if (connection) {
       queue_.push_back(std::move(connection));
       ready_.notify_all();
     }
   }
-  if (connection) connection->close();  // the listener closed while this peer was set up
+  if (unclaimed) unclaimed->close();
 }
 
 void AcceptingListener::reap_setups() {
