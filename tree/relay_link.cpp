@@ -199,6 +199,11 @@ void TaskThreads::spawn(std::function<void()> task) {
                       done});
 }
 
+size_t TaskThreads::size() {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
 void TaskThreads::join_all() {
   std::vector<Entry> entries;
   {
@@ -219,20 +224,19 @@ void ControlReaders::add(uint32_t rank, uint64_t generation, std::shared_ptr<tra
   std::lock_guard lock(mutex_);
   if (stopping_) return;
   if (max_bytes == 0) max_bytes = max_bytes_;
-  threads_.emplace_back([this, rank, generation, max_bytes, connection = std::move(connection)] {
+  // (Before, each reader's thread was kept until stop(): a producer held an ended thread, and its
+  // stack, for every member connection that ever closed, each rejoin included.)
+  threads_.spawn([this, rank, generation, max_bytes, connection = std::move(connection)] {
     read_loop(rank, generation, connection, max_bytes);
   });
 }
 
 void ControlReaders::stop() {
-  std::vector<std::thread> threads;
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
-    threads.swap(threads_);
   }
-  for (auto& thread : threads)
-    if (thread.joinable()) thread.join();
+  threads_.join_all();
 }
 
 void ControlReaders::read_loop(uint32_t rank, uint64_t generation,

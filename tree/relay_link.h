@@ -170,8 +170,11 @@ class EventQueue {
 class TaskThreads {
  public:
   ~TaskThreads() { join_all(); }
+  // Runs `task` on a thread of its own; first joins the threads whose task has returned.
   void spawn(std::function<void()> task);
   void join_all();
+  // Threads held: running, or ended since the last spawn (for tests).
+  size_t size();
 
  private:
   struct Entry {
@@ -206,6 +209,9 @@ class ControlReaders {
   void add(uint32_t rank, uint64_t generation, std::shared_ptr<transport::Connection> connection, size_t max_bytes = 0);
   // Stops every reader (their current receives are cancelled) and joins them.
   void stop();
+  // Reader threads held: those reading, and those that ended since the last add() (each add joins
+  // the ended ones: a producer adds one per member connection, every rejoin included).
+  size_t threads_held() { return threads_.size(); }
 
  private:
   void read_loop(uint32_t rank, uint64_t generation, const std::shared_ptr<transport::Connection>& connection,
@@ -215,7 +221,7 @@ class ControlReaders {
   std::function<void(ControlEvent)> sink_;
   std::mutex mutex_;
   bool stopping_ = false;
-  std::vector<std::thread> threads_;
+  TaskThreads threads_;
 };
 
 }  // namespace deltacast::tree

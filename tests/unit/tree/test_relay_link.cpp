@@ -486,6 +486,28 @@ TEST(ControlReaders, StopJoinsPromptlyAndLaterAddsAreIgnored) {
   star.readers.stop();  // twice is fine
 }
 
+// A reader whose link ended is joined at the next add(), not kept until stop(): a producer adds a
+// reader for every member connection, each rejoin included (it held an ended thread and its stack
+// for each before).
+TEST(ControlReaders, ReadersOfEndedLinksAreNotKept) {
+  ControlStar star(4);
+  for (int i = 0; i < 3; ++i) star.readers.add(static_cast<uint32_t>(i + 1), 0, star.hub_ends[i]);
+  EXPECT_EQ(star.readers.threads_held(), 3u);
+  for (int i = 0; i < 3; ++i) star.member_ends[i]->close();
+  for (int i = 0; i < 3; ++i) {
+    auto failure = star.events.pop(2s);
+    ASSERT_TRUE(failure);
+    EXPECT_FALSE(failure->message);
+  }
+  std::this_thread::sleep_for(200ms);  // each reader returns right after its failure event
+  star.readers.add(4, 0, star.hub_ends[3]);
+  EXPECT_EQ(star.readers.threads_held(), 1u) << "the three ended readers are still held";
+  star.send(3, Bye{});
+  auto bye = star.events.pop(2s);
+  ASSERT_TRUE(bye);
+  EXPECT_EQ(bye->rank, 4u);
+}
+
 TEST(ControlReaders, TheDestructorStopsTheReaders) {
   auto hub = transport::make_transport("loop", options(30s));
   auto listener = hub->listen(transport::Url::parse("loop://control-dtor-" + std::to_string(unique_id())));
